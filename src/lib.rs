@@ -1,12 +1,21 @@
 //! gameplan: a declarative pipeline runner for AI playtests and AI review gates.
 //!
 //! The binary is a thin shell over [`run`]; everything is testable in-process.
+//! Module map (arrows = "uses"): `cli → plan, graph, report`; `graph → plan`.
 
+pub mod cli;
+pub mod exit_code;
+pub mod graph;
 pub mod journal;
+pub mod plan;
+pub mod report;
 pub mod reuse;
+pub mod template;
 
 use std::ffi::OsString;
 use std::process::ExitCode;
+
+use clap::Parser;
 
 /// Runs the command line `args` (program name first) and returns the process exit code.
 pub fn run<I, T>(args: I) -> ExitCode
@@ -14,6 +23,27 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
-    let _ = args.into_iter().count();
-    ExitCode::SUCCESS
+    let cli = match cli::Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            // Help and --version are successes; a usage error is an
+            // environment error found before anything ran (exit 3), not
+            // clap's 2, which gameplan reserves for "incomplete".
+            return ExitCode::from(if e.use_stderr() {
+                exit_code::PLAN_ERROR
+            } else {
+                exit_code::SUCCESS
+            });
+        }
+    };
+    let env: std::collections::BTreeMap<String, String> = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .collect();
+    let no_color = cli.no_color || env.get("NO_COLOR").is_some_and(|v| !v.is_empty());
+    let cx = cli::Context {
+        env,
+        console: report::Console::from_env(no_color),
+    };
+    ExitCode::from(cli::dispatch(cli, &cx))
 }

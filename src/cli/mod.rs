@@ -1,0 +1,156 @@
+//! The command line: clap types (no logic here) and one file per subcommand.
+
+mod plan_check;
+mod plan_explain;
+mod plan_graph;
+mod schema;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::exit_code;
+use crate::plan::{LoadFailure, LoadOptions, LoadedPlan};
+use crate::report::Console;
+
+/// gameplan: run AI playtests and AI review gates from a plan file in your repo.
+#[derive(Debug, Parser)]
+#[command(name = "gameplan", version, about, long_about = None, propagate_version = true)]
+#[command(
+    after_help = "Exit codes: 0 ok, 1 failed / FIX FIRST, 2 incomplete, 3 plan or environment error \
+(nothing charged), 4 auth, 5 model unreachable, 10 canceled."
+)]
+pub struct Cli {
+    /// Never colour output (also: `NO_COLOR=1`).
+    #[arg(long, global = true)]
+    pub no_color: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Check, inspect and run plans.
+    #[command(subcommand)]
+    Plan(PlanCommand),
+    /// Print a JSON Schema (for editors and API clients).
+    Schema {
+        /// Which schema.
+        #[arg(value_enum, default_value_t = SchemaName::Plan)]
+        name: SchemaName,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PlanCommand {
+    /// Validate plan files, reporting every problem of each at once.
+    ///
+    /// Exits 0 only when every file is valid, 3 otherwise. Nothing runs and nothing is charged.
+    Check {
+        /// Plan files (.toml, .yaml, .yml).
+        #[arg(required = true, value_name = "PLAN")]
+        plans: Vec<PathBuf>,
+        #[command(flatten)]
+        load: LoadArgs,
+        /// Print one JSON document instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the expanded step graph.
+    Graph {
+        #[arg(value_name = "PLAN")]
+        plan: PathBuf,
+        #[command(flatten)]
+        load: LoadArgs,
+        /// Output format: text, Graphviz dot, or Mermaid.
+        #[arg(long, value_enum, default_value_t = GraphFormat::Text)]
+        format: GraphFormat,
+    },
+    /// Show every expanded step: id, kind, what it needs, and whether it will run.
+    ///
+    /// Sends nothing and charges nothing.
+    Explain {
+        #[arg(value_name = "PLAN")]
+        plan: PathBuf,
+        #[command(flatten)]
+        load: LoadArgs,
+        /// Print one JSON document instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// How a plan is loaded.
+#[derive(Debug, Args, Clone, Default)]
+pub struct LoadArgs {
+    /// Override a plan variable: `--var seed=9` (repeatable).
+    #[arg(long = "var", value_name = "NAME=VALUE", value_parser = parse_var)]
+    pub vars: Vec<(String, String)>,
+}
+
+fn parse_var(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((name, value)) if !name.is_empty() => Ok((name.to_owned(), value.to_owned())),
+        _ => Err(format!("`{text}` is not NAME=VALUE")),
+    }
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum GraphFormat {
+    Text,
+    Dot,
+    Mermaid,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum SchemaName {
+    Plan,
+}
+
+/// What a command may read from the outside world: captured once, here, so
+/// the rest of the code never reads the process environment itself.
+pub struct Context {
+    pub env: BTreeMap<String, String>,
+    pub console: Console,
+}
+
+impl Context {
+    pub fn load_options(&self, args: &LoadArgs) -> LoadOptions {
+        LoadOptions {
+            env: self.env.clone(),
+            vars: args.vars.clone(),
+            ..LoadOptions::default()
+        }
+    }
+
+    /// Loads one plan, printing its problems on failure.
+    pub fn load(&self, plan: &std::path::Path, args: &LoadArgs) -> Result<LoadedPlan, u8> {
+        crate::plan::load(plan, &self.load_options(args)).map_err(|failure| {
+            self.report_failure(&failure);
+            exit_code::PLAN_ERROR
+        })
+    }
+
+    pub fn report_failure(&self, failure: &LoadFailure) {
+        self.console.err(&crate::report::diagnostics::render(
+            failure,
+            self.console.color,
+        ));
+    }
+}
+
+pub fn dispatch(cli: Cli, cx: &Context) -> u8 {
+    match cli.command {
+        Command::Plan(PlanCommand::Check { plans, load, json }) => {
+            plan_check::run(cx, &plans, &load, json)
+        }
+        Command::Plan(PlanCommand::Graph { plan, load, format }) => {
+            plan_graph::run(cx, &plan, &load, format)
+        }
+        Command::Plan(PlanCommand::Explain { plan, load, json }) => {
+            plan_explain::run(cx, &plan, &load, json)
+        }
+        Command::Schema { name } => schema::run(cx, name),
+    }
+}

@@ -1,0 +1,67 @@
+//! `gameplan plan check PLAN... [--json]`
+
+use std::path::PathBuf;
+
+use serde_json::json;
+
+use super::{Context, LoadArgs};
+use crate::exit_code;
+use crate::report::diagnostics;
+
+pub fn run(cx: &Context, plans: &[PathBuf], args: &LoadArgs, as_json: bool) -> u8 {
+    let mut files = Vec::new();
+    let mut failed = 0usize;
+    for path in plans {
+        let name = path.display().to_string();
+        let outcome = crate::plan::load(path, &cx.load_options(args)).and_then(|loaded| {
+            // A plan that validates but cannot expand (too big) is not valid either.
+            crate::graph::expand(&loaded.plan)
+                .map(|p| (loaded, p))
+                .map_err(|e| crate::plan::LoadFailure {
+                    name: name.clone(),
+                    source: None,
+                    diagnostics: vec![
+                        crate::plan::diagnostic::Diagnostic::new(
+                            "plan::too_many_steps",
+                            e.to_string(),
+                        )
+                        .help("split the plan, or make the matrices smaller"),
+                    ],
+                })
+        });
+        match outcome {
+            Ok((loaded, pipeline)) => {
+                files.push(json!({"file": name, "valid": true, "plan": loaded.plan.name, "steps": pipeline.order.len(), "problems": []}));
+                if !as_json {
+                    cx.console.err(&format!(
+                        "{name}: ok (plan `{}`, {} steps)\n",
+                        loaded.plan.name,
+                        pipeline.order.len()
+                    ));
+                }
+            }
+            Err(failure) => {
+                failed += 1;
+                files.push(json!({"file": name, "valid": false, "problems": diagnostics::to_json(&failure)}));
+                if !as_json {
+                    cx.report_failure(&failure);
+                }
+            }
+        }
+    }
+    if as_json {
+        cx.console
+            .json(&json!({"valid": failed == 0, "files": files}));
+    } else if plans.len() > 1 {
+        cx.console.err(&format!(
+            "{} of {} plans valid\n",
+            plans.len() - failed,
+            plans.len()
+        ));
+    }
+    if failed == 0 {
+        exit_code::SUCCESS
+    } else {
+        exit_code::PLAN_ERROR
+    }
+}

@@ -1,0 +1,28 @@
+//! `gameplan plan graph PLAN [--format text|dot|mermaid]`
+
+use std::path::Path;
+
+use super::{Context, GraphFormat, LoadArgs};
+use crate::exit_code;
+use crate::report::explain;
+
+pub fn run(cx: &Context, plan: &Path, args: &LoadArgs, format: GraphFormat) -> u8 {
+    let loaded = match cx.load(plan, args) {
+        Ok(loaded) => loaded,
+        Err(code) => return code,
+    };
+    let pipeline = match crate::graph::expand(&loaded.plan) {
+        Ok(p) => p,
+        Err(e) => {
+            cx.console.err(&format!("{}: {e}\n", plan.display()));
+            return exit_code::PLAN_ERROR;
+        }
+    };
+    let text = match format {
+        GraphFormat::Text => explain::graph_text(&pipeline),
+        GraphFormat::Dot => explain::graph_dot(&loaded.plan.name, &pipeline),
+        GraphFormat::Mermaid => explain::graph_mermaid(&pipeline),
+    };
+    cx.console.out(&loaded.redactor.redact(&text));
+    exit_code::SUCCESS
+}

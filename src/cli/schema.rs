@@ -1,0 +1,11 @@
+//! `gameplan schema [plan]`
+
+use super::{Context, SchemaName};
+use crate::exit_code;
+
+pub fn run(cx: &Context, name: SchemaName) -> u8 {
+    match name {
+        SchemaName::Plan => cx.console.out(&crate::plan::schema::plan_schema_json()),
+    }
+    exit_code::SUCCESS
+}

@@ -1,0 +1,305 @@
+//! Reading a plan file from disk into the validated model.
+//!
+//! The stages, each of which reports every problem it finds: read the bytes
+//! (size, UTF-8 and NUL checks come first, so a hostile file never reaches a
+//! parser), parse TOML or YAML into the spanned tree, render templates (vars
+//! first, then every other string), decode the raw plan, validate it.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::diagnostic::{Diagnostic, Diagnostics, did_you_mean, one_of};
+use super::model::Plan;
+use super::node::{self, Entry, Node, Value, parse_bool, parse_int};
+use super::raw::RawPlan;
+use super::source::{Format, MAX_PLAN_BYTES, Source, Span};
+use super::validate::Validator;
+use crate::template::{Redactor, Templates};
+
+/// What a load may read from outside the file: given, never looked up, so
+/// tests can pin it and nothing leaks in by accident.
+#[derive(Clone, Debug, Default)]
+pub struct LoadOptions {
+    /// The environment templates see as `env` and `secret()` reads.
+    pub env: BTreeMap<String, String>,
+    /// `--var NAME=VALUE` overrides, in the order given.
+    pub vars: Vec<(String, String)>,
+    /// The repo root; found from the plan's location when `None`.
+    pub root: Option<PathBuf>,
+    /// Shared with later stages so every secret read here is redacted everywhere.
+    pub redactor: Redactor,
+}
+
+/// A plan that loaded cleanly.
+#[derive(Debug)]
+pub struct LoadedPlan {
+    pub source: Arc<Source>,
+    pub root: PathBuf,
+    pub plan: Plan,
+    pub redactor: Redactor,
+}
+
+/// A plan that did not: its source (when it could be read) and every problem.
+#[derive(Debug)]
+pub struct LoadFailure {
+    pub name: String,
+    pub source: Option<Arc<Source>>,
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+/// The repo root a plan's relative paths are resolved against: the nearest
+/// ancestor of the plan file holding `.git` (or `.gameplan`), else the plan's
+/// own directory.
+pub fn find_root(plan_path: &Path) -> PathBuf {
+    let absolute = std::path::absolute(plan_path).unwrap_or_else(|_| plan_path.to_path_buf());
+    let dir = absolute
+        .parent()
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+    dir.ancestors()
+        .find(|a| a.join(".git").exists() || a.join(".gameplan").is_dir())
+        .map_or(dir.clone(), Path::to_path_buf)
+}
+
+pub fn load(path: &Path, options: &LoadOptions) -> Result<LoadedPlan, LoadFailure> {
+    let name = path.display().to_string();
+    let fail = |source: Option<Arc<Source>>, diagnostics: Vec<Diagnostic>| LoadFailure {
+        name: name.clone(),
+        source,
+        diagnostics,
+    };
+    let source = Arc::new(read_source(path).map_err(|refused| {
+        let (source, d) = *refused;
+        fail(source.map(Arc::new), vec![d])
+    })?);
+    let root = options.root.clone().unwrap_or_else(|| find_root(path));
+    match load_source(&source, &root, options) {
+        Ok(plan) => Ok(LoadedPlan {
+            source,
+            root,
+            plan,
+            redactor: options.redactor.clone(),
+        }),
+        Err(diags) => Err(fail(Some(source), diags.into_vec())),
+    }
+}
+
+type ReadError = Box<(Option<Source>, Diagnostic)>;
+
+fn refuse(source: Option<Source>, diagnostic: Diagnostic) -> ReadError {
+    Box::new((source, diagnostic))
+}
+
+fn read_source(path: &Path) -> Result<Source, ReadError> {
+    let name = path.display().to_string();
+    let Some(format) = Format::from_path(path) else {
+        return Err(refuse(
+            None,
+            Diagnostic::new(
+                "plan::unknown_format",
+                format!("{name}: not a plan file (expected a .toml, .yaml or .yml extension)"),
+            )
+            .help("plans are TOML or YAML; name the file accordingly"),
+        ));
+    };
+    let unreadable = |e: std::io::Error| {
+        refuse(
+            None,
+            Diagnostic::new("plan::unreadable", format!("cannot read {name}: {e}"))
+                .help("check the path; plan paths are relative to the current directory"),
+        )
+    };
+    let file = std::fs::File::open(path).map_err(unreadable)?;
+    let mut bytes = Vec::new();
+    // Read one byte past the cap so an oversize file is detected without
+    // reading all of it.
+    file.take(MAX_PLAN_BYTES as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(unreadable)?;
+    if bytes.len() > MAX_PLAN_BYTES {
+        return Err(refuse(
+            None,
+            Diagnostic::new(
+                "plan::too_large",
+                format!("{name} is larger than {} KiB", MAX_PLAN_BYTES / 1024),
+            )
+            .help(
+                "a plan is a hand-written file; keep data (cards, charters) in files it points to",
+            ),
+        ));
+    }
+    let source = |text: Arc<str>| Source {
+        name: name.clone(),
+        path: path.to_path_buf(),
+        text,
+        format,
+    };
+    let text: Arc<str> = match String::from_utf8(bytes) {
+        Ok(text) => text.into(),
+        Err(e) => {
+            let at = e.utf8_error().valid_up_to();
+            let lossy: Arc<str> = String::from_utf8_lossy(e.as_bytes()).into();
+            return Err(refuse(
+                Some(source(lossy)),
+                Diagnostic::new("plan::not_utf8", "the plan is not valid UTF-8")
+                    .at(Span::new(at, at + 1))
+                    .label("invalid byte")
+                    .help("save the file as UTF-8"),
+            ));
+        }
+    };
+    if let Some(at) = text.find('\0') {
+        return Err(refuse(
+            Some(source(text)),
+            Diagnostic::new("plan::nul_byte", "the plan contains a NUL byte")
+                .at(Span::new(at, at + 1))
+                .label("NUL byte")
+                .help("plans are text; this looks like a binary file or a bad copy"),
+        ));
+    }
+    Ok(source(text))
+}
+
+/// Parses, renders, decodes and validates one plan's text.
+pub fn load_source(
+    source: &Source,
+    root: &Path,
+    options: &LoadOptions,
+) -> Result<Plan, Diagnostics> {
+    let mut diags = Diagnostics::default();
+    let tree = match source.format {
+        Format::Toml => node::from_toml(&source.text, &mut diags),
+        Format::Yaml => node::from_yaml(&source.text, &mut diags),
+    };
+    let Some(mut tree) = tree else {
+        return Err(diags);
+    };
+    if !matches!(tree.value, Value::Table(_)) {
+        diags.push(
+            Diagnostic::new("plan::wrong_type", "a plan must be a table of keys")
+                .at(tree.span)
+                .help("start with `version = 1` and `name = \"…\"`"),
+        );
+        return Err(diags);
+    }
+
+    let templates = Templates::new(options.env.clone(), options.redactor.clone());
+    let vars = render_vars(&mut tree, &templates, &options.vars, &mut diags);
+    render_strings(&mut tree, &templates, &vars, &mut diags, 0);
+
+    let raw = RawPlan::decode(&tree, &mut diags);
+    let Some(raw) = raw else { return Err(diags) };
+    let raw = RawPlan {
+        vars: vars
+            .as_object()
+            .map(|m| m.clone().into_iter().collect())
+            .unwrap_or_default(),
+        ..raw
+    };
+    let validator = Validator {
+        source,
+        root,
+        templates: &templates,
+        diags,
+    };
+    match validator.plan(&raw) {
+        (Some(plan), d) if d.is_empty() => Ok(plan),
+        (_, d) => Err(d),
+    }
+}
+
+/// Renders `[vars]` (which may read `env` and `secret()` but not each other)
+/// and applies `--var` overrides.
+fn render_vars(
+    tree: &mut Node,
+    templates: &Templates,
+    overrides: &[(String, String)],
+    diags: &mut Diagnostics,
+) -> serde_json::Value {
+    let empty = serde_json::Value::Object(serde_json::Map::new());
+    let mut vars = serde_json::Map::new();
+    if let Value::Table(entries) = &mut tree.value
+        && let Some(entry) = entries.iter_mut().find(|e| e.key == "vars")
+    {
+        if matches!(entry.value.value, Value::Table(_)) {
+            render_strings(&mut entry.value, templates, &empty, diags, 0);
+            if let Value::Table(vs) = &entry.value.value {
+                for v in vs {
+                    vars.insert(v.key.clone(), v.value.to_json());
+                }
+            }
+        } else if !matches!(entry.value.value, Value::Null) {
+            super::decode::wrong_type(&entry.value, "a table", diags);
+        }
+    }
+    for (name, value) in overrides {
+        if !vars.contains_key(name) {
+            let declared: Vec<&str> = vars.keys().map(String::as_str).collect();
+            let mut d = Diagnostic::new(
+                "plan::unknown_var",
+                format!("--var {name}={value}: the plan declares no var `{name}`"),
+            );
+            d = match did_you_mean(name, declared.iter().copied()) {
+                Some(hint) => d.help(hint),
+                None if declared.is_empty() => d.help("declare it under [vars] first"),
+                None => d.help(format!("the plan's vars are {}", one_of(&declared))),
+            };
+            diags.push(d);
+            continue;
+        }
+        // Same typing as an untyped YAML value: integers and booleans when
+        // plainly one, the text otherwise.
+        let typed = parse_int(value)
+            .map(serde_json::Value::from)
+            .or_else(|| parse_bool(value).map(serde_json::Value::from))
+            .unwrap_or_else(|| value.clone().into());
+        vars.insert(name.clone(), typed);
+    }
+    serde_json::Value::Object(vars)
+}
+
+/// Keys whose strings are not templates: `vars` (rendered on their own) and
+/// a rule lens's `when` (an expression evaluated per unit at review time).
+fn is_verbatim(key: &str, depth: usize) -> bool {
+    (key == "vars" && depth == 0) || key == "when"
+}
+
+fn render_strings(
+    node: &mut Node,
+    templates: &Templates,
+    vars: &serde_json::Value,
+    diags: &mut Diagnostics,
+    depth: usize,
+) {
+    match &mut node.value {
+        Value::Str(text) | Value::Scalar(text) if Templates::is_template(text) => {
+            match templates.render(text, vars) {
+                // Rendered text is untyped: `seed = "{{ vars.seed }}"` may fill an integer key.
+                Ok(rendered) => node.value = Value::Scalar(rendered),
+                Err(e) => {
+                    let mut d = Diagnostic::new("plan::template", e.message)
+                        .at(node.span)
+                        .label("in this template");
+                    if let Some(help) = e.help {
+                        d = d.help(help);
+                    }
+                    diags.push(d);
+                }
+            }
+        }
+        Value::Table(entries) => {
+            for Entry { key, value, .. } in entries.iter_mut() {
+                if !is_verbatim(key, depth) {
+                    render_strings(value, templates, vars, diags, depth + 1);
+                }
+            }
+        }
+        Value::Array(items) => {
+            for item in items {
+                render_strings(item, templates, vars, diags, depth + 1);
+            }
+        }
+        _ => {}
+    }
+}

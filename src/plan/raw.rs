@@ -1,0 +1,772 @@
+//! The plan as written: one type per table of the file, with spans kept.
+//!
+//! These types mirror the file key for key (DESIGN §2, §3) and generate
+//! `schemas/plan.schema.json`. They say nothing about whether the plan makes
+//! sense; `validate` checks that and produces the model the engine sees.
+//! Every table is read kind-first: `kind` decides which keys are allowed.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+
+use super::decode::{Decode, Spanned, TableReader, decode_word, wrong_type};
+use super::diagnostic::{Diagnostic, Diagnostics};
+use super::node::{Node, Value};
+
+/// A gameplan plan file (TOML or YAML; every key means the same in both).
+#[derive(Debug, Clone, PartialEq, JsonSchema)]
+#[schemars(deny_unknown_fields, title = "gameplan plan")]
+pub struct RawPlan {
+    /// Plan format version; only `1` exists.
+    pub version: Spanned<u64>,
+    /// The plan's name: `[a-z0-9][a-z0-9_-]*`.
+    pub name: Spanned<String>,
+    pub description: Option<String>,
+    /// The action controllers this plan compares: `standard`, `jev`, `rune`. Default `["standard"]`.
+    pub controllers: Option<Vec<Spanned<String>>>,
+    /// Values templates can read as `{{ vars.NAME }}`; `--var NAME=VALUE` overrides them.
+    #[schemars(with = "BTreeMap<String, serde_json::Value>")]
+    pub vars: Vec<(String, serde_json::Value)>,
+    pub backend: Option<RawBackend>,
+    pub game: Option<Spanned<RawGame>>,
+    pub budget: Option<RawBudget>,
+    /// Concurrency per resource pool (`play`, `browser`, `llm`, or your own).
+    pub pools: BTreeMap<String, Spanned<u64>>,
+    #[schemars(default)]
+    pub personas: Vec<RawPersona>,
+    #[schemars(default)]
+    pub lenses: Vec<RawLens>,
+    #[schemars(default)]
+    pub gates: Vec<RawGate>,
+    /// Exactly the steps to run. Omit for the default paid pipeline.
+    pub steps: Option<Spanned<Vec<RawStep>>>,
+}
+
+impl RawPlan {
+    pub fn decode(node: &Node, diags: &mut Diagnostics) -> Option<RawPlan> {
+        let mut t = TableReader::new(node, "the plan", diags)?;
+        let version = t.required("version", diags);
+        let name = t.required("name", diags);
+        let description = t.optional("description", diags);
+        let controllers = t.optional("controllers", diags);
+        // `vars` were read (and rendered) before everything else; here they
+        // only need to be known as a key.
+        let vars = t.entry("vars").map(|e| match &e.value.value {
+            Value::Table(entries) => entries
+                .iter()
+                .map(|v| (v.key.clone(), v.value.to_json()))
+                .collect(),
+            _ => Vec::new(),
+        });
+        let backend = t.optional("backend", diags);
+        let game = t.optional("game", diags);
+        let budget = t.optional("budget", diags);
+        let pools = t.optional("pools", diags);
+        let personas = t.optional("personas", diags);
+        let lenses = t.optional("lenses", diags);
+        let gates = t.optional("gates", diags);
+        let steps = t.optional("steps", diags);
+        t.finish(diags);
+        Some(RawPlan {
+            version: version?,
+            name: name?,
+            description,
+            controllers,
+            vars: vars.unwrap_or_default(),
+            backend,
+            game,
+            budget,
+            pools: pools.unwrap_or_default(),
+            personas: personas.unwrap_or_default(),
+            lenses: lenses.unwrap_or_default(),
+            gates: gates.unwrap_or_default(),
+            steps,
+        })
+    }
+}
+
+/// Where money and uploads go.
+#[derive(Debug, Clone, PartialEq, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct RawBackend {
+    pub kind: Option<BackendKind>,
+    /// The API's base URL (`http` only).
+    pub url: Option<Spanned<String>>,
+    /// API token; read it with `{{ secret('NAME') }}`.
+    pub token: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, JsonSchema, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendKind {
+    /// The embedded ledger in `.gameplan/ledger.sqlite` (default).
+    Local,
+    /// A server speaking the gameplan HTTP API.
+    Http,
+}
+
+impl Decode for RawBackend {
+    fn decode(node: &Node, diags: &mut Diagnostics) -> Option<Self> {
+        let mut t = TableReader::new(node, "[backend]", diags)?;
+        let kind = t.entry("kind").and_then(|e| {
+            decode_word(
+                &e.value,
+                &[("local", BackendKind::Local), ("http", BackendKind::Http)],
+                "backend kind",
+                diags,
+            )
+        });
+        let url = t.optional("url", diags);
+        let token = t.optional("token", diags);
+        t.finish(diags);
+        Some(RawBackend { kind, url, token })
+    }
+}
+
+/// The game build under test.
+#[derive(Debug, Clone, PartialEq, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct RawGame {
+    pub id: Spanned<String>,
+    /// `stdio` (default): a process speaking the JSON-lines bridge; `webdriver`: a page in headless Chromium.
+    pub driver: Option<Spanned<Driver>>,
+    /// stdio: the game's argv. `["builtin:maze"]` runs a game shipped in gameplan.
+    pub command: Option<Spanned<Vec<String>>>,
+    /// webdriver: the page to open.
+    pub url: Option<Spanned<String>>,
+    /// Globs hashed into the build hash.
+    #[schemars(default)]
+    pub inputs: Vec<Spanned<String>>,
+    /// Seconds without an answer before a `hang` finding (default 10).
+    pub action_timeout: Option<Spanned<u64>>,
+    /// Actions with no change before a `stuck` finding (default 8).
+    pub stuck_after: Option<Spanned<u64>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, JsonSchema, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Driver {
+    Stdio,
+    Webdriver,
+}
+
+impl Decode for RawGame {
+    fn decode(node: &Node, diags: &mut Diagnostics) -> Option<Self> {
+        let mut t = TableReader::new(node, "[game]", diags)?;
+        let id = t.required("id", diags);
+        let driver = t.entry("driver").and_then(|e| {
+            decode_word(
+                &e.value,
+                &[("stdio", Driver::Stdio), ("webdriver", Driver::Webdriver)],
+                "driver",
+                diags,
+            )
+            .map(|d| Spanned::new(d, e.value.span))
+        });
+        let command = t.optional("command", diags);
+        let url = t.optional("url", diags);
+        let inputs = t.optional("inputs", diags);
+        let action_timeout = t.optional("action_timeout", diags);
+        let stuck_after = t.optional("stuck_after", diags);
+        t.finish(diags);
+        Some(RawGame {
+            id: id?,
+            driver,
+            command,
+            url,
+            inputs: inputs.unwrap_or_default(),
+            action_timeout,
+            stuck_after,
+        })
+    }
+}
+
+/// Spending limits. A run stops (exit 2, partial results kept) when one is reached.
+#[derive(Debug, Clone, PartialEq, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct RawBudget {
+    /// `estimate` refuses a quote above this.
+    pub max_cents: Option<u64>,
+    pub max_actions: Option<u64>,
+    pub max_wall_seconds: Option<u64>,
+    pub max_model_usd: Option<Spanned<f64>>,
+}
+
+impl Decode for RawBudget {
+    fn decode(node: &Node, diags: &mut Diagnostics) -> Option<Self> {
+        let mut t = TableReader::new(node, "[budget]", diags)?;
+        let budget = RawBudget {
+            max_cents: t.optional("max_cents", diags),
+            max_actions: t.optional("max_actions", diags),
+            max_wall_seconds: t.optional("max_wall_seconds", diags),
+            max_model_usd: t.optional("max_model_usd", diags),
+        };
+        t.finish(diags);
+        Some(budget)
+    }
+}
+
+/// An AI player (for play) or reviewer (for a persona gate).
+#[derive(Debug, Clone, PartialEq, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct RawPersona {
+    pub slug: Spanned<String>,
+    /// The persona card, inline.
+    pub card: Option<String>,
+    /// The persona card, from a file in the repo.
+    pub card_file: Option<Spanned<String>>,
+    /// How this persona picks actions (default `{ kind = "explorer" }`).
+    pub player: Option<Spanned<RawPlayer>>,
+    /// Actions before the persona quits bored.
+    pub patience: Option<u64>,
+    #[schemars(skip)]
+    pub span: crate::plan::source::Span,
+}
+
+impl Decode for RawPersona {
+    fn decode(node: &Node, diags: &mut Diagnostics) -> Option<Self> {
+        let mut t = TableReader::new(node, "a persona", diags)?;
+        let slug: Option<Spanned<String>> = t.required("slug", diags);
+        if let Some(slug) = &slug {
+            t.describe(format!("persona `{}`", slug.value));
+        }
+        let card = t.optional("card", diags);
+        let card_file = t.optional("card_file", diags);
+        let player = t.optional("player", diags);
+        let patience = t.optional("patience", diags);
+        let span = t.span();
+        t.finish(diags);
+        Some(RawPersona {
+            slug: slug?,
+            card,
+            card_file,
+            player,
+            patience,
+            span,
+        })
+    }
+}
+
+/// A persona's player: `kind` picks the keys.
+#[derive(Debug, Clone, PartialEq, JsonSchema)]
+#[schemars(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
+pub enum RawPlayer {
+    /// Plays a fixed list of actions.
+    Scripted { actions: Vec<String> },
+    /// Picks uniformly among the offered actions (seeded).
+    Random { seed: Option<i64> },
+    /// Prefers the actions least tried from this observation (seeded tie-break).
+    Explorer { seed: Option<i64> },
+    /// An OpenAI-compatible chat model.
+    Llm {
+        model: String,
+        base_url: Option<String>,
+        api_key: Option<String>,
+        temperature: Option<f64>,
+    },
+}
+
+impl Decode for RawPlayer {
+    fn decode(node: &Node, diags: &mut Diagnostics) -> Option<Self> {
+        #[derive(Clone, Copy)]
+        enum K {
+            Scripted,
+            Random,
+            Explorer,
+            Llm,
+        }
+        let mut t = TableReader::new(node, "the player", diags)?;
+        let kind = t.required::<Node>("kind", diags)?;
+        let kind = decode_word(
+            &kind,
+            &[
+                ("scripted", K::Scripted),
+                ("random", K::Random),
+                ("explorer", K::Explorer),
+                ("llm", K::Llm),
+            ],
+            "player kind",
+            diags,
+        )?;
+        let player = match kind {
+            K::Scripted => {
+                t.describe("a scripted player");
+                RawPlayer::Scripted {
+                    actions: t.required("actions", diags)?,
+                }
+            }
+            K::Random => {
+                t.describe("a random player");
+                RawPlayer::Random {
+                    seed: t.optional("seed", diags),
+                }
+            }
+            K::Explorer => {
+                t.describe("an explorer player");
+                RawPlayer::Explorer {
+                    seed: t.optional("seed", diags),
+                }
+            }
+            K::Llm => {
+                t.describe("an llm player");
+                let model = t.required("model", diags);
+                let base_url = t.optional("base_url", diags);
+                let api_key = t.optional("api_key", diags);
+                let temperature = t.optional("temperature", diags);
+                RawPlayer::Llm {
+                    model: model?,
+                    base_url,
+                    api_key,
+                    temperature,
+                }
+            }
+        };
+        t.finish(diags);
+        Some(player)
+    }
+}
+
+/// Passes a node through untouched (for reading `kind` before anything else).
+impl Decode for Node {
+    fn decode(node: &Node, _: &mut Diagnostics) -> Option<Self> {
+        Some(node.clone())
+    }
+}
+
+/// One review perspective.
+#[derive(Debug, Clone, PartialEq, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct RawLens {
+    pub name: Spanned<String>,
+    pub kind: LensKind,
+    /// What the lens judges, one unit at a time.
+    pub over: Spanned<LensOver>,
+    /// rule: a minijinja expression over `unit`; true means a finding.
+    pub when: Option<Spanned<String>>,
+    /// command: a shell command reading JSON units on stdin, writing JSON verdicts.
+    pub run: Option<Spanned<String>>,
+    /// command: the same, as an argv.
+    pub argv: Option<Spanned<Vec<String>>>,
+    /// llm: the charter text, inline.
+    pub charter: Option<String>,
+    /// llm: the charter, from a file in the repo.
+    pub charter_file: Option<Spanned<String>>,
+    pub model: Option<String>,
+    pub base_url: Option<String>,
+    pub api_key: Option<String>,
+    /// over = "files": the globs whose files are units.
+    pub files: Option<Vec<Spanned<String>>>,
+    /// over = "patches": a directory (or glob) of `git format-patch` files.
+    pub patches: Option<Spanned<String>>,
+    #[schemars(skip)]
+    pub span: crate::plan::source::Span,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, JsonSchema, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LensKind {
+    Rule,
+    Command,
+    Llm,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, JsonSchema, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LensOver {
+    Findings,
+    Runs,
+    Files,
+    Patches,
+}
+
+impl Decode for RawLens {
+    fn decode(node: &Node, diags: &mut Diagnostics) -> Option<Self> {
+        let mut t = TableReader::new(node, "a lens", diags)?;
+        let name: Option<Spanned<String>> = t.required("name", diags);
+        if let Some(name) = &name {
+            t.describe(format!("lens `{}`", name.value));
+        }
+        let kind = t.required::<Node>("kind", diags).and_then(|k| {
+            decode_word(
+                &k,
+                &[
+                    ("rule", LensKind::Rule),
+                    ("command", LensKind::Command),
+                    ("llm", LensKind::Llm),
+                ],
+                "lens kind",
+                diags,
+            )
+        });
+        let over = t.required::<Node>("over", diags).and_then(|o| {
+            decode_word(
+                &o,
+                &[
+                    ("findings", LensOver::Findings),
+                    ("runs", LensOver::Runs),
+                    ("files", LensOver::Files),
+                    ("patches", LensOver::Patches),
+                ],
+                "lens input (`over`)",
+                diags,
+            )
+            .map(|v| Spanned::new(v, o.span))
+        });
+        let span = t.span();
+        // Kind-specific keys are known only to their kind, so a `when` on an
+        // llm lens is reported as unknown there.
+        let (
+            mut when,
+            mut run,
+            mut argv,
+            mut charter,
+            mut charter_file,
+            mut model,
+            mut base_url,
+            mut api_key,
+        ) = (None, None, None, None, None, None, None, None);
+        match kind {
+            Some(LensKind::Rule) => when = t.required("when", diags),
+            Some(LensKind::Command) => {
+                run = t.optional("run", diags);
+                argv = t.optional("argv", diags);
+            }
+            Some(LensKind::Llm) => {
+                charter = t.optional("charter", diags);
+                charter_file = t.optional("charter_file", diags);
+                model = t.optional("model", diags);
+                base_url = t.optional("base_url", diags);
+                api_key = t.optional("api_key", diags);
+            }
+            None => {
+                for key in [
+                    "when",
+                    "run",
+                    "argv",
+                    "charter",
+                    "charter_file",
+                    "model",
+                    "base_url",
+                    "api_key",
+                ] {
+                    t.entry(key);
+                }
+            }
+        }
+        let (mut files, mut patches) = (None, None);
+        match over.as_ref().map(|o| o.value) {
+            Some(LensOver::Files) => files = t.required("files", diags),
+            Some(LensOver::Patches) => patches = t.required("patches", diags),
+            Some(_) => {}
+            None => {
+                t.entry("files");
+                t.entry("patches");
+            }
+        }
+        t.finish(diags);
+        Some(RawLens {
+            name: name?,
+            kind: kind?,
+            over: over?,
+            when,
+            run,
+            argv,
+            charter,
+            charter_file,
+            model,
+            base_url,
+            api_key,
+            files,
+            patches,
+            span,
+        })
+    }
+}
+
+/// An ordered group of lenses; the first gate that is not SEND-READY stops the later ones.
+#[derive(Debug, Clone, PartialEq, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct RawGate {
+    pub name: Spanned<String>,
+    pub lenses: Vec<Spanned<String>>,
+    /// Personas who review after the lenses pass (one lens pass per reviewer).
+    #[schemars(default)]
+    pub reviewers: Vec<Spanned<String>>,
+}
+
+impl Decode for RawGate {
+    fn decode(node: &Node, diags: &mut Diagnostics) -> Option<Self> {
+        let mut t = TableReader::new(node, "a gate", diags)?;
+        let name: Option<Spanned<String>> = t.required("name", diags);
+        if let Some(name) = &name {
+            t.describe(format!("gate `{}`", name.value));
+        }
+        let lenses = t.required("lenses", diags);
+        let reviewers = t.optional("reviewers", diags);
+        t.finish(diags);
+        Some(RawGate {
+            name: name?,
+            lenses: lenses?,
+            reviewers: reviewers.unwrap_or_default(),
+        })
+    }
+}
+
+/// The step kinds of DESIGN §3.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema, serde::Serialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum StepKind {
+    Command,
+    Estimate,
+    Register,
+    Play,
+    Deliver,
+    Aggregate,
+    Gate,
+    Finish,
+    Simulate,
+}
+
+impl StepKind {
+    pub const ALL: [(&'static str, StepKind); 9] = [
+        ("command", StepKind::Command),
+        ("estimate", StepKind::Estimate),
+        ("register", StepKind::Register),
+        ("play", StepKind::Play),
+        ("deliver", StepKind::Deliver),
+        ("aggregate", StepKind::Aggregate),
+        ("gate", StepKind::Gate),
+        ("finish", StepKind::Finish),
+        ("simulate", StepKind::Simulate),
+    ];
+
+    pub fn name(self) -> &'static str {
+        Self::ALL
+            .iter()
+            .find(|(_, k)| *k == self)
+            .map_or("?", |(n, _)| n)
+    }
+
+    /// Steps that move money: never retried, because a retry could charge twice.
+    pub fn moves_money(self) -> bool {
+        matches!(
+            self,
+            StepKind::Estimate | StepKind::Register | StepKind::Finish
+        )
+    }
+}
+
+/// One matrix axis: `"*"` (every persona / controller) or an explicit list.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RawAxis {
+    All(crate::plan::source::Span),
+    List(Vec<Spanned<String>>),
+}
+
+/// Axis name → values, in the order written.
+pub type RawMatrix = Spanned<Vec<(Spanned<String>, RawAxis)>>;
+
+/// A step's own keys, by kind.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RawParams {
+    Command {
+        run: Option<Spanned<String>>,
+        argv: Option<Spanned<Vec<String>>>,
+        inputs: Vec<Spanned<String>>,
+        outputs: Vec<Spanned<String>>,
+        cwd: Option<Spanned<String>>,
+    },
+    Play {
+        persona: Option<Spanned<String>>,
+        controller: Option<Spanned<String>>,
+        seed: Option<i64>,
+    },
+    Gate {
+        gate: Option<Spanned<String>>,
+    },
+    Simulate {
+        games: Option<u64>,
+        strategies: Vec<Spanned<String>>,
+        seed: Option<i64>,
+    },
+    /// estimate, register, deliver, aggregate, finish: no keys of their own.
+    None,
+}
+
+/// One step of the plan (before matrix expansion).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RawStep {
+    pub id: Spanned<String>,
+    pub kind: Spanned<StepKind>,
+    pub needs: Vec<Spanned<String>>,
+    pub matrix: Option<RawMatrix>,
+    pub per: Option<Spanned<String>>,
+    pub always: bool,
+    pub pool: Option<Spanned<String>>,
+    pub timeout: Option<Spanned<u64>>,
+    pub retries: Option<Spanned<u64>>,
+    pub reuse: bool,
+    pub env: BTreeMap<String, String>,
+    pub params: RawParams,
+    pub span: crate::plan::source::Span,
+}
+
+impl Decode for RawAxis {
+    fn decode(node: &Node, diags: &mut Diagnostics) -> Option<Self> {
+        match &node.value {
+            Value::Str(s) | Value::Scalar(s) if s == "*" => Some(RawAxis::All(node.span)),
+            Value::Array(items) => {
+                let mut values = Vec::with_capacity(items.len());
+                for item in items {
+                    let text = match &item.value {
+                        Value::Str(s) | Value::Scalar(s) => s.clone(),
+                        Value::Int(i) => i.to_string(),
+                        Value::Bool(b) => b.to_string(),
+                        _ => {
+                            wrong_type(item, "a string or an integer", diags);
+                            return None;
+                        }
+                    };
+                    values.push(Spanned::new(text, item.span));
+                }
+                Some(RawAxis::List(values))
+            }
+            _ => {
+                wrong_type(node, "`\"*\"` or a list of values", diags);
+                None
+            }
+        }
+    }
+}
+
+/// A duration in seconds: an integer, or a string like `"90s"`, `"10m"`, `"1h"`.
+pub struct Seconds(pub u64);
+
+impl Decode for Seconds {
+    fn decode(node: &Node, diags: &mut Diagnostics) -> Option<Self> {
+        if let Value::Int(_) = node.value {
+            return u64::decode(node, diags).map(Seconds);
+        }
+        if let Value::Str(text) | Value::Scalar(text) = &node.value {
+            let text = text.trim();
+            let split = text
+                .find(|c: char| !c.is_ascii_digit())
+                .unwrap_or(text.len());
+            let (digits, unit) = text.split_at(split);
+            let scale = match unit.trim() {
+                "" | "s" => Some(1),
+                "m" => Some(60),
+                "h" => Some(3600),
+                _ => None,
+            };
+            if let (Ok(n), Some(scale)) = (digits.parse::<u64>(), scale) {
+                return Some(Seconds(n.saturating_mul(scale)));
+            }
+        }
+        diags.push(
+            Diagnostic::new("plan::wrong_type", "expected a duration")
+                .at(node.span)
+                .label("not a duration")
+                .help("write seconds as an integer (90) or a string with a unit: \"90s\", \"10m\", \"1h\""),
+        );
+        None
+    }
+}
+
+impl Decode for RawStep {
+    fn decode(node: &Node, diags: &mut Diagnostics) -> Option<Self> {
+        let mut t = TableReader::new(node, "a step", diags)?;
+        let id: Option<Spanned<String>> = t.required("id", diags);
+        if let Some(id) = &id {
+            t.describe(format!("step `{}`", id.value));
+        }
+        let kind = t.required::<Node>("kind", diags).and_then(|k| {
+            decode_word(&k, &StepKind::ALL, "step kind", diags).map(|v| Spanned::new(v, k.span))
+        });
+        let needs = t.optional("needs", diags);
+        let matrix = t.entry("matrix").and_then(|e| {
+            let Value::Table(entries) = &e.value.value else {
+                wrong_type(&e.value, "a table of axes", diags);
+                return None;
+            };
+            let mut axes = Vec::new();
+            for axis in entries {
+                axes.push((
+                    Spanned::new(axis.key.clone(), axis.key_span),
+                    RawAxis::decode(&axis.value, diags)?,
+                ));
+            }
+            Some(Spanned::new(axes, e.key_span))
+        });
+        let per = t.optional("per", diags);
+        let always = t.optional("always", diags);
+        let pool = t.optional("pool", diags);
+        let timeout = t.entry("timeout").and_then(|e| {
+            Seconds::decode(&e.value, diags).map(|s| Spanned::new(s.0, e.value.span))
+        });
+        let retries = t.optional("retries", diags);
+        let reuse = t.optional("reuse", diags);
+        let env = t.optional("env", diags);
+        let params = match kind.as_ref().map(|k| k.value) {
+            Some(StepKind::Command) => RawParams::Command {
+                run: t.optional("run", diags),
+                argv: t.optional("argv", diags),
+                inputs: t.optional("inputs", diags).unwrap_or_default(),
+                outputs: t.optional("outputs", diags).unwrap_or_default(),
+                cwd: t.optional("cwd", diags),
+            },
+            Some(StepKind::Play) => RawParams::Play {
+                persona: t.optional("persona", diags),
+                controller: t.optional("controller", diags),
+                seed: t.optional("seed", diags),
+            },
+            Some(StepKind::Gate) => RawParams::Gate {
+                gate: t.optional("gate", diags),
+            },
+            Some(StepKind::Simulate) => RawParams::Simulate {
+                games: t.optional("games", diags),
+                strategies: t.optional("strategies", diags).unwrap_or_default(),
+                seed: t.optional("seed", diags),
+            },
+            Some(_) => RawParams::None,
+            // Unknown kind: already reported; don't pile "unknown key" on top.
+            None => {
+                for key in [
+                    "run",
+                    "argv",
+                    "inputs",
+                    "outputs",
+                    "cwd",
+                    "persona",
+                    "controller",
+                    "seed",
+                    "gate",
+                    "games",
+                    "strategies",
+                ] {
+                    t.entry(key);
+                }
+                RawParams::None
+            }
+        };
+        let span = t.span();
+        t.finish(diags);
+        Some(RawStep {
+            id: id?,
+            kind: kind?,
+            needs: needs.unwrap_or_default(),
+            matrix,
+            per,
+            always: always.unwrap_or(false),
+            pool,
+            timeout,
+            retries,
+            reuse: reuse.unwrap_or(true),
+            env: env.unwrap_or_default(),
+            params,
+            span,
+        })
+    }
+}

@@ -1,0 +1,941 @@
+//! From the plan as written to the plan the engine sees, reporting every problem.
+//!
+//! Checks names, uniqueness, every cross-reference, paths, money rules and the
+//! shape of the step graph (cycles, size) on the raw, spanned plan, so each
+//! problem points at the key that causes it. Produces the model only when the
+//! file has no problem at all.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Component, Path};
+
+use super::decode::Spanned;
+use super::diagnostic::{Diagnostic, Diagnostics, did_you_mean, one_of};
+use super::model::{
+    Axis, Backend, BackendKind, Budget, Card, Controller, Driver, Game, Gate, Judge, Lens,
+    LensKind, LensOver, Params, Persona, Plan, Player, Program, Step, StepKind,
+};
+use super::raw::{RawAxis, RawLens, RawMatrix, RawParams, RawPersona, RawPlan, RawPlayer, RawStep};
+use super::source::{Source, Span};
+use crate::template::Templates;
+
+/// The most steps a plan may expand to. Checked by arithmetic on the matrix
+/// sizes, before anything is allocated.
+pub const MAX_EXPANDED_STEPS: u64 = 10_000;
+
+/// Pools every plan has without declaring them.
+pub const BUILTIN_POOLS: [&str; 3] = ["play", "browser", "llm"];
+
+/// The one rule for plan names, step ids, persona slugs, lens and gate names.
+pub fn is_valid_name(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    matches!(bytes.next(), Some(b'a'..=b'z' | b'0'..=b'9'))
+        && bytes.all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'_' | b'-'))
+}
+
+pub struct Validator<'a> {
+    pub source: &'a Source,
+    pub root: &'a Path,
+    pub templates: &'a Templates,
+    pub diags: Diagnostics,
+}
+
+impl Validator<'_> {
+    fn push(&mut self, d: Diagnostic) {
+        self.diags.push(d);
+    }
+
+    fn name(&mut self, name: &Spanned<String>, what: &str) {
+        if !is_valid_name(name) {
+            self.push(
+                Diagnostic::new("plan::invalid_name", format!("invalid {what} `{}`", name.value))
+                    .at(name.span)
+                    .label("not a valid name")
+                    .help("names use lowercase letters, digits, `-` and `_`, and start with a letter or digit: [a-z0-9][a-z0-9_-]*"),
+            );
+        }
+    }
+
+    /// Reports the second and later uses of a name.
+    fn unique<'n>(&mut self, names: impl IntoIterator<Item = &'n Spanned<String>>, what: &str) {
+        let mut first: HashMap<&str, Span> = HashMap::new();
+        for name in names {
+            if let Some(earlier) = first.get(name.value.as_str()) {
+                let (line, _) = self.source.line_col(earlier.start);
+                self.push(
+                    Diagnostic::new(
+                        "plan::duplicate",
+                        format!("duplicate {what} `{}`", name.value),
+                    )
+                    .at(name.span)
+                    .label(format!("already defined on line {line}"))
+                    .help(format!("each {what} must be unique; rename or remove one")),
+                );
+            } else {
+                first.insert(&name.value, name.span);
+            }
+        }
+    }
+
+    fn reference(
+        &mut self,
+        name: &Spanned<String>,
+        known: &[&str],
+        code: &'static str,
+        what: &str,
+    ) -> bool {
+        if known.contains(&name.value.as_str()) {
+            return true;
+        }
+        let mut d = Diagnostic::new(code, format!("unknown {what} `{}`", name.value))
+            .at(name.span)
+            .label(format!("no {what} of this name"));
+        d = match did_you_mean(&name.value, known.iter().copied()) {
+            Some(hint) => d.help(hint),
+            None if known.is_empty() => d.help(format!("the plan defines no {what}")),
+            None => d.help(format!("the plan's {what}s are {}", one_of(known))),
+        };
+        self.push(d);
+        false
+    }
+
+    /// A repo-relative path (or glob) that must stay inside the repo.
+    fn repo_path(&mut self, path: &Spanned<String>, what: &str) -> bool {
+        let p = Path::new(path.value.as_str());
+        let mut depth: i64 = 0;
+        let mut escapes = p.is_absolute() || path.value.starts_with('~');
+        for component in p.components() {
+            match component {
+                Component::ParentDir => depth -= 1,
+                Component::Normal(_) => depth += 1,
+                Component::RootDir | Component::Prefix(_) => escapes = true,
+                Component::CurDir => {}
+            }
+            if depth < 0 {
+                escapes = true;
+            }
+        }
+        if escapes {
+            self.push(
+                Diagnostic::new(
+                    "plan::path_escapes_root",
+                    format!("{what} `{}` is outside the repo", path.value),
+                )
+                .at(path.span)
+                .label("escapes the repo root")
+                .help(format!(
+                    "plans read and write only inside their repo ({}); use a path relative to it",
+                    self.root.display()
+                )),
+            );
+        }
+        !escapes
+    }
+
+    /// A repo file that must exist now (persona cards, lens charters).
+    fn repo_file(&mut self, path: &Spanned<String>, what: &str) {
+        if self.repo_path(path, what) && !self.root.join(path.value.as_str()).is_file() {
+            self.push(
+                Diagnostic::new(
+                    "plan::missing_file",
+                    format!("{what} `{}` does not exist", path.value),
+                )
+                .at(path.span)
+                .label("no such file")
+                .help(format!(
+                    "paths are relative to the repo root {}",
+                    self.root.display()
+                )),
+            );
+        }
+    }
+
+    #[expect(
+        clippy::too_many_lines,
+        reason = "one pass over the plan's sections, in file order"
+    )]
+    pub fn plan(mut self, raw: &RawPlan) -> (Option<Plan>, Diagnostics) {
+        if raw.version.value != 1 {
+            self.push(
+                Diagnostic::new("plan::unsupported_version", format!("unsupported plan version {}", raw.version.value))
+                    .at(raw.version.span)
+                    .label("this gameplan reads version 1")
+                    .help("set `version = 1`, or upgrade gameplan if the plan was written for a newer one"),
+            );
+        }
+        self.name(&raw.name, "plan name");
+
+        let controllers = self.controllers(raw);
+        let backend = self.backend(raw);
+        let budget = raw.budget.as_ref().map(|b| Budget {
+            max_cents: b.max_cents,
+            max_actions: b.max_actions,
+            max_wall_seconds: b.max_wall_seconds,
+            max_model_usd: b.max_model_usd.as_ref().map(|m| m.value),
+        });
+        let pools = self.pools(raw);
+
+        for p in &raw.personas {
+            self.name(&p.slug, "persona slug");
+        }
+        self.unique(raw.personas.iter().map(|p| &p.slug), "persona slug");
+        let personas: Vec<Option<Persona>> = raw.personas.iter().map(|p| self.persona(p)).collect();
+        let persona_slugs: Vec<&str> = raw.personas.iter().map(|p| p.slug.value.as_str()).collect();
+
+        for l in &raw.lenses {
+            self.name(&l.name, "lens name");
+        }
+        self.unique(raw.lenses.iter().map(|l| &l.name), "lens name");
+        let lenses: Vec<Option<Lens>> = raw.lenses.iter().map(|l| self.lens(l)).collect();
+        let lens_names: Vec<&str> = raw.lenses.iter().map(|l| l.name.value.as_str()).collect();
+
+        for g in &raw.gates {
+            self.name(&g.name, "gate name");
+            if g.lenses.is_empty() {
+                self.push(
+                    Diagnostic::new(
+                        "plan::empty_gate",
+                        format!("gate `{}` has no lenses", g.name.value),
+                    )
+                    .at(g.name.span)
+                    .label("judges nothing")
+                    .help("a gate that cannot fire is not a pass; list at least one lens"),
+                );
+            }
+            for lens in &g.lenses {
+                self.reference(lens, &lens_names, "plan::unknown_lens", "lens");
+            }
+            for reviewer in &g.reviewers {
+                self.reference(
+                    reviewer,
+                    &persona_slugs,
+                    "plan::unknown_reviewer",
+                    "persona",
+                );
+            }
+        }
+        self.unique(raw.gates.iter().map(|g| &g.name), "gate name");
+        let gates: Vec<Gate> = raw
+            .gates
+            .iter()
+            .map(|g| Gate {
+                name: g.name.value.clone(),
+                lenses: g.lenses.iter().map(|l| l.value.clone()).collect(),
+                reviewers: g.reviewers.iter().map(|r| r.value.clone()).collect(),
+            })
+            .collect();
+        let gate_names: Vec<&str> = raw.gates.iter().map(|g| g.name.value.as_str()).collect();
+
+        let refs = Refs {
+            personas: &persona_slugs,
+            controllers: &controllers,
+            gates: &gate_names,
+            pools: &pools,
+        };
+        let steps = match &raw.steps {
+            Some(steps) => self.steps(&steps.value, &refs),
+            None => Vec::new(),
+        };
+        let plays = raw.steps.as_ref().map_or(Some(raw.name.span), |steps| {
+            steps
+                .value
+                .iter()
+                .find(|s| matches!(s.kind.value, StepKind::Play | StepKind::Simulate))
+                .map(|s| s.kind.span)
+        });
+        let game = self.game(raw, plays);
+
+        let ok = self.diags.is_empty();
+        let plan = ok.then(|| Plan {
+            name: raw.name.value.clone(),
+            description: raw.description.clone(),
+            controllers,
+            vars: raw.vars.iter().cloned().collect(),
+            backend,
+            game,
+            budget: budget.unwrap_or_default(),
+            pools,
+            personas: personas.into_iter().flatten().collect(),
+            lenses: lenses.into_iter().flatten().collect(),
+            gates,
+            explicit_steps: raw.steps.is_some(),
+            steps,
+        });
+        (plan, self.diags)
+    }
+
+    fn controllers(&mut self, raw: &RawPlan) -> Vec<Controller> {
+        let Some(list) = &raw.controllers else {
+            return vec![Controller::Standard];
+        };
+        let mut seen = Vec::new();
+        for name in list {
+            match Controller::from_name(name) {
+                Some(c) if seen.contains(&c) => self.push(
+                    Diagnostic::new(
+                        "plan::duplicate",
+                        format!("controller `{}` is listed twice", name.value),
+                    )
+                    .at(name.span)
+                    .label("listed again here"),
+                ),
+                Some(c) => seen.push(c),
+                None => {
+                    let names: Vec<&str> = Controller::ALL.iter().map(|(n, _)| *n).collect();
+                    self.reference(name, &names, "plan::unknown_controller", "controller");
+                }
+            }
+        }
+        if list.is_empty() {
+            self.push(
+                Diagnostic::new("plan::empty_list", "`controllers` is empty")
+                    .at(raw.name.span)
+                    .help("list at least one controller, or omit the key for [\"standard\"]"),
+            );
+        }
+        seen
+    }
+
+    fn backend(&mut self, raw: &RawPlan) -> Backend {
+        let Some(b) = &raw.backend else {
+            return Backend {
+                kind: BackendKind::Local,
+                url: None,
+                token: None,
+            };
+        };
+        let kind = b.kind.unwrap_or(BackendKind::Local);
+        match (&kind, &b.url) {
+            (BackendKind::Http, None) => self.push(
+                Diagnostic::new(
+                    "plan::missing_key",
+                    "[backend] of kind `http` needs a `url`",
+                )
+                .at(raw.name.span)
+                .help("add `url = \"https://…\"` under [backend], or use `kind = \"local\"`"),
+            ),
+            (BackendKind::Local, Some(url)) => self.push(
+                Diagnostic::new("plan::unused_key", "`url` is only for the `http` backend")
+                    .at(url.span)
+                    .label("the local backend has no url")
+                    .help("remove it, or set `kind = \"http\"`"),
+            ),
+            _ => {}
+        }
+        Backend {
+            kind,
+            url: b.url.as_ref().map(|u| u.value.clone()),
+            token: b.token.clone(),
+        }
+    }
+
+    fn pools(&mut self, raw: &RawPlan) -> BTreeMap<String, u32> {
+        let mut pools = BTreeMap::new();
+        for (name, size) in &raw.pools {
+            match u32::try_from(size.value) {
+                Ok(n) if n > 0 => {
+                    pools.insert(name.clone(), n);
+                }
+                _ => self.push(
+                    Diagnostic::new(
+                        "plan::invalid_value",
+                        format!("pool `{name}` must allow at least one step"),
+                    )
+                    .at(size.span)
+                    .label("expected 1 or more"),
+                ),
+            }
+        }
+        pools
+    }
+
+    fn game(&mut self, raw: &RawPlan, plays: Option<Span>) -> Option<Game> {
+        let Some(g) = &raw.game else {
+            if let Some(span) = plays {
+                self.push(
+                    Diagnostic::new("plan::missing_game", "this plan plays a game but has no [game] table")
+                        .at(span)
+                        .label("plays the game")
+                        .help("add a [game] table with `id` and `command` (or `driver = \"webdriver\"` and `url`)"),
+                );
+            }
+            return None;
+        };
+        let g = &g.value;
+        let driver = g.driver.as_ref().map_or(Driver::Stdio, |d| d.value);
+        let command = match (driver, &g.command) {
+            (Driver::Stdio, None) => {
+                self.push(
+                    Diagnostic::new("plan::missing_key", "[game] with the stdio driver needs a `command`")
+                        .at(g.id.span)
+                        .help("add `command = [\"./build/game\", \"--bridge\"]`, or [\"builtin:maze\"] for the built-in game"),
+                );
+                Vec::new()
+            }
+            (Driver::Stdio, Some(c)) if c.value.is_empty() => {
+                self.push(
+                    Diagnostic::new("plan::empty_list", "`command` is empty")
+                        .at(c.span)
+                        .label("no program"),
+                );
+                Vec::new()
+            }
+            (_, Some(c)) => c.value.clone(),
+            (Driver::Webdriver, None) => Vec::new(),
+        };
+        if driver == Driver::Webdriver && g.url.is_none() {
+            self.push(
+                Diagnostic::new(
+                    "plan::missing_key",
+                    "[game] with the webdriver driver needs a `url`",
+                )
+                .at(g.id.span)
+                .help("add `url = \"http://127.0.0.1:8080/\"`"),
+            );
+        }
+        for input in &g.inputs {
+            self.repo_path(input, "input");
+        }
+        Some(Game {
+            id: g.id.value.clone(),
+            driver,
+            command,
+            url: g.url.as_ref().map(|u| u.value.clone()),
+            inputs: g.inputs.iter().map(|i| i.value.clone()).collect(),
+            action_timeout_secs: g.action_timeout.as_ref().map_or(10, |t| t.value),
+            stuck_after: g.stuck_after.as_ref().map_or(8, |t| t.value),
+        })
+    }
+
+    fn persona(&mut self, p: &RawPersona) -> Option<Persona> {
+        let card = match (&p.card, &p.card_file) {
+            (Some(text), None) => Some(Card::Text(text.clone())),
+            (None, Some(file)) => {
+                self.repo_file(file, "card_file");
+                Some(Card::File(file.value.clone()))
+            }
+            (Some(_), Some(file)) => {
+                self.push(
+                    Diagnostic::new(
+                        "plan::conflicting_keys",
+                        format!("persona `{}` has both `card` and `card_file`", p.slug.value),
+                    )
+                    .at(file.span)
+                    .help("keep one of them"),
+                );
+                None
+            }
+            (None, None) => {
+                self.push(
+                    Diagnostic::new("plan::missing_key", format!("persona `{}` needs a `card` or a `card_file`", p.slug.value))
+                        .at(p.slug.span)
+                        .label("no card")
+                        .help("the card tells the player who it is: `card = \"Nine years old, clicks everything.\"`"),
+                );
+                None
+            }
+        };
+        let player = match p.player.as_ref().map(|p| &p.value) {
+            None => Player::Explorer { seed: None },
+            Some(RawPlayer::Scripted { actions }) => Player::Scripted {
+                actions: actions.clone(),
+            },
+            Some(RawPlayer::Random { seed }) => Player::Random { seed: *seed },
+            Some(RawPlayer::Explorer { seed }) => Player::Explorer { seed: *seed },
+            Some(RawPlayer::Llm {
+                model,
+                base_url,
+                api_key,
+                temperature,
+            }) => Player::Llm {
+                model: model.clone(),
+                base_url: base_url.clone(),
+                api_key: api_key.clone(),
+                temperature: *temperature,
+            },
+        };
+        Some(Persona {
+            slug: p.slug.value.clone(),
+            card: card?,
+            player,
+            patience: p.patience,
+        })
+    }
+
+    fn lens(&mut self, l: &RawLens) -> Option<Lens> {
+        let judge = match l.kind {
+            LensKind::Rule => {
+                let when = l.when.as_ref()?;
+                if let Err(e) = self.templates.check_expression(when, &["unit"]) {
+                    let mut d = Diagnostic::new(
+                        "plan::invalid_expression",
+                        format!("lens `{}`: {}", l.name.value, e.message),
+                    )
+                    .at(when.span)
+                    .label("does not compile");
+                    if let Some(help) = e.help {
+                        d = d.help(help);
+                    }
+                    self.push(d);
+                }
+                Judge::Rule {
+                    when: when.value.clone(),
+                }
+            }
+            LensKind::Command => Judge::Command {
+                program: self.program(
+                    l.run.as_ref(),
+                    l.argv.as_ref(),
+                    l.name.span,
+                    &format!("lens `{}`", l.name.value),
+                )?,
+            },
+            LensKind::Llm => {
+                let charter = match (&l.charter, &l.charter_file) {
+                    (Some(text), None) => Card::Text(text.clone()),
+                    (None, Some(file)) => {
+                        self.repo_file(file, "charter_file");
+                        Card::File(file.value.clone())
+                    }
+                    _ => {
+                        self.push(
+                            Diagnostic::new(
+                                "plan::missing_key",
+                                format!("llm lens `{}` needs exactly one of `charter` and `charter_file`", l.name.value),
+                            )
+                            .at(l.name.span)
+                            .help("the charter tells the reviewer what to look for"),
+                        );
+                        return None;
+                    }
+                };
+                Judge::Llm {
+                    charter,
+                    model: l.model.clone(),
+                    base_url: l.base_url.clone(),
+                    api_key: l.api_key.clone(),
+                }
+            }
+        };
+        let sources: Vec<Spanned<String>> = match l.over.value {
+            LensOver::Files => l.files.clone().unwrap_or_default(),
+            LensOver::Patches => l.patches.clone().into_iter().collect(),
+            LensOver::Findings | LensOver::Runs => Vec::new(),
+        };
+        for s in &sources {
+            self.repo_path(s, "lens source");
+        }
+        Some(Lens {
+            name: l.name.value.clone(),
+            over: l.over.value,
+            judge,
+            sources: sources.into_iter().map(|s| s.value).collect(),
+        })
+    }
+
+    fn program(
+        &mut self,
+        run: Option<&Spanned<String>>,
+        argv: Option<&Spanned<Vec<String>>>,
+        at: Span,
+        what: &str,
+    ) -> Option<Program> {
+        match (run, argv) {
+            (Some(run), None) => Some(Program::Shell(run.value.clone())),
+            (None, Some(argv)) if argv.value.is_empty() => {
+                self.push(
+                    Diagnostic::new("plan::empty_list", "`argv` is empty")
+                        .at(argv.span)
+                        .label("no program"),
+                );
+                None
+            }
+            (None, Some(argv)) => Some(Program::Argv(argv.value.clone())),
+            (Some(_), Some(argv)) => {
+                self.push(
+                    Diagnostic::new("plan::conflicting_keys", format!("{what} has both `run` and `argv`"))
+                        .at(argv.span)
+                        .help("`run` is a shell command line; `argv` runs a program without a shell. Keep one."),
+                );
+                None
+            }
+            (None, None) => {
+                self.push(
+                    Diagnostic::new("plan::missing_key", format!("{what} needs `run` or `argv`"))
+                        .at(at)
+                        .label("nothing to run")
+                        .help("add `run = \"make game\"` (a shell line) or `argv = [\"make\", \"game\"]`"),
+                );
+                None
+            }
+        }
+    }
+}
+
+struct Refs<'r> {
+    personas: &'r [&'r str],
+    controllers: &'r [Controller],
+    gates: &'r [&'r str],
+    pools: &'r BTreeMap<String, u32>,
+}
+
+impl Validator<'_> {
+    fn steps(&mut self, raw: &[RawStep], refs: &Refs<'_>) -> Vec<Step> {
+        for s in raw {
+            self.name(&s.id, "step id");
+        }
+        self.unique(raw.iter().map(|s| &s.id), "step id");
+        let ids: Vec<&str> = raw.iter().map(|s| s.id.value.as_str()).collect();
+        let steps: Vec<Step> = raw.iter().map(|s| self.step(s, raw, &ids, refs)).collect();
+        self.cycles(raw);
+        if self.diags.is_empty() {
+            self.expanded_size(raw, &steps);
+        }
+        steps
+    }
+
+    #[expect(clippy::too_many_lines, reason = "one check per key, in key order")]
+    fn step(&mut self, s: &RawStep, all: &[RawStep], ids: &[&str], refs: &Refs<'_>) -> Step {
+        let kind = s.kind.value;
+        for need in &s.needs {
+            if need.value == s.id.value {
+                self.push(
+                    Diagnostic::new("plan::cycle", format!("step `{}` needs itself", s.id.value))
+                        .at(need.span)
+                        .label("a step cannot wait for itself"),
+                );
+            } else {
+                self.reference(need, ids, "plan::unknown_needs", "step");
+            }
+        }
+        if let (Some(retries), true) = (&s.retries, kind.moves_money()) {
+            self.push(
+                Diagnostic::new("plan::retries_on_money_step", format!("`retries` is not allowed on the {} step `{}`", kind.name(), s.id.value))
+                    .at(retries.span)
+                    .label("money steps are never retried")
+                    .help("a retry could charge twice; gameplan replays money requests with the same idempotency key on resume instead. Remove `retries`."),
+            );
+        }
+        let retries = s
+            .retries
+            .as_ref()
+            .map_or(0, |r| u32::try_from(r.value).unwrap_or(u32::MAX));
+        if let Some(pool) = &s.pool {
+            let mut known: Vec<&str> = BUILTIN_POOLS.to_vec();
+            known.extend(refs.pools.keys().map(String::as_str));
+            known.sort_unstable();
+            known.dedup();
+            self.reference(pool, &known, "plan::unknown_pool", "pool");
+        }
+
+        let matrix = match &s.matrix {
+            Some(m) => self.matrix(s, m, refs),
+            None => Vec::new(),
+        };
+        if let Some(per) = &s.per {
+            if s.matrix.is_some() {
+                self.push(
+                    Diagnostic::new("plan::conflicting_keys", format!("step `{}` has both `matrix` and `per`", s.id.value))
+                        .at(per.span)
+                        .help("`per` repeats a step once per cell of another step's matrix; a step has one or the other"),
+                );
+            }
+            match all.iter().find(|o| o.id.value == per.value) {
+                Some(target) if target.matrix.is_none() => self.push(
+                    Diagnostic::new("plan::per_not_matrix", format!("`per` names step `{}`, which has no matrix", per.value))
+                        .at(per.span)
+                        .label("not a matrix step")
+                        .help("`per` gives one instance per cell of a matrix step; give that step a `matrix`, or use `needs`"),
+                ),
+                Some(_) => {}
+                None => {
+                    self.reference(per, ids, "plan::unknown_needs", "step");
+                }
+            }
+        }
+
+        let params = match &s.params {
+            RawParams::Command {
+                run,
+                argv,
+                inputs,
+                outputs,
+                cwd,
+            } => {
+                for path in inputs {
+                    self.repo_path(path, "input");
+                }
+                for path in outputs {
+                    self.repo_path(path, "output");
+                }
+                if let Some(cwd) = cwd {
+                    self.repo_path(cwd, "cwd");
+                }
+                let program = self.program(
+                    run.as_ref(),
+                    argv.as_ref(),
+                    s.id.span,
+                    &format!("command step `{}`", s.id.value),
+                );
+                Params::Command {
+                    program: program.unwrap_or(Program::Argv(Vec::new())),
+                    inputs: inputs.iter().map(|i| i.value.clone()).collect(),
+                    outputs: outputs.iter().map(|o| o.value.clone()).collect(),
+                    cwd: cwd.as_ref().map(|c| c.value.clone()),
+                }
+            }
+            RawParams::Play {
+                persona,
+                controller,
+                seed,
+            } => {
+                if let Some(p) = persona {
+                    self.reference(p, refs.personas, "plan::unknown_persona", "persona");
+                }
+                let controller = controller.as_ref().and_then(|c| self.controller(c, refs));
+                Params::Play {
+                    persona: persona.as_ref().map(|p| p.value.clone()),
+                    controller,
+                    seed: *seed,
+                }
+            }
+            RawParams::Gate { gate } => {
+                let gate = match gate {
+                    Some(g) => {
+                        self.reference(g, refs.gates, "plan::unknown_gate", "gate");
+                        g.value.clone()
+                    }
+                    None if refs.gates.contains(&s.id.value.as_str()) => s.id.value.clone(),
+                    None => {
+                        self.push(
+                            Diagnostic::new(
+                                "plan::missing_key",
+                                format!(
+                                    "gate step `{}` does not say which gate it judges",
+                                    s.id.value
+                                ),
+                            )
+                            .at(s.kind.span)
+                            .help(format!(
+                                "add `gate = \"NAME\"`; the plan's gates are {}",
+                                one_of(refs.gates)
+                            )),
+                        );
+                        String::new()
+                    }
+                };
+                Params::Gate { gate }
+            }
+            RawParams::Simulate {
+                games,
+                strategies,
+                seed,
+            } => {
+                if *games == Some(0) {
+                    self.push(
+                        Diagnostic::new("plan::invalid_value", "`games` must be at least 1")
+                            .at(s.kind.span)
+                            .label("simulates nothing"),
+                    );
+                }
+                Params::Simulate {
+                    games: games.unwrap_or(100),
+                    strategies: strategies.iter().map(|x| x.value.clone()).collect(),
+                    seed: *seed,
+                }
+            }
+            RawParams::None => Params::None,
+        };
+        Step {
+            id: s.id.value.clone(),
+            kind,
+            needs: s.needs.iter().map(|n| n.value.clone()).collect(),
+            matrix,
+            per: s.per.as_ref().map(|p| p.value.clone()),
+            always: s.always || kind == StepKind::Finish,
+            pool: s.pool.as_ref().map(|p| p.value.clone()),
+            timeout_secs: s.timeout.as_ref().map(|t| t.value),
+            retries,
+            reuse: s.reuse,
+            env: s.env.clone(),
+            params,
+        }
+    }
+
+    fn controller(&mut self, name: &Spanned<String>, refs: &Refs<'_>) -> Option<Controller> {
+        let names: Vec<&str> = refs.controllers.iter().map(|c| c.name()).collect();
+        if self.reference(name, &names, "plan::unknown_controller", "controller") {
+            Controller::from_name(name)
+        } else {
+            None
+        }
+    }
+
+    fn matrix(&mut self, s: &RawStep, m: &RawMatrix, refs: &Refs<'_>) -> Vec<Axis> {
+        if m.value.is_empty() {
+            self.push(
+                Diagnostic::new(
+                    "plan::empty_list",
+                    format!("step `{}` has an empty matrix", s.id.value),
+                )
+                .at(m.span)
+                .help("a matrix needs at least one axis, e.g. `matrix = { persona = \"*\" }`"),
+            );
+        }
+        let mut axes = Vec::new();
+        let mut seen = HashSet::new();
+        for (name, axis) in &m.value {
+            if !seen.insert(name.value.clone()) {
+                continue;
+            }
+            // `None`: the axis is wrong and already reported.
+            let values: Option<Vec<String>> = match axis {
+                RawAxis::All(span) => match name.value.as_str() {
+                    "persona" => Some(refs.personas.iter().map(|p| (*p).to_owned()).collect()),
+                    "controller" => Some(
+                        refs.controllers
+                            .iter()
+                            .map(|c| c.name().to_owned())
+                            .collect(),
+                    ),
+                    other => {
+                        self.push(
+                            Diagnostic::new("plan::invalid_value", format!("`\"*\"` is not defined for the matrix axis `{other}`"))
+                                .at(*span)
+                                .label("nothing to expand to")
+                                .help("`\"*\"` means every persona (axis `persona`) or every controller (axis `controller`); list this axis's values instead"),
+                        );
+                        None
+                    }
+                },
+                RawAxis::List(values) => {
+                    for v in values {
+                        match name.value.as_str() {
+                            "persona" => {
+                                self.reference(
+                                    v,
+                                    refs.personas,
+                                    "plan::unknown_persona",
+                                    "persona",
+                                );
+                            }
+                            "controller" => {
+                                self.controller(v, refs);
+                            }
+                            _ => {}
+                        }
+                    }
+                    self.unique(
+                        values.iter(),
+                        &format!("value of matrix axis `{}`", name.value),
+                    );
+                    Some(values.iter().map(|v| v.value.clone()).collect())
+                }
+            };
+            let Some(values) = values else { continue };
+            if values.is_empty() {
+                self.push(
+                    Diagnostic::new("plan::empty_list", format!("matrix axis `{}` has no values", name.value))
+                        .at(name.span)
+                        .label("expands to no cells")
+                        .help("a step with an empty axis would never run; list at least one value (or define the personas `\"*\"` stands for)"),
+                );
+            }
+            axes.push(Axis {
+                name: name.value.clone(),
+                values,
+            });
+        }
+        axes
+    }
+
+    /// Reports each dependency cycle once, step by step: `a → b → c → a`.
+    fn cycles(&mut self, raw: &[RawStep]) {
+        // First definition wins, as everywhere else; duplicates are reported apart.
+        let mut index: HashMap<&str, usize> = HashMap::new();
+        for (i, s) in raw.iter().enumerate() {
+            index.entry(s.id.value.as_str()).or_insert(i);
+        }
+        // Edges from a step to what it needs (needs and per).
+        let deps: Vec<Vec<(usize, Span)>> = raw
+            .iter()
+            .map(|s| {
+                s.needs
+                    .iter()
+                    .chain(s.per.iter())
+                    .filter(|n| n.value != s.id.value)
+                    .filter_map(|n| index.get(n.value.as_str()).map(|&i| (i, n.span)))
+                    .collect()
+            })
+            .collect();
+        // Iterative DFS with colours; a grey target closes a cycle.
+        let mut colour = vec![0u8; raw.len()];
+        for start in 0..raw.len() {
+            if colour[start] != 0 {
+                continue;
+            }
+            let mut path: Vec<(usize, usize)> = vec![(start, 0)];
+            colour[start] = 1;
+            while let Some(&mut (node, ref mut next)) = path.last_mut() {
+                if let Some(&(dep, span)) = deps[node].get(*next) {
+                    *next += 1;
+                    match colour[dep] {
+                        0 => {
+                            colour[dep] = 1;
+                            path.push((dep, 0));
+                        }
+                        1 => {
+                            let from = path.iter().position(|(n, _)| *n == dep).unwrap_or(0);
+                            let mut names: Vec<&str> = path[from..]
+                                .iter()
+                                .map(|(n, _)| raw[*n].id.value.as_str())
+                                .collect();
+                            names.push(&raw[dep].id.value);
+                            self.push(
+                                Diagnostic::new("plan::cycle", format!("dependency cycle: {}", names.join(" → ")))
+                                    .at(span)
+                                    .label(format!("`{}` needs `{}`, which leads back here", raw[node].id.value, raw[dep].id.value))
+                                    .help("a step cannot (indirectly) wait for itself; remove one of these `needs`"),
+                            );
+                        }
+                        _ => {}
+                    }
+                } else {
+                    colour[node] = 2;
+                    path.pop();
+                }
+            }
+        }
+    }
+
+    /// Refuses plans that would expand past [`MAX_EXPANDED_STEPS`], by
+    /// multiplying matrix sizes, before any instance is allocated.
+    fn expanded_size(&mut self, raw: &[RawStep], steps: &[Step]) {
+        let cells = |step: &Step| -> u64 {
+            step.matrix
+                .iter()
+                .map(|a| a.values.len() as u64)
+                .fold(1u64, u64::saturating_mul)
+        };
+        let mut total: u64 = 0;
+        for (r, step) in raw.iter().zip(steps) {
+            let n = match &step.per {
+                Some(per) => steps.iter().find(|o| &o.id == per).map_or(1, cells),
+                None => cells(step),
+            };
+            total = total.saturating_add(n);
+            if total > MAX_EXPANDED_STEPS {
+                let at = r.matrix.as_ref().map_or(r.id.span, |m| m.span);
+                self.push(
+                    Diagnostic::new(
+                        "plan::too_many_steps",
+                        format!("the plan expands to more than {MAX_EXPANDED_STEPS} steps"),
+                    )
+                    .at(at)
+                    .label(format!("{n} instances of `{}`", step.id))
+                    .help("split the plan, or make the matrices smaller"),
+                );
+                return;
+            }
+        }
+    }
+}

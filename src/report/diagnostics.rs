@@ -1,0 +1,133 @@
+//! Rendering plan problems: a caret excerpt per problem, or JSON.
+
+use std::fmt::{self, Write};
+use std::sync::Arc;
+
+use miette::{
+    Diagnostic as MietteDiagnostic, GraphicalReportHandler, GraphicalTheme, LabeledSpan,
+    NamedSource, SourceCode,
+};
+use serde_json::json;
+
+use crate::plan::LoadFailure;
+use crate::plan::diagnostic::Diagnostic;
+use crate::plan::source::Source;
+
+/// One problem bound to its file, in the shape miette renders.
+struct Located<'a> {
+    diagnostic: &'a Diagnostic,
+    source: Option<NamedSource<Arc<str>>>,
+    /// `file:line:col`, in the message so it is greppable even where the
+    /// excerpt is not shown.
+    location: String,
+}
+
+impl fmt::Debug for Located<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.diagnostic.message)
+    }
+}
+
+impl fmt::Display for Located<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.location, self.diagnostic.message)
+    }
+}
+
+impl std::error::Error for Located<'_> {}
+
+impl MietteDiagnostic for Located<'_> {
+    fn code<'b>(&'b self) -> Option<Box<dyn fmt::Display + 'b>> {
+        Some(Box::new(self.diagnostic.code))
+    }
+
+    fn help<'b>(&'b self) -> Option<Box<dyn fmt::Display + 'b>> {
+        self.diagnostic
+            .help
+            .as_ref()
+            .map(|h| Box::new(h) as Box<dyn fmt::Display>)
+    }
+
+    fn source_code(&self) -> Option<&dyn SourceCode> {
+        self.source.as_ref().map(|s| s as &dyn SourceCode)
+    }
+
+    fn labels(&self) -> Option<Box<dyn Iterator<Item = LabeledSpan> + '_>> {
+        let span = self.diagnostic.span?;
+        self.source.as_ref()?;
+        let label = LabeledSpan::new(self.diagnostic.label.clone(), span.start, span.len());
+        Some(Box::new(std::iter::once(label)))
+    }
+}
+
+/// `file:line:col` of a problem (just `file` when it has no position).
+pub fn location(source: Option<&Source>, name: &str, diagnostic: &Diagnostic) -> String {
+    match (source, diagnostic.span) {
+        (Some(source), Some(span)) => {
+            let (line, col) = source.line_col(span.start);
+            format!("{name}:{line}:{col}")
+        }
+        _ => name.to_owned(),
+    }
+}
+
+/// Every problem of a failed load, rendered for a person.
+pub fn render(failure: &LoadFailure, color: bool) -> String {
+    let theme = if color {
+        GraphicalTheme::unicode()
+    } else {
+        GraphicalTheme::unicode_nocolor()
+    };
+    let handler = GraphicalReportHandler::new_themed(theme)
+        .with_links(false)
+        .with_width(100);
+    let source = failure.source.as_deref();
+    let named = source.map(|s| NamedSource::new(&s.name, Arc::clone(&s.text)));
+    let mut out = String::new();
+    for diagnostic in &failure.diagnostics {
+        let located = Located {
+            diagnostic,
+            source: named.clone(),
+            location: location(source, &failure.name, diagnostic),
+        };
+        if handler.render_report(&mut out, &located).is_err() {
+            out.push_str(&located.to_string());
+        }
+        out.push('\n');
+    }
+    let n = failure.diagnostics.len();
+    let _ = writeln!(
+        out,
+        "{}: {n} problem{} found; nothing was run or charged",
+        failure.name,
+        if n == 1 { "" } else { "s" }
+    );
+    out
+}
+
+/// The problems of a failed load as JSON objects (for `--json`).
+pub fn to_json(failure: &LoadFailure) -> Vec<serde_json::Value> {
+    let source = failure.source.as_deref();
+    failure
+        .diagnostics
+        .iter()
+        .map(|d| {
+            let (line, column) = match (source, d.span) {
+                (Some(s), Some(span)) => {
+                    let (l, c) = s.line_col(span.start);
+                    (Some(l), Some(c))
+                }
+                _ => (None, None),
+            };
+            json!({
+                "file": failure.name,
+                "line": line,
+                "column": column,
+                "code": d.code,
+                "message": d.message,
+                "label": d.label,
+                "help": d.help,
+            })
+        })
+        .collect()
+}

@@ -1,0 +1,159 @@
+//! Views of an expanded plan: `plan explain` (text and JSON) and `plan graph`
+//! (text, Graphviz dot, Mermaid).
+
+use std::fmt::Write;
+
+use serde_json::json;
+
+use crate::graph::Pipeline;
+
+/// What `plan explain` says will happen to one instance.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    Run,
+}
+
+impl Action {
+    fn word(&self) -> &'static str {
+        match self {
+            Action::Run => "run",
+        }
+    }
+}
+
+fn needs_ids(pipeline: &Pipeline, index: petgraph::graph::NodeIndex) -> Vec<String> {
+    pipeline
+        .needs(index)
+        .into_iter()
+        .map(|n| pipeline.instance(n).id.clone())
+        .collect()
+}
+
+pub fn explain_json(
+    plan_name: &str,
+    pipeline: &Pipeline,
+    action: impl Fn(petgraph::graph::NodeIndex) -> Action,
+) -> serde_json::Value {
+    let steps: Vec<serde_json::Value> = pipeline
+        .order
+        .iter()
+        .map(|&index| {
+            let instance = pipeline.instance(index);
+            let step = &pipeline.steps[instance.step];
+            let cell: serde_json::Map<String, serde_json::Value> = instance
+                .cell
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone().into()))
+                .collect();
+            json!({
+                "id": instance.id,
+                "step": step.id,
+                "kind": instance.kind,
+                "cell": cell,
+                "needs": needs_ids(pipeline, index),
+                "always": instance.always,
+                "action": action(index).word(),
+            })
+        })
+        .collect();
+    json!({ "plan": plan_name, "steps": steps })
+}
+
+pub fn explain_text(
+    plan_name: &str,
+    pipeline: &Pipeline,
+    action: impl Fn(petgraph::graph::NodeIndex) -> Action,
+) -> String {
+    let mut out = format!("plan `{plan_name}`: {} steps\n", pipeline.order.len());
+    let width = pipeline
+        .order
+        .iter()
+        .map(|&i| pipeline.instance(i).id.len())
+        .max()
+        .unwrap_or(0);
+    for &index in &pipeline.order {
+        let instance = pipeline.instance(index);
+        let needs = needs_ids(pipeline, index);
+        let mut line = format!(
+            "  {:width$}  {:9} {:4}",
+            instance.id,
+            instance.kind.name(),
+            action(index).word()
+        );
+        if instance.always {
+            line.push_str("  (always)");
+        }
+        if !needs.is_empty() {
+            let _ = write!(line, "  needs {}", summarize(&needs));
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// A long fan-in reads as a count, not a wall of ids.
+fn summarize(ids: &[String]) -> String {
+    if ids.len() <= 4 {
+        ids.join(", ")
+    } else {
+        format!("{}, … ({} steps)", ids[..3].join(", "), ids.len())
+    }
+}
+
+pub fn graph_text(pipeline: &Pipeline) -> String {
+    let mut out = String::new();
+    for &index in &pipeline.order {
+        let instance = pipeline.instance(index);
+        let _ = writeln!(out, "{} ({})", instance.id, instance.kind.name());
+        for need in needs_ids(pipeline, index) {
+            let _ = writeln!(out, "  <- {need}");
+        }
+    }
+    out
+}
+
+fn quoted(text: &str) -> String {
+    serde_json::to_string(text).unwrap_or_default()
+}
+
+pub fn graph_dot(plan_name: &str, pipeline: &Pipeline) -> String {
+    let mut out = format!("digraph {} {{\n  rankdir=LR;\n", quoted(plan_name));
+    for &index in &pipeline.order {
+        let instance = pipeline.instance(index);
+        let _ = writeln!(
+            out,
+            "  {} [label={}];",
+            quoted(&instance.id),
+            quoted(&format!("{}\n{}", instance.id, instance.kind.name()))
+        );
+    }
+    for &index in &pipeline.order {
+        for need in needs_ids(pipeline, index) {
+            let _ = writeln!(
+                out,
+                "  {} -> {};",
+                quoted(&need),
+                quoted(&pipeline.instance(index).id)
+            );
+        }
+    }
+    out.push_str("}\n");
+    out
+}
+
+pub fn graph_mermaid(pipeline: &Pipeline) -> String {
+    // Mermaid ids cannot hold `[` or `,`; use positions and put the real id in the label.
+    let mut out = String::from("flowchart LR\n");
+    for &index in &pipeline.order {
+        let instance = pipeline.instance(index);
+        let label = instance.id.replace('"', "#quot;");
+        let _ = writeln!(out, "  n{}[\"{label}\"]", index.index());
+    }
+    for &index in &pipeline.order {
+        for need in pipeline.needs(index) {
+            let _ = writeln!(out, "  n{} --> n{}", need.index(), index.index());
+        }
+    }
+    out
+}

@@ -1,0 +1,376 @@
+//! The one minijinja environment every plan string is rendered with.
+//!
+//! Owns: strict undefined (a typo is an error, never an empty string), the
+//! `secret()` function and the [`Redactor`] its values are registered with,
+//! and the caps that keep a hostile template from hanging or filling memory
+//! (fuel for loops, a size cap on rendered output). Templates are rendered
+//! once, at load; nothing renders later with more context than the plan had.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use minijinja::{Environment, ErrorKind, UndefinedBehavior, Value};
+
+/// The most a single rendered string may hold.
+pub const MAX_RENDERED_BYTES: usize = 64 * 1024;
+
+/// Instructions a single template may execute: plenty for any real plan
+/// string, few enough that `{% for i in range(10**9) %}` stops at once.
+pub const FUEL: u64 = 100_000;
+
+/// Names a plan template may read at its top level.
+pub const GLOBALS: [&str; 3] = ["vars", "env", "secret"];
+
+/// Replaces every registered secret value with `[redacted]`.
+///
+/// Cloned handles share one set: a value registered while loading the plan is
+/// redacted in every log, journal, report and `--json` document written later.
+#[derive(Clone, Debug, Default)]
+pub struct Redactor {
+    secrets: Arc<Mutex<BTreeSet<String>>>,
+}
+
+pub const REDACTED: &str = "[redacted]";
+
+impl Redactor {
+    pub fn register(&self, secret: &str) {
+        if !secret.is_empty() {
+            self.lock().insert(secret.to_owned());
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeSet<String>> {
+        self.secrets.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.lock().is_empty()
+    }
+
+    pub fn redact(&self, text: &str) -> String {
+        let secrets = self.lock();
+        // Longest first, so a secret that contains another is replaced whole.
+        let mut ordered: Vec<&String> = secrets.iter().collect();
+        ordered.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        let mut out = text.to_owned();
+        for secret in ordered {
+            if out.contains(secret.as_str()) {
+                out = out.replace(secret.as_str(), REDACTED);
+            }
+        }
+        out
+    }
+
+    /// Redacts every string (and object key) of a JSON document.
+    pub fn redact_json(&self, value: &mut serde_json::Value) {
+        if self.is_empty() {
+            return;
+        }
+        match value {
+            serde_json::Value::String(s) => *s = self.redact(s),
+            serde_json::Value::Array(items) => items.iter_mut().for_each(|v| self.redact_json(v)),
+            serde_json::Value::Object(map) => {
+                let entries = std::mem::take(map);
+                for (k, mut v) in entries {
+                    self.redact_json(&mut v);
+                    map.insert(self.redact(&k), v);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Why a template could not be rendered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TemplateError {
+    pub message: String,
+    pub help: Option<String>,
+}
+
+/// The rendering environment: minijinja plus the process environment it may read.
+pub struct Templates {
+    jinja: Environment<'static>,
+    env: BTreeMap<String, String>,
+    redactor: Redactor,
+}
+
+impl Templates {
+    /// `env` is the process environment as the caller chose to expose it
+    /// (tests pass their own; nothing here reads `std::env`).
+    pub fn new(env: BTreeMap<String, String>, redactor: Redactor) -> Self {
+        let mut jinja = Environment::new();
+        jinja.set_undefined_behavior(UndefinedBehavior::Strict);
+        jinja.set_fuel(Some(FUEL));
+        jinja.set_recursion_limit(64);
+        // Plan strings are not HTML.
+        jinja.set_auto_escape_callback(|_| minijinja::AutoEscape::None);
+        let secret_env = env.clone();
+        let secret_redactor = redactor.clone();
+        jinja.add_function(
+            "secret",
+            move |name: String| -> Result<String, minijinja::Error> {
+                match secret_env.get(&name) {
+                    Some(value) => {
+                        secret_redactor.register(value);
+                        Ok(value.clone())
+                    }
+                    None => Err(minijinja::Error::new(
+                        ErrorKind::InvalidOperation,
+                        format!("secret `{name}` is not set in the environment"),
+                    )),
+                }
+            },
+        );
+        Templates {
+            jinja,
+            env,
+            redactor,
+        }
+    }
+
+    pub fn redactor(&self) -> &Redactor {
+        &self.redactor
+    }
+
+    pub fn env(&self) -> &BTreeMap<String, String> {
+        &self.env
+    }
+
+    /// Whether a string is a template at all (plain strings skip minijinja).
+    pub fn is_template(text: &str) -> bool {
+        text.contains("{{") || text.contains("{%") || text.contains("{#")
+    }
+
+    /// Renders `source` with `vars` (and `env`, `secret()`) in scope.
+    pub fn render(&self, source: &str, vars: &serde_json::Value) -> Result<String, TemplateError> {
+        let template = self
+            .jinja
+            .template_from_str(source)
+            .map_err(|e| syntax_error(&e))?;
+        for name in template.undeclared_variables(true) {
+            self.check_defined(&name, vars)?;
+        }
+        let ctx = minijinja::context! {
+            vars => Value::from(minijinja::value::Serde(vars)),
+            env => Value::from(minijinja::value::Serde(&self.env)),
+        };
+        let mut out = CappedWriter::default();
+        match template.render_captured_to(ctx, &mut out) {
+            Ok(_) => {}
+            Err(_) if out.overflowed => return Err(too_large()),
+            Err(e) => return Err(render_error(&e)),
+        }
+        String::from_utf8(out.bytes).map_err(|_| TemplateError {
+            message: "the template rendered invalid UTF-8".into(),
+            help: None,
+        })
+    }
+
+    /// Checks that `expr` compiles as an expression (a rule lens's `when`).
+    /// `allowed` are the names it may read besides the globals (e.g. `unit`).
+    pub fn check_expression(&self, expr: &str, allowed: &[&str]) -> Result<(), TemplateError> {
+        let compiled = self
+            .jinja
+            .compile_expression(expr)
+            .map_err(|e| syntax_error(&e))?;
+        for name in compiled.undeclared_variables(false) {
+            let known = allowed.contains(&name.as_str())
+                || GLOBALS.contains(&name.as_str())
+                || self.jinja.globals().any(|(global, _)| global == name);
+            if !known {
+                return Err(TemplateError {
+                    message: format!("`{name}` is not defined in this expression"),
+                    help: Some(format!("the expression can read {}", allowed.join(", "))),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Evaluates an expression (rule lenses) with the caps of [`render`].
+    pub fn eval(&self, expr: &str, ctx: Value) -> Result<Value, TemplateError> {
+        let compiled = self
+            .jinja
+            .compile_expression(expr)
+            .map_err(|e| syntax_error(&e))?;
+        compiled.eval(ctx).map_err(|e| render_error(&e))
+    }
+
+    fn check_defined(&self, path: &str, vars: &serde_json::Value) -> Result<(), TemplateError> {
+        let mut parts = path.split('.');
+        let root = parts.next().unwrap_or_default();
+        let field = parts.next();
+        if self.jinja.globals().any(|(name, _)| name == root) {
+            // Built-in functions (`range`, `secret`, ...).
+            return Ok(());
+        }
+        match (root, field) {
+            ("vars", Some(name)) if vars.get(name).is_none() => {
+                let declared: Vec<&str> = vars
+                    .as_object()
+                    .map(|m| m.keys().map(String::as_str).collect())
+                    .unwrap_or_default();
+                Err(TemplateError {
+                    message: format!("`vars.{name}` is not set"),
+                    help: Some(
+                        match crate::plan::diagnostic::did_you_mean(name, declared.iter().copied())
+                        {
+                            Some(hint) => hint,
+                            None if declared.is_empty() => {
+                                format!("declare it under [vars], or pass --var {name}=VALUE")
+                            }
+                            None => format!(
+                                "the plan's vars are {}; or pass --var {name}=VALUE",
+                                crate::plan::diagnostic::one_of(&declared)
+                            ),
+                        },
+                    ),
+                })
+            }
+            ("env", Some(name)) if !self.env.contains_key(name) => Err(TemplateError {
+                message: format!("environment variable `{name}` is not set"),
+                help: Some(format!("export {name} before running gameplan")),
+            }),
+            ("vars" | "env", _) => Ok(()),
+            (other, _) => Err(TemplateError {
+                message: format!("`{other}` is not defined"),
+                help: Some(
+                    "plan templates can read `vars.NAME`, `env.NAME` and `secret(\"NAME\")`".into(),
+                ),
+            }),
+        }
+    }
+}
+
+fn syntax_error(e: &minijinja::Error) -> TemplateError {
+    TemplateError {
+        message: format!("invalid template: {}", e.detail().map_or_else(|| e.kind().to_string(), str::to_owned)),
+        help: Some("templates use minijinja syntax: {{ vars.NAME }}, {{ env.NAME }}, {{ secret(\"NAME\") }}".into()),
+    }
+}
+
+fn render_error(e: &minijinja::Error) -> TemplateError {
+    if e.kind() == ErrorKind::OutOfFuel {
+        return TemplateError {
+            message: format!("the template ran out of fuel ({FUEL} steps)"),
+            help: Some(
+                "plan templates are for small substitutions; move loops into a command step".into(),
+            ),
+        };
+    }
+    let message = match e.detail() {
+        Some(detail) => detail.to_owned(),
+        None => e.kind().to_string(),
+    };
+    let help = message.starts_with("secret `").then(|| {
+        "export it in the environment that runs gameplan; its value is redacted from all output"
+            .to_owned()
+    });
+    TemplateError { message, help }
+}
+
+fn too_large() -> TemplateError {
+    TemplateError {
+        message: format!(
+            "the template renders to more than {} KiB",
+            MAX_RENDERED_BYTES / 1024
+        ),
+        help: Some("a plan value never needs to be this long; check the template".into()),
+    }
+}
+
+#[derive(Default)]
+struct CappedWriter {
+    bytes: Vec<u8>,
+    overflowed: bool,
+}
+
+impl Write for CappedWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.bytes.len() + buf.len() > MAX_RENDERED_BYTES {
+            self.overflowed = true;
+            return Err(std::io::Error::other("rendered output too large"));
+        }
+        self.bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn templates() -> Templates {
+        let env = BTreeMap::from([
+            ("HOME_URL".to_owned(), "http://x".to_owned()),
+            ("KEY".to_owned(), "s3cr3t-value".to_owned()),
+        ]);
+        Templates::new(env, Redactor::default())
+    }
+
+    #[test]
+    fn renders_vars_env_and_secrets() {
+        let t = templates();
+        let out = t
+            .render(
+                "{{ vars.seed }} {{ env.HOME_URL }} {{ secret('KEY') }}",
+                &json!({"seed": 7}),
+            )
+            .unwrap();
+        assert_eq!(out, "7 http://x s3cr3t-value");
+        assert_eq!(t.redactor().redact(&out), "7 http://x [redacted]");
+    }
+
+    #[test]
+    fn undefined_names_are_errors_with_hints() {
+        let t = templates();
+        let e = t.render("{{ vars.sed }}", &json!({"seed": 7})).unwrap_err();
+        assert_eq!(e.message, "`vars.sed` is not set");
+        assert_eq!(e.help.as_deref(), Some("did you mean `seed`?"));
+        let e = t.render("{{ env.NOPE }}", &json!({})).unwrap_err();
+        assert!(e.message.contains("NOPE"));
+        let e = t.render("{{ secret('NOPE') }}", &json!({})).unwrap_err();
+        assert!(e.message.contains("secret `NOPE` is not set"), "{e:?}");
+    }
+
+    #[test]
+    fn runaway_templates_are_stopped() {
+        let t = templates();
+        let e = t
+            .render(
+                "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+                &json!({}),
+            )
+            .unwrap_err();
+        assert!(e.message.contains("fuel"), "{e:?}");
+        let e = t.render("{{ 'a' * 1000000 }}", &json!({})).unwrap_err();
+        assert!(e.message.contains("KiB"), "{e:?}");
+    }
+
+    #[test]
+    fn expressions_compile_or_explain() {
+        let t = templates();
+        assert!(
+            t.check_expression("unit.category in ['crash', 'hang']", &["unit"])
+                .is_ok()
+        );
+        assert!(t.check_expression("unit.category in [", &["unit"]).is_err());
+        assert!(t.check_expression("foo.x", &["unit"]).is_err());
+    }
+
+    #[test]
+    fn redacts_json_documents() {
+        let r = Redactor::default();
+        r.register("tok123");
+        let mut v = json!({"a": ["x tok123 y"], "tok123": 1});
+        r.redact_json(&mut v);
+        assert_eq!(v, json!({"a": ["x [redacted] y"], "[redacted]": 1}));
+    }
+}

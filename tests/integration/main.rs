@@ -1,0 +1,1 @@
+//! Integration tests: the real binary against plans in temp repos.
