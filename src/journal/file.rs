@@ -1,0 +1,669 @@
+//! The append-only journal file: create, reopen for appending, read, group
+//! commit.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, BufRead, BufReader, Read as _, Write as _};
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::atomic::{create_dirs_durably, parent_dir, sync_dir};
+use super::record::{self, Decoded, MAX_RECORD_BYTES};
+use super::{Corruption, FORMAT_VERSION, JournalError};
+
+/// An open journal, appending at its end.
+///
+/// Every [`append`](Journal::append) reaches the kernel at once; only
+/// [`commit`](Journal::commit) (or [`append_durable`](Journal::append_durable))
+/// waits for the disk. Dropping a journal with uncommitted records syncs them
+/// on a best-effort basis.
+#[derive(Debug)]
+pub struct Journal {
+    path: PathBuf,
+    file: File,
+    /// Bytes of whole, intact records: where a failed append is cut back to.
+    len: u64,
+    uncommitted: bool,
+    /// A write could not be undone or a sync failed: what is on disk is no
+    /// longer known, so appending more would build on sand.
+    broken: bool,
+}
+
+/// What a journal holds: its intact records, in order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Replay<T> {
+    pub records: Vec<T>,
+    /// The last line was incomplete or damaged: a write the process did not
+    /// live to finish. Its record never counted; [`Journal::open`] removes it.
+    pub torn_tail: Option<TornTail>,
+}
+
+/// The incomplete last line of a journal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TornTail {
+    /// 1-based line number.
+    pub line: usize,
+    /// Its length, the newline included if it had one.
+    pub bytes: u64,
+}
+
+impl Journal {
+    /// Creates a new, empty journal at `path`, creating missing parent
+    /// directories. Fails if a file is already there.
+    pub fn create(path: &Path) -> Result<Journal, JournalError> {
+        let dir = parent_dir(path);
+        create_dirs_durably(dir).map_err(io_error("create the directory of", path))?;
+        let file = OpenOptions::new()
+            .read(true)
+            .append(true)
+            .create_new(true)
+            .open(path)
+            .map_err(|source| match source.kind() {
+                io::ErrorKind::AlreadyExists => JournalError::Exists {
+                    path: path.to_path_buf(),
+                },
+                _ => io_error("create the journal", path)(source),
+            })?;
+        // Without this a durable record could live in a file whose name
+        // does not survive a crash.
+        sync_dir(dir).map_err(io_error("sync the directory of", path))?;
+        Ok(Journal {
+            path: path.to_path_buf(),
+            file,
+            len: 0,
+            uncommitted: false,
+            broken: false,
+        })
+    }
+
+    /// Opens an existing journal to append to it, returning the records it
+    /// holds.
+    ///
+    /// A torn last line is cut off (and that cut synced) before this returns,
+    /// so new records follow the last intact one. Any other damaged line is
+    /// corruption: the error names the line and the file is left untouched.
+    pub fn open<T: DeserializeOwned>(path: &Path) -> Result<(Journal, Replay<T>), JournalError> {
+        let file = OpenOptions::new()
+            .read(true)
+            .append(true)
+            .open(path)
+            .map_err(|source| open_error(path, source))?;
+        let (replay, intact_len) = scan(path, &file)?;
+        if replay.torn_tail.is_some() {
+            file.set_len(intact_len)
+                .and_then(|()| file.sync_data())
+                .map_err(io_error("cut the torn last line from", path))?;
+        }
+        let journal = Journal {
+            path: path.to_path_buf(),
+            file,
+            len: intact_len,
+            uncommitted: false,
+            broken: false,
+        };
+        Ok((journal, replay))
+    }
+
+    /// Reads a journal without changing it, torn last line or not.
+    pub fn read<T: DeserializeOwned>(path: &Path) -> Result<Replay<T>, JournalError> {
+        let file = File::open(path).map_err(|source| open_error(path, source))?;
+        scan(path, &file).map(|(replay, _)| replay)
+    }
+
+    /// Appends `event` as one record, handed to the kernel in a single write
+    /// so that killing the process cannot leave half of it in a user-space
+    /// buffer. Not durable until [`commit`](Journal::commit).
+    pub fn append<T: Serialize + ?Sized>(&mut self, event: &T) -> Result<(), JournalError> {
+        if self.broken {
+            return Err(JournalError::Unusable {
+                path: self.path.clone(),
+            });
+        }
+        let line = record::encode(event).map_err(|source| JournalError::Encode {
+            path: self.path.clone(),
+            source,
+        })?;
+        if line.len() > MAX_RECORD_BYTES {
+            return Err(JournalError::RecordTooLarge {
+                path: self.path.clone(),
+                size: line.len(),
+                limit: MAX_RECORD_BYTES,
+            });
+        }
+        if let Err(source) = self.file.write_all(&line) {
+            // A partial line with records after it would read back as
+            // corruption instead of a torn tail, so cut it off now.
+            self.broken = self.file.set_len(self.len).is_err();
+            return Err(io_error("append to the journal", &self.path)(source));
+        }
+        self.len += line.len() as u64;
+        self.uncommitted = true;
+        Ok(())
+    }
+
+    /// Makes every record appended so far durable with one fsync; free when
+    /// there is nothing new.
+    pub fn commit(&mut self) -> Result<(), JournalError> {
+        if self.broken {
+            return Err(JournalError::Unusable {
+                path: self.path.clone(),
+            });
+        }
+        if !self.uncommitted {
+            return Ok(());
+        }
+        if let Err(source) = self.file.sync_data() {
+            // After a failed fsync the kernel may have dropped the dirty
+            // pages, and a retry can report success for data that is gone.
+            self.broken = true;
+            return Err(io_error("sync the journal", &self.path)(source));
+        }
+        self.uncommitted = false;
+        Ok(())
+    }
+
+    /// Appends `event` and makes it (and everything before it) durable
+    /// before returning: for records that must exist before the outside
+    /// world sees their effect, such as an idempotency key before a money
+    /// request.
+    pub fn append_durable<T: Serialize + ?Sized>(&mut self, event: &T) -> Result<(), JournalError> {
+        self.append(event)?;
+        self.commit()
+    }
+
+    /// The journal file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for Journal {
+    fn drop(&mut self) {
+        if self.uncommitted && !self.broken {
+            // Nobody is left to hear about a failure; records that did not
+            // make it read back as missing (or a torn tail) on resume.
+            let _ = self.file.sync_data();
+        }
+    }
+}
+
+fn io_error(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> JournalError {
+    let path = path.to_path_buf();
+    move |source| JournalError::Io {
+        action,
+        path,
+        source,
+    }
+}
+
+fn open_error(path: &Path, source: io::Error) -> JournalError {
+    match source.kind() {
+        io::ErrorKind::NotFound => JournalError::Missing {
+            path: path.to_path_buf(),
+        },
+        _ => io_error("open the journal", path)(source),
+    }
+}
+
+/// Reads every record of `file`. Returns them with the length of the intact
+/// prefix, which is the whole file unless the last line is torn.
+///
+/// A damaged line is only known to be the torn tail once nothing follows it,
+/// so its verdict waits for the next read.
+fn scan<T: DeserializeOwned>(path: &Path, file: &File) -> Result<(Replay<T>, u64), JournalError> {
+    let mut reader = BufReader::new(file);
+    let mut line = Vec::new();
+    let mut records = Vec::new();
+    let mut intact_len = 0;
+    let mut damaged: Option<(usize, Corruption, u64)> = None;
+    for number in 1.. {
+        line.clear();
+        let read = read_line(&mut reader, &mut line).map_err(io_error("read the journal", path))?;
+        let Some(read) = read else { break };
+        if let Some((line, problem, _)) = damaged {
+            return Err(JournalError::Corrupt {
+                path: path.to_path_buf(),
+                line,
+                problem,
+            });
+        }
+        let problem = match read.kind {
+            // Only the last line can lack its newline: this is the torn tail.
+            LineKind::Unterminated => {
+                return Ok((
+                    Replay {
+                        records,
+                        torn_tail: Some(TornTail {
+                            line: number,
+                            bytes: read.bytes,
+                        }),
+                    },
+                    intact_len,
+                ));
+            }
+            LineKind::TooLong => Corruption::TooLong,
+            LineKind::Complete => match record::decode(&line[..line.len() - 1]) {
+                Decoded::Event(event) => {
+                    let event = serde_json::from_str(event.get()).map_err(|source| {
+                        JournalError::UnexpectedEvent {
+                            path: path.to_path_buf(),
+                            line: number,
+                            source,
+                        }
+                    })?;
+                    records.push(event);
+                    intact_len += read.bytes;
+                    continue;
+                }
+                Decoded::Corrupt(problem) => problem,
+                Decoded::UnsupportedVersion(found) => {
+                    return Err(JournalError::UnsupportedVersion {
+                        path: path.to_path_buf(),
+                        line: number,
+                        found,
+                        supported: FORMAT_VERSION,
+                    });
+                }
+            },
+        };
+        damaged = Some((number, problem, read.bytes));
+    }
+    let torn_tail = damaged.map(|(line, _, bytes)| TornTail { line, bytes });
+    Ok((Replay { records, torn_tail }, intact_len))
+}
+
+struct LineRead {
+    kind: LineKind,
+    /// Bytes consumed from the file, the newline included.
+    bytes: u64,
+}
+
+enum LineKind {
+    /// Ends in a newline; the line is in the buffer, newline included.
+    Complete,
+    /// The file ends before a newline.
+    Unterminated,
+    /// Longer than any record may be; skipped, not buffered.
+    TooLong,
+}
+
+/// Reads one line into `buf`, holding at most [`MAX_RECORD_BYTES`] of it in
+/// memory so that a damaged file cannot exhaust memory. `None` at the end.
+fn read_line(reader: &mut impl BufRead, buf: &mut Vec<u8>) -> io::Result<Option<LineRead>> {
+    let limit = MAX_RECORD_BYTES as u64;
+    let mut bytes = reader.by_ref().take(limit).read_until(b'\n', buf)? as u64;
+    if bytes == 0 {
+        return Ok(None);
+    }
+    if buf.last() == Some(&b'\n') {
+        return Ok(Some(LineRead {
+            kind: LineKind::Complete,
+            bytes,
+        }));
+    }
+    if bytes < limit {
+        return Ok(Some(LineRead {
+            kind: LineKind::Unterminated,
+            bytes,
+        }));
+    }
+    let terminated = loop {
+        let available = reader.fill_buf()?;
+        if available.is_empty() {
+            break false;
+        }
+        let (used, found) = match available.iter().position(|&b| b == b'\n') {
+            Some(newline) => (newline + 1, true),
+            None => (available.len(), false),
+        };
+        reader.consume(used);
+        bytes += used as u64;
+        if found {
+            break true;
+        }
+    };
+    let kind = if terminated {
+        LineKind::TooLong
+    } else {
+        LineKind::Unterminated
+    };
+    Ok(Some(LineRead { kind, bytes }))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs;
+
+    use serde::Deserialize;
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    struct StepEvent {
+        step: String,
+        state: String,
+        attempt: u32,
+    }
+
+    fn event(i: u32) -> StepEvent {
+        StepEvent {
+            step: format!("play/maze-{i}"),
+            state: "succeeded \"quoted\" \u{e9}\n".into(),
+            attempt: i,
+        }
+    }
+
+    fn journal_with(dir: &Path, count: u32) -> PathBuf {
+        let path = dir.join("runs/run-1/journal.jsonl");
+        let mut journal = Journal::create(&path).expect("create");
+        for i in 0..count {
+            journal.append(&event(i)).expect("append");
+        }
+        journal.commit().expect("commit");
+        path
+    }
+
+    /// Byte offsets where each line starts, and the file's length.
+    fn line_starts(bytes: &[u8]) -> Vec<usize> {
+        let mut starts = vec![0];
+        starts.extend(
+            bytes
+                .iter()
+                .enumerate()
+                .filter(|&(_, &b)| b == b'\n')
+                .map(|(i, _)| i + 1),
+        );
+        starts
+    }
+
+    #[test]
+    fn many_records_round_trip_as_typed_events_and_as_json() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = journal_with(dir.path(), 500);
+
+        let typed: Replay<StepEvent> = Journal::read(&path).expect("read");
+        let (mut journal, untyped) = Journal::open::<Value>(&path).expect("open");
+
+        assert_eq!(typed.records, (0..500).map(event).collect::<Vec<_>>());
+        assert_eq!(typed.torn_tail, None);
+        assert_eq!(untyped.records.len(), 500);
+        assert_eq!(untyped.records[7]["step"], json!("play/maze-7"));
+        journal.append(&event(500)).expect("append after open");
+        drop(journal);
+        let again: Replay<StepEvent> = Journal::read(&path).expect("read again");
+        assert_eq!(again.records.len(), 501);
+        assert_eq!(again.records[500], event(500));
+    }
+
+    #[test]
+    fn create_refuses_an_existing_journal() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = journal_with(dir.path(), 1);
+
+        let error = Journal::create(&path).expect_err("exists");
+
+        assert!(matches!(error, JournalError::Exists { .. }), "{error:?}");
+        assert_eq!(
+            Journal::read::<Value>(&path).expect("read").records.len(),
+            1
+        );
+    }
+
+    #[test]
+    fn open_of_a_missing_journal_says_so() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("nope.jsonl");
+
+        let error = Journal::open::<Value>(&path).expect_err("missing");
+
+        assert!(matches!(error, JournalError::Missing { .. }), "{error:?}");
+        assert!(!path.exists());
+    }
+
+    #[test]
+    fn torn_tail_is_dropped_and_later_appends_are_intact() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = journal_with(dir.path(), 3);
+        let bytes = fs::read(&path).expect("read file");
+        let last_line_start = line_starts(&bytes)[2];
+        let cut = last_line_start + 20;
+        fs::write(&path, &bytes[..cut]).expect("tear the last line");
+
+        let seen: Replay<StepEvent> = Journal::read(&path).expect("read sees the tear");
+        assert_eq!(
+            fs::read(&path).expect("file").len(),
+            cut,
+            "read changes nothing"
+        );
+        let (mut journal, opened) = Journal::open::<StepEvent>(&path).expect("open");
+        journal.append(&event(10)).expect("append");
+        journal.commit().expect("commit");
+        drop(journal);
+
+        let torn = Some(TornTail { line: 3, bytes: 20 });
+        assert_eq!(seen.torn_tail, torn);
+        assert_eq!(opened.torn_tail, torn);
+        assert_eq!(opened.records, vec![event(0), event(1)]);
+        let after: Replay<StepEvent> = Journal::read(&path).expect("read after");
+        assert_eq!(after.records, vec![event(0), event(1), event(10)]);
+        assert_eq!(after.torn_tail, None);
+        let content = fs::read(&path).expect("file");
+        assert_eq!(content.last(), Some(&b'\n'));
+        assert_eq!(&content[..last_line_start], &bytes[..last_line_start]);
+    }
+
+    #[test]
+    fn complete_last_line_with_a_bad_checksum_is_a_torn_tail() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = journal_with(dir.path(), 2);
+        let mut bytes = fs::read(&path).expect("read file");
+        let at = bytes.len() - 5;
+        bytes[at] ^= 0x01;
+        fs::write(&path, &bytes).expect("damage last line");
+
+        let (_journal, opened) = Journal::open::<StepEvent>(&path).expect("open");
+
+        assert_eq!(opened.records, vec![event(0)]);
+        assert_eq!(opened.torn_tail.map(|t| t.line), Some(2));
+        assert_eq!(
+            fs::read(&path).expect("file"),
+            bytes[..line_starts(&bytes)[1]]
+        );
+    }
+
+    #[test]
+    fn flipped_byte_in_a_middle_record_is_corruption_naming_the_line() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = journal_with(dir.path(), 3);
+        let mut bytes = fs::read(&path).expect("read file");
+        let second = &bytes[line_starts(&bytes)[1]..];
+        // Inside the event's "play/maze-1": still valid JSON, wrong checksum.
+        let at = line_starts(&bytes)[1]
+            + second
+                .windows(4)
+                .position(|w| w == b"maze")
+                .expect("step name");
+        bytes[at] = b'M';
+        fs::write(&path, &bytes).expect("flip a byte");
+
+        let opened = Journal::open::<StepEvent>(&path).expect_err("corrupt");
+        let read = Journal::read::<StepEvent>(&path).expect_err("corrupt");
+
+        for error in [&opened, &read] {
+            assert!(
+                matches!(
+                    error,
+                    JournalError::Corrupt {
+                        line: 2,
+                        problem: Corruption::ChecksumMismatch,
+                        ..
+                    }
+                ),
+                "{error:?}"
+            );
+        }
+        let message = opened.to_string();
+        assert!(message.contains(&path.display().to_string()), "{message}");
+        assert!(message.contains("line 2 (checksum mismatch)"), "{message}");
+        assert!(message.contains("was not modified"), "{message}");
+        assert!(message.contains("--new"), "{message}");
+        assert_eq!(fs::read(&path).expect("file"), bytes, "file unchanged");
+    }
+
+    #[test]
+    fn garbage_line_before_the_last_is_corruption_even_when_the_tail_is_torn() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = journal_with(dir.path(), 1);
+        let mut bytes = fs::read(&path).expect("read file");
+        bytes.extend_from_slice(b"not json\n{\"format\":1,\"crc");
+        fs::write(&path, &bytes).expect("append garbage");
+
+        let error = Journal::open::<Value>(&path).expect_err("corrupt");
+
+        assert!(
+            matches!(
+                error,
+                JournalError::Corrupt {
+                    line: 2,
+                    problem: Corruption::Unparsable,
+                    ..
+                }
+            ),
+            "{error:?}"
+        );
+        assert_eq!(fs::read(&path).expect("file"), bytes, "file unchanged");
+    }
+
+    #[test]
+    fn unknown_format_version_is_refused() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = journal_with(dir.path(), 2);
+        let bytes = fs::read(&path).expect("read file");
+        let newer = String::from_utf8(bytes.clone()).expect("utf8").replacen(
+            "{\"format\":1,",
+            "{\"format\":2,",
+            1,
+        );
+        fs::write(&path, &newer).expect("write newer");
+
+        let error = Journal::open::<Value>(&path).expect_err("unsupported");
+
+        assert!(
+            matches!(
+                error,
+                JournalError::UnsupportedVersion {
+                    line: 1,
+                    found: 2,
+                    supported: 1,
+                    ..
+                }
+            ),
+            "{error:?}"
+        );
+        let message = error.to_string();
+        assert!(message.contains("format version 2"), "{message}");
+        assert!(message.contains("reads version 1"), "{message}");
+        assert_eq!(fs::read(&path).expect("file"), newer.as_bytes());
+    }
+
+    #[test]
+    fn oversize_record_is_refused_and_nothing_is_written() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = journal_with(dir.path(), 1);
+        let before = fs::read(&path).expect("file");
+        let mut journal = Journal::open::<Value>(&path).expect("open").0;
+
+        let error = journal
+            .append(&json!({ "blob": "x".repeat(MAX_RECORD_BYTES) }))
+            .expect_err("too large");
+        journal.append(&event(1)).expect("later append");
+        drop(journal);
+
+        assert!(
+            matches!(error, JournalError::RecordTooLarge { limit, .. } if limit == MAX_RECORD_BYTES),
+            "{error:?}"
+        );
+        assert!(error.to_string().contains("exceeds the limit"), "{error}");
+        let after: Replay<StepEvent> = Journal::read(&path).expect("read");
+        assert_eq!(after.records, vec![event(0), event(1)]);
+        assert!(fs::read(&path).expect("file").starts_with(&before));
+    }
+
+    #[test]
+    fn oversize_line_on_disk_is_corruption_not_an_allocation() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = journal_with(dir.path(), 1);
+        let mut bytes = fs::read(&path).expect("file");
+        bytes.extend(std::iter::repeat_n(b'x', MAX_RECORD_BYTES * 2));
+        bytes.push(b'\n');
+        bytes.extend_from_slice(&fs::read(&path).expect("file"));
+        fs::write(&path, &bytes).expect("write");
+
+        let error = Journal::read::<Value>(&path).expect_err("corrupt");
+
+        assert!(
+            matches!(
+                error,
+                JournalError::Corrupt {
+                    line: 2,
+                    problem: Corruption::TooLong,
+                    ..
+                }
+            ),
+            "{error:?}"
+        );
+    }
+
+    #[test]
+    fn durable_record_is_readable_by_another_reader_at_once() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = journal_with(dir.path(), 1);
+        let (mut journal, _) = Journal::open::<Value>(&path).expect("open");
+
+        journal
+            .append_durable(&json!({"idempotency_key": "k-123", "step": "register"}))
+            .expect("append durable");
+        let seen: Replay<Value> = Journal::read(&path).expect("read while open");
+
+        assert_eq!(seen.records.len(), 2);
+        assert_eq!(seen.records[1]["idempotency_key"], json!("k-123"));
+        journal.commit().expect("nothing pending");
+    }
+
+    #[test]
+    fn intact_record_of_an_unexpected_shape_is_named() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("journal.jsonl");
+        let mut journal = Journal::create(&path).expect("create");
+        journal
+            .append(&json!({"something": "else"}))
+            .expect("append");
+        drop(journal);
+
+        let error = Journal::read::<StepEvent>(&path).expect_err("wrong shape");
+
+        assert!(
+            matches!(error, JournalError::UnexpectedEvent { line: 1, .. }),
+            "{error:?}"
+        );
+    }
+
+    #[test]
+    fn empty_journal_has_no_records() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("journal.jsonl");
+        drop(Journal::create(&path).expect("create"));
+
+        let (_journal, replay) = Journal::open::<Value>(&path).expect("open");
+
+        assert_eq!(
+            replay,
+            Replay {
+                records: vec![],
+                torn_tail: None
+            }
+        );
+    }
+}
