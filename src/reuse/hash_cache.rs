@@ -1,0 +1,408 @@
+//! Content hashes of input files, cached by stat like git's index.
+
+use std::collections::BTreeMap;
+use std::fs::{self, Metadata};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use super::error::{ReuseError, io_error};
+use super::key::is_sha256_hex;
+use super::paths::{check_rel_path, join_rel};
+use super::write::{hash_file, write_atomically};
+
+/// How much older than the moment it was hashed a file's mtime must be for
+/// its cached hash to be trusted.
+///
+/// A write in the same timestamp tick as the hash leaves size and mtime as
+/// recorded, so a file whose mtime is that close to the hash is "racily
+/// clean" and is read again. Two seconds covers the coarsest common
+/// timestamps (FAT) and small clock steps; the reference is the moment the
+/// file was stat'ed for hashing, which is never later than the moment the
+/// cache was written, so this is at least as strict as git's rule.
+pub const RACY_MARGIN: Duration = Duration::from_secs(2);
+
+const CACHE_FILE: &str = "hash-cache.json";
+const CACHE_FORMAT: u32 = 1;
+
+/// sha256 of file contents, cached by (repo-relative path, size, mtime in ns,
+/// inode) and persisted as `<state>/hash-cache.json`, so an unchanged tree is
+/// not re-read. The content hash is what counts: a touched file is read again
+/// and gives the same hash.
+///
+/// Paths given to [`Self::hash`] are trusted to come from
+/// [`crate::reuse::expand_inputs`], which keeps them inside the repo.
+#[derive(Debug)]
+pub struct FileHashCache {
+    file: PathBuf,
+    entries: BTreeMap<String, CachedHash>,
+    files_read: u64,
+    changed: bool,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct CacheFile {
+    format: u32,
+    entries: BTreeMap<String, CachedHash>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Stat {
+    size: u64,
+    mtime_ns: i64,
+    inode: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct CachedHash {
+    stat: Stat,
+    /// When the file was stat'ed before hashing: the racily-clean reference.
+    hashed_at_ns: i64,
+    sha256: String,
+}
+
+impl CachedHash {
+    fn is_trusted_for(&self, stat: &Stat) -> bool {
+        let margin = i64::try_from(RACY_MARGIN.as_nanos()).unwrap_or(i64::MAX);
+        self.stat == *stat && self.stat.mtime_ns < self.hashed_at_ns.saturating_sub(margin)
+    }
+}
+
+impl FileHashCache {
+    /// The cache persisted under `state_dir`; empty when there is none or it
+    /// cannot be read or parsed (it is only a cache, so that is never an error).
+    pub fn load(state_dir: &Path) -> Self {
+        let file = state_dir.join(CACHE_FILE);
+        let entries = read_entries(&file);
+        Self {
+            file,
+            entries,
+            files_read: 0,
+            changed: false,
+        }
+    }
+
+    /// Lowercase sha256 hex of the content of `root/rel_path`, read only when
+    /// the cached entry cannot be trusted.
+    pub fn hash(&mut self, root: &Path, rel_path: &str) -> Result<String, ReuseError> {
+        check_rel_path(rel_path)?;
+        let path = join_rel(root, rel_path);
+        // Taken before the stat: any write after this moment gets an mtime
+        // no older than this minus the timestamp granularity.
+        let started = now_ns();
+        let metadata = fs::metadata(&path).map_err(io_error("read metadata of", &path))?;
+        if !metadata.is_file() {
+            return Err(io_error("hash", &path)(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not a regular file",
+            )));
+        }
+        let stat = stat_of(&metadata);
+        if let (Some(stat), Some(entry)) = (&stat, self.entries.get(rel_path))
+            && entry.is_trusted_for(stat)
+        {
+            return Ok(entry.sha256.clone());
+        }
+        let (size, sha256) = hash_file(&path).map_err(io_error("read", &path))?;
+        self.files_read += 1;
+        self.changed = true;
+        match stat {
+            // A size differing from the stat means the file changed while it
+            // was read: the hash is right for this read but belongs to no stat.
+            Some(stat) if stat.size == size => {
+                self.entries.insert(
+                    rel_path.to_owned(),
+                    CachedHash {
+                        stat,
+                        hashed_at_ns: started,
+                        sha256: sha256.clone(),
+                    },
+                );
+            }
+            _ => {
+                self.entries.remove(rel_path);
+            }
+        }
+        Ok(sha256)
+    }
+
+    /// [`Self::hash`] of each path, as the `inputs` map of a [`crate::reuse::ReuseKey`].
+    pub fn hash_all<S: AsRef<str>>(
+        &mut self,
+        root: &Path,
+        paths: &[S],
+    ) -> Result<BTreeMap<String, String>, ReuseError> {
+        paths
+            .iter()
+            .map(|rel| {
+                let rel = rel.as_ref();
+                Ok((rel.to_owned(), self.hash(root, rel)?))
+            })
+            .collect()
+    }
+
+    /// Writes the cache atomically, merged with entries another process saved
+    /// meanwhile (ours win for the same path). Does nothing when no file was
+    /// read since loading. A failure here loses only speed, never correctness.
+    pub fn save(&self) -> Result<(), ReuseError> {
+        if !self.changed {
+            return Ok(());
+        }
+        let mut entries = read_entries(&self.file);
+        entries.extend(
+            self.entries
+                .iter()
+                .map(|(path, entry)| (path.clone(), entry.clone())),
+        );
+        let document = CacheFile {
+            format: CACHE_FORMAT,
+            entries,
+        };
+        let bytes = serde_json::to_vec(&document).map_err(|error| {
+            io_error("encode", &self.file)(io::Error::new(io::ErrorKind::InvalidData, error))
+        })?;
+        write_atomically(&self.file, &bytes)
+    }
+
+    /// How many files this cache has read (hashed) since it was loaded; the
+    /// rest came from the cache.
+    pub fn files_read(&self) -> u64 {
+        self.files_read
+    }
+}
+
+fn read_entries(file: &Path) -> BTreeMap<String, CachedHash> {
+    let Ok(bytes) = fs::read(file) else {
+        return BTreeMap::new();
+    };
+    let Ok(document) = serde_json::from_slice::<CacheFile>(&bytes) else {
+        return BTreeMap::new();
+    };
+    if document.format != CACHE_FORMAT {
+        return BTreeMap::new();
+    }
+    let now = now_ns();
+    document
+        .entries
+        .into_iter()
+        // A hash time in the future (clock stepped back) would make racy
+        // entries look safe, and a bad path or hash is someone else's file.
+        .filter(|(path, entry)| {
+            check_rel_path(path).is_ok()
+                && is_sha256_hex(&entry.sha256)
+                && entry.hashed_at_ns <= now
+        })
+        .collect()
+}
+
+fn stat_of(metadata: &Metadata) -> Option<Stat> {
+    let mtime_ns = nanos_since_epoch(metadata.modified().ok()?);
+    #[cfg(unix)]
+    let inode = std::os::unix::fs::MetadataExt::ino(metadata);
+    #[cfg(not(unix))]
+    let inode = 0;
+    Some(Stat {
+        size: metadata.len(),
+        mtime_ns,
+        inode,
+    })
+}
+
+fn now_ns() -> i64 {
+    nanos_since_epoch(SystemTime::now())
+}
+
+fn nanos_since_epoch(time: SystemTime) -> i64 {
+    match time.duration_since(UNIX_EPOCH) {
+        Ok(after) => i64::try_from(after.as_nanos()).unwrap_or(i64::MAX),
+        Err(before) => i64::try_from(before.duration().as_nanos()).map_or(i64::MIN, |ns| -ns),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reuse::key::sha256_hex;
+    use std::fs::OpenOptions;
+    use std::io::Write as _;
+
+    struct Fixture {
+        root: tempfile::TempDir,
+        state: tempfile::TempDir,
+    }
+
+    fn fixture() -> Fixture {
+        Fixture {
+            root: tempfile::tempdir().expect("root"),
+            state: tempfile::tempdir().expect("state"),
+        }
+    }
+
+    fn an_hour_ago() -> SystemTime {
+        SystemTime::now() - Duration::from_secs(3600)
+    }
+
+    fn set_mtime(path: &Path, time: SystemTime) {
+        OpenOptions::new()
+            .write(true)
+            .open(path)
+            .expect("open for times")
+            .set_modified(time)
+            .expect("set mtime");
+    }
+
+    /// Writes `content` with an mtime safely in the past, so it is not racy.
+    fn write_old(path: &Path, content: &[u8], mtime: SystemTime) {
+        fs::write(path, content).expect("write");
+        set_mtime(path, mtime);
+    }
+
+    #[test]
+    fn unchanged_file_is_not_read_again_even_after_reload() {
+        let f = fixture();
+        let file = f.root.path().join("a.txt");
+        let old = an_hour_ago();
+        write_old(&file, b"aaaa", old);
+
+        let mut cache = FileHashCache::load(f.state.path());
+        let first = cache.hash(f.root.path(), "a.txt").expect("hash");
+        assert_eq!(first, sha256_hex(b"aaaa"));
+        assert_eq!(cache.hash(f.root.path(), "a.txt").expect("hash"), first);
+        assert_eq!(cache.files_read(), 1);
+        cache.save().expect("save");
+
+        let mut reloaded = FileHashCache::load(f.state.path());
+        assert_eq!(reloaded.hash(f.root.path(), "a.txt").expect("hash"), first);
+        assert_eq!(reloaded.files_read(), 0);
+
+        // Same inode, same size, same mtime, other bytes: only a cache that
+        // never opened the file answers with the old hash. (This is why
+        // the stat must be trusted only when not racy.)
+        let mut handle = OpenOptions::new().write(true).open(&file).expect("open");
+        handle.write_all(b"bbbb").expect("overwrite in place");
+        handle.set_modified(old).expect("restore mtime");
+        drop(handle);
+        assert_eq!(reloaded.hash(f.root.path(), "a.txt").expect("hash"), first);
+        assert_eq!(reloaded.files_read(), 0);
+    }
+
+    #[test]
+    fn touched_file_is_read_again_and_keeps_its_hash() {
+        let f = fixture();
+        let file = f.root.path().join("a.txt");
+        write_old(&file, b"content", an_hour_ago());
+        let mut cache = FileHashCache::load(f.state.path());
+        let before = cache.hash(f.root.path(), "a.txt").expect("hash");
+
+        set_mtime(&file, an_hour_ago() + Duration::from_secs(60));
+        let after = cache.hash(f.root.path(), "a.txt").expect("hash");
+        assert_eq!(after, before);
+        assert_eq!(cache.files_read(), 2);
+    }
+
+    #[test]
+    fn changed_content_with_new_mtime_gives_new_hash() {
+        let f = fixture();
+        let file = f.root.path().join("a.txt");
+        write_old(&file, b"one", an_hour_ago());
+        let mut cache = FileHashCache::load(f.state.path());
+        let before = cache.hash(f.root.path(), "a.txt").expect("hash");
+        write_old(&file, b"two", an_hour_ago() + Duration::from_secs(1));
+        let after = cache.hash(f.root.path(), "a.txt").expect("hash");
+        assert_ne!(after, before);
+        assert_eq!(after, sha256_hex(b"two"));
+    }
+
+    #[test]
+    fn racily_clean_file_is_read_again() {
+        let f = fixture();
+        let file = f.root.path().join("fresh.txt");
+        fs::write(&file, b"just written").expect("write");
+
+        let mut cache = FileHashCache::load(f.state.path());
+        let hash = cache.hash(f.root.path(), "fresh.txt").expect("hash");
+        assert_eq!(cache.hash(f.root.path(), "fresh.txt").expect("hash"), hash);
+        assert_eq!(
+            cache.files_read(),
+            2,
+            "an mtime as new as the hash is not trusted"
+        );
+        cache.save().expect("save");
+
+        let mut reloaded = FileHashCache::load(f.state.path());
+        reloaded.hash(f.root.path(), "fresh.txt").expect("hash");
+        assert_eq!(reloaded.files_read(), 1, "nor after a reload");
+
+        // Once the file is old enough relative to its hash, it is trusted.
+        set_mtime(&file, an_hour_ago());
+        reloaded.hash(f.root.path(), "fresh.txt").expect("hash");
+        reloaded.hash(f.root.path(), "fresh.txt").expect("hash");
+        assert_eq!(reloaded.files_read(), 2);
+    }
+
+    #[test]
+    fn corrupt_or_foreign_cache_file_is_an_empty_cache() {
+        let f = fixture();
+        write_old(&f.root.path().join("a.txt"), b"a", an_hour_ago());
+        let cache_file = f.state.path().join(CACHE_FILE);
+        for garbage in [
+            &b"{not json"[..],
+            b"",
+            b"{\"format\":99,\"entries\":{}}",
+            b"{\"format\":1,\"entries\":{\"../x\":{\"stat\":{\"size\":1,\"mtime_ns\":0,\"inode\":0},\"hashed_at_ns\":9,\"sha256\":\"zz\"}}}",
+        ] {
+            fs::write(&cache_file, garbage).expect("write garbage");
+            let mut cache = FileHashCache::load(f.state.path());
+            assert_eq!(
+                cache.hash(f.root.path(), "a.txt").expect("hash"),
+                sha256_hex(b"a")
+            );
+            assert_eq!(cache.files_read(), 1);
+            cache.save().expect("save replaces the garbage");
+            let mut reloaded = FileHashCache::load(f.state.path());
+            reloaded.hash(f.root.path(), "a.txt").expect("hash");
+            assert_eq!(reloaded.files_read(), 0);
+        }
+    }
+
+    #[test]
+    fn saves_from_two_processes_merge() {
+        let f = fixture();
+        write_old(&f.root.path().join("a.txt"), b"a", an_hour_ago());
+        write_old(&f.root.path().join("b.txt"), b"b", an_hour_ago());
+        let mut first = FileHashCache::load(f.state.path());
+        let mut second = FileHashCache::load(f.state.path());
+        first.hash(f.root.path(), "a.txt").expect("hash");
+        second.hash(f.root.path(), "b.txt").expect("hash");
+        first.save().expect("save");
+        second.save().expect("save");
+        let mut reloaded = FileHashCache::load(f.state.path());
+        let all = reloaded
+            .hash_all(f.root.path(), &["a.txt", "b.txt"])
+            .expect("hash all");
+        assert_eq!(all["a.txt"], sha256_hex(b"a"));
+        assert_eq!(all["b.txt"], sha256_hex(b"b"));
+        assert_eq!(reloaded.files_read(), 0);
+    }
+
+    #[test]
+    fn missing_file_and_bad_path_are_errors_naming_the_path() {
+        let f = fixture();
+        let mut cache = FileHashCache::load(f.state.path());
+        let error = cache.hash(f.root.path(), "gone.txt").expect_err("missing");
+        assert!(error.to_string().contains("gone.txt"), "{error}");
+        let error = cache.hash(f.root.path(), "../x").expect_err("escape");
+        assert!(matches!(error, ReuseError::BadRelativePath { .. }));
+        fs::create_dir(f.root.path().join("dir")).expect("mkdir");
+        assert!(cache.hash(f.root.path(), "dir").is_err());
+    }
+
+    #[test]
+    fn save_without_reads_writes_nothing() {
+        let f = fixture();
+        FileHashCache::load(f.state.path()).save().expect("save");
+        assert!(!f.state.path().join(CACHE_FILE).exists());
+    }
+}

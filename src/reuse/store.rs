@@ -1,0 +1,812 @@
+//! The result store: outputs of succeeded steps, by reuse key digest.
+
+use std::collections::BTreeSet;
+use std::fs::{self, OpenOptions};
+use std::io::{self, Write as _};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::error::{ReuseError, io_error};
+use super::key::{ReuseKey, is_sha256_hex, sha256_hex};
+use super::paths::{canonical_root, check_rel_path, join_rel, resolve_inside};
+use super::write::{copy_hashing, hash_file, sync_dir, unique_suffix, write_atomically};
+
+const ENTRY_FORMAT: u32 = 1;
+const KEY_FILE: &str = "key.json";
+const ENTRY_FILE: &str = "entry.json";
+const OUTPUTS_DIR: &str = "outputs";
+const LAST_DIR: &str = "last";
+const TEMP_PREFIX: &str = ".tmp-";
+/// How often `put` retries publishing when a damaged entry is in the way.
+const PUBLISH_ATTEMPTS: usize = 3;
+
+/// Stored results under `<state>/store/`:
+///
+/// ```text
+/// store/<k[0:2]>/<key>/key.json     the canonical ReuseKey (what was hashed)
+/// store/<k[0:2]>/<key>/outputs/…    copies of the declared outputs, by repo path
+/// store/<k[0:2]>/<key>/entry.json   outputs with size + sha256, caller metadata; written last
+/// store/last/<sha256(step)>.json    the last key seen per step, for "why not reused"
+/// store/.tmp-…                      entries being built; renamed into place whole
+/// ```
+///
+/// Safe to share between threads and between gameplan processes: every write
+/// is temp + rename, and readers never see a partial entry.
+#[derive(Debug, Clone)]
+pub struct Store {
+    dir: PathBuf,
+}
+
+/// A stored result, as recorded in `entry.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Entry {
+    /// The layout version of `entry.json`.
+    pub format: u32,
+    /// The digest of the [`ReuseKey`] this result belongs to.
+    pub key: String,
+    /// The stored output files, sorted by path.
+    pub outputs: Vec<StoredOutput>,
+    /// What the caller stored beside the outputs (e.g. the step's summary).
+    pub meta: Value,
+}
+
+/// One stored output file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredOutput {
+    /// Repo-relative, `/`-separated.
+    pub path: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// Lowercase sha256 hex of the content.
+    pub sha256: String,
+}
+
+#[derive(Serialize, Deserialize)]
+struct LastKey {
+    step: String,
+    key: ReuseKey,
+}
+
+impl Store {
+    /// The store under `state_dir`. Nothing is touched on disk until a write.
+    pub fn open(state_dir: &Path) -> Self {
+        Self {
+            dir: state_dir.join("store"),
+        }
+    }
+
+    /// Where the entry for `digest` lives (whether or not it exists).
+    pub fn entry_dir(&self, digest: &str) -> PathBuf {
+        let shard = digest.get(..2).unwrap_or("__");
+        self.dir.join(shard).join(digest)
+    }
+
+    /// Stores the `outputs` (repo-relative file paths under `root`) of a step
+    /// that succeeded, under `key`, with the caller's `meta`.
+    ///
+    /// Call only after the step succeeded. A declared output that does not
+    /// exist refuses the whole entry. When an intact entry for the key exists
+    /// already (stored earlier or by a concurrent run that won the race), it
+    /// is kept and returned and this copy is discarded.
+    pub fn put<S: AsRef<str>>(
+        &self,
+        key: &ReuseKey,
+        root: &Path,
+        outputs: &[S],
+        meta: Value,
+    ) -> Result<Entry, ReuseError> {
+        let digest = key.digest();
+        let outputs: BTreeSet<&str> = outputs.iter().map(AsRef::as_ref).collect();
+        let canonical_root = canonical_root(root)?;
+        for output in &outputs {
+            check_rel_path(output)?;
+            match resolve_inside(&canonical_root, &join_rel(root, output), output)? {
+                None => {
+                    return Err(ReuseError::MissingOutput {
+                        path: (*output).to_owned(),
+                    });
+                }
+                Some(real) if !real.is_file() => {
+                    return Err(ReuseError::OutputNotAFile {
+                        path: (*output).to_owned(),
+                    });
+                }
+                Some(_) => {}
+            }
+        }
+        if let Some(existing) = self.lookup(&digest) {
+            return Ok(existing);
+        }
+
+        fs::create_dir_all(&self.dir).map_err(io_error("create the store", &self.dir))?;
+        let temp = self.dir.join(format!("{TEMP_PREFIX}{}", unique_suffix()));
+        fs::create_dir(&temp).map_err(io_error("create", &temp))?;
+        let built = build_entry(&temp, key, &digest, root, &outputs, meta);
+        let entry = match built {
+            Ok(entry) => entry,
+            Err(error) => {
+                let _ = fs::remove_dir_all(&temp);
+                return Err(error);
+            }
+        };
+        let published = self.publish(&temp, &digest, entry);
+        if temp.exists() {
+            let _ = fs::remove_dir_all(&temp);
+        }
+        published
+    }
+
+    /// Renames the finished `temp` entry into place, or yields to an intact
+    /// entry that got there first.
+    fn publish(&self, temp: &Path, digest: &str, entry: Entry) -> Result<Entry, ReuseError> {
+        let final_dir = self.entry_dir(digest);
+        let shard = final_dir.parent().unwrap_or(&self.dir);
+        fs::create_dir_all(shard).map_err(io_error("create", shard))?;
+        for _ in 0..PUBLISH_ATTEMPTS {
+            match fs::rename(temp, &final_dir) {
+                Ok(()) => {
+                    sync_dir(shard)?;
+                    return Ok(entry);
+                }
+                Err(error) if fs::symlink_metadata(&final_dir).is_err() => {
+                    return Err(io_error("move into place", &final_dir)(error));
+                }
+                Err(_) => {}
+            }
+            if let Some(theirs) = self.lookup(digest) {
+                return Ok(theirs);
+            }
+            // A damaged entry (an output deleted, a crash on a filesystem
+            // without ordered renames) is in the way: set it aside and retry.
+            let trash = self
+                .dir
+                .join(format!("{TEMP_PREFIX}trash-{}", unique_suffix()));
+            match fs::rename(&final_dir, &trash) {
+                Ok(()) => {
+                    let _ = fs::remove_dir_all(&trash);
+                }
+                // Someone else set it aside first.
+                Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+                Err(error) => return Err(io_error("replace the damaged entry", &final_dir)(error)),
+            }
+        }
+        self.lookup(digest).ok_or_else(|| {
+            io_error("move into place", &final_dir)(io::Error::other(
+                "other runs kept replacing this entry; run again",
+            ))
+        })
+    }
+
+    /// The intact entry for `digest`: `entry.json` parses and every stored
+    /// output is present with its recorded size. Anything less is a miss.
+    pub fn lookup(&self, digest: &str) -> Option<Entry> {
+        if !is_sha256_hex(digest) {
+            return None;
+        }
+        let dir = self.entry_dir(digest);
+        let bytes = fs::read(dir.join(ENTRY_FILE)).ok()?;
+        let entry: Entry = serde_json::from_slice(&bytes).ok()?;
+        if entry.format != ENTRY_FORMAT || entry.key != digest {
+            return None;
+        }
+        let outputs = dir.join(OUTPUTS_DIR);
+        for output in &entry.outputs {
+            check_rel_path(&output.path).ok()?;
+            if !is_sha256_hex(&output.sha256) {
+                return None;
+            }
+            let metadata = fs::symlink_metadata(join_rel(&outputs, &output.path)).ok()?;
+            if !metadata.is_file() || metadata.len() != output.size {
+                return None;
+            }
+        }
+        Some(entry)
+    }
+
+    /// The key a stored entry was made from (its `key.json`), if intact.
+    pub fn stored_key(&self, digest: &str) -> Option<ReuseKey> {
+        if !is_sha256_hex(digest) {
+            return None;
+        }
+        let bytes = fs::read(self.entry_dir(digest).join(KEY_FILE)).ok()?;
+        let key: ReuseKey = serde_json::from_slice(&bytes).ok()?;
+        (key.digest() == digest).then_some(key)
+    }
+
+    /// Copies the entry's outputs back into the working tree under `root`.
+    ///
+    /// Files that already have the recorded content are left alone; others
+    /// are replaced whole (temp + rename), so a reader never sees half a
+    /// file. Parent directories are created, but never through a symlink
+    /// leading outside `root`. A stored file whose content no longer matches
+    /// its record is refused rather than restored.
+    pub fn restore(&self, entry: &Entry, root: &Path) -> Result<(), ReuseError> {
+        let entry_dir = self.entry_dir(&entry.key);
+        let shown_entry = entry_dir.display().to_string();
+        if !is_sha256_hex(&entry.key) {
+            return Err(ReuseError::StoreCorrupt {
+                path: ENTRY_FILE.to_owned(),
+                entry: shown_entry,
+            });
+        }
+        let canonical_root = canonical_root(root)?;
+        let outputs_dir = entry_dir.join(OUTPUTS_DIR);
+        let mut touched_dirs = BTreeSet::new();
+        for output in &entry.outputs {
+            check_rel_path(&output.path)?;
+            let target = join_rel(root, &output.path);
+            let parent = target.parent().unwrap_or(root);
+            // Checked first, so not even a comparison reads outside the root.
+            create_dir_inside(&canonical_root, root, parent)?;
+            if already_restored(&target, output)? {
+                continue;
+            }
+            let name = target
+                .file_name()
+                .map_or_else(String::new, |name| name.to_string_lossy().into_owned());
+            let temp = parent.join(format!(".{name}.gameplan-tmp-{}", unique_suffix()));
+            let stored = join_rel(&outputs_dir, &output.path);
+            let copied = copy_hashing(&stored, &temp).and_then(|(size, sha256)| {
+                if size == output.size && sha256 == output.sha256 {
+                    fs::rename(&temp, &target).map_err(io_error("replace", &target))
+                } else {
+                    Err(ReuseError::StoreCorrupt {
+                        path: output.path.clone(),
+                        entry: shown_entry.clone(),
+                    })
+                }
+            });
+            if copied.is_err() {
+                let _ = fs::remove_file(&temp);
+            }
+            copied?;
+            touched_dirs.insert(parent.to_path_buf());
+        }
+        for dir in touched_dirs {
+            sync_dir(&dir)?;
+        }
+        Ok(())
+    }
+
+    /// Remembers `key` as the latest key of the step named `step_ident`, so a
+    /// later run can say why that step is not reused.
+    pub fn record_last(&self, step_ident: &str, key: &ReuseKey) -> Result<(), ReuseError> {
+        let path = self.last_path(step_ident);
+        let record = LastKey {
+            step: step_ident.to_owned(),
+            key: key.clone(),
+        };
+        let bytes = serde_json::to_vec_pretty(&record).map_err(|error| {
+            io_error("encode", &path)(io::Error::new(io::ErrorKind::InvalidData, error))
+        })?;
+        write_atomically(&path, &bytes)
+    }
+
+    /// The key last recorded for `step_ident`, if any and readable.
+    pub fn last(&self, step_ident: &str) -> Option<ReuseKey> {
+        let bytes = fs::read(self.last_path(step_ident)).ok()?;
+        let record: LastKey = serde_json::from_slice(&bytes).ok()?;
+        (record.step == step_ident).then_some(record.key)
+    }
+
+    /// Removes temporary entries older than `older_than`, left behind by runs
+    /// that were killed while storing; returns how many were removed. Best
+    /// effort: what cannot be removed stays for a later sweep.
+    pub fn remove_stale_temp_dirs(&self, older_than: Duration) -> usize {
+        let Ok(listing) = fs::read_dir(&self.dir) else {
+            return 0;
+        };
+        let now = SystemTime::now();
+        let mut removed = 0;
+        for item in listing.filter_map(Result::ok) {
+            if !item.file_name().to_string_lossy().starts_with(TEMP_PREFIX) {
+                continue;
+            }
+            let old_enough = item
+                .metadata()
+                .and_then(|metadata| metadata.modified())
+                .is_ok_and(|modified| {
+                    now.duration_since(modified)
+                        .is_ok_and(|age| age >= older_than)
+                });
+            if old_enough && fs::remove_dir_all(item.path()).is_ok() {
+                removed += 1;
+            }
+        }
+        removed
+    }
+
+    fn last_path(&self, step_ident: &str) -> PathBuf {
+        // Hashed so any step id (with `/`, `:` or matrix values) is a safe name.
+        self.dir
+            .join(LAST_DIR)
+            .join(format!("{}.json", sha256_hex(step_ident.as_bytes())))
+    }
+}
+
+/// Fills the temporary entry directory: `key.json`, the outputs, then
+/// `entry.json` last.
+fn build_entry(
+    temp: &Path,
+    key: &ReuseKey,
+    digest: &str,
+    root: &Path,
+    outputs: &BTreeSet<&str>,
+    meta: Value,
+) -> Result<Entry, ReuseError> {
+    write_new_synced(&temp.join(KEY_FILE), key.canonical_json().as_bytes())?;
+    let outputs_dir = temp.join(OUTPUTS_DIR);
+    fs::create_dir(&outputs_dir).map_err(io_error("create", &outputs_dir))?;
+    let mut stored = Vec::with_capacity(outputs.len());
+    for output in outputs {
+        let copy = join_rel(&outputs_dir, output);
+        if let Some(parent) = copy.parent() {
+            fs::create_dir_all(parent).map_err(io_error("create", parent))?;
+        }
+        let (size, sha256) = copy_hashing(&join_rel(root, output), &copy)?;
+        stored.push(StoredOutput {
+            path: (*output).to_owned(),
+            size,
+            sha256,
+        });
+    }
+    let entry = Entry {
+        format: ENTRY_FORMAT,
+        key: digest.to_owned(),
+        outputs: stored,
+        meta,
+    };
+    let entry_path = temp.join(ENTRY_FILE);
+    let bytes = serde_json::to_vec_pretty(&entry).map_err(|error| {
+        io_error("encode", &entry_path)(io::Error::new(io::ErrorKind::InvalidData, error))
+    })?;
+    write_new_synced(&entry_path, &bytes)?;
+    sync_dir(temp)?;
+    Ok(entry)
+}
+
+fn write_new_synced(path: &Path, bytes: &[u8]) -> Result<(), ReuseError> {
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .map_err(io_error("create", path))?;
+    file.write_all(bytes).map_err(io_error("write", path))?;
+    file.sync_all().map_err(io_error("sync", path))
+}
+
+/// Whether `target` is a regular file with exactly the recorded content.
+fn already_restored(target: &Path, output: &StoredOutput) -> Result<bool, ReuseError> {
+    match fs::symlink_metadata(target) {
+        Ok(metadata) if metadata.is_dir() => Err(ReuseError::RestoreBlocked {
+            path: output.path.clone(),
+        }),
+        Ok(metadata) if metadata.is_file() && metadata.len() == output.size => {
+            Ok(hash_file(target).is_ok_and(|(_, sha256)| sha256 == output.sha256))
+        }
+        // A symlink or a different file is replaced by the rename, not written through.
+        Ok(_) => Ok(false),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(error) => Err(io_error("read metadata of", target)(error)),
+    }
+}
+
+/// Creates `dir` (under `root`) after checking that its deepest existing
+/// ancestor resolves inside the root, so no directory is created through a
+/// symlink leading out of the repo.
+fn create_dir_inside(canonical_root: &Path, root: &Path, dir: &Path) -> Result<(), ReuseError> {
+    let mut existing = dir;
+    while fs::symlink_metadata(existing).is_err() {
+        match existing.parent() {
+            Some(parent) if parent.starts_with(root) => existing = parent,
+            _ => break,
+        }
+    }
+    let shown = existing
+        .strip_prefix(root)
+        .unwrap_or(existing)
+        .display()
+        .to_string();
+    match resolve_inside(canonical_root, existing, &shown)? {
+        Some(real) if real.is_dir() => {}
+        _ => return Err(ReuseError::RestoreBlocked { path: shown }),
+    }
+    fs::create_dir_all(dir).map_err(io_error("create", dir))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reuse::why_not_reused;
+    use serde_json::json;
+    use std::sync::{Arc, Barrier};
+    use std::thread;
+
+    struct Fixture {
+        root: tempfile::TempDir,
+        state: tempfile::TempDir,
+        store: Store,
+    }
+
+    fn fixture(files: &[(&str, &str)]) -> Fixture {
+        let root = tempfile::tempdir().expect("root");
+        let state = tempfile::tempdir().expect("state");
+        for (path, content) in files {
+            write_file(root.path(), path, content);
+        }
+        let store = Store::open(state.path());
+        Fixture { root, state, store }
+    }
+
+    fn write_file(root: &Path, rel: &str, content: &str) {
+        let path = join_rel(root, rel);
+        fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        fs::write(path, content).expect("write");
+    }
+
+    fn read(root: &Path, rel: &str) -> String {
+        fs::read_to_string(join_rel(root, rel)).expect("read")
+    }
+
+    fn key(run: &str) -> ReuseKey {
+        let mut key = ReuseKey::new("command", json!({"run": run}));
+        key.inputs.insert("src/main.c".into(), sha256_hex(b"main"));
+        key
+    }
+
+    const OUTPUTS: [&str; 3] = ["build/bin/app", "build/reports/deep/r.json", "top.txt"];
+
+    fn built() -> Fixture {
+        fixture(&[
+            ("build/bin/app", "#!/bin/sh\necho app\n"),
+            ("build/reports/deep/r.json", "{\"ok\":true}"),
+            ("top.txt", "top"),
+            ("unrelated.txt", "not an output"),
+        ])
+    }
+
+    fn temp_dirs(store_dir: &Path) -> Vec<String> {
+        fs::read_dir(store_dir)
+            .map(|listing| {
+                listing
+                    .filter_map(Result::ok)
+                    .map(|item| item.file_name().to_string_lossy().into_owned())
+                    .filter(|name| name.starts_with(TEMP_PREFIX))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn put_lookup_restore_round_trip_with_nested_paths() {
+        let f = built();
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let app = f.root.path().join("build/bin/app");
+            fs::set_permissions(&app, fs::Permissions::from_mode(0o755)).expect("chmod");
+        }
+        let key = key("make");
+        let digest = key.digest();
+        assert!(f.store.lookup(&digest).is_none());
+
+        let entry = f
+            .store
+            .put(
+                &key,
+                f.root.path(),
+                &OUTPUTS,
+                json!({"summary": "built app"}),
+            )
+            .expect("put");
+        assert_eq!(entry.key, digest);
+        assert_eq!(
+            entry
+                .outputs
+                .iter()
+                .map(|o| o.path.as_str())
+                .collect::<Vec<_>>(),
+            OUTPUTS
+        );
+        assert_eq!(entry.outputs[2].size, 3);
+        assert_eq!(entry.outputs[2].sha256, sha256_hex(b"top"));
+        assert_eq!(f.store.lookup(&digest), Some(entry.clone()));
+        assert_eq!(
+            fs::read_to_string(f.store.entry_dir(&digest).join(KEY_FILE)).expect("key.json"),
+            key.canonical_json()
+        );
+        assert_eq!(f.store.stored_key(&digest), Some(key.clone()));
+        assert!(temp_dirs(&f.state.path().join("store")).is_empty());
+        assert!(
+            f.store
+                .entry_dir(&digest)
+                .starts_with(f.state.path().join("store").join(&digest[..2]))
+        );
+
+        // Restore into a fresh checkout: nested directories are created.
+        let fresh = tempfile::tempdir().expect("fresh");
+        f.store.restore(&entry, fresh.path()).expect("restore");
+        for path in OUTPUTS {
+            assert_eq!(
+                read(fresh.path(), path),
+                read(f.root.path(), path),
+                "{path}"
+            );
+        }
+        assert!(!fresh.path().join("unrelated.txt").exists());
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = fs::metadata(fresh.path().join("build/bin/app"))
+                .expect("metadata")
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o111, 0o111, "executables stay executable");
+        }
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn restore_leaves_matching_files_alone_and_replaces_others() {
+        use std::os::unix::fs::MetadataExt;
+        let f = built();
+        let entry = f
+            .store
+            .put(&key("make"), f.root.path(), &OUTPUTS, Value::Null)
+            .expect("put");
+        let inode = |rel: &str| {
+            fs::metadata(join_rel(f.root.path(), rel))
+                .expect("metadata")
+                .ino()
+        };
+        let top_before = inode("top.txt");
+        write_file(f.root.path(), "build/reports/deep/r.json", "{\"ok\":false}");
+        fs::remove_file(f.root.path().join("build/bin/app")).expect("rm");
+
+        f.store.restore(&entry, f.root.path()).expect("restore");
+        assert_eq!(
+            inode("top.txt"),
+            top_before,
+            "an unchanged file is not rewritten"
+        );
+        assert_eq!(
+            read(f.root.path(), "build/reports/deep/r.json"),
+            "{\"ok\":true}"
+        );
+        assert_eq!(
+            read(f.root.path(), "build/bin/app"),
+            "#!/bin/sh\necho app\n"
+        );
+    }
+
+    #[test]
+    fn a_deleted_or_truncated_stored_output_is_a_miss() {
+        let f = built();
+        let key = key("make");
+        let digest = key.digest();
+        f.store
+            .put(&key, f.root.path(), &OUTPUTS, Value::Null)
+            .expect("put");
+        let stored = |rel: &str| join_rel(&f.store.entry_dir(&digest).join(OUTPUTS_DIR), rel);
+
+        fs::write(stored("top.txt"), "t").expect("truncate");
+        assert!(f.store.lookup(&digest).is_none());
+
+        fs::remove_file(stored("top.txt")).expect("delete");
+        assert!(f.store.lookup(&digest).is_none());
+
+        // Storing again repairs the damaged entry.
+        let entry = f
+            .store
+            .put(&key, f.root.path(), &OUTPUTS, Value::Null)
+            .expect("put again");
+        assert_eq!(f.store.lookup(&digest), Some(entry));
+        assert!(temp_dirs(&f.state.path().join("store")).is_empty());
+    }
+
+    #[test]
+    fn missing_or_damaged_entry_json_is_a_miss() {
+        let f = built();
+        let key = key("make");
+        let digest = key.digest();
+        f.store
+            .put(&key, f.root.path(), &OUTPUTS, Value::Null)
+            .expect("put");
+        let entry_json = f.store.entry_dir(&digest).join(ENTRY_FILE);
+        fs::write(&entry_json, "{\"format\":1,").expect("damage");
+        assert!(f.store.lookup(&digest).is_none());
+        fs::remove_file(&entry_json).expect("delete");
+        assert!(f.store.lookup(&digest).is_none());
+        assert!(f.store.lookup("../../etc").is_none());
+        assert!(f.store.lookup("").is_none());
+    }
+
+    #[test]
+    fn a_missing_declared_output_is_refused_and_nothing_is_stored() {
+        let f = built();
+        let key = key("make");
+        let error = f
+            .store
+            .put(
+                &key,
+                f.root.path(),
+                &["top.txt", "build/missing.bin"],
+                Value::Null,
+            )
+            .expect_err("missing output");
+        assert!(matches!(error, ReuseError::MissingOutput { .. }), "{error}");
+        assert!(error.to_string().contains("build/missing.bin"));
+        assert!(f.store.lookup(&key.digest()).is_none());
+        assert!(!f.store.entry_dir(&key.digest()).exists());
+        assert!(temp_dirs(&f.state.path().join("store")).is_empty());
+
+        let error = f
+            .store
+            .put(&key, f.root.path(), &["build"], Value::Null)
+            .expect_err("directory output");
+        assert!(
+            matches!(error, ReuseError::OutputNotAFile { .. }),
+            "{error}"
+        );
+        let error = f
+            .store
+            .put(&key, f.root.path(), &["../outside"], Value::Null)
+            .expect_err("escaping output");
+        assert!(
+            matches!(error, ReuseError::BadRelativePath { .. }),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn concurrent_puts_of_one_key_leave_one_intact_entry() {
+        let f = built();
+        let key = key("make");
+        let digest = key.digest();
+        let barrier = Arc::new(Barrier::new(4));
+        let entries: Vec<Entry> = thread::scope(|scope| {
+            let handles: Vec<_> = (0..4)
+                .map(|worker| {
+                    let barrier = Arc::clone(&barrier);
+                    let (store, key, root) = (&f.store, &key, f.root.path());
+                    scope.spawn(move || {
+                        barrier.wait();
+                        store.put(key, root, &OUTPUTS, json!({ "worker": worker }))
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|handle| handle.join().expect("no panic").expect("put succeeds"))
+                .collect()
+        });
+        assert_eq!(
+            entries[0], entries[1],
+            "the loser returns the winner's entry"
+        );
+        assert_eq!(f.store.lookup(&digest), Some(entries[0].clone()));
+        let shard = f.state.path().join("store").join(&digest[..2]);
+        assert_eq!(fs::read_dir(shard).expect("shard").count(), 1);
+        assert!(temp_dirs(&f.state.path().join("store")).is_empty());
+    }
+
+    #[test]
+    fn a_run_that_loses_the_publish_race_keeps_the_winners_entry() {
+        let f = built();
+        let key = key("make");
+        let digest = key.digest();
+        let theirs = f
+            .store
+            .put(&key, f.root.path(), &OUTPUTS, json!({"run": "winner"}))
+            .expect("winner stores");
+        // The loser built its copy before the winner's rename landed.
+        let temp = f.state.path().join("store").join(".tmp-loser");
+        fs::create_dir(&temp).expect("mkdir");
+        let outputs: BTreeSet<&str> = OUTPUTS.into_iter().collect();
+        let ours = build_entry(
+            &temp,
+            &key,
+            &digest,
+            f.root.path(),
+            &outputs,
+            json!({"run": "loser"}),
+        )
+        .expect("loser builds");
+        assert_ne!(ours, theirs);
+        let published = f.store.publish(&temp, &digest, ours).expect("publish");
+        assert_eq!(published, theirs);
+        assert_eq!(f.store.lookup(&digest), Some(theirs));
+    }
+
+    #[test]
+    fn restore_refuses_a_stored_file_that_no_longer_matches() {
+        let f = built();
+        let key = key("make");
+        let entry = f
+            .store
+            .put(&key, f.root.path(), &OUTPUTS, Value::Null)
+            .expect("put");
+        let stored = join_rel(
+            &f.store.entry_dir(&key.digest()).join(OUTPUTS_DIR),
+            "top.txt",
+        );
+        fs::write(&stored, "TOP").expect("same size, other bytes");
+        let fresh = tempfile::tempdir().expect("fresh");
+        let error = f.store.restore(&entry, fresh.path()).expect_err("corrupt");
+        assert!(matches!(error, ReuseError::StoreCorrupt { .. }), "{error}");
+        assert!(error.to_string().contains("top.txt"));
+        assert!(!fresh.path().join("top.txt").exists());
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn symlinks_never_lead_the_store_outside_the_root() {
+        use std::os::unix::fs::symlink;
+        let f = built();
+        let outside = tempfile::tempdir().expect("outside");
+        fs::write(outside.path().join("secret"), "secret").expect("write");
+        symlink(outside.path().join("secret"), f.root.path().join("leak")).expect("link");
+        let error = f
+            .store
+            .put(&key("make"), f.root.path(), &["leak"], Value::Null)
+            .expect_err("outside output");
+        assert!(
+            matches!(error, ReuseError::SymlinkOutsideRoot { .. }),
+            "{error}"
+        );
+
+        let entry = f
+            .store
+            .put(&key("make"), f.root.path(), &OUTPUTS, Value::Null)
+            .expect("put");
+        let fresh = tempfile::tempdir().expect("fresh");
+        symlink(outside.path(), fresh.path().join("build")).expect("link");
+        let error = f
+            .store
+            .restore(&entry, fresh.path())
+            .expect_err("outside dir");
+        assert!(
+            matches!(error, ReuseError::SymlinkOutsideRoot { .. }),
+            "{error}"
+        );
+        assert!(!outside.path().join("bin").exists());
+    }
+
+    #[test]
+    fn last_key_per_step_explains_why_not_reused() {
+        let f = fixture(&[]);
+        assert!(f.store.last("build").is_none());
+        let first = key("make");
+        f.store.record_last("build", &first).expect("record");
+        assert_eq!(f.store.last("build"), Some(first.clone()));
+        assert!(f.store.last("test").is_none());
+
+        let second = key("make -j4");
+        f.store.record_last("build", &second).expect("record again");
+        f.store
+            .record_last("play[persona=a, seed=1]", &first)
+            .expect("odd ident");
+        assert_eq!(f.store.last("play[persona=a, seed=1]"), Some(first.clone()));
+        let previous = f.store.last("build").expect("recorded");
+        assert_eq!(previous, second);
+        assert_eq!(why_not_reused(&first, &previous), ["setting `run` changed"]);
+    }
+
+    #[test]
+    fn stale_temp_dirs_are_swept_and_entries_kept() {
+        let f = built();
+        let key = key("make");
+        f.store
+            .put(&key, f.root.path(), &OUTPUTS, Value::Null)
+            .expect("put");
+        let stale = f.state.path().join("store").join(".tmp-99999-0");
+        fs::create_dir_all(stale.join("outputs")).expect("mkdir");
+        assert_eq!(f.store.remove_stale_temp_dirs(Duration::from_secs(3600)), 0);
+        assert_eq!(f.store.remove_stale_temp_dirs(Duration::ZERO), 1);
+        assert!(!stale.exists());
+        assert!(f.store.lookup(&key.digest()).is_some());
+    }
+}

@@ -1,0 +1,150 @@
+//! Crash- and race-safe file writing: temp name, fsync, rename, fsync dir.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use sha2::{Digest as _, Sha256};
+
+use super::error::{ReuseError, io_error};
+use super::key::to_hex;
+
+static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// A name part unique to this process and call, so concurrent writers (other
+/// threads, other gameplan processes) never share a temporary file.
+pub(crate) fn unique_suffix() -> String {
+    format!(
+        "{}-{}",
+        std::process::id(),
+        TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Replaces `path` with `bytes` so that a reader sees the old file or the new
+/// one, never a mix, also after a crash.
+pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), ReuseError> {
+    let parent = path.parent().unwrap_or_else(|| Path::new("."));
+    fs::create_dir_all(parent).map_err(io_error("create the directory", parent))?;
+    let name = path
+        .file_name()
+        .map_or_else(String::new, |name| name.to_string_lossy().into_owned());
+    let temp = parent.join(format!(".{name}.tmp-{}", unique_suffix()));
+    let written = (|| {
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&temp)?;
+        file.write_all(bytes)?;
+        file.sync_all()
+    })()
+    .map_err(io_error("write", &temp))
+    .and_then(|()| fs::rename(&temp, path).map_err(io_error("replace", path)));
+    if written.is_err() {
+        let _ = fs::remove_file(&temp);
+    }
+    written?;
+    sync_dir(parent)
+}
+
+/// Makes a rename in `dir` durable.
+pub(crate) fn sync_dir(dir: &Path) -> Result<(), ReuseError> {
+    #[cfg(unix)]
+    {
+        File::open(dir)
+            .and_then(|handle| handle.sync_all())
+            .map_err(io_error("sync the directory", dir))?;
+    }
+    #[cfg(not(unix))]
+    {
+        // Directories cannot be opened for syncing here; the rename is as
+        // durable as the platform makes it.
+        let _ = dir;
+    }
+    Ok(())
+}
+
+/// Copies `from` into the new file `to`, fsynced, hashing as it goes so the
+/// recorded hash is of exactly the bytes written. Returns size and sha256 hex.
+pub(crate) fn copy_hashing(from: &Path, to: &Path) -> Result<(u64, String), ReuseError> {
+    let mut source = File::open(from).map_err(io_error("open", from))?;
+    let mut target = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(to)
+        .map_err(io_error("create", to))?;
+    let mut hasher = Sha256::new();
+    let mut size = 0u64;
+    let mut buffer = vec![0u8; 64 * 1024];
+    loop {
+        let read = match source.read(&mut buffer) {
+            Ok(0) => break,
+            Ok(read) => read,
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+            Err(error) => return Err(io_error("read", from)(error)),
+        };
+        hasher.update(&buffer[..read]);
+        target
+            .write_all(&buffer[..read])
+            .map_err(io_error("write", to))?;
+        size += read as u64;
+    }
+    target.sync_all().map_err(io_error("sync", to))?;
+    // Keep the mode (an output may be an executable the next step runs).
+    if let Ok(metadata) = source.metadata() {
+        fs::set_permissions(to, metadata.permissions())
+            .map_err(io_error("set permissions of", to))?;
+    }
+    Ok((size, to_hex(&hasher.finalize())))
+}
+
+/// Size and sha256 hex of the content of the file at `path`.
+pub(crate) fn hash_file(path: &Path) -> io::Result<(u64, String)> {
+    let mut file = File::open(path)?;
+    let mut hasher = Sha256::new();
+    let mut size = 0u64;
+    let mut buffer = vec![0u8; 64 * 1024];
+    loop {
+        let read = match file.read(&mut buffer) {
+            Ok(0) => break,
+            Ok(read) => read,
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+            Err(error) => return Err(error),
+        };
+        hasher.update(&buffer[..read]);
+        size += read as u64;
+    }
+    Ok((size, to_hex(&hasher.finalize())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn atomic_write_replaces_and_leaves_no_temp_files() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("nested").join("file.json");
+        write_atomically(&path, b"one").expect("first write");
+        write_atomically(&path, b"two").expect("second write");
+        assert_eq!(fs::read(&path).expect("read back"), b"two");
+        let names: Vec<_> = fs::read_dir(dir.path().join("nested"))
+            .expect("list")
+            .filter_map(Result::ok)
+            .map(|entry| entry.file_name())
+            .collect();
+        assert_eq!(names, ["file.json"]);
+    }
+
+    #[test]
+    fn copy_hashing_matches_hash_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let from = dir.path().join("from");
+        let to = dir.path().join("to");
+        fs::write(&from, b"payload").expect("write");
+        let copied = copy_hashing(&from, &to).expect("copy");
+        assert_eq!(copied, hash_file(&to).expect("hash"));
+        assert_eq!(copied.0, 7);
+    }
+}
