@@ -25,12 +25,13 @@ pub struct RawPlan {
     /// The action controllers this plan compares: `standard`, `jev`, `rune`. Default `["standard"]`.
     pub controllers: Option<Vec<Spanned<String>>>,
     /// Values templates can read as `{{ vars.NAME }}`; `--var NAME=VALUE` overrides them.
-    #[schemars(with = "BTreeMap<String, serde_json::Value>")]
+    #[schemars(with = "BTreeMap<String, serde_json::Value>", default)]
     pub vars: Vec<(String, serde_json::Value)>,
     pub backend: Option<RawBackend>,
     pub game: Option<Spanned<RawGame>>,
     pub budget: Option<RawBudget>,
     /// Concurrency per resource pool (`play`, `browser`, `llm`, or your own).
+    #[schemars(default)]
     pub pools: BTreeMap<String, Spanned<u64>>,
     #[schemars(default)]
     pub personas: Vec<RawPersona>,
@@ -87,7 +88,7 @@ impl RawPlan {
 
 /// Where money and uploads go.
 #[derive(Debug, Clone, PartialEq, JsonSchema)]
-#[schemars(deny_unknown_fields)]
+#[schemars(deny_unknown_fields, rename = "Backend")]
 pub struct RawBackend {
     pub kind: Option<BackendKind>,
     /// The API's base URL (`http` only).
@@ -125,7 +126,7 @@ impl Decode for RawBackend {
 
 /// The game build under test.
 #[derive(Debug, Clone, PartialEq, JsonSchema)]
-#[schemars(deny_unknown_fields)]
+#[schemars(deny_unknown_fields, rename = "Game")]
 pub struct RawGame {
     pub id: Spanned<String>,
     /// `stdio` (default): a process speaking the JSON-lines bridge; `webdriver`: a page in headless Chromium.
@@ -183,7 +184,7 @@ impl Decode for RawGame {
 
 /// Spending limits. A run stops (exit 2, partial results kept) when one is reached.
 #[derive(Debug, Clone, PartialEq, JsonSchema)]
-#[schemars(deny_unknown_fields)]
+#[schemars(deny_unknown_fields, rename = "Budget")]
 pub struct RawBudget {
     /// `estimate` refuses a quote above this.
     pub max_cents: Option<u64>,
@@ -208,7 +209,7 @@ impl Decode for RawBudget {
 
 /// An AI player (for play) or reviewer (for a persona gate).
 #[derive(Debug, Clone, PartialEq, JsonSchema)]
-#[schemars(deny_unknown_fields)]
+#[schemars(deny_unknown_fields, rename = "Persona")]
 pub struct RawPersona {
     pub slug: Spanned<String>,
     /// The persona card, inline.
@@ -249,7 +250,12 @@ impl Decode for RawPersona {
 
 /// A persona's player: `kind` picks the keys.
 #[derive(Debug, Clone, PartialEq, JsonSchema)]
-#[schemars(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
+#[schemars(
+    tag = "kind",
+    rename_all = "lowercase",
+    deny_unknown_fields,
+    rename = "Player"
+)]
 pub enum RawPlayer {
     /// Plays a fixed list of actions.
     Scripted { actions: Vec<String> },
@@ -335,7 +341,7 @@ impl Decode for Node {
 
 /// One review perspective.
 #[derive(Debug, Clone, PartialEq, JsonSchema)]
-#[schemars(deny_unknown_fields)]
+#[schemars(deny_unknown_fields, rename = "Lens")]
 pub struct RawLens {
     pub name: Spanned<String>,
     pub kind: LensKind,
@@ -485,7 +491,7 @@ impl Decode for RawLens {
 
 /// An ordered group of lenses; the first gate that is not SEND-READY stops the later ones.
 #[derive(Debug, Clone, PartialEq, JsonSchema)]
-#[schemars(deny_unknown_fields)]
+#[schemars(deny_unknown_fields, rename = "Gate")]
 pub struct RawGate {
     pub name: Spanned<String>,
     pub lenses: Vec<Spanned<String>>,
