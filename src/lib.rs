@@ -4,12 +4,14 @@
 //! Module map (arrows = "uses"): `cli → plan, graph, report`; `graph → plan`.
 
 pub mod cli;
+pub mod engine;
 pub mod exit_code;
 pub mod graph;
 pub mod journal;
 pub mod plan;
 pub mod report;
 pub mod reuse;
+pub mod steps;
 pub mod template;
 
 use std::ffi::OsString;

@@ -1,8 +1,13 @@
 //! The command line: clap types (no logic here) and one file per subcommand.
+// clap turns these doc comments into `--help` text, where markdown backticks
+// around RUN_ID or JUnit would show literally.
+#![expect(clippy::doc_markdown, reason = "doc comments are --help text")]
 
 mod plan_check;
 mod plan_explain;
 mod plan_graph;
+mod plan_run;
+mod plan_runs;
 mod schema;
 
 use std::collections::BTreeMap;
@@ -67,6 +72,50 @@ pub enum PlanCommand {
         #[arg(long, value_enum, default_value_t = GraphFormat::Text)]
         format: GraphFormat,
     },
+    /// Run a plan: reuse what is unchanged, checkpoint every step, resume when interrupted.
+    Run {
+        #[arg(value_name = "PLAN")]
+        plan: PathBuf,
+        #[command(flatten)]
+        load: LoadArgs,
+        #[command(flatten)]
+        run: RunArgs,
+        /// Continue the unfinished run of this plan.
+        #[arg(long, conflicts_with = "new")]
+        resume: bool,
+        /// Start a new run even if one of this plan is unfinished.
+        #[arg(long)]
+        new: bool,
+    },
+    /// Resume an interrupted run (the newest unfinished one without RUN_ID).
+    Resume {
+        #[arg(value_name = "RUN_ID")]
+        run_id: Option<String>,
+        #[command(flatten)]
+        run: RunArgs,
+    },
+    /// Show a run's state and its steps (the newest run without RUN_ID).
+    Status {
+        #[arg(value_name = "RUN_ID")]
+        run_id: Option<String>,
+        /// Print one JSON document instead of text.
+        #[arg(long)]
+        json: bool,
+        #[arg(long, value_name = "DIR")]
+        state_dir: Option<PathBuf>,
+    },
+    /// List the runs in this repo's state directory.
+    Runs {
+        #[arg(long, value_name = "DIR")]
+        state_dir: Option<PathBuf>,
+    },
+    /// Ask a live run to stop: it stops its steps, exits 10 and can be resumed.
+    Stop {
+        #[arg(value_name = "RUN_ID")]
+        run_id: String,
+        #[arg(long, value_name = "DIR")]
+        state_dir: Option<PathBuf>,
+    },
     /// Show every expanded step: id, kind, what it needs, and whether it will run.
     ///
     /// Sends nothing and charges nothing.
@@ -79,6 +128,39 @@ pub enum PlanCommand {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// How a plan runs (shared by `plan run` and `plan resume`).
+#[derive(Debug, Args, Clone, Default)]
+#[expect(
+    clippy::struct_excessive_bools,
+    reason = "each bool is a command-line flag"
+)]
+pub struct RunArgs {
+    /// Answer yes to the price question (needed without a terminal).
+    #[arg(long)]
+    pub yes: bool,
+    /// Ignore stored results: run every step.
+    #[arg(long)]
+    pub no_reuse: bool,
+    /// Stop everything at the first failure (default: independent branches keep going).
+    #[arg(long)]
+    pub fail_fast: bool,
+    /// List what deliver steps would upload, without uploading.
+    #[arg(long)]
+    pub dry_upload: bool,
+    /// Steps running at once (default: the number of cores).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub concurrency: Option<u32>,
+    /// Print one JSON document (the run report) instead of the summary.
+    #[arg(long)]
+    pub json: bool,
+    /// Also write each step as a JUnit test case to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
+    /// Where runs, the store and locks live (default: `.gameplan/` at the repo root).
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
 }
 
 /// How a plan is loaded.
@@ -150,6 +232,31 @@ pub fn dispatch(cli: Cli, cx: &Context) -> u8 {
         }
         Command::Plan(PlanCommand::Explain { plan, load, json }) => {
             plan_explain::run(cx, &plan, &load, json)
+        }
+        Command::Plan(PlanCommand::Run {
+            plan,
+            load,
+            run,
+            resume,
+            new,
+        }) => plan_run::run(
+            cx,
+            &plan,
+            &load,
+            &run,
+            plan_run::Choice::from_flags(resume, new),
+        ),
+        Command::Plan(PlanCommand::Resume { run_id, run }) => {
+            plan_run::resume(cx, run_id.as_deref(), &run)
+        }
+        Command::Plan(PlanCommand::Status {
+            run_id,
+            json,
+            state_dir,
+        }) => plan_runs::status(cx, run_id.as_deref(), json, state_dir.as_deref()),
+        Command::Plan(PlanCommand::Runs { state_dir }) => plan_runs::list(cx, state_dir.as_deref()),
+        Command::Plan(PlanCommand::Stop { run_id, state_dir }) => {
+            plan_runs::stop(cx, &run_id, state_dir.as_deref())
         }
         Command::Schema { name } => schema::run(cx, name),
     }

@@ -103,6 +103,24 @@ impl RunLock {
         Ok(RunLock { file, path })
     }
 
+    /// Names a new holder, for a run that turned out to resume another run
+    /// (the lock is taken before that is known, so no one can race us to it).
+    pub fn set_holder(&mut self, holder: &LockHolder) -> Result<(), LockError> {
+        use std::io::{Seek, SeekFrom};
+        let content = serde_json::to_vec(holder).map_err(io::Error::from);
+        content
+            .and_then(|content| {
+                self.file.set_len(0)?;
+                self.file.seek(SeekFrom::Start(0))?;
+                self.file.write_all(&content)
+            })
+            .map_err(|source| LockError::Io {
+                action: "record the holder in",
+                path: self.path.clone(),
+                source,
+            })
+    }
+
     /// Whether the lock of `plan_hash` is held right now, and by whom.
     ///
     /// Found out by trying to take the lock and letting it go at once, so a

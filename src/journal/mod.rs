@@ -41,6 +41,7 @@ mod error;
 mod file;
 mod lock;
 mod record;
+pub mod run;
 
 pub use atomic::atomic_write;
 pub use error::{Corruption, JournalError, LockError};

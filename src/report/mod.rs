@@ -6,6 +6,8 @@
 
 pub mod diagnostics;
 pub mod explain;
+pub mod progress;
+pub mod run_summary;
 
 use std::io::{IsTerminal, Write};
 

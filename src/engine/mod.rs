@@ -1,0 +1,291 @@
+//! The engine: runs an expanded plan to completion, resumably.
+//!
+//! Owns the run's life cycle: the plan hash and the one-live-run lock,
+//! starting or resuming a run from its journal, scheduling step instances on
+//! tokio (a semaphore per pool, `--concurrency` for all), reuse through the
+//! store, cancellation (signals, `plan stop`) and fail-fast, and the run's
+//! outcome and exit code. Step kinds do the work (`steps/`); everything
+//! printed goes through `report/`.
+//!
+//! # Design
+//!
+//! - **One owner of run state.** The dispatcher alone holds step states, the
+//!   ready set and the journal's step transitions; step tasks report back by
+//!   their join handles. The journal is behind a mutex only so a task can
+//!   write `step_started` right before it spawns a process: a step is in the
+//!   journal before it can have an effect.
+//! - **Resume decides from the journal alone.** A finished step (succeeded,
+//!   reused, failed, skipped) is never replayed. A step that was running when
+//!   gameplan died is first asked how it ended ([`crate::steps::command::leftover`]):
+//!   a process it left behind may have finished it meanwhile.
+//! - **Cancel and abort are different.** Cancel (Ctrl-C, SIGTERM, `plan
+//!   stop`) stops running steps, leaves pending ones pending for the resume,
+//!   and exits 10. Abort (`--fail-fast` after a failure) stops the rest and
+//!   exits 1. The first failure is kept as the root cause.
+//! - **Results are stored only after success**, and a step is reported done
+//!   only after its result is stored.
+
+pub mod dispatcher;
+pub mod signals;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use crate::exit_code;
+use crate::graph::Pipeline;
+use crate::journal::run::{RunDir, RunHistory, RunOutcome, StepState, run_ids};
+use crate::journal::{LockError, LockHolder, RunLock};
+use crate::plan::LoadedPlan;
+use crate::report::progress::Progress;
+
+/// What `plan run` was asked to do.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    pub no_reuse: bool,
+    pub fail_fast: bool,
+    /// Steps running at once (default: the machine's cores).
+    pub concurrency: Option<usize>,
+    /// `--var` overrides, recorded so a resume loads the same plan.
+    pub vars: Vec<(String, String)>,
+}
+
+/// Where a run keeps its files: `.gameplan/` at the repo root unless `--state-dir`.
+pub fn state_dir(root: &Path, flag: Option<&Path>) -> PathBuf {
+    match flag {
+        Some(dir) if dir.is_absolute() => dir.to_path_buf(),
+        Some(dir) => {
+            std::env::current_dir().map_or_else(|_| dir.to_path_buf(), |cwd| cwd.join(dir))
+        }
+        None => root.join(".gameplan"),
+    }
+}
+
+/// The identity of a plan for locking and resuming: the sha256 of its
+/// validated model (so comments and layout do not count, values do).
+pub fn plan_hash(loaded: &LoadedPlan) -> String {
+    let model = serde_json::to_vec(&loaded.plan).unwrap_or_default();
+    hex(&Sha256::digest(&model))[..16].to_owned()
+}
+
+pub fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
+}
+
+/// Why a run could not start (exit 3: nothing ran, nothing was charged).
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(
+        "step `{step}` is of kind `{kind}`, which this gameplan cannot run yet (it runs: {built}). Nothing was run or charged; `gameplan plan explain` shows the plan without running it"
+    )]
+    KindNotBuilt {
+        step: String,
+        kind: String,
+        built: String,
+    },
+    #[error("{0}")]
+    Expand(#[from] crate::graph::ExpandError),
+    #[error(
+        "another run of this plan is in progress{holder}; only one run per plan at a time. Nothing was run or charged; wait for it, or stop it with `gameplan plan stop RUN_ID`"
+    )]
+    Locked { holder: String },
+    #[error("{0}")]
+    Lock(String),
+    #[error(
+        "run {run_id} of this plan is unfinished ({done} of {total} steps done). Nothing was run or charged; pass --resume to continue it, or --new to start over"
+    )]
+    ResumeChoiceNeeded {
+        run_id: String,
+        done: usize,
+        total: usize,
+    },
+    #[error("{0}")]
+    Journal(String),
+}
+
+impl StartError {
+    pub fn exit_code(&self) -> u8 {
+        exit_code::PLAN_ERROR
+    }
+}
+
+/// One step's line in the run report.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct StepReport {
+    pub id: String,
+    pub kind: String,
+    pub state: StepState,
+    pub duration_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// Attempts made in this run (0 when reused, skipped or done before a resume).
+    pub attempts: u32,
+    /// The step's log, when it ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log: Option<String>,
+}
+
+/// The document `plan run --json` prints (schema: `schemas/run.schema.json`).
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct RunReport {
+    pub run_id: String,
+    pub plan: String,
+    pub outcome: RunOutcome,
+    pub exit_code: u8,
+    pub resumed: bool,
+    pub duration_ms: u64,
+    /// Count of steps per state.
+    pub counts: BTreeMap<String, usize>,
+    /// The first failure, the root cause when several steps failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub root_cause: Option<String>,
+    pub steps: Vec<StepReport>,
+    /// How to continue an interrupted run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resume_command: Option<String>,
+}
+
+/// How to start: a fresh run (with its new id), or continuing an unfinished one.
+pub enum Start {
+    New(String),
+    Resume(Box<RunHistory>),
+}
+
+impl Start {
+    pub fn run_id(&self) -> &str {
+        match self {
+            Start::New(id) => id,
+            Start::Resume(history) => &history.run_id,
+        }
+    }
+}
+
+/// The newest unfinished run of `plan_hash`, if any.
+pub fn find_unfinished(state_dir: &Path, plan_hash: &str) -> Option<RunHistory> {
+    run_ids(state_dir).into_iter().rev().find_map(|id| {
+        let dir = RunDir::new(state_dir, &id);
+        if dir.summary().exists() {
+            return None;
+        }
+        let history = RunHistory::read(&dir.journal()).ok()?;
+        (history.plan_hash == plan_hash && !history.is_finished()).then_some(history)
+    })
+}
+
+/// Counts finished steps of a history, for messages.
+pub fn progress_of(history: &RunHistory) -> (usize, usize) {
+    let done = history
+        .records
+        .values()
+        .filter(|r| r.state.is_some_and(StepState::is_final))
+        .count();
+    (done, history.steps.len())
+}
+
+/// Checks that every step kind of the pipeline can run here.
+pub fn check_runnable(pipeline: &Pipeline) -> Result<(), StartError> {
+    for &index in &pipeline.order {
+        let instance = pipeline.instance(index);
+        if !crate::steps::is_built(instance.kind) {
+            let built: Vec<&str> = crate::steps::BUILT_KINDS.iter().map(|k| k.name()).collect();
+            return Err(StartError::KindNotBuilt {
+                step: instance.id.clone(),
+                kind: instance.kind.name().to_owned(),
+                built: built.join(", "),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// This process as the holder of a run lock.
+pub fn holder(run_id: &str) -> LockHolder {
+    LockHolder {
+        pid: std::process::id(),
+        host: nix::unistd::gethostname()
+            .ok()
+            .and_then(|h| h.into_string().ok())
+            .unwrap_or_default(),
+        started_at: now(),
+        run_id: run_id.to_owned(),
+    }
+}
+
+/// Takes the plan's run lock, naming the holder when it is taken.
+pub fn lock(state_dir: &Path, plan_hash: &str, run_id: &str) -> Result<RunLock, StartError> {
+    RunLock::acquire(&state_dir.join("locks"), plan_hash, &holder(run_id)).map_err(|e| match e {
+        LockError::Held { holder, .. } => StartError::Locked {
+            holder: holder.map_or_else(String::new, |h| {
+                format!(
+                    " (run {}, pid {} on {}, started {})",
+                    h.run_id, h.pid, h.host, h.started_at
+                )
+            }),
+        },
+        other => StartError::Lock(other.to_string()),
+    })
+}
+
+pub fn now() -> String {
+    humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
+}
+
+/// A new run id: UTC start time to the millisecond (so ids sort by age) and
+/// a random suffix (so two runs in the same millisecond differ).
+pub fn new_run_id() -> String {
+    let now = std::time::SystemTime::now();
+    let stamp = humantime::format_rfc3339_millis(now).to_string();
+    let digits: String = stamp.chars().filter(char::is_ascii_digit).collect();
+    let nanos = now
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let seed = format!("{nanos}-{}", std::process::id());
+    let suffix = &hex(&Sha256::digest(seed.as_bytes()))[..4];
+    // 20261202-124256-123-cc19
+    match (digits.get(..8), digits.get(8..14), digits.get(14..17)) {
+        (Some(day), Some(time), Some(millis)) => format!("{day}-{time}-{millis}-{suffix}"),
+        _ => format!("{digits}-{suffix}"),
+    }
+}
+
+/// Everything a run needs, gathered by the CLI.
+pub struct RunRequest {
+    pub loaded: LoadedPlan,
+    pub pipeline: Pipeline,
+    pub plan_hash: String,
+    pub state_dir: PathBuf,
+    pub options: RunOptions,
+    pub env: Arc<BTreeMap<String, String>>,
+    pub start: Start,
+    /// The command that resumes this run, for the interrupt message.
+    pub resume_hint: String,
+}
+
+/// Runs the plan; returns the report (whose exit code CI acts on).
+pub fn run(
+    request: RunRequest,
+    progress: &Progress,
+    lock: RunLock,
+) -> Result<RunReport, StartError> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| StartError::Journal(format!("cannot start the scheduler: {e}")))?;
+    let report = runtime.block_on(dispatcher::run(request, progress));
+    drop(lock);
+    report
+}

@@ -1,0 +1,56 @@
+//! Ctrl-C, SIGTERM and `plan stop`: the first asks the run to stop cleanly,
+//! a second Ctrl-C ends gameplan at once.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::watch;
+
+use crate::report::progress::Progress;
+
+/// Set once a stop was requested by a signal (as opposed to fail-fast).
+#[derive(Clone, Default)]
+pub struct Cancelled(Arc<AtomicBool>);
+
+impl Cancelled {
+    pub fn is_set(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+
+    fn set(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Listens for SIGINT and SIGTERM for the life of the runtime.
+pub fn listen(stop: watch::Sender<bool>, cancelled: Cancelled, progress: Progress) {
+    let (Ok(mut interrupt), Ok(mut terminate)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        return;
+    };
+    tokio::spawn(async move {
+        let mut interrupts = 0;
+        loop {
+            let name = tokio::select! {
+                _ = interrupt.recv() => { interrupts += 1; "Ctrl-C" }
+                _ = terminate.recv() => "SIGTERM",
+            };
+            if interrupts >= 2 {
+                // The user insists: take every step's process group down and go.
+                crate::steps::command::kill_all_groups();
+                progress.note("second Ctrl-C: stopped at once; the journal is intact, resume with `gameplan plan resume`");
+                std::process::exit(i32::from(crate::exit_code::CANCELED));
+            }
+            if !cancelled.is_set() {
+                cancelled.set();
+                let _ = stop.send(true);
+                progress.note(&format!(
+                    "{name}: stopping; no new steps start, running steps are stopped (Ctrl-C again to exit at once)"
+                ));
+            }
+        }
+    });
+}

@@ -1,0 +1,406 @@
+//! What a run's journal records, and what a resume concludes from it.
+//!
+//! The events are the run's single source of truth: `plan status`, `plan
+//! runs` and resume all read them and nothing else (the `summary.json` beside
+//! a finished journal is only an index for listing runs fast). A step's last
+//! event decides its fate on resume: a finished step (succeeded, reused,
+//! failed, skipped) is never run again; a step that was running or was
+//! interrupted runs again, after the engine has checked whether a process it
+//! left behind completed it meanwhile.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::{Journal, JournalError};
+
+/// The version of the event vocabulary below (the line format has its own).
+pub const EVENTS_VERSION: u32 = 1;
+
+/// The state of one step instance (DESIGN §5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum StepState {
+    Pending,
+    Running,
+    Succeeded,
+    Failed,
+    Skipped,
+    Reused,
+    Interrupted,
+}
+
+impl StepState {
+    /// Whether the step's outcome is settled: a resume never runs it again.
+    pub fn is_final(self) -> bool {
+        matches!(
+            self,
+            StepState::Succeeded | StepState::Failed | StepState::Skipped | StepState::Reused
+        )
+    }
+
+    /// Whether steps that need this one may run.
+    pub fn satisfies_needs(self) -> bool {
+        matches!(self, StepState::Succeeded | StepState::Reused)
+    }
+
+    pub fn word(self) -> &'static str {
+        match self {
+            StepState::Pending => "pending",
+            StepState::Running => "running",
+            StepState::Succeeded => "succeeded",
+            StepState::Failed => "failed",
+            StepState::Skipped => "skipped",
+            StepState::Reused => "reused",
+            StepState::Interrupted => "interrupted",
+        }
+    }
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum RunOutcome {
+    Succeeded,
+    Failed,
+    Interrupted,
+}
+
+/// One step of the expanded DAG, as recorded when the run started.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlannedStep {
+    pub id: String,
+    pub kind: String,
+    pub needs: Vec<String>,
+}
+
+/// One journal record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    RunStarted {
+        events_version: u32,
+        run_id: String,
+        plan: String,
+        plan_hash: String,
+        /// The plan file, relative to the repo root.
+        plan_path: String,
+        /// `--var` overrides, so a resume loads the same plan.
+        vars: Vec<(String, String)>,
+        started_at: String,
+        gameplan: String,
+        steps: Vec<PlannedStep>,
+    },
+    RunResumed {
+        at: String,
+        pid: u32,
+    },
+    StepStarted {
+        step: String,
+        attempt: u32,
+        at: String,
+    },
+    StepFinished {
+        step: String,
+        state: StepState,
+        attempt: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        key: Option<String>,
+        duration_ms: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        exit_code: Option<i32>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+    },
+    RunStopped {
+        at: String,
+        reason: String,
+    },
+    RunFinished {
+        at: String,
+        outcome: RunOutcome,
+        exit_code: u8,
+    },
+}
+
+/// The last word on one step.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct StepRecord {
+    pub state: Option<StepState>,
+    pub attempt: u32,
+    pub key: Option<String>,
+    pub duration_ms: u64,
+    pub exit_code: Option<i32>,
+    pub message: Option<String>,
+}
+
+/// A run as its journal tells it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunHistory {
+    pub run_id: String,
+    pub plan: String,
+    pub plan_hash: String,
+    pub plan_path: String,
+    pub vars: Vec<(String, String)>,
+    pub started_at: String,
+    pub steps: Vec<PlannedStep>,
+    pub records: BTreeMap<String, StepRecord>,
+    pub stopped: Option<String>,
+    pub finished: Option<(RunOutcome, u8)>,
+    /// A torn last record was dropped (the run was killed mid-write).
+    pub torn_tail: bool,
+}
+
+/// Why a journal cannot be resumed from.
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
+pub enum HistoryError {
+    #[error(transparent)]
+    Journal(#[from] JournalError),
+    #[error(
+        "{path} does not start with a run header; it is not a gameplan run journal. Nothing was run or charged; start a new run with `gameplan plan run PLAN --new`"
+    )]
+    #[diagnostic(code(journal::no_header))]
+    NoHeader { path: PathBuf },
+    #[error(
+        "{path} was written with journal events version {found}; this gameplan reads version {EVENTS_VERSION}. Nothing was run or charged; finish it with the gameplan that started it, or start a new run with `--new`"
+    )]
+    #[diagnostic(code(journal::events_version))]
+    EventsVersion { path: PathBuf, found: u32 },
+}
+
+impl RunHistory {
+    pub fn from_events(
+        path: &Path,
+        events: Vec<Event>,
+        torn_tail: bool,
+    ) -> Result<RunHistory, HistoryError> {
+        let mut events = events.into_iter();
+        let Some(Event::RunStarted {
+            events_version,
+            run_id,
+            plan,
+            plan_hash,
+            plan_path,
+            vars,
+            started_at,
+            steps,
+            ..
+        }) = events.next()
+        else {
+            return Err(HistoryError::NoHeader {
+                path: path.to_path_buf(),
+            });
+        };
+        if events_version != EVENTS_VERSION {
+            return Err(HistoryError::EventsVersion {
+                path: path.to_path_buf(),
+                found: events_version,
+            });
+        }
+        let mut history = RunHistory {
+            run_id,
+            plan,
+            plan_hash,
+            plan_path,
+            vars,
+            started_at,
+            steps,
+            records: BTreeMap::new(),
+            stopped: None,
+            finished: None,
+            torn_tail,
+        };
+        for event in events {
+            history.apply(event);
+        }
+        Ok(history)
+    }
+
+    fn apply(&mut self, event: Event) {
+        match event {
+            Event::StepStarted { step, attempt, .. } => {
+                let record = self.records.entry(step).or_default();
+                record.state = Some(StepState::Running);
+                record.attempt = attempt;
+            }
+            Event::StepFinished {
+                step,
+                state,
+                attempt,
+                key,
+                duration_ms,
+                exit_code,
+                message,
+            } => {
+                self.records.insert(
+                    step,
+                    StepRecord {
+                        state: Some(state),
+                        attempt,
+                        key,
+                        duration_ms,
+                        exit_code,
+                        message,
+                    },
+                );
+            }
+            Event::RunStopped { reason, .. } => self.stopped = Some(reason),
+            Event::RunResumed { .. } => {
+                self.stopped = None;
+                self.finished = None;
+            }
+            Event::RunFinished {
+                outcome, exit_code, ..
+            } => self.finished = Some((outcome, exit_code)),
+            Event::RunStarted { .. } => {}
+        }
+    }
+
+    pub fn state_of(&self, step: &str) -> StepState {
+        self.records
+            .get(step)
+            .and_then(|r| r.state)
+            .unwrap_or(StepState::Pending)
+    }
+
+    /// Finished means a final outcome was recorded; an interrupted run is not finished.
+    pub fn is_finished(&self) -> bool {
+        self.finished
+            .is_some_and(|(outcome, _)| outcome != RunOutcome::Interrupted)
+    }
+
+    pub fn read(path: &Path) -> Result<RunHistory, HistoryError> {
+        let replay = Journal::read::<Event>(path)?;
+        RunHistory::from_events(path, replay.records, replay.torn_tail.is_some())
+    }
+}
+
+/// Where a run's files live under the state directory.
+#[derive(Debug, Clone)]
+pub struct RunDir {
+    pub dir: PathBuf,
+}
+
+impl RunDir {
+    pub fn new(state_dir: &Path, run_id: &str) -> RunDir {
+        RunDir {
+            dir: state_dir.join("runs").join(run_id),
+        }
+    }
+
+    pub fn journal(&self) -> PathBuf {
+        self.dir.join("journal.jsonl")
+    }
+
+    /// Written when a run ends; lets `plan runs` skip reading finished journals.
+    pub fn summary(&self) -> PathBuf {
+        self.dir.join("summary.json")
+    }
+
+    /// A step's directory; ids are made safe as file names (a matrix value may hold `/`).
+    pub fn step(&self, step_id: &str) -> PathBuf {
+        self.dir.join("steps").join(file_name(step_id))
+    }
+}
+
+/// Maps a step id to a file name: anything outside a conservative set becomes `_`.
+pub fn file_name(id: &str) -> String {
+    let name: String = id
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-_.,=[]".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if name.chars().all(|c| c == '.') {
+        format!("_{name}")
+    } else {
+        name
+    }
+}
+
+/// Run ids under `state_dir/runs`, oldest first (ids sort by start time).
+pub fn run_ids(state_dir: &Path) -> Vec<String> {
+    let mut ids: Vec<String> = std::fs::read_dir(state_dir.join("runs"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.path().join("journal.jsonl").is_file())
+        .filter_map(|e| e.file_name().into_string().ok())
+        .collect();
+    ids.sort();
+    ids
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn started() -> Event {
+        Event::RunStarted {
+            events_version: EVENTS_VERSION,
+            run_id: "r1".into(),
+            plan: "p".into(),
+            plan_hash: "h".into(),
+            plan_path: "plans/p.toml".into(),
+            vars: vec![],
+            started_at: "t".into(),
+            gameplan: "0".into(),
+            steps: vec![],
+        }
+    }
+
+    #[test]
+    fn last_event_of_a_step_wins() {
+        let events = vec![
+            started(),
+            Event::StepStarted {
+                step: "a".into(),
+                attempt: 1,
+                at: "t".into(),
+            },
+            Event::StepFinished {
+                step: "a".into(),
+                state: StepState::Succeeded,
+                attempt: 1,
+                key: Some("k".into()),
+                duration_ms: 5,
+                exit_code: Some(0),
+                message: None,
+            },
+            Event::StepStarted {
+                step: "b".into(),
+                attempt: 1,
+                at: "t".into(),
+            },
+        ];
+        let h = RunHistory::from_events(Path::new("j"), events, false).unwrap();
+        assert_eq!(h.state_of("a"), StepState::Succeeded);
+        assert_eq!(h.state_of("b"), StepState::Running);
+        assert_eq!(h.state_of("c"), StepState::Pending);
+        assert!(!h.is_finished());
+    }
+
+    #[test]
+    fn journal_without_header_is_refused() {
+        let events = vec![Event::RunResumed {
+            at: "t".into(),
+            pid: 1,
+        }];
+        assert!(matches!(
+            RunHistory::from_events(Path::new("j"), events, false),
+            Err(HistoryError::NoHeader { .. })
+        ));
+    }
+
+    #[test]
+    fn step_ids_become_safe_file_names() {
+        assert_eq!(file_name("play[kid,jev,1]"), "play[kid,jev,1]");
+        assert_eq!(file_name("x[a/b]"), "x[a_b]");
+        assert_eq!(file_name(".."), "_..");
+    }
+}
