@@ -127,6 +127,9 @@ pub enum PlanCommand {
         /// Print one JSON document instead of text.
         #[arg(long)]
         json: bool,
+        /// Where the store of earlier results is (default: `.gameplan/` at the repo root).
+        #[arg(long, value_name = "DIR")]
+        state_dir: Option<PathBuf>,
     },
 }
 
@@ -230,9 +233,12 @@ pub fn dispatch(cli: Cli, cx: &Context) -> u8 {
         Command::Plan(PlanCommand::Graph { plan, load, format }) => {
             plan_graph::run(cx, &plan, &load, format)
         }
-        Command::Plan(PlanCommand::Explain { plan, load, json }) => {
-            plan_explain::run(cx, &plan, &load, json)
-        }
+        Command::Plan(PlanCommand::Explain {
+            plan,
+            load,
+            json,
+            state_dir,
+        }) => plan_explain::run(cx, &plan, &load, json, state_dir.as_deref()),
         Command::Plan(PlanCommand::Run {
             plan,
             load,

@@ -4,9 +4,15 @@ use std::path::Path;
 
 use super::{Context, LoadArgs};
 use crate::exit_code;
-use crate::report::explain::{self, Action};
+use crate::report::explain;
 
-pub fn run(cx: &Context, plan: &Path, args: &LoadArgs, as_json: bool) -> u8 {
+pub fn run(
+    cx: &Context,
+    plan: &Path,
+    args: &LoadArgs,
+    as_json: bool,
+    state_dir: Option<&Path>,
+) -> u8 {
     let loaded = match cx.load(plan, args) {
         Ok(loaded) => loaded,
         Err(code) => return code,
@@ -18,14 +24,14 @@ pub fn run(cx: &Context, plan: &Path, args: &LoadArgs, as_json: bool) -> u8 {
             return exit_code::PLAN_ERROR;
         }
     };
-    // Reuse decisions come with the engine; until then every step runs.
-    let action = |_| Action::Run;
+    let state_dir = crate::engine::state_dir(&loaded.root, state_dir);
+    let decisions = crate::engine::preview::preview(&loaded, &pipeline, &state_dir, false);
     if as_json {
-        let mut doc = explain::explain_json(&loaded.plan.name, &pipeline, action);
+        let mut doc = explain::explain_json(&loaded.plan.name, &pipeline, &decisions);
         loaded.redactor.redact_json(&mut doc);
         cx.console.json(&doc);
     } else {
-        let text = explain::explain_text(&loaded.plan.name, &pipeline, action);
+        let text = explain::explain_text(&loaded.plan.name, &pipeline, &decisions);
         cx.console.out(&loaded.redactor.redact(&text));
     }
     exit_code::SUCCESS

@@ -26,6 +26,7 @@
 //!   only after its result is stored.
 
 pub mod dispatcher;
+pub mod preview;
 pub mod signals;
 
 use std::collections::BTreeMap;

@@ -7,17 +7,11 @@ use serde_json::json;
 
 use crate::graph::Pipeline;
 
-/// What `plan explain` says will happen to one instance.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Action {
-    Run,
-}
+use crate::engine::preview::Decision;
 
-impl Action {
+impl Decision {
     fn word(&self) -> &'static str {
-        match self {
-            Action::Run => "run",
-        }
+        if self.reused { "reused" } else { "run" }
     }
 }
 
@@ -32,7 +26,7 @@ fn needs_ids(pipeline: &Pipeline, index: petgraph::graph::NodeIndex) -> Vec<Stri
 pub fn explain_json(
     plan_name: &str,
     pipeline: &Pipeline,
-    action: impl Fn(petgraph::graph::NodeIndex) -> Action,
+    decisions: &[Decision],
 ) -> serde_json::Value {
     let steps: Vec<serde_json::Value> = pipeline
         .order
@@ -40,6 +34,7 @@ pub fn explain_json(
         .map(|&index| {
             let instance = pipeline.instance(index);
             let step = &pipeline.steps[instance.step];
+            let decision = &decisions[index.index()];
             let cell: serde_json::Map<String, serde_json::Value> = instance
                 .cell
                 .iter()
@@ -52,18 +47,16 @@ pub fn explain_json(
                 "cell": cell,
                 "needs": needs_ids(pipeline, index),
                 "always": instance.always,
-                "action": action(index).word(),
+                "action": decision.word(),
+                "key": decision.key,
+                "why": decision.why,
             })
         })
         .collect();
     json!({ "plan": plan_name, "steps": steps })
 }
 
-pub fn explain_text(
-    plan_name: &str,
-    pipeline: &Pipeline,
-    action: impl Fn(petgraph::graph::NodeIndex) -> Action,
-) -> String {
+pub fn explain_text(plan_name: &str, pipeline: &Pipeline, decisions: &[Decision]) -> String {
     let mut out = format!("plan `{plan_name}`: {} steps\n", pipeline.order.len());
     let width = pipeline
         .order
@@ -78,7 +71,7 @@ pub fn explain_text(
             "  {:width$}  {:9} {:4}",
             instance.id,
             instance.kind.name(),
-            action(index).word()
+            decisions[index.index()].word()
         );
         if instance.always {
             line.push_str("  (always)");
@@ -88,6 +81,14 @@ pub fn explain_text(
         }
         out.push_str(line.trim_end());
         out.push('\n');
+        let decision = &decisions[index.index()];
+        if decision.reused {
+            if let Some(key) = &decision.key {
+                let _ = writeln!(out, "      reused: key {}", &key[..12.min(key.len())]);
+            }
+        } else if !decision.why.is_empty() {
+            let _ = writeln!(out, "      runs: {}", decision.why.join("; "));
+        }
     }
     out
 }

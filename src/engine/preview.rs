@@ -1,0 +1,120 @@
+//! What a run would do, without running: `plan explain`'s run / reused
+//! decisions and the reasons a step that ran before will run again.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use crate::graph::Pipeline;
+use crate::plan::LoadedPlan;
+use crate::reuse::{FileHashCache, Store, why_not_reused};
+use crate::steps::{self, StepContext};
+
+/// The preview of one step instance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    pub reused: bool,
+    pub key: Option<String>,
+    /// Why it runs: changed inputs or settings, never ran, not reusable.
+    pub why: Vec<String>,
+}
+
+/// Decides, in dependency order, which steps a run would reuse.
+pub fn preview(
+    loaded: &LoadedPlan,
+    pipeline: &Pipeline,
+    state_dir: &Path,
+    no_reuse: bool,
+) -> Vec<Decision> {
+    let store = Store::open(state_dir);
+    let hashes = Arc::new(Mutex::new(FileHashCache::load(state_dir)));
+    let plan = Arc::new(loaded.plan.clone());
+    let (_stop, cancel) = tokio::sync::watch::channel(false);
+    let mut decisions: Vec<Option<Decision>> = vec![None; pipeline.graph.node_count()];
+    for &node in &pipeline.order {
+        let instance = pipeline.instance(node).clone();
+        let step = pipeline.steps[instance.step].clone();
+        let mut upstream = BTreeMap::new();
+        for need in pipeline.needs(node) {
+            let id = pipeline.instance(need).id.clone();
+            let decision = decisions[need.index()].as_ref();
+            let key = decision
+                .and_then(|d| d.key.clone())
+                .unwrap_or_else(|| "unkeyed".into());
+            upstream.insert(id, key);
+        }
+        let cx = StepContext {
+            root: loaded.root.clone(),
+            run_id: String::new(),
+            step_dir: state_dir.join("preview"),
+            plan: Arc::clone(&plan),
+            step,
+            instance,
+            attempt: 0,
+            upstream,
+            hashes: Arc::clone(&hashes),
+            cancel: cancel.clone(),
+            env: Arc::new(BTreeMap::new()),
+        };
+        let decision = match steps::reuse_key(&cx) {
+            Err(e) => Decision {
+                reused: false,
+                key: None,
+                why: vec![format!("its inputs cannot be read: {}", e.0)],
+            },
+            Ok(None) => Decision {
+                reused: false,
+                key: None,
+                why: vec![format!("`{}` steps always run", cx.step.kind.name())],
+            },
+            Ok(Some(key)) => {
+                let digest = key.digest();
+                let ident = format!("{}/{}", plan.name, cx.instance.id);
+                if no_reuse {
+                    Decision {
+                        reused: false,
+                        key: Some(digest),
+                        why: vec!["--no-reuse".into()],
+                    }
+                } else if !cx.step.reuse {
+                    Decision {
+                        reused: false,
+                        key: Some(digest),
+                        why: vec!["`reuse = false`".into()],
+                    }
+                } else if store.lookup(&digest).is_some() {
+                    Decision {
+                        reused: true,
+                        key: Some(digest),
+                        why: Vec::new(),
+                    }
+                } else {
+                    let why = match store.last(&ident) {
+                        None => vec!["it never succeeded before".to_owned()],
+                        Some(previous) if previous.digest() == digest => {
+                            vec!["its stored result is gone or damaged".to_owned()]
+                        }
+                        Some(previous) => why_not_reused(&previous, &key),
+                    };
+                    Decision {
+                        reused: false,
+                        key: Some(digest),
+                        why,
+                    }
+                }
+            }
+        };
+        decisions[node.index()] = Some(decision);
+    }
+    let _ = hashes.lock().map(|h| h.save());
+    decisions
+        .into_iter()
+        .map(|d| {
+            d.unwrap_or(Decision {
+                reused: false,
+                key: None,
+                why: Vec::new(),
+            })
+        })
+        .collect()
+}
