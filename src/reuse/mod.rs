@@ -30,7 +30,8 @@
 //!   file costs one re-read and changes no key. A damaged cache is an empty
 //!   cache.
 //! - **Nothing half-written is ever visible.** Every file is written to a
-//!   temporary name, fsynced and renamed; a store entry is built whole in a
+//!   temporary name and renamed (not fsynced: readers verify, so a torn entry
+//!   is a miss, see `write.rs`); a store entry is built whole in a
 //!   temporary directory (with `entry.json` written last) and renamed into
 //!   place, so two gameplan processes may share a store: the first rename
 //!   wins, the loser discards its copy. A lookup is a hit only when

@@ -12,7 +12,7 @@ use serde_json::Value;
 use super::error::{ReuseError, io_error};
 use super::key::{ReuseKey, is_sha256_hex, sha256_hex};
 use super::paths::{canonical_root, check_rel_path, join_rel, resolve_inside};
-use super::write::{copy_hashing, hash_file, sync_dir, unique_suffix, write_atomically};
+use super::write::{copy_hashing, hash_file, unique_suffix, write_atomically};
 
 const ENTRY_FORMAT: u32 = 1;
 const KEY_FILE: &str = "key.json";
@@ -147,10 +147,7 @@ impl Store {
         fs::create_dir_all(shard).map_err(io_error("create", shard))?;
         for _ in 0..PUBLISH_ATTEMPTS {
             match fs::rename(temp, &final_dir) {
-                Ok(()) => {
-                    sync_dir(shard)?;
-                    return Ok(entry);
-                }
+                Ok(()) => return Ok(entry),
                 Err(error) if fs::symlink_metadata(&final_dir).is_err() => {
                     return Err(io_error("move into place", &final_dir)(error));
                 }
@@ -234,7 +231,6 @@ impl Store {
         }
         let canonical_root = canonical_root(root)?;
         let outputs_dir = entry_dir.join(OUTPUTS_DIR);
-        let mut touched_dirs = BTreeSet::new();
         for output in &entry.outputs {
             check_rel_path(&output.path)?;
             let target = join_rel(root, &output.path);
@@ -263,10 +259,6 @@ impl Store {
                 let _ = fs::remove_file(&temp);
             }
             copied?;
-            touched_dirs.insert(parent.to_path_buf());
-        }
-        for dir in touched_dirs {
-            sync_dir(&dir)?;
         }
         Ok(())
     }
@@ -337,7 +329,7 @@ fn build_entry(
     outputs: &BTreeSet<&str>,
     meta: Value,
 ) -> Result<Entry, ReuseError> {
-    write_new_synced(&temp.join(KEY_FILE), key.canonical_json().as_bytes())?;
+    write_new(&temp.join(KEY_FILE), key.canonical_json().as_bytes())?;
     let outputs_dir = temp.join(OUTPUTS_DIR);
     fs::create_dir(&outputs_dir).map_err(io_error("create", &outputs_dir))?;
     let mut stored = Vec::with_capacity(outputs.len());
@@ -363,19 +355,17 @@ fn build_entry(
     let bytes = serde_json::to_vec_pretty(&entry).map_err(|error| {
         io_error("encode", &entry_path)(io::Error::new(io::ErrorKind::InvalidData, error))
     })?;
-    write_new_synced(&entry_path, &bytes)?;
-    sync_dir(temp)?;
+    write_new(&entry_path, &bytes)?;
     Ok(entry)
 }
 
-fn write_new_synced(path: &Path, bytes: &[u8]) -> Result<(), ReuseError> {
+fn write_new(path: &Path, bytes: &[u8]) -> Result<(), ReuseError> {
     let mut file = OpenOptions::new()
         .write(true)
         .create_new(true)
         .open(path)
         .map_err(io_error("create", path))?;
-    file.write_all(bytes).map_err(io_error("write", path))?;
-    file.sync_all().map_err(io_error("sync", path))
+    file.write_all(bytes).map_err(io_error("write", path))
 }
 
 /// Whether `target` is a regular file with exactly the recorded content.

@@ -1,4 +1,9 @@
-//! Crash- and race-safe file writing: temp name, fsync, rename, fsync dir.
+//! Race-safe file writing for the store and caches: temp name, then rename.
+//!
+//! Nothing here is fsynced. Everything reuse writes is a cache whose reader
+//! verifies it (entry sizes on lookup, sha256 on restore): an entry a power
+//! cut tore is a miss and the step runs again, never a wrong result. Syncing
+//! would cost a millisecond or more per step for no correctness gain.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
@@ -22,8 +27,8 @@ pub(crate) fn unique_suffix() -> String {
     )
 }
 
-/// Replaces `path` with `bytes` so that a reader sees the old file or the new
-/// one, never a mix, also after a crash.
+/// Replaces `path` with `bytes` so that a concurrent reader sees the old file
+/// or the new one, never a mix.
 pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), ReuseError> {
     let parent = path.parent().unwrap_or_else(|| Path::new("."));
     fs::create_dir_all(parent).map_err(io_error("create the directory", parent))?;
@@ -36,36 +41,17 @@ pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), ReuseErr
             .write(true)
             .create_new(true)
             .open(&temp)?;
-        file.write_all(bytes)?;
-        file.sync_all()
+        file.write_all(bytes)
     })()
     .map_err(io_error("write", &temp))
     .and_then(|()| fs::rename(&temp, path).map_err(io_error("replace", path)));
     if written.is_err() {
         let _ = fs::remove_file(&temp);
     }
-    written?;
-    sync_dir(parent)
+    written
 }
 
-/// Makes a rename in `dir` durable.
-pub(crate) fn sync_dir(dir: &Path) -> Result<(), ReuseError> {
-    #[cfg(unix)]
-    {
-        File::open(dir)
-            .and_then(|handle| handle.sync_all())
-            .map_err(io_error("sync the directory", dir))?;
-    }
-    #[cfg(not(unix))]
-    {
-        // Directories cannot be opened for syncing here; the rename is as
-        // durable as the platform makes it.
-        let _ = dir;
-    }
-    Ok(())
-}
-
-/// Copies `from` into the new file `to`, fsynced, hashing as it goes so the
+/// Copies `from` into the new file `to`, hashing as it goes so the
 /// recorded hash is of exactly the bytes written. Returns size and sha256 hex.
 pub(crate) fn copy_hashing(from: &Path, to: &Path) -> Result<(u64, String), ReuseError> {
     let mut source = File::open(from).map_err(io_error("open", from))?;
@@ -90,7 +76,6 @@ pub(crate) fn copy_hashing(from: &Path, to: &Path) -> Result<(u64, String), Reus
             .map_err(io_error("write", to))?;
         size += read as u64;
     }
-    target.sync_all().map_err(io_error("sync", to))?;
     // Keep the mode (an output may be an executable the next step runs).
     if let Ok(metadata) = source.metadata() {
         fs::set_permissions(to, metadata.permissions())
