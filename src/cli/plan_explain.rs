@@ -11,12 +11,9 @@ pub fn run(cx: &Context, plan: &Path, args: &LoadArgs, as_json: bool) -> u8 {
         Ok(loaded) => loaded,
         Err(code) => return code,
     };
-    let pipeline = match crate::graph::expand(&loaded.plan) {
+    let pipeline = match cx.expand(plan, &loaded) {
         Ok(p) => p,
-        Err(e) => {
-            cx.console.err(&format!("{}: {e}\n", plan.display()));
-            return exit_code::PLAN_ERROR;
-        }
+        Err(code) => return code,
     };
     // Reuse decisions come with the engine; until then every step runs.
     let action = |_| Action::Run;
