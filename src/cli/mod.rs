@@ -217,11 +217,37 @@ impl Context {
         })
     }
 
+    /// Expands a loaded plan, printing the refusal of one too big to expand.
+    pub fn expand(
+        &self,
+        plan: &std::path::Path,
+        loaded: &LoadedPlan,
+    ) -> Result<crate::graph::Pipeline, u8> {
+        crate::graph::expand(&loaded.plan).map_err(|e| {
+            self.report_failure(&expand_failure(plan, &e));
+            exit_code::PLAN_ERROR
+        })
+    }
+
     pub fn report_failure(&self, failure: &LoadFailure) {
         self.console.err(&crate::report::diagnostics::render(
             failure,
             self.console.color,
         ));
+    }
+}
+
+/// A plan that validates but cannot expand (too many steps or edges) is not
+/// valid either: one problem, reported the same way by every command (code,
+/// help, "nothing was run or charged"), not a bare line from some of them.
+pub fn expand_failure(plan: &std::path::Path, e: &crate::graph::ExpandError) -> LoadFailure {
+    LoadFailure {
+        name: plan.display().to_string(),
+        source: None,
+        diagnostics: vec![
+            crate::plan::diagnostic::Diagnostic::new("plan::too_many_steps", e.to_string())
+                .help("split the plan, or make the matrices smaller"),
+        ],
     }
 }
 

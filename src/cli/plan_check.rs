@@ -14,20 +14,9 @@ pub fn run(cx: &Context, plans: &[PathBuf], args: &LoadArgs, as_json: bool) -> u
     for path in plans {
         let name = path.display().to_string();
         let outcome = crate::plan::load(path, &cx.load_options(args)).and_then(|loaded| {
-            // A plan that validates but cannot expand (too big) is not valid either.
             crate::graph::expand(&loaded.plan)
                 .map(|p| (loaded, p))
-                .map_err(|e| crate::plan::LoadFailure {
-                    name: name.clone(),
-                    source: None,
-                    diagnostics: vec![
-                        crate::plan::diagnostic::Diagnostic::new(
-                            "plan::too_many_steps",
-                            e.to_string(),
-                        )
-                        .help("split the plan, or make the matrices smaller"),
-                    ],
-                })
+                .map_err(|e| super::expand_failure(path, &e))
         });
         match outcome {
             Ok((loaded, pipeline)) => {

@@ -17,12 +17,9 @@ pub fn run(
         Ok(loaded) => loaded,
         Err(code) => return code,
     };
-    let pipeline = match crate::graph::expand(&loaded.plan) {
+    let pipeline = match cx.expand(plan, &loaded) {
         Ok(p) => p,
-        Err(e) => {
-            cx.console.err(&format!("{}: {e}\n", plan.display()));
-            return exit_code::PLAN_ERROR;
-        }
+        Err(code) => return code,
     };
     let state_dir = crate::engine::state_dir(&loaded.root, state_dir);
     let decisions = crate::engine::preview::preview(&loaded, &pipeline, &state_dir, false);

@@ -11,12 +11,9 @@ pub fn run(cx: &Context, plan: &Path, args: &LoadArgs, format: GraphFormat) -> u
         Ok(loaded) => loaded,
         Err(code) => return code,
     };
-    let pipeline = match crate::graph::expand(&loaded.plan) {
+    let pipeline = match cx.expand(plan, &loaded) {
         Ok(p) => p,
-        Err(e) => {
-            cx.console.err(&format!("{}: {e}\n", plan.display()));
-            return exit_code::PLAN_ERROR;
-        }
+        Err(code) => return code,
     };
     let text = match format {
         GraphFormat::Text => explain::graph_text(&pipeline),

@@ -309,7 +309,8 @@ pub fn decode_word<T: Copy>(
         .at(node.span)
         .label(format!("not a {what}"));
     d = match did_you_mean(&text, names.iter().copied()) {
-        Some(hint) => d.help(format!("{hint} ({what}s: {})", one_of(&names))),
+        // Not "({what}s: …)": that makes "lens input (`over`)s".
+        Some(hint) => d.help(format!("{hint} (expected {})", one_of(&names))),
         None => d.help(format!("use one of {}", one_of(&names))),
     };
     diags.push(d);

@@ -81,8 +81,26 @@ pub fn load(path: &Path, options: &LoadOptions) -> Result<LoadedPlan, LoadFailur
             plan,
             redactor: options.redactor.clone(),
         }),
-        Err(diags) => Err(fail(Some(source), diags.into_vec())),
+        Err(diags) => Err(fail(
+            Some(source),
+            redact(diags.into_vec(), &options.redactor),
+        )),
     }
+}
+
+/// A secret rendered into a value that is then found wrong (an invalid id, a
+/// path outside the repo) would be quoted back in the problem's message;
+/// problems are printed and written to `--json` like any other output.
+fn redact(mut diagnostics: Vec<Diagnostic>, redactor: &Redactor) -> Vec<Diagnostic> {
+    if redactor.is_empty() {
+        return diagnostics;
+    }
+    for d in &mut diagnostics {
+        d.message = redactor.redact(&d.message);
+        d.label = d.label.as_deref().map(|l| redactor.redact(l));
+        d.help = d.help.as_deref().map(|h| redactor.redact(h));
+    }
+    diagnostics
 }
 
 type ReadError = Box<(Option<Source>, Diagnostic)>;

@@ -179,7 +179,11 @@ pub fn from_toml(text: &str, diags: &mut Diagnostics) -> Option<Node> {
         diags: &mut Diagnostics,
     ) -> Option<Node> {
         let span = Span::from(value.span());
-        if depth > MAX_DEPTH {
+        // Count tables and arrays only, the plan's own table as level 1 (a
+        // value at `depth` opens level `depth + 1`), exactly as the YAML
+        // reader does: the same nesting must be refused in both syntaxes.
+        let opens_level = matches!(value.get_ref(), DeValue::Array(_) | DeValue::Table(_));
+        if opens_level && depth + 1 > MAX_DEPTH {
             diags.push(too_deep(span));
             return None;
         }

@@ -41,6 +41,13 @@ pub struct RawPlan {
     pub gates: Vec<RawGate>,
     /// Exactly the steps to run. Omit for the default paid pipeline.
     pub steps: Option<Spanned<Vec<RawStep>>>,
+    /// Sections the file writes but that could not be read (already
+    /// reported). Validation skips the checks that depend on their contents:
+    /// a lens missing its `over` must not also make its gate's reference an
+    /// "unknown lens", nor a broken `steps` list make the plan look as if it
+    /// had no steps (and so needed a `[game]` for the default pipeline).
+    #[schemars(skip)]
+    pub unreadable: Vec<&'static str>,
 }
 
 impl RawPlan {
@@ -67,6 +74,20 @@ impl RawPlan {
         let lenses = t.optional("lenses", diags);
         let gates = t.optional("gates", diags);
         let steps = t.optional("steps", diags);
+        let mut unreadable = Vec::new();
+        for (key, read) in [
+            ("controllers", controllers.is_some()),
+            ("game", game.is_some()),
+            ("pools", pools.is_some()),
+            ("personas", personas.is_some()),
+            ("lenses", lenses.is_some()),
+            ("gates", gates.is_some()),
+            ("steps", steps.is_some()),
+        ] {
+            if !read && t.entry(key).is_some() {
+                unreadable.push(key);
+            }
+        }
         t.finish(diags);
         Some(RawPlan {
             version: version?,
@@ -82,6 +103,7 @@ impl RawPlan {
             lenses: lenses.unwrap_or_default(),
             gates: gates.unwrap_or_default(),
             steps,
+            unreadable,
         })
     }
 }
@@ -164,12 +186,18 @@ impl Decode for RawGame {
             )
             .map(|d| Spanned::new(d, e.value.span))
         });
+        // A misspelt driver must not be taken for the default (stdio) and
+        // draw "needs a `command`" on top of "unknown driver".
+        let driver_unreadable = driver.is_none() && t.entry("driver").is_some();
         let command = t.optional("command", diags);
         let url = t.optional("url", diags);
         let inputs = t.optional("inputs", diags);
         let action_timeout = t.optional("action_timeout", diags);
         let stuck_after = t.optional("stuck_after", diags);
         t.finish(diags);
+        if driver_unreadable {
+            return None;
+        }
         Some(RawGame {
             id: id?,
             driver,
@@ -706,6 +734,10 @@ impl Decode for RawStep {
             }
             Some(Spanned::new(axes, e.key_span))
         });
+        // A step whose matrix cannot be read is unreadable as a whole, like
+        // one without a `kind`: taken as matrix-less, it would draw false
+        // problems (a `per` naming it "has no matrix").
+        let matrix_unreadable = matrix.is_none() && t.entry("matrix").is_some();
         let per = t.optional("per", diags);
         let always = t.optional("always", diags);
         let pool = t.optional("pool", diags);
@@ -759,6 +791,9 @@ impl Decode for RawStep {
         };
         let span = t.span();
         t.finish(diags);
+        if matrix_unreadable {
+            return None;
+        }
         Some(RawStep {
             id: id?,
             kind: kind?,

@@ -32,6 +32,15 @@ pub fn is_valid_name(name: &str) -> bool {
         && bytes.all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'_' | b'-'))
 }
 
+/// "steps", "personas", and "lenses", not "lenss".
+fn plural(word: &str) -> String {
+    if word.ends_with('s') {
+        format!("{word}es")
+    } else {
+        format!("{word}s")
+    }
+}
+
 pub struct Validator<'a> {
     pub source: &'a Source,
     pub root: &'a Path,
@@ -92,7 +101,7 @@ impl Validator<'_> {
         d = match did_you_mean(&name.value, known.iter().copied()) {
             Some(hint) => d.help(hint),
             None if known.is_empty() => d.help(format!("the plan defines no {what}")),
-            None => d.help(format!("the plan's {what}s are {}", one_of(known))),
+            None => d.help(format!("the plan's {} are {}", plural(what), one_of(known))),
         };
         self.push(d);
         false
@@ -154,6 +163,7 @@ impl Validator<'_> {
         reason = "one pass over the plan's sections, in file order"
     )]
     pub fn plan(mut self, raw: &RawPlan) -> (Option<Plan>, Diagnostics) {
+        let readable = |section: &str| !raw.unreadable.contains(&section);
         if raw.version.value != 1 {
             self.push(
                 Diagnostic::new("plan::unsupported_version", format!("unsupported plan version {}", raw.version.value))
@@ -202,15 +212,19 @@ impl Validator<'_> {
                 );
             }
             for lens in &g.lenses {
-                self.reference(lens, &lens_names, "plan::unknown_lens", "lens");
+                if readable("lenses") {
+                    self.reference(lens, &lens_names, "plan::unknown_lens", "lens");
+                }
             }
             for reviewer in &g.reviewers {
-                self.reference(
-                    reviewer,
-                    &persona_slugs,
-                    "plan::unknown_reviewer",
-                    "persona",
-                );
+                if readable("personas") {
+                    self.reference(
+                        reviewer,
+                        &persona_slugs,
+                        "plan::unknown_reviewer",
+                        "persona",
+                    );
+                }
             }
         }
         self.unique(raw.gates.iter().map(|g| &g.name), "gate name");
@@ -230,18 +244,24 @@ impl Validator<'_> {
             controllers: &controllers,
             gates: &gate_names,
             pools: &pools,
+            unreadable: &raw.unreadable,
         };
         let steps = match &raw.steps {
             Some(steps) => self.steps(&steps.value, &refs),
             None => Vec::new(),
         };
-        let plays = raw.steps.as_ref().map_or(Some(raw.name.span), |steps| {
-            steps
-                .value
-                .iter()
-                .find(|s| matches!(s.kind.value, StepKind::Play | StepKind::Simulate))
-                .map(|s| s.kind.span)
-        });
+        let plays = raw.steps.as_ref().map_or(
+            // No `steps`: the default pipeline plays. Unreadable `steps` (already
+            // reported): what they play is unknown, so claim nothing.
+            readable("steps").then_some(raw.name.span),
+            |steps| {
+                steps
+                    .value
+                    .iter()
+                    .find(|s| matches!(s.kind.value, StepKind::Play | StepKind::Simulate))
+                    .map(|s| s.kind.span)
+            },
+        );
         let game = self.game(raw, plays);
 
         let ok = self.diags.is_empty();
@@ -350,7 +370,7 @@ impl Validator<'_> {
 
     fn game(&mut self, raw: &RawPlan, plays: Option<Span>) -> Option<Game> {
         let Some(g) = &raw.game else {
-            if let Some(span) = plays {
+            if let (Some(span), false) = (plays, raw.unreadable.contains(&"game")) {
                 self.push(
                     Diagnostic::new("plan::missing_game", "this plan plays a game but has no [game] table")
                         .at(span)
@@ -576,6 +596,14 @@ struct Refs<'r> {
     controllers: &'r [Controller],
     gates: &'r [&'r str],
     pools: &'r BTreeMap<String, u32>,
+    /// Sections that could not be read: references into them are not checked.
+    unreadable: &'r [&'static str],
+}
+
+impl Refs<'_> {
+    fn readable(&self, section: &str) -> bool {
+        !self.unreadable.contains(&section)
+    }
 }
 
 impl Validator<'_> {
@@ -619,7 +647,7 @@ impl Validator<'_> {
             .retries
             .as_ref()
             .map_or(0, |r| u32::try_from(r.value).unwrap_or(u32::MAX));
-        if let Some(pool) = &s.pool {
+        if let (Some(pool), true) = (&s.pool, refs.readable("pools")) {
             let mut known: Vec<&str> = BUILTIN_POOLS.to_vec();
             known.extend(refs.pools.keys().map(String::as_str));
             known.sort_unstable();
@@ -688,7 +716,7 @@ impl Validator<'_> {
                 controller,
                 seed,
             } => {
-                if let Some(p) = persona {
+                if let (Some(p), true) = (persona, refs.readable("personas")) {
                     self.reference(p, refs.personas, "plan::unknown_persona", "persona");
                 }
                 let controller = controller.as_ref().and_then(|c| self.controller(c, refs));
@@ -701,10 +729,16 @@ impl Validator<'_> {
             RawParams::Gate { gate } => {
                 let gate = match gate {
                     Some(g) => {
-                        self.reference(g, refs.gates, "plan::unknown_gate", "gate");
+                        if refs.readable("gates") {
+                            self.reference(g, refs.gates, "plan::unknown_gate", "gate");
+                        }
                         g.value.clone()
                     }
-                    None if refs.gates.contains(&s.id.value.as_str()) => s.id.value.clone(),
+                    None if refs.gates.contains(&s.id.value.as_str())
+                        || !refs.readable("gates") =>
+                    {
+                        s.id.value.clone()
+                    }
                     None => {
                         self.push(
                             Diagnostic::new(
@@ -763,7 +797,9 @@ impl Validator<'_> {
 
     fn controller(&mut self, name: &Spanned<String>, refs: &Refs<'_>) -> Option<Controller> {
         let names: Vec<&str> = refs.controllers.iter().map(|c| c.name()).collect();
-        if self.reference(name, &names, "plan::unknown_controller", "controller") {
+        if !refs.readable("controllers")
+            || self.reference(name, &names, "plan::unknown_controller", "controller")
+        {
             Controller::from_name(name)
         } else {
             None
@@ -810,7 +846,7 @@ impl Validator<'_> {
                 RawAxis::List(values) => {
                     for v in values {
                         match name.value.as_str() {
-                            "persona" => {
+                            "persona" if refs.readable("personas") => {
                                 self.reference(
                                     v,
                                     refs.personas,
@@ -832,7 +868,11 @@ impl Validator<'_> {
                 }
             };
             let Some(values) = values else { continue };
-            if values.is_empty() {
+            // `"*"` over personas that could not be read is empty for that reason alone.
+            let unreadable_star = matches!(axis, RawAxis::All(_))
+                && name.value == "persona"
+                && !refs.readable("personas");
+            if values.is_empty() && !unreadable_star {
                 self.push(
                     Diagnostic::new("plan::empty_list", format!("matrix axis `{}` has no values", name.value))
                         .at(name.span)

@@ -174,7 +174,7 @@ impl Templates {
         let compiled = self
             .jinja
             .compile_expression(expr)
-            .map_err(|e| syntax_error(&e))?;
+            .map_err(|e| expression_syntax_error(&e))?;
         for name in compiled.undeclared_variables(false) {
             let known = allowed.contains(&name.as_str())
                 || GLOBALS.contains(&name.as_str())
@@ -194,7 +194,7 @@ impl Templates {
         let compiled = self
             .jinja
             .compile_expression(expr)
-            .map_err(|e| syntax_error(&e))?;
+            .map_err(|e| expression_syntax_error(&e))?;
         compiled.eval(ctx).map_err(|e| render_error(&e))
     }
 
@@ -248,6 +248,22 @@ fn syntax_error(e: &minijinja::Error) -> TemplateError {
     TemplateError {
         message: format!("invalid template: {}", e.detail().map_or_else(|| e.kind().to_string(), str::to_owned)),
         help: Some("templates use minijinja syntax: {{ vars.NAME }}, {{ env.NAME }}, {{ secret(\"NAME\") }}".into()),
+    }
+}
+
+/// An expression (a rule's `when`) is not a template: the template help
+/// (`{{ vars.NAME }}`…) would send the user the wrong way.
+fn expression_syntax_error(e: &minijinja::Error) -> TemplateError {
+    TemplateError {
+        message: format!(
+            "invalid expression: {}",
+            e.detail()
+                .map_or_else(|| e.kind().to_string(), str::to_owned)
+        ),
+        help: Some(
+            "write one minijinja expression, without `{{ }}`: unit.category in ['crash', 'hang']"
+                .into(),
+        ),
     }
 }
 

@@ -1,0 +1,447 @@
+//! The test builder: a temp repo, files written into it, the real binary run
+//! inside it with a known environment, and assertions on what came out.
+//!
+//! In the style of casey/just's `tests/test.rs`: every test says what the repo
+//! holds and what it expects, nothing else. Commands run with the repo as the
+//! working directory and relative plan paths, so output never holds the temp
+//! path (except where gameplan prints the repo root; see [`Output::redacted`]).
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde::Deserialize;
+
+/// The binary under test, built by cargo for this test run.
+pub const BIN: &str = env!("CARGO_BIN_EXE_gameplan");
+
+/// A command taking longer than this is a hang. Generous, because the debug
+/// binary shares two cores with other builds; hostile-input tests assert
+/// tighter bounds themselves.
+const HANG_AFTER: Duration = Duration::from_secs(60);
+
+/// A temp repo (a directory holding `.git`, so gameplan takes it as the repo
+/// root) and the environment commands run with.
+pub struct Test {
+    dir: tempfile::TempDir,
+    env: BTreeMap<String, String>,
+}
+
+impl Test {
+    pub fn new() -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("gameplan-test")
+            .tempdir()
+            .expect("create temp dir");
+        std::fs::create_dir(dir.path().join(".git")).expect("create .git");
+        let mut env = BTreeMap::new();
+        // Only what a shell needs to find programs, and plain output.
+        env.insert(
+            "PATH".to_owned(),
+            std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".to_owned()),
+        );
+        env.insert("NO_COLOR".to_owned(), "1".to_owned());
+        Test { dir, env }
+    }
+
+    /// Writes a file (text or bytes) at a repo-relative path, creating directories.
+    #[must_use]
+    pub fn file(self, path: &str, contents: impl AsRef<[u8]>) -> Self {
+        let full = self.dir.path().join(path);
+        if let Some(parent) = full.parent() {
+            std::fs::create_dir_all(parent).expect("create parent dirs");
+        }
+        std::fs::write(&full, contents).expect("write file");
+        self
+    }
+
+    /// Sets an environment variable for every command this test runs.
+    #[must_use]
+    pub fn env(mut self, name: &str, value: &str) -> Self {
+        self.env.insert(name.to_owned(), value.to_owned());
+        self
+    }
+
+    /// Runs `gameplan ARGS…` in the repo. Fails the test on a hang, a death
+    /// by signal, or a panic message, whatever the exit code.
+    pub fn run(&self, args: &[&str]) -> Output {
+        let command_line = format!("gameplan {}", args.join(" "));
+        let started = Instant::now();
+        let mut child = Command::new(BIN)
+            .args(args)
+            .current_dir(self.dir.path())
+            .env_clear()
+            .envs(&self.env)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn gameplan");
+        let drain = |mut pipe: Box<dyn Read + Send>| {
+            std::thread::spawn(move || {
+                let mut bytes = Vec::new();
+                let _ = pipe.read_to_end(&mut bytes);
+                bytes
+            })
+        };
+        let stdout = drain(Box::new(child.stdout.take().expect("stdout")));
+        let stderr = drain(Box::new(child.stderr.take().expect("stderr")));
+        let status = loop {
+            if let Some(status) = child.try_wait().expect("wait for gameplan") {
+                break status;
+            }
+            if started.elapsed() > HANG_AFTER {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("`{command_line}` hung: killed after {HANG_AFTER:?}");
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        let elapsed = started.elapsed();
+        let text = |h: std::thread::JoinHandle<Vec<u8>>| {
+            String::from_utf8_lossy(&h.join().expect("pipe reader")).into_owned()
+        };
+        let output = Output {
+            command_line,
+            code: status.code(),
+            stdout: text(stdout),
+            stderr: text(stderr),
+            elapsed,
+            roots: roots(self.dir.path()),
+        };
+        assert!(
+            output.code.is_some(),
+            "`{}` was killed by a signal\n{output}",
+            output.command_line
+        );
+        assert!(
+            !output.stderr.contains("panicked") && !output.stdout.contains("panicked"),
+            "`{}` panicked\n{output}",
+            output.command_line
+        );
+        output
+    }
+
+    /// `plan check --json FILES…` and `plan check FILES…` (text), which must agree.
+    pub fn check(&self, files: &[&str]) -> Check {
+        let mut args = vec!["plan", "check", "--json"];
+        args.extend_from_slice(files);
+        let json = self.run(&args);
+        let doc: CheckDoc = serde_json::from_str(&json.stdout).unwrap_or_else(|e| {
+            panic!("`plan check --json` printed no JSON document ({e})\n{json}")
+        });
+        let text = self.run(&args[..2].iter().chain(files).copied().collect::<Vec<_>>());
+        assert_eq!(
+            json.code, text.code,
+            "--json and text disagree on the exit code\n{json}\n{text}"
+        );
+        assert_eq!(
+            json.code,
+            Some(if doc.valid { 0 } else { 3 }),
+            "exit code and `valid` disagree\n{json}"
+        );
+        Check { doc, json, text }
+    }
+}
+
+fn roots(dir: &Path) -> Vec<PathBuf> {
+    let mut roots = vec![dir.to_path_buf()];
+    if let Ok(canonical) = dir.canonicalize()
+        && canonical != dir
+    {
+        roots.push(canonical);
+    }
+    roots
+}
+
+/// What one command did.
+pub struct Output {
+    pub command_line: String,
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+    pub elapsed: Duration,
+    roots: Vec<PathBuf>,
+}
+
+impl std::fmt::Display for Output {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "--- `{}` exited {:?} after {:?}\n--- stdout:\n{}\n--- stderr:\n{}",
+            self.command_line, self.code, self.elapsed, self.stdout, self.stderr
+        )
+    }
+}
+
+impl Output {
+    #[track_caller]
+    pub fn code(&self, expected: i32) -> &Self {
+        assert_eq!(
+            self.code,
+            Some(expected),
+            "unexpected exit code from `{}`\n{self}",
+            self.command_line
+        );
+        self
+    }
+
+    #[track_caller]
+    pub fn stdout_has(&self, needle: &str) -> &Self {
+        assert!(
+            self.stdout.contains(needle),
+            "stdout lacks {needle:?}\n{self}"
+        );
+        self
+    }
+
+    #[track_caller]
+    pub fn stderr_has(&self, needle: &str) -> &Self {
+        assert!(
+            self.stderr.contains(needle),
+            "stderr lacks {needle:?}\n{self}"
+        );
+        self
+    }
+
+    #[track_caller]
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("stdout is not one JSON document ({e})\n{self}"))
+    }
+
+    /// stderr with the repo root replaced by `[ROOT]` (for snapshots).
+    pub fn redacted_stderr(&self) -> String {
+        self.roots.iter().fold(self.stderr.clone(), |text, root| {
+            text.replace(&root.display().to_string(), "[ROOT]")
+        })
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub struct CheckDoc {
+    pub valid: bool,
+    pub files: Vec<CheckedFile>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct CheckedFile {
+    pub file: String,
+    pub valid: bool,
+    pub problems: Vec<Problem>,
+}
+
+/// One problem as `plan check --json` reports it.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+pub struct Problem {
+    pub file: String,
+    pub line: Option<usize>,
+    pub column: Option<usize>,
+    pub code: String,
+    pub message: String,
+    pub label: Option<String>,
+    pub help: Option<String>,
+}
+
+/// The result of `plan check` on some files, as JSON and as text.
+pub struct Check {
+    pub doc: CheckDoc,
+    pub json: Output,
+    pub text: Output,
+}
+
+impl Check {
+    /// Every problem of every file, in report order.
+    pub fn problems(&self) -> Vec<&Problem> {
+        self.doc.files.iter().flat_map(|f| &f.problems).collect()
+    }
+
+    fn listing(&self) -> String {
+        let mut out = String::new();
+        for p in self.problems() {
+            let _ = writeln!(
+                out,
+                "  {}:{}:{} {} {}",
+                p.file,
+                p.line.unwrap_or(0),
+                p.column.unwrap_or(0),
+                p.code,
+                p.message
+            );
+        }
+        out
+    }
+
+    /// Asserts the check failed with exactly one problem, of `code`, and returns it.
+    #[track_caller]
+    pub fn only(&self, code: &str) -> &Problem {
+        self.json.code(3);
+        let problems = self.problems();
+        assert!(
+            problems.len() == 1 && problems[0].code == code,
+            "expected exactly one `{code}` problem, got:\n{}\n{}",
+            self.listing(),
+            self.text
+        );
+        problems[0]
+    }
+
+    /// The one problem with `message`, among several.
+    #[track_caller]
+    pub fn with_message(&self, message: &str) -> &Problem {
+        let found: Vec<&Problem> = self
+            .problems()
+            .into_iter()
+            .filter(|p| p.message == message)
+            .collect();
+        assert!(
+            found.len() == 1,
+            "expected one problem {message:?}, got:\n{}",
+            self.listing()
+        );
+        found[0]
+    }
+
+    /// Asserts the problems' codes, in report order.
+    #[track_caller]
+    pub fn codes(&self, expected: &[&str]) -> &Self {
+        let codes: Vec<&str> = self.problems().iter().map(|p| p.code.as_str()).collect();
+        assert_eq!(codes, expected, "problems:\n{}", self.listing());
+        self
+    }
+
+    /// Asserts the text rendering shows `problem` as a person reads it: the
+    /// code on top, then `× FILE:LINE:COL: message`, its label, its help.
+    #[track_caller]
+    pub fn rendered(&self, problem: &Problem) -> &Self {
+        let flat = squash(&self.text.stderr);
+        let mut header = format!("{}\n× {}", problem.code, problem.file);
+        if let (Some(line), Some(column)) = (problem.line, problem.column) {
+            header = format!("{header}:{line}:{column}");
+        }
+        header = format!("{header}: {}", problem.message);
+        let mut expected = vec![header];
+        expected.extend(problem.label.clone());
+        expected.extend(problem.help.as_deref().map(|h| format!("help: {h}")));
+        for needle in expected {
+            assert!(
+                flat.contains(&squash(&needle)),
+                "the text output lacks {needle:?}\n{}",
+                self.text
+            );
+        }
+        self
+    }
+
+    /// The text output's last line for one file: `FILE: N problems found; …`.
+    #[track_caller]
+    pub fn summary(&self, file: &str, problems: usize) -> &Self {
+        let s = if problems == 1 { "" } else { "s" };
+        self.text.stderr_has(&format!(
+            "{file}: {problems} problem{s} found; nothing was run or charged\n"
+        ));
+        self
+    }
+}
+
+impl Problem {
+    /// Asserts where the problem points.
+    #[track_caller]
+    pub fn at(&self, line: usize, column: usize) -> &Self {
+        assert_eq!(
+            (self.line, self.column),
+            (Some(line), Some(column)),
+            "{} reported at the wrong place: {self:?}",
+            self.code
+        );
+        self
+    }
+
+    #[track_caller]
+    pub fn message(&self, message: &str) -> &Self {
+        assert_eq!(self.message, message, "{self:?}");
+        self
+    }
+
+    #[track_caller]
+    pub fn help(&self, help: &str) -> &Self {
+        assert_eq!(self.help.as_deref(), Some(help), "{self:?}");
+        self
+    }
+
+    #[track_caller]
+    pub fn help_has(&self, needle: &str) -> &Self {
+        assert!(
+            self.help.as_deref().is_some_and(|h| h.contains(needle)),
+            "help lacks {needle:?}: {self:?}"
+        );
+        self
+    }
+
+    #[track_caller]
+    pub fn label(&self, label: &str) -> &Self {
+        assert_eq!(self.label.as_deref(), Some(label), "{self:?}");
+        self
+    }
+}
+
+/// Drops all whitespace (and the `│` miette puts before the continuation of
+/// a wrapped header), so assertions do not depend on where a long line
+/// wraps; miette may even break inside a word.
+fn squash(text: &str) -> String {
+    text.replace("\n  │ ", " ")
+        .chars()
+        .filter(|c| !c.is_whitespace())
+        .collect()
+}
+
+/// 1-based line and column (in characters) where `needle` starts in `text`;
+/// it must occur exactly once, so a test cannot point at the wrong copy.
+#[track_caller]
+pub fn pos(text: &str, needle: &str) -> (usize, usize) {
+    let mut found = text.match_indices(needle);
+    let (at, _) = found
+        .next()
+        .unwrap_or_else(|| panic!("{needle:?} is not in the plan"));
+    assert!(found.next().is_none(), "{needle:?} occurs more than once");
+    let before = &text[..at];
+    let line = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    (line, before[line_start..].chars().count() + 1)
+}
+
+/// Shorthand: [`Problem::at`] the position of `needle` in `text`.
+#[track_caller]
+pub fn at<'p>(problem: &'p Problem, text: &str, needle: &str) -> &'p Problem {
+    let (line, column) = pos(text, needle);
+    problem.at(line, column)
+}
+
+/// The steps of a `plan explain --json` document: `(id, needs)` in order.
+pub fn explained(doc: &serde_json::Value) -> Vec<(String, Vec<String>)> {
+    doc["steps"]
+        .as_array()
+        .expect("`steps` is an array")
+        .iter()
+        .map(|s| {
+            let needs = s["needs"]
+                .as_array()
+                .expect("`needs` is an array")
+                .iter()
+                .map(|n| n.as_str().expect("a need is a string").to_owned())
+                .collect();
+            (
+                s["id"].as_str().expect("`id` is a string").to_owned(),
+                needs,
+            )
+        })
+        .collect()
+}
+
+/// The ids of a `plan explain --json` document, in order.
+pub fn ids(doc: &serde_json::Value) -> Vec<String> {
+    explained(doc).into_iter().map(|(id, _)| id).collect()
+}
