@@ -613,7 +613,12 @@ impl Validator<'_> {
         }
         self.unique(raw.iter().map(|s| &s.id), "step id");
         let ids: Vec<&str> = raw.iter().map(|s| s.id.value.as_str()).collect();
-        let steps: Vec<Step> = raw.iter().map(|s| self.step(s, raw, &ids, refs)).collect();
+        // Membership by hash: a 10,000-step plan checks its needs in linear time.
+        let id_set: HashSet<&str> = ids.iter().copied().collect();
+        let steps: Vec<Step> = raw
+            .iter()
+            .map(|s| self.step(s, raw, (&ids, &id_set), refs))
+            .collect();
         self.cycles(raw);
         if self.diags.is_empty() {
             self.expanded_size(raw, &steps);
@@ -622,7 +627,13 @@ impl Validator<'_> {
     }
 
     #[expect(clippy::too_many_lines, reason = "one check per key, in key order")]
-    fn step(&mut self, s: &RawStep, all: &[RawStep], ids: &[&str], refs: &Refs<'_>) -> Step {
+    fn step(
+        &mut self,
+        s: &RawStep,
+        all: &[RawStep],
+        (ids, id_set): (&[&str], &HashSet<&str>),
+        refs: &Refs<'_>,
+    ) -> Step {
         let kind = s.kind.value;
         for need in &s.needs {
             if need.value == s.id.value {
@@ -631,7 +642,7 @@ impl Validator<'_> {
                         .at(need.span)
                         .label("a step cannot wait for itself"),
                 );
-            } else {
+            } else if !id_set.contains(need.value.as_str()) {
                 self.reference(need, ids, "plan::unknown_needs", "step");
             }
         }
