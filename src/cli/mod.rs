@@ -39,6 +39,9 @@ pub enum Command {
     /// Check, inspect and run plans.
     #[command(subcommand)]
     Plan(PlanCommand),
+    /// Internal: the per-run step launcher (started by `plan run`).
+    #[command(name = "__launch", hide = true)]
+    Launch,
     /// Print a JSON Schema (for editors and API clients).
     Schema {
         /// Which schema.
@@ -290,6 +293,7 @@ pub fn dispatch(cli: Cli, cx: &Context) -> u8 {
         Command::Plan(PlanCommand::Stop { run_id, state_dir }) => {
             plan_runs::stop(cx, &run_id, state_dir.as_deref())
         }
+        Command::Launch => crate::steps::launcher::serve(),
         Command::Schema { name } => schema::run(cx, name),
     }
 }

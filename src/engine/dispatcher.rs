@@ -1,4 +1,9 @@
 //! The dispatcher: owns the run's step states and schedules step tasks.
+//!
+//! A step that becomes ready is first checked for reuse right here, on the
+//! dispatcher: computing its key and restoring a stored result is quick, and
+//! doing it without a task keeps a fully reused run near the cost of reading
+//! the store. Only steps that must run get a task (and a pool slot).
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
@@ -8,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use petgraph::Direction;
 use petgraph::graph::NodeIndex;
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::{OnceCell, Semaphore, watch};
 use tokio::task::JoinSet;
 
 use super::signals::{self, Cancelled};
@@ -17,19 +22,23 @@ use crate::exit_code;
 use crate::graph::Pipeline;
 use crate::journal::Journal;
 use crate::journal::run::{EVENTS_VERSION, Event, PlannedStep, RunDir, RunOutcome, StepState};
+use crate::plan::model::Plan;
 use crate::report::progress::Progress;
-use crate::reuse::{FileHashCache, Store};
-use crate::steps::command::{Leftover, leftover, log_path};
+use crate::reuse::{FileHashCache, ReuseKey, Store};
+use crate::steps::command::{log_path, status_path};
+use crate::steps::launcher::{Launcher, Leftover, leftover};
 use crate::steps::{self, StepContext, StepOutcome};
 
 /// How often plain step transitions are synced to disk (group commit).
 const COMMIT_EVERY: Duration = Duration::from_millis(100);
 
-/// What a step task reports back.
-struct TaskResult {
+/// How one step instance ended (or that it never started: `Pending`).
+struct Finished {
     node: NodeIndex,
     state: StepState,
     key: Option<String>,
+    /// The full key of a succeeded or reused step, for the last-keys record.
+    reuse_key: Option<ReuseKey>,
     exit_code: Option<i32>,
     message: Option<String>,
     attempts: u32,
@@ -39,7 +48,7 @@ struct TaskResult {
 
 type SharedJournal = Arc<Mutex<Journal>>;
 
-fn journal_append(journal: &SharedJournal, event: &Event) -> Result<(), String> {
+fn append(journal: &SharedJournal, event: &Event) -> Result<(), String> {
     journal
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
@@ -47,22 +56,31 @@ fn journal_append(journal: &SharedJournal, event: &Event) -> Result<(), String> 
         .map_err(|e| e.to_string())
 }
 
-/// Everything a step task shares with the others.
+/// What step tasks share.
 #[derive(Clone)]
 struct Shared {
     root: PathBuf,
-    plan: Arc<crate::plan::model::Plan>,
+    run_id: String,
+    run_dir: RunDir,
+    plan: Arc<Plan>,
     store: Store,
     hashes: Arc<Mutex<FileHashCache>>,
     journal: SharedJournal,
     env: Arc<BTreeMap<String, String>>,
     stop: watch::Receiver<bool>,
     progress: Progress,
-    reuse: bool,
     global: Arc<Semaphore>,
+    launcher: Arc<OnceCell<Launcher>>,
 }
 
-#[expect(clippy::too_many_lines, reason = "the run's life cycle, in order")]
+fn elapsed_ms(since: Instant) -> u64 {
+    u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
+#[expect(
+    clippy::too_many_lines,
+    reason = "the run's life cycle, start to report, in order"
+)]
 pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, StartError> {
     let RunRequest {
         loaded,
@@ -81,17 +99,20 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
     let (journal, history) = match start {
         Start::New(_) => {
             let mut journal = Journal::create(&run_dir.journal()).map_err(journal_error)?;
-            let root = &loaded.root;
             let plan_path = std::path::absolute(&loaded.source.path)
                 .ok()
-                .and_then(|p| p.strip_prefix(root).ok().map(|r| r.display().to_string()))
+                .and_then(|p| {
+                    p.strip_prefix(&loaded.root)
+                        .ok()
+                        .map(|r| r.display().to_string())
+                })
                 .unwrap_or_else(|| loaded.source.path.display().to_string());
             journal
                 .append_durable(&Event::RunStarted {
                     events_version: EVENTS_VERSION,
                     run_id: run_id.clone(),
                     plan: loaded.plan.name.clone(),
-                    plan_hash: plan_hash.clone(),
+                    plan_hash,
                     plan_path,
                     vars: options.vars.clone(),
                     started_at: now(),
@@ -113,50 +134,13 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
             (journal, Some(history))
         }
     };
-    let journal: SharedJournal = Arc::new(Mutex::new(journal));
-
-    let n = pipeline.graph.node_count();
-    let mut states = vec![StepState::Pending; n];
-    let mut reports: Vec<StepReport> = pipeline
-        .graph
-        .node_indices()
-        .map(|i| StepReport {
-            id: pipeline.graph[i].id.clone(),
-            kind: pipeline.graph[i].kind.name().to_owned(),
-            state: StepState::Pending,
-            duration_ms: 0,
-            key: None,
-            exit_code: None,
-            message: None,
-            attempts: 0,
-            log: None,
-        })
-        .collect();
-    // On resume: the attempt a dead gameplan left running, per step.
-    let mut left_running: Vec<Option<u32>> = vec![None; n];
-    if let Some(history) = &history {
-        for index in pipeline.graph.node_indices() {
-            let Some(record) = history.records.get(&pipeline.graph[index].id) else {
-                continue;
-            };
-            match record.state {
-                Some(state) if state.is_final() => {
-                    states[index.index()] = state;
-                    let r = &mut reports[index.index()];
-                    r.state = state;
-                    r.key.clone_from(&record.key);
-                    r.exit_code = record.exit_code;
-                    r.message.clone_from(&record.message);
-                    r.duration_ms = record.duration_ms;
-                }
-                Some(StepState::Running | StepState::Interrupted) => {
-                    left_running[index.index()] = Some(record.attempt);
-                }
-                _ => {}
-            }
-        }
-    }
-    progress.run_started(&run_id, &loaded.plan.name, n, history.is_some());
+    let resumed = history.is_some();
+    progress.run_started(
+        &run_id,
+        &loaded.plan.name,
+        pipeline.graph.node_count(),
+        resumed,
+    );
 
     let concurrency = options
         .concurrency
@@ -171,70 +155,55 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
     let (stop_tx, stop_rx) = watch::channel(false);
     let cancelled = Cancelled::default();
     signals::listen(stop_tx.clone(), cancelled.clone(), progress.clone());
-
     let shared = Shared {
         root: loaded.root.clone(),
+        run_id: run_id.clone(),
+        run_dir: run_dir.clone(),
         plan: Arc::new(loaded.plan),
         store: Store::open(&state_dir),
         hashes: Arc::new(Mutex::new(FileHashCache::load(&state_dir))),
-        journal: Arc::clone(&journal),
+        journal: Arc::new(Mutex::new(journal)),
         env,
         stop: stop_rx,
         progress: progress.clone(),
-        reuse: !options.no_reuse,
         global: Arc::new(Semaphore::new(concurrency)),
+        launcher: Arc::default(),
     };
-    let pipeline = Arc::new(pipeline);
 
-    let mut state = Dispatch {
-        pipeline: Arc::clone(&pipeline),
-        states,
-        waiting: vec![0; n],
-        ready: BinaryHeap::new(),
-        skipped: Vec::new(),
-    };
-    state.initialize();
-    let mut root_cause: Option<String> = None;
-    let mut aborted = false;
-    let mut tasks: JoinSet<TaskResult> = JoinSet::new();
+    let mut run = Run::new(
+        Arc::new(pipeline),
+        shared.clone(),
+        options.fail_fast,
+        stop_tx,
+    );
+    if let Some(history) = &history {
+        run.restore(history);
+    }
+    run.schedule.initialize();
+    let mut tasks: JoinSet<Finished> = JoinSet::new();
     let mut last_commit = Instant::now();
     loop {
-        record_skips(&mut state, &journal, &mut reports, progress);
-        let stopping = aborted || cancelled.is_set();
-        while !stopping && let Some(Reverse(node)) = state.ready.pop() {
-            state.states[node.index()] = StepState::Running;
-            let instance = pipeline.graph[node].clone();
-            let step = pipeline.steps[instance.step].clone();
-            let upstream: BTreeMap<String, String> = pipeline
-                .needs(node)
-                .into_iter()
-                .map(|need| {
-                    let id = pipeline.graph[need].id.clone();
-                    let key = reports[need.index()]
-                        .key
-                        .clone()
-                        .unwrap_or_else(|| format!("unkeyed:{run_id}:{id}"));
-                    (id, key)
-                })
-                .collect();
-            let pool = step.pool.as_ref().and_then(|p| pools.get(p)).cloned();
-            let cx = StepContext {
-                root: shared.root.clone(),
-                run_id: run_id.clone(),
-                step_dir: run_dir.step(&instance.id),
-                plan: Arc::clone(&shared.plan),
-                step,
-                instance,
-                attempt: 0,
-                upstream,
-                hashes: Arc::clone(&shared.hashes),
-                cancel: shared.stop.clone(),
-                env: Arc::clone(&shared.env),
-            };
+        run.record_skips();
+        while !(run.aborted || cancelled.is_set())
+            && let Some(Reverse(node)) = run.schedule.ready.pop()
+        {
+            let cx = run.context(node);
+            let left_running = run.left_running[node.index()];
+            let key = steps::reuse_key(&cx).map_err(|e| e.0);
+            if left_running.is_none()
+                && !options.no_reuse
+                && let Some(finished) = try_reuse(node, &cx, &key, &shared)
+            {
+                run.finish(finished);
+                continue;
+            }
+            run.schedule.states[node.index()] = StepState::Running;
+            let pool = cx.step.pool.as_ref().and_then(|p| pools.get(p)).cloned();
             tasks.spawn(run_instance(
                 node,
                 cx,
-                left_running[node.index()],
+                key,
+                left_running,
                 pool,
                 shared.clone(),
             ));
@@ -242,64 +211,14 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
         if tasks.is_empty() {
             break;
         }
-        let Some(joined) = tasks.join_next().await else {
-            break;
-        };
-        let result = match joined {
-            Ok(result) => result,
-            Err(e) => {
-                // A panicking step task is a bug; stop scheduling and report it.
-                root_cause.get_or_insert_with(|| format!("internal error in a step task: {e}"));
-                aborted = true;
-                let _ = stop_tx.send(true);
-                continue;
-            }
-        };
-        let node = result.node;
-        let report = &mut reports[node.index()];
-        report.state = result.state;
-        report.key.clone_from(&result.key);
-        report.exit_code = result.exit_code;
-        report.message.clone_from(&result.message);
-        report.attempts = result.attempts;
-        report.duration_ms = result.duration_ms;
-        if result.attempts > 0 {
-            report.log = Some(log_path(&run_dir.step(&report.id)).display().to_string());
+        match tasks.join_next().await {
+            Some(Ok(finished)) => run.finish(finished),
+            Some(Err(e)) => run.abort(format!("internal error in a step task: {e}")),
+            None => break,
         }
-        if result.state != StepState::Pending {
-            let event = Event::StepFinished {
-                step: report.id.clone(),
-                state: result.state,
-                attempt: result.last_attempt,
-                key: result.key.clone(),
-                duration_ms: result.duration_ms,
-                exit_code: result.exit_code,
-                message: result.message.clone().map(|m| shared_redact(&shared, &m)),
-            };
-            if let Err(e) = journal_append(&journal, &event) {
-                root_cause.get_or_insert(e);
-                aborted = true;
-                let _ = stop_tx.send(true);
-            }
-            progress.step_finished(report);
-        }
-        if result.state == StepState::Failed {
-            root_cause.get_or_insert_with(|| {
-                format!(
-                    "step `{}` failed: {}",
-                    report.id,
-                    report.message.clone().unwrap_or_default()
-                )
-            });
-            if options.fail_fast && !aborted {
-                aborted = true;
-                let _ = stop_tx.send(true);
-                progress.note("--fail-fast: a step failed; stopping the rest");
-            }
-        }
-        state.finish(node, result.state);
         if last_commit.elapsed() >= COMMIT_EVERY {
-            let _ = journal
+            let _ = shared
+                .journal
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .commit();
@@ -309,21 +228,15 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
 
     let interrupted = cancelled.is_set();
     if !interrupted {
-        // Fail-fast left some steps unstarted: the run is over, so say so.
-        for index in pipeline.graph.node_indices() {
-            if state.states[index.index()] == StepState::Pending {
-                state.states[index.index()] = StepState::Skipped;
-                state.skipped.push(index);
-            }
-        }
-        record_skips(&mut state, &journal, &mut reports, progress);
+        run.skip_unstarted();
     }
-    let failed = reports
+    let failed = run
+        .reports
         .iter()
         .any(|r| matches!(r.state, StepState::Failed | StepState::Interrupted));
     let (outcome, code) = if interrupted {
         (RunOutcome::Interrupted, exit_code::CANCELED)
-    } else if failed || aborted {
+    } else if failed || run.aborted {
         (RunOutcome::Failed, exit_code::FAILED)
     } else {
         (RunOutcome::Succeeded, exit_code::SUCCESS)
@@ -341,7 +254,10 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
         }
     };
     {
-        let mut journal = journal.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut journal = shared
+            .journal
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         journal.append(&closing).map_err(journal_error)?;
         journal.commit().map_err(journal_error)?;
     }
@@ -350,26 +266,28 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .save();
+    let _ = shared.store.record_last(&shared.plan.name, &run.last_keys);
 
     let mut counts: BTreeMap<String, usize> = BTreeMap::new();
-    for r in &reports {
+    for r in &run.reports {
         *counts.entry(r.state.word().to_owned()).or_default() += 1;
     }
-    let ordered: Vec<StepReport> = pipeline
+    let steps: Vec<StepReport> = run
+        .pipeline
         .order
         .iter()
-        .map(|i| reports[i.index()].clone())
+        .map(|i| run.reports[i.index()].clone())
         .collect();
     let report = RunReport {
-        run_id: run_id.clone(),
+        run_id,
         plan: shared.plan.name.clone(),
         outcome,
         exit_code: code,
-        resumed: history.is_some(),
-        duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        resumed,
+        duration_ms: elapsed_ms(started),
         counts,
-        root_cause,
-        steps: ordered,
+        root_cause: run.root_cause,
+        steps,
         resume_command: interrupted.then_some(resume_hint),
     };
     if !interrupted {
@@ -377,10 +295,6 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
         let _ = crate::journal::atomic_write(&run_dir.summary(), &summary);
     }
     Ok(report)
-}
-
-fn shared_redact(shared: &Shared, text: &str) -> String {
-    shared.progress.redactor().redact(text)
 }
 
 fn planned_steps(pipeline: &Pipeline) -> Vec<PlannedStep> {
@@ -399,38 +313,257 @@ fn planned_steps(pipeline: &Pipeline) -> Vec<PlannedStep> {
         .collect()
 }
 
-/// Journals and reports the steps the dispatcher skipped since the last call.
-fn record_skips(
-    state: &mut Dispatch,
-    journal: &SharedJournal,
-    reports: &mut [StepReport],
-    progress: &Progress,
-) {
-    for node in state.skipped.drain(..) {
-        let report = &mut reports[node.index()];
-        if report.state == StepState::Skipped {
-            continue;
-        }
-        report.state = StepState::Skipped;
-        report.message = Some("a step it needs did not succeed".into());
-        let _ = journal_append(
-            journal,
-            &Event::StepFinished {
-                step: report.id.clone(),
-                state: StepState::Skipped,
-                attempt: 0,
-                key: None,
+/// Restores a stored result when the step's key has one.
+fn try_reuse(
+    node: NodeIndex,
+    cx: &StepContext,
+    key: &Result<Option<ReuseKey>, String>,
+    shared: &Shared,
+) -> Option<Finished> {
+    let started = Instant::now();
+    let Ok(Some(key)) = key else { return None };
+    if !cx.step.reuse {
+        return None;
+    }
+    let digest = key.digest();
+    let entry = shared.store.lookup(&digest)?;
+    // A damaged entry is a miss: the step runs.
+    shared.store.restore(&entry, &shared.root).ok()?;
+    Some(Finished {
+        node,
+        state: StepState::Reused,
+        key: Some(digest),
+        reuse_key: Some(key.clone()),
+        exit_code: None,
+        message: None,
+        attempts: 0,
+        last_attempt: 0,
+        duration_ms: elapsed_ms(started),
+    })
+}
+
+/// The run's state: reports, scheduling, the root cause.
+struct Run {
+    pipeline: Arc<Pipeline>,
+    shared: Shared,
+    schedule: Schedule,
+    reports: Vec<StepReport>,
+    /// On resume: the attempt a dead gameplan left running, per step.
+    left_running: Vec<Option<u32>>,
+    root_cause: Option<String>,
+    aborted: bool,
+    fail_fast: bool,
+    stop: watch::Sender<bool>,
+    /// Keys of the steps that succeeded or were reused, recorded at the end
+    /// so the next `plan explain` can say what changed.
+    last_keys: BTreeMap<String, ReuseKey>,
+}
+
+impl Run {
+    fn new(
+        pipeline: Arc<Pipeline>,
+        shared: Shared,
+        fail_fast: bool,
+        stop: watch::Sender<bool>,
+    ) -> Run {
+        let n = pipeline.graph.node_count();
+        let reports = pipeline
+            .graph
+            .node_indices()
+            .map(|i| StepReport {
+                id: pipeline.graph[i].id.clone(),
+                kind: pipeline.graph[i].kind.name().to_owned(),
+                state: StepState::Pending,
                 duration_ms: 0,
+                key: None,
                 exit_code: None,
-                message: report.message.clone(),
+                message: None,
+                attempts: 0,
+                log: None,
+            })
+            .collect();
+        Run {
+            schedule: Schedule {
+                pipeline: Arc::clone(&pipeline),
+                states: vec![StepState::Pending; n],
+                waiting: vec![0; n],
+                ready: BinaryHeap::new(),
+                skipped: Vec::new(),
             },
-        );
-        progress.step_finished(report);
+            pipeline,
+            shared,
+            reports,
+            left_running: vec![None; n],
+            root_cause: None,
+            aborted: false,
+            fail_fast,
+            stop,
+            last_keys: BTreeMap::new(),
+        }
+    }
+
+    /// Takes over what the journal says of an earlier part of this run.
+    fn restore(&mut self, history: &crate::journal::run::RunHistory) {
+        for index in self.pipeline.graph.node_indices() {
+            let Some(record) = history.records.get(&self.pipeline.graph[index].id) else {
+                continue;
+            };
+            match record.state {
+                Some(state) if state.is_final() => {
+                    self.schedule.states[index.index()] = state;
+                    let r = &mut self.reports[index.index()];
+                    r.state = state;
+                    r.key.clone_from(&record.key);
+                    r.exit_code = record.exit_code;
+                    r.message.clone_from(&record.message);
+                    r.duration_ms = record.duration_ms;
+                }
+                Some(StepState::Running | StepState::Interrupted) => {
+                    self.left_running[index.index()] = Some(record.attempt);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn context(&self, node: NodeIndex) -> StepContext {
+        let instance = self.pipeline.graph[node].clone();
+        let step = self.pipeline.steps[instance.step].clone();
+        let upstream: BTreeMap<String, String> = self
+            .pipeline
+            .needs(node)
+            .into_iter()
+            .map(|need| {
+                let id = self.pipeline.graph[need].id.clone();
+                let key = self.reports[need.index()]
+                    .key
+                    .clone()
+                    .unwrap_or_else(|| format!("unkeyed:{}:{id}", self.shared.run_id));
+                (id, key)
+            })
+            .collect();
+        StepContext {
+            root: self.shared.root.clone(),
+            run_id: self.shared.run_id.clone(),
+            step_dir: self.shared.run_dir.step(&instance.id),
+            plan: Arc::clone(&self.shared.plan),
+            step,
+            instance,
+            attempt: 0,
+            upstream,
+            hashes: Arc::clone(&self.shared.hashes),
+            cancel: self.shared.stop.clone(),
+            env: Arc::clone(&self.shared.env),
+            launcher: Arc::clone(&self.shared.launcher),
+        }
+    }
+
+    fn abort(&mut self, cause: String) {
+        self.root_cause.get_or_insert(cause);
+        self.aborted = true;
+        let _ = self.stop.send(true);
+    }
+
+    /// Records how a step ended: report, journal, progress, scheduling.
+    fn finish(&mut self, finished: Finished) {
+        let node = finished.node;
+        if let Some(key) = finished.reuse_key {
+            self.last_keys
+                .insert(self.pipeline.graph[node].id.clone(), key);
+        }
+        let report = &mut self.reports[node.index()];
+        report.state = finished.state;
+        report.key = finished.key;
+        report.exit_code = finished.exit_code;
+        report.message = finished
+            .message
+            .map(|m| self.shared.progress.redactor().redact(&m));
+        report.attempts = finished.attempts;
+        report.duration_ms = finished.duration_ms;
+        if finished.attempts > 0 {
+            report.log = Some(
+                log_path(&self.shared.run_dir.step(&report.id))
+                    .display()
+                    .to_string(),
+            );
+        }
+        if finished.state == StepState::Pending {
+            // Never started (the run stopped first): it stays pending for a resume.
+            self.schedule.states[node.index()] = StepState::Pending;
+            return;
+        }
+        let event = Event::StepFinished {
+            step: report.id.clone(),
+            state: finished.state,
+            attempt: finished.last_attempt,
+            key: report.key.clone(),
+            duration_ms: report.duration_ms,
+            exit_code: report.exit_code,
+            message: report.message.clone(),
+        };
+        self.shared.progress.step_finished(report);
+        let failure = (finished.state == StepState::Failed).then(|| {
+            format!(
+                "step `{}` failed: {}",
+                report.id,
+                report.message.clone().unwrap_or_default()
+            )
+        });
+        if let Err(e) = append(&self.shared.journal, &event) {
+            self.abort(format!("cannot write the journal: {e}"));
+        }
+        if let Some(failure) = failure {
+            self.root_cause.get_or_insert(failure);
+            if self.fail_fast && !self.aborted {
+                self.aborted = true;
+                let _ = self.stop.send(true);
+                self.shared
+                    .progress
+                    .note("--fail-fast: a step failed; stopping the rest");
+            }
+        }
+        self.schedule.finish(node, finished.state);
+    }
+
+    /// Journals and reports the steps the schedule skipped since the last call.
+    fn record_skips(&mut self) {
+        for node in std::mem::take(&mut self.schedule.skipped) {
+            let report = &mut self.reports[node.index()];
+            if report.state == StepState::Skipped {
+                continue;
+            }
+            report.state = StepState::Skipped;
+            report.message = Some("a step it needs did not succeed".into());
+            let _ = append(
+                &self.shared.journal,
+                &Event::StepFinished {
+                    step: report.id.clone(),
+                    state: StepState::Skipped,
+                    attempt: 0,
+                    key: None,
+                    duration_ms: 0,
+                    exit_code: None,
+                    message: report.message.clone(),
+                },
+            );
+            self.shared.progress.step_finished(report);
+        }
+    }
+
+    /// After fail-fast, the run is over: what never started is skipped.
+    fn skip_unstarted(&mut self) {
+        for index in self.pipeline.graph.node_indices() {
+            if self.schedule.states[index.index()] == StepState::Pending {
+                self.schedule.states[index.index()] = StepState::Skipped;
+                self.schedule.skipped.push(index);
+            }
+        }
+        self.record_skips();
     }
 }
 
 /// Step states, readiness and skipping: the scheduling rules of DESIGN §3.
-struct Dispatch {
+struct Schedule {
     pipeline: Arc<Pipeline>,
     states: Vec<StepState>,
     /// Needs of each step that have not reached a final state.
@@ -440,7 +573,7 @@ struct Dispatch {
     skipped: Vec<NodeIndex>,
 }
 
-impl Dispatch {
+impl Schedule {
     fn initialize(&mut self) {
         let order = self.pipeline.order.clone();
         for &node in &order {
@@ -493,8 +626,7 @@ impl Dispatch {
             if self.states[next.index()] != StepState::Pending {
                 continue;
             }
-            let always = self.pipeline.graph[next].always;
-            if !ok && !always {
+            if !ok && !self.pipeline.graph[next].always {
                 to_skip.push(next);
             } else if self.waiting[next.index()] == 0 {
                 self.ready.push(Reverse(next));
@@ -513,32 +645,27 @@ impl Dispatch {
     }
 }
 
-fn elapsed_ms(since: Instant) -> u64 {
-    u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX)
-}
-
-/// One step instance, from its permits to its stored result.
-#[expect(
-    clippy::too_many_lines,
-    reason = "leftover check, reuse, attempts and storing, in order"
-)]
+/// One step instance that must run: its permits, a leftover check on resume,
+/// its attempts, and storing its result.
 async fn run_instance(
     node: NodeIndex,
     mut cx: StepContext,
+    key: Result<Option<ReuseKey>, String>,
     left_running: Option<u32>,
     pool: Option<Arc<Semaphore>>,
     shared: Shared,
-) -> TaskResult {
-    let _pool_permit = match pool {
+) -> Finished {
+    let pool_permit = match pool {
         Some(pool) => pool.acquire_owned().await.ok(),
         None => None,
     };
-    let _permit = Arc::clone(&shared.global).acquire_owned().await.ok();
+    let permit = Arc::clone(&shared.global).acquire_owned().await.ok();
     let started = Instant::now();
-    let mut result = TaskResult {
+    let mut finished = Finished {
         node,
         state: StepState::Pending,
         key: None,
+        reuse_key: None,
         exit_code: None,
         message: None,
         attempts: 0,
@@ -546,130 +673,118 @@ async fn run_instance(
         duration_ms: 0,
     };
     if *shared.stop.borrow() {
-        return result;
+        return finished;
     }
+    let key = match key {
+        Ok(key) => key,
+        Err(message) => {
+            finished.state = StepState::Failed;
+            finished.message = Some(message);
+            return finished;
+        }
+    };
+    let outcome = attempts(&mut cx, left_running, &shared, &mut finished).await;
+    // The slot is for the step's processes; storing its result needs none,
+    // and the next step should not wait for our bookkeeping.
+    drop((permit, pool_permit));
+    finished.last_attempt = cx.attempt;
+    finished.duration_ms = elapsed_ms(started);
+    match outcome {
+        StepOutcome::Succeeded => match store_result(&cx, key.as_ref(), &shared) {
+            Ok(digest) => {
+                finished.state = StepState::Succeeded;
+                finished.key = digest;
+                finished.reuse_key = key;
+                finished.exit_code = Some(0);
+            }
+            Err(message) => {
+                finished.state = StepState::Failed;
+                finished.message = Some(message);
+            }
+        },
+        StepOutcome::Failed { exit_code, message } => {
+            finished.state = StepState::Failed;
+            finished.exit_code = exit_code;
+            finished.message = Some(message);
+        }
+        StepOutcome::Interrupted { message } => {
+            finished.state = StepState::Interrupted;
+            finished.message = Some(message);
+        }
+    }
+    finished
+}
+
+/// Runs attempts until one succeeds, retries run out, or the run stops. On
+/// resume, first asks how the attempt a dead gameplan left running ended.
+async fn attempts(
+    cx: &mut StepContext,
+    left_running: Option<u32>,
+    shared: &Shared,
+    finished: &mut Finished,
+) -> StepOutcome {
     let retries = cx.step.retries;
-    let mut attempt = left_running.unwrap_or(0);
-    // A process a dead gameplan left behind may have finished the step.
-    let mut outcome = None;
+    let base = left_running.unwrap_or(0);
+    cx.attempt = base;
     if let Some(previous) = left_running {
-        match leftover(&cx.step_dir, previous, &shared.stop).await {
-            Leftover::Finished(0) => outcome = Some(StepOutcome::Succeeded),
+        match leftover(&status_path(&cx.step_dir, previous), &shared.stop).await {
+            Leftover::Finished(0) => return StepOutcome::Succeeded,
             Leftover::Finished(code) if retries == 0 => {
-                outcome = Some(StepOutcome::Failed {
+                return StepOutcome::Failed {
                     exit_code: Some(code),
                     message: format!("exited with code {code} while gameplan was not running"),
-                });
+                };
             }
             Leftover::Finished(_) | Leftover::Unfinished => {}
         }
     }
-
-    let key = match tokio::task::block_in_place(|| steps::reuse_key(&cx)) {
-        Ok(key) => key,
-        Err(e) => {
-            result.state = StepState::Failed;
-            result.message = Some(e.0);
-            result.duration_ms = elapsed_ms(started);
-            return result;
-        }
-    };
-    let digest = key.as_ref().map(crate::reuse::ReuseKey::digest);
-    let ident = format!("{}/{}", shared.plan.name, cx.instance.id);
-
-    if outcome.is_none()
-        && shared.reuse
-        && cx.step.reuse
-        && let (Some(key), Some(digest)) = (&key, &digest)
-        && let Some(entry) = shared.store.lookup(digest)
-    {
-        let restored = tokio::task::block_in_place(|| shared.store.restore(&entry, &shared.root));
-        if restored.is_ok() {
-            let _ = shared.store.record_last(&ident, key);
-            result.state = StepState::Reused;
-            result.key = Some(digest.clone());
-            result.duration_ms = elapsed_ms(started);
-            return result;
-        }
-        // A damaged entry is a miss: run the step.
-    }
-
-    let outcome = match outcome {
-        Some(outcome) => outcome,
-        None => loop {
-            attempt += 1;
-            result.attempts += 1;
-            cx.attempt = attempt;
-            let event = Event::StepStarted {
-                step: cx.instance.id.clone(),
-                attempt,
-                at: now(),
+    loop {
+        cx.attempt += 1;
+        finished.attempts += 1;
+        let event = Event::StepStarted {
+            step: cx.instance.id.clone(),
+            attempt: cx.attempt,
+            at: now(),
+        };
+        // In the journal before it can have an effect.
+        if let Err(e) = append(&shared.journal, &event) {
+            return StepOutcome::Failed {
+                exit_code: None,
+                message: format!("cannot write the journal: {e}"),
             };
-            // In the journal before it can have an effect.
-            if let Err(e) = journal_append(&shared.journal, &event) {
-                break StepOutcome::Failed {
-                    exit_code: None,
-                    message: format!("cannot write the journal: {e}"),
-                };
-            }
-            shared.progress.step_started(&cx.instance.id, attempt);
-            let outcome = steps::run(&cx).await;
-            let retry = matches!(outcome, StepOutcome::Failed { .. })
-                && attempt <= retries + left_running.unwrap_or(0);
-            if retry && !*shared.stop.borrow() {
-                shared.progress.note(&format!(
-                    "{}: attempt {attempt} failed; retrying",
-                    cx.instance.id
-                ));
-                continue;
-            }
-            break outcome;
-        },
-    };
-    result.last_attempt = attempt;
-    result.duration_ms = elapsed_ms(started);
-    match outcome {
-        StepOutcome::Succeeded => {
-            let stored = tokio::task::block_in_place(|| -> Result<(), String> {
-                let outputs = steps::outputs(&cx).map_err(|e| e.0)?;
-                if let (Some(key), true) = (&key, cx.step.reuse) {
-                    shared
-                        .store
-                        .put(
-                            key,
-                            &shared.root,
-                            &outputs,
-                            serde_json::json!({ "step": cx.instance.id }),
-                        )
-                        .map_err(|e| e.to_string())?;
-                    shared
-                        .store
-                        .record_last(&ident, key)
-                        .map_err(|e| e.to_string())?;
-                }
-                Ok(())
-            });
-            match stored {
-                Ok(()) => {
-                    result.state = StepState::Succeeded;
-                    result.key = digest;
-                    result.exit_code = Some(0);
-                }
-                Err(message) => {
-                    result.state = StepState::Failed;
-                    result.message = Some(message);
-                }
-            }
         }
-        StepOutcome::Failed { exit_code, message } => {
-            result.state = StepState::Failed;
-            result.exit_code = exit_code;
-            result.message = Some(message);
+        shared.progress.step_started(&cx.instance.id, cx.attempt);
+        let outcome = steps::run(cx).await;
+        let may_retry = cx.attempt <= base + retries && !*shared.stop.borrow();
+        if matches!(outcome, StepOutcome::Failed { .. }) && may_retry {
+            shared.progress.note(&format!(
+                "{}: attempt {} failed; retrying",
+                cx.instance.id, cx.attempt
+            ));
+            continue;
         }
-        StepOutcome::Interrupted { message } => {
-            result.state = StepState::Interrupted;
-            result.message = Some(message);
-        }
+        return outcome;
     }
-    result
+}
+
+/// Stores a succeeded step's outputs under its key; returns the key digest.
+fn store_result(
+    cx: &StepContext,
+    key: Option<&ReuseKey>,
+    shared: &Shared,
+) -> Result<Option<String>, String> {
+    let outputs = steps::outputs(cx).map_err(|e| e.0)?;
+    let Some(key) = key else { return Ok(None) };
+    if cx.step.reuse {
+        shared
+            .store
+            .put(
+                key,
+                &shared.root,
+                &outputs,
+                serde_json::json!({ "step": cx.instance.id }),
+            )
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(Some(key.digest()))
 }

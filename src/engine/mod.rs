@@ -281,8 +281,9 @@ pub fn run(
     progress: &Progress,
     lock: RunLock,
 ) -> Result<RunReport, StartError> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    // One thread: the engine's own work per step is small, and wake-ups that
+    // cross threads cost more than they save (measured on W1: see bench/).
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| StartError::Journal(format!("cannot start the scheduler: {e}")))?;

@@ -30,6 +30,7 @@ pub fn preview(
     let hashes = Arc::new(Mutex::new(FileHashCache::load(state_dir)));
     let plan = Arc::new(loaded.plan.clone());
     let (_stop, cancel) = tokio::sync::watch::channel(false);
+    let last_keys = store.last_keys(&plan.name);
     let mut decisions: Vec<Option<Decision>> = vec![None; pipeline.graph.node_count()];
     for &node in &pipeline.order {
         let instance = pipeline.instance(node).clone();
@@ -55,6 +56,7 @@ pub fn preview(
             hashes: Arc::clone(&hashes),
             cancel: cancel.clone(),
             env: Arc::new(BTreeMap::new()),
+            launcher: Arc::default(),
         };
         let decision = match steps::reuse_key(&cx) {
             Err(e) => Decision {
@@ -69,7 +71,6 @@ pub fn preview(
             },
             Ok(Some(key)) => {
                 let digest = key.digest();
-                let ident = format!("{}/{}", plan.name, cx.instance.id);
                 if no_reuse {
                     Decision {
                         reused: false,
@@ -89,12 +90,12 @@ pub fn preview(
                         why: Vec::new(),
                     }
                 } else {
-                    let why = match store.last(&ident) {
+                    let why = match last_keys.get(&cx.instance.id) {
                         None => vec!["it never succeeded before".to_owned()],
                         Some(previous) if previous.digest() == digest => {
                             vec!["its stored result is gone or damaged".to_owned()]
                         }
-                        Some(previous) => why_not_reused(&previous, &key),
+                        Some(previous) => why_not_reused(previous, &key),
                     };
                     Decision {
                         reused: false,

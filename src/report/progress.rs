@@ -59,13 +59,16 @@ impl Progress {
             bar.println(text);
             return;
         }
+        let elapsed = self.inner.started.elapsed().as_secs_f64();
+        // One write per line: stderr is unbuffered, and a formatted write
+        // would otherwise be a syscall per fragment.
+        let line = format!("[{elapsed:>7.2}s] {text}\n");
         let _guard = self
             .inner
             .lines
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let elapsed = self.inner.started.elapsed().as_secs_f64();
-        let _ = writeln!(std::io::stderr().lock(), "[{elapsed:>7.2}s] {text}");
+        let _ = std::io::stderr().lock().write_all(line.as_bytes());
     }
 
     pub fn run_started(&self, run_id: &str, plan: &str, steps: usize, resumed: bool) {

@@ -1,6 +1,6 @@
 //! The result store: outputs of succeeded steps, by reuse key digest.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, OpenOptions};
 use std::io::{self, Write as _};
 use std::path::{Path, PathBuf};
@@ -14,7 +14,9 @@ use super::key::{ReuseKey, is_sha256_hex, sha256_hex};
 use super::paths::{canonical_root, check_rel_path, join_rel, resolve_inside};
 use super::write::{copy_hashing, hash_file, unique_suffix, write_atomically};
 
-const ENTRY_FORMAT: u32 = 1;
+/// 2: stored outputs are named by their index in `entry.json`, so storing
+/// creates no directory per output path.
+const ENTRY_FORMAT: u32 = 2;
 const KEY_FILE: &str = "key.json";
 const ENTRY_FILE: &str = "entry.json";
 const OUTPUTS_DIR: &str = "outputs";
@@ -64,10 +66,16 @@ pub struct StoredOutput {
     pub sha256: String,
 }
 
-#[derive(Serialize, Deserialize)]
-struct LastKey {
-    step: String,
-    key: ReuseKey,
+/// The keys of one plan's steps as of its latest run.
+#[derive(Serialize, Deserialize, Default)]
+struct LastKeys {
+    plan: String,
+    steps: BTreeMap<String, ReuseKey>,
+}
+
+/// Where an entry keeps its `index`-th output: flat, whatever the output's path.
+fn stored_output(outputs_dir: &Path, index: usize) -> PathBuf {
+    outputs_dir.join(index.to_string())
 }
 
 impl Store {
@@ -190,12 +198,12 @@ impl Store {
             return None;
         }
         let outputs = dir.join(OUTPUTS_DIR);
-        for output in &entry.outputs {
+        for (index, output) in entry.outputs.iter().enumerate() {
             check_rel_path(&output.path).ok()?;
             if !is_sha256_hex(&output.sha256) {
                 return None;
             }
-            let metadata = fs::symlink_metadata(join_rel(&outputs, &output.path)).ok()?;
+            let metadata = fs::symlink_metadata(stored_output(&outputs, index)).ok()?;
             if !metadata.is_file() || metadata.len() != output.size {
                 return None;
             }
@@ -231,7 +239,7 @@ impl Store {
         }
         let canonical_root = canonical_root(root)?;
         let outputs_dir = entry_dir.join(OUTPUTS_DIR);
-        for output in &entry.outputs {
+        for (index, output) in entry.outputs.iter().enumerate() {
             check_rel_path(&output.path)?;
             let target = join_rel(root, &output.path);
             let parent = target.parent().unwrap_or(root);
@@ -244,7 +252,7 @@ impl Store {
                 .file_name()
                 .map_or_else(String::new, |name| name.to_string_lossy().into_owned());
             let temp = parent.join(format!(".{name}.gameplan-tmp-{}", unique_suffix()));
-            let stored = join_rel(&outputs_dir, &output.path);
+            let stored = stored_output(&outputs_dir, index);
             let copied = copy_hashing(&stored, &temp).and_then(|(size, sha256)| {
                 if size == output.size && sha256 == output.sha256 {
                     fs::rename(&temp, &target).map_err(io_error("replace", &target))
@@ -263,25 +271,40 @@ impl Store {
         Ok(())
     }
 
-    /// Remembers `key` as the latest key of the step named `step_ident`, so a
-    /// later run can say why that step is not reused.
-    pub fn record_last(&self, step_ident: &str, key: &ReuseKey) -> Result<(), ReuseError> {
-        let path = self.last_path(step_ident);
-        let record = LastKey {
-            step: step_ident.to_owned(),
-            key: key.clone(),
-        };
-        let bytes = serde_json::to_vec_pretty(&record).map_err(|error| {
+    /// Remembers the keys of `plan`'s steps as of this run (merged over the
+    /// earlier ones), so a later run can say why a step is not reused. One
+    /// file per plan, written once per run: a plan never runs twice at once.
+    pub fn record_last(
+        &self,
+        plan: &str,
+        keys: &BTreeMap<String, ReuseKey>,
+    ) -> Result<(), ReuseError> {
+        if keys.is_empty() {
+            return Ok(());
+        }
+        let path = self.last_path(plan);
+        let mut record = self.read_last(plan);
+        plan.clone_into(&mut record.plan);
+        record
+            .steps
+            .extend(keys.iter().map(|(step, key)| (step.clone(), key.clone())));
+        let bytes = serde_json::to_vec(&record).map_err(|error| {
             io_error("encode", &path)(io::Error::new(io::ErrorKind::InvalidData, error))
         })?;
         write_atomically(&path, &bytes)
     }
 
-    /// The key last recorded for `step_ident`, if any and readable.
-    pub fn last(&self, step_ident: &str) -> Option<ReuseKey> {
-        let bytes = fs::read(self.last_path(step_ident)).ok()?;
-        let record: LastKey = serde_json::from_slice(&bytes).ok()?;
-        (record.step == step_ident).then_some(record.key)
+    /// The keys last recorded for `plan`'s steps (empty if none or unreadable).
+    pub fn last_keys(&self, plan: &str) -> BTreeMap<String, ReuseKey> {
+        self.read_last(plan).steps
+    }
+
+    fn read_last(&self, plan: &str) -> LastKeys {
+        fs::read(self.last_path(plan))
+            .ok()
+            .and_then(|bytes| serde_json::from_slice::<LastKeys>(&bytes).ok())
+            .filter(|record| record.plan == plan)
+            .unwrap_or_default()
     }
 
     /// Removes temporary entries older than `older_than`, left behind by runs
@@ -311,11 +334,11 @@ impl Store {
         removed
     }
 
-    fn last_path(&self, step_ident: &str) -> PathBuf {
-        // Hashed so any step id (with `/`, `:` or matrix values) is a safe name.
+    fn last_path(&self, plan: &str) -> PathBuf {
+        // Hashed so any plan name is a safe file name.
         self.dir
             .join(LAST_DIR)
-            .join(format!("{}.json", sha256_hex(step_ident.as_bytes())))
+            .join(format!("{}.json", sha256_hex(plan.as_bytes())))
     }
 }
 
@@ -333,11 +356,8 @@ fn build_entry(
     let outputs_dir = temp.join(OUTPUTS_DIR);
     fs::create_dir(&outputs_dir).map_err(io_error("create", &outputs_dir))?;
     let mut stored = Vec::with_capacity(outputs.len());
-    for output in outputs {
-        let copy = join_rel(&outputs_dir, output);
-        if let Some(parent) = copy.parent() {
-            fs::create_dir_all(parent).map_err(io_error("create", parent))?;
-        }
+    for (index, output) in outputs.iter().enumerate() {
+        let copy = stored_output(&outputs_dir, index);
         let (size, sha256) = copy_hashing(&join_rel(root, output), &copy)?;
         stored.push(StoredOutput {
             path: (*output).to_owned(),
@@ -580,7 +600,15 @@ mod tests {
         f.store
             .put(&key, f.root.path(), &OUTPUTS, Value::Null)
             .expect("put");
-        let stored = |rel: &str| join_rel(&f.store.entry_dir(&digest).join(OUTPUTS_DIR), rel);
+        let entry = f.store.lookup(&digest).expect("stored");
+        let stored = |rel: &str| {
+            let index = entry
+                .outputs
+                .iter()
+                .position(|o| o.path == rel)
+                .expect("stored output");
+            stored_output(&f.store.entry_dir(&digest).join(OUTPUTS_DIR), index)
+        };
 
         fs::write(stored("top.txt"), "t").expect("truncate");
         assert!(f.store.lookup(&digest).is_none());
@@ -719,10 +747,12 @@ mod tests {
             .store
             .put(&key, f.root.path(), &OUTPUTS, Value::Null)
             .expect("put");
-        let stored = join_rel(
-            &f.store.entry_dir(&key.digest()).join(OUTPUTS_DIR),
-            "top.txt",
-        );
+        let index = entry
+            .outputs
+            .iter()
+            .position(|o| o.path == "top.txt")
+            .expect("stored");
+        let stored = stored_output(&f.store.entry_dir(&key.digest()).join(OUTPUTS_DIR), index);
         fs::write(&stored, "TOP").expect("same size, other bytes");
         let fresh = tempfile::tempdir().expect("fresh");
         let error = f.store.restore(&entry, fresh.path()).expect_err("corrupt");
@@ -766,23 +796,31 @@ mod tests {
     }
 
     #[test]
-    fn last_key_per_step_explains_why_not_reused() {
+    fn last_keys_per_plan_explain_why_not_reused() {
         let f = fixture(&[]);
-        assert!(f.store.last("build").is_none());
+        assert!(f.store.last_keys("demo").is_empty());
         let first = key("make");
-        f.store.record_last("build", &first).expect("record");
-        assert_eq!(f.store.last("build"), Some(first.clone()));
-        assert!(f.store.last("test").is_none());
-
         let second = key("make -j4");
-        f.store.record_last("build", &second).expect("record again");
+        let keys = |pairs: &[(&str, &ReuseKey)]| -> BTreeMap<String, ReuseKey> {
+            pairs
+                .iter()
+                .map(|(s, k)| ((*s).to_owned(), (*k).clone()))
+                .collect()
+        };
         f.store
-            .record_last("play[persona=a, seed=1]", &first)
-            .expect("odd ident");
-        assert_eq!(f.store.last("play[persona=a, seed=1]"), Some(first.clone()));
-        let previous = f.store.last("build").expect("recorded");
-        assert_eq!(previous, second);
-        assert_eq!(why_not_reused(&first, &previous), ["setting `run` changed"]);
+            .record_last("demo", &keys(&[("build", &first), ("play[a,1]", &first)]))
+            .expect("record");
+        assert_eq!(f.store.last_keys("demo").get("build"), Some(&first));
+        assert!(f.store.last_keys("other").is_empty());
+
+        // A later run of the same plan merges: steps it did not run keep their key.
+        f.store
+            .record_last("demo", &keys(&[("build", &second)]))
+            .expect("record again");
+        let last = f.store.last_keys("demo");
+        assert_eq!(last.get("build"), Some(&second));
+        assert_eq!(last.get("play[a,1]"), Some(&first));
+        assert_eq!(why_not_reused(&first, &second), ["setting `run` changed"]);
     }
 
     #[test]

@@ -1,38 +1,22 @@
 //! The `command` step: a shell line or an argv, run as its own process group.
 //!
-//! # Design
-//!
-//! A command must run exactly once per successful attempt even when gameplan
-//! itself is killed (`kill -9`) mid-step. So the child does not depend on
-//! gameplan staying alive:
-//!
-//! - its output goes straight to `stdout.log` in the step directory (no pipe
-//!   through gameplan that would break, and SIGPIPE it, if gameplan died);
-//! - a tiny `sh` wrapper runs the command and then writes its exit code to
-//!   `status.<attempt>`, so a resumed run can learn how a step ended that the
-//!   dead gameplan never saw finish;
-//! - the child's stdin is `lock.<attempt>`, exclusively `flock`ed by gameplan
-//!   before the spawn. Every process of the step inherits that open file, so
-//!   the lock stays held exactly as long as any of them lives. A resume takes
-//!   the lock (waiting while the old step still runs), then reads the status
-//!   file: present means the step finished (its code says how), absent means
-//!   it died mid-way and runs again.
-//!
-//! Each child leads its own process group; a timeout, `plan stop`, Ctrl-C or
-//! fail-fast sends the group SIGTERM, then SIGKILL after a grace period, so no
-//! orphan survives. A failed step reports the last lines of its log.
+//! The process itself is started by the run's launcher (`launcher.rs`), which
+//! outlives gameplan if it is killed and records how each attempt ended, so a
+//! resume never runs a finished step twice. Each step leads its own process
+//! group; a timeout, `plan stop`, Ctrl-C or fail-fast sends the group SIGTERM,
+//! then SIGKILL after a grace period, so no orphan survives. A failed step
+//! reports the last lines of its log.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use serde_json::json;
-use tokio::process::Command;
 
+use super::launcher::{Launcher, Request};
 use super::{StepContext, StepError, StepOutcome, expand};
 use crate::plan::model::{Params, Program};
 use crate::reuse::ReuseKey;
@@ -60,11 +44,6 @@ pub fn kill_all_groups() {
         let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
     }
 }
-
-/// Runs `"$@"`, then records its exit code where a resumed gameplan finds it.
-/// The code is written with one small `write`, so it is whole or absent.
-const WRAPPER: &str =
-    r#"status="$1"; shift; "$@"; code=$?; printf '%s\n' "$code" > "$status"; exit "$code""#;
 
 struct CommandParams<'a> {
     program: &'a Program,
@@ -159,47 +138,8 @@ pub fn status_path(step_dir: &Path, attempt: u32) -> PathBuf {
     step_dir.join(format!("status.{attempt}"))
 }
 
-pub fn lock_path(step_dir: &Path, attempt: u32) -> PathBuf {
-    step_dir.join(format!("lock.{attempt}"))
-}
-
 pub fn log_path(step_dir: &Path) -> PathBuf {
     step_dir.join("stdout.log")
-}
-
-/// What a resumed run learns about an attempt a dead gameplan left running.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Leftover {
-    /// The attempt finished with this exit code while nobody watched.
-    Finished(i32),
-    /// It never finished (killed mid-way, or never started): run it again.
-    Unfinished,
-}
-
-/// Waits until no process of the attempt is alive, then reads its status.
-/// Checks `cancel` between polls so a stopped resume does not hang here.
-pub async fn leftover(
-    step_dir: &Path,
-    attempt: u32,
-    cancel: &tokio::sync::watch::Receiver<bool>,
-) -> Leftover {
-    let lock = lock_path(step_dir, attempt);
-    if let Ok(file) = File::open(&lock) {
-        loop {
-            match file.try_lock() {
-                Ok(()) => break,
-                Err(std::fs::TryLockError::WouldBlock) if !*cancel.borrow() => {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-                Err(_) => return Leftover::Unfinished,
-            }
-        }
-    }
-    read_status(&status_path(step_dir, attempt)).map_or(Leftover::Unfinished, Leftover::Finished)
-}
-
-fn read_status(path: &Path) -> Option<i32> {
-    std::fs::read_to_string(path).ok()?.trim().parse().ok()
 }
 
 pub async fn run(cx: &StepContext) -> StepOutcome {
@@ -217,65 +157,36 @@ fn io(what: &str, path: &Path) -> impl FnOnce(std::io::Error) -> StepError {
     move |e| StepError(format!("{message}: {e}"))
 }
 
-#[expect(
-    clippy::too_many_lines,
-    reason = "set-up, spawn and the three ways a wait ends, in order"
-)]
 async fn spawn_and_wait(cx: &StepContext) -> Result<StepOutcome, StepError> {
     let p = params(cx)?;
     std::fs::create_dir_all(&cx.step_dir).map_err(io("create", &cx.step_dir))?;
-    let status = status_path(&cx.step_dir, cx.attempt);
-    let _ = std::fs::remove_file(&status);
-    let lock_file = lock_path(&cx.step_dir, cx.attempt);
-    let lock = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&lock_file)
-        .map_err(io("create", &lock_file))?;
-    lock.lock().map_err(io("lock", &lock_file))?;
     let log = log_path(&cx.step_dir);
-    let out = File::create(&log).map_err(io("create", &log))?;
-    let err = out.try_clone().map_err(io("open", &log))?;
     let cwd = match p.cwd {
         Some(dir) => cx.root.join(dir),
         None => cx.root.clone(),
     };
-
-    let argv = argv(p.program);
-    let mut command = Command::new("sh");
-    command
-        .arg("-c")
-        .arg(WRAPPER)
-        .arg("gameplan-step")
-        .arg(&status)
-        .args(&argv)
-        .current_dir(&cwd)
-        .env_clear()
-        .envs(cx.env.iter())
-        .envs(cx.step.env.iter())
-        .env("GAMEPLAN_RUN_ID", &cx.run_id)
-        .env("GAMEPLAN_STEP", &cx.instance.id)
-        .env("GAMEPLAN_ROOT", &cx.root)
-        .stdin(Stdio::from(lock))
-        .stdout(Stdio::from(out))
-        .stderr(Stdio::from(err))
-        .process_group(0)
-        .kill_on_drop(false);
-    let mut child = command.spawn().map_err(|e| {
-        StepError(format!(
-            "cannot start `{}` in {}: {e}",
-            argv.join(" "),
-            cwd.display()
-        ))
-    })?;
-    let pgid = child
-        .id()
-        .map(|id| Pid::from_raw(i32::try_from(id).unwrap_or(i32::MAX)));
-    if let Some(pgid) = pgid {
-        running_groups().insert(pgid.as_raw());
-    }
+    let mut env = cx.step.env.clone();
+    env.insert("GAMEPLAN_RUN_ID".into(), cx.run_id.clone());
+    env.insert("GAMEPLAN_STEP".into(), cx.instance.id.clone());
+    env.insert("GAMEPLAN_ROOT".into(), cx.root.display().to_string());
+    let launched = cx
+        .launcher
+        .get_or_try_init(|| async { Launcher::start() })
+        .await
+        .map_err(StepError)?
+        .launch(Request {
+            token: 0,
+            argv: argv(p.program),
+            cwd,
+            env,
+            log: log.clone(),
+            status: status_path(&cx.step_dir, cx.attempt),
+        })
+        .await
+        .map_err(StepError)?;
+    let pgid = Pid::from_raw(i32::try_from(launched.pid).unwrap_or(i32::MAX));
+    running_groups().insert(pgid.as_raw());
+    let mut exit = launched.exit;
 
     let timeout = cx.step.timeout_secs.map(Duration::from_secs);
     let mut cancel = cx.cancel.clone();
@@ -296,22 +207,26 @@ async fn spawn_and_wait(cx: &StepContext) -> Result<StepOutcome, StepError> {
         }
     };
     let outcome = tokio::select! {
-        waited = child.wait() => {
-            let waited = waited.map_err(|e| StepError(format!("lost track of the step's process: {e}")))?;
-            match waited.code() {
-                Some(0) => StepOutcome::Succeeded,
-                code => {
-                    // Whatever the step left running in its group goes with it.
-                    if let Some(pgid) = pgid { let _ = killpg(pgid, Signal::SIGKILL); }
-                    StepOutcome::Failed {
-                        exit_code: code,
-                        message: failure_message(code, &log),
-                    }
+        code = &mut exit => match code {
+            Ok(0) => StepOutcome::Succeeded,
+            Ok(code) => {
+                // Whatever the step left running in its group goes with it.
+                let _ = killpg(pgid, Signal::SIGKILL);
+                StepOutcome::Failed {
+                    exit_code: Some(code),
+                    message: failure_message(code, &log),
                 }
             }
-        }
+            Err(_) => {
+                let _ = killpg(pgid, Signal::SIGKILL);
+                StepOutcome::Failed {
+                    exit_code: None,
+                    message: "the step launcher died while the step ran".into(),
+                }
+            }
+        },
         () = deadline => {
-            stop_group(&mut child, pgid).await;
+            stop_group(pgid, &mut exit).await;
             StepOutcome::Failed {
                 exit_code: None,
                 message: format!(
@@ -322,35 +237,30 @@ async fn spawn_and_wait(cx: &StepContext) -> Result<StepOutcome, StepError> {
             }
         }
         () = stopped => {
-            stop_group(&mut child, pgid).await;
+            stop_group(pgid, &mut exit).await;
             StepOutcome::Interrupted { message: "stopped before it finished".into() }
         }
     };
-    if let Some(pgid) = pgid {
-        running_groups().remove(&pgid.as_raw());
-    }
+    running_groups().remove(&pgid.as_raw());
     Ok(outcome)
 }
 
 /// SIGTERM to the whole group, SIGKILL after the grace period.
-async fn stop_group(child: &mut tokio::process::Child, pgid: Option<Pid>) {
-    let Some(pgid) = pgid else { return };
+async fn stop_group(pgid: Pid, exit: &mut tokio::sync::oneshot::Receiver<i32>) {
     let _ = killpg(pgid, Signal::SIGTERM);
-    if tokio::time::timeout(KILL_GRACE, child.wait())
-        .await
-        .is_err()
-    {
+    if tokio::time::timeout(KILL_GRACE, &mut *exit).await.is_err() {
         let _ = killpg(pgid, Signal::SIGKILL);
-        let _ = child.wait().await;
+        let _ = tokio::time::timeout(KILL_GRACE, exit).await;
     }
     // Stragglers that ignored SIGTERM after the leader exited.
     let _ = killpg(pgid, Signal::SIGKILL);
 }
 
-fn failure_message(code: Option<i32>, log: &Path) -> String {
-    let head = match code {
-        Some(code) => format!("exited with code {code}"),
-        None => "was killed by a signal".to_owned(),
+fn failure_message(code: i32, log: &Path) -> String {
+    let head = if code > 128 {
+        format!("was killed by signal {} (exit {code})", code - 128)
+    } else {
+        format!("exited with code {code}")
     };
     format!("{head}{}", tail_suffix(log))
 }

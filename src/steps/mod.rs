@@ -8,6 +8,7 @@
 //! built yet is refused before a run starts, never half-run.
 
 pub mod command;
+pub mod launcher;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -43,6 +44,8 @@ pub struct StepContext {
     pub cancel: watch::Receiver<bool>,
     /// The environment steps inherit (captured once by the CLI).
     pub env: Arc<BTreeMap<String, String>>,
+    /// The run's launcher, started by the first command step.
+    pub launcher: Arc<tokio::sync::OnceCell<launcher::Launcher>>,
 }
 
 /// How one attempt of a step ended.

@@ -1,0 +1,350 @@
+//! The launcher: one helper process per run that starts every command step
+//! and records how each ended, so that knowledge survives gameplan's death.
+//!
+//! # Design
+//!
+//! A command must run exactly once per successful attempt, even when gameplan
+//! is killed (`kill -9`) mid-step. Only a process that outlives gameplan can
+//! learn how an orphaned step ended, and starting a shell wrapper per step
+//! doubled the cost of every step. So gameplan starts `gameplan __launch`
+//! once per run; it reads spawn requests (JSON lines) on stdin and:
+//!
+//! - opens the attempt's status file, takes an exclusive `flock` on it and
+//!   gives that open file to the step as its stdin, so the lock is held
+//!   exactly as long as a process of the step lives; if the lock is already
+//!   taken (a resumed gameplan claimed the attempt first), it refuses;
+//! - starts the command directly (no shell unless the line needs one), as the
+//!   leader of its own process group, output straight to `stdout.log`;
+//! - when the step exits, writes its code into the status file, then reports
+//!   `started` / `exited` lines on stdout.
+//!
+//! It ignores Ctrl-C and SIGTERM (gameplan decides what stops), stops taking
+//! work when its stdin closes (gameplan exited or died) and exits once its
+//! running steps have finished and their statuses are written. A resumed
+//! gameplan takes the lock of an attempt it found running (waiting while the
+//! step lives) and reads the status: a code means the step ended, nothing
+//! means it died mid-way and runs again.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{ChildStdin, Command};
+use tokio::sync::{mpsc, oneshot};
+
+/// One step attempt to start.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Request {
+    pub token: u64,
+    pub argv: Vec<String>,
+    pub cwd: PathBuf,
+    /// Added to the launcher's environment (which is gameplan's).
+    pub env: BTreeMap<String, String>,
+    pub log: PathBuf,
+    pub status: PathBuf,
+}
+
+/// What the launcher says about a request.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "report", rename_all = "snake_case")]
+enum Report {
+    Started { token: u64, pid: u32 },
+    Refused { token: u64, error: String },
+    Exited { token: u64, code: i32 },
+}
+
+/// The exit code written for a step killed by signal `n` (as shells do).
+fn signal_code(status: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
+}
+
+/// `gameplan __launch`: serves requests until stdin closes.
+pub fn serve() -> u8 {
+    let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    else {
+        return 1;
+    };
+    runtime.block_on(serve_async());
+    0
+}
+
+async fn serve_async() {
+    use tokio::signal::unix::{SignalKind, signal};
+    // Held for the life of the launcher: these signals are gameplan's to act on.
+    let _ignored: Vec<_> = [
+        SignalKind::interrupt(),
+        SignalKind::terminate(),
+        SignalKind::hangup(),
+    ]
+    .into_iter()
+    .filter_map(|kind| signal(kind).ok())
+    .collect();
+    let parent = nix::unistd::getppid();
+    let (reports, mut outbox) = mpsc::unbounded_channel::<Report>();
+    let writer = tokio::spawn(async move {
+        let mut stdout = tokio::io::stdout();
+        while let Some(report) = outbox.recv().await {
+            let mut line = serde_json::to_vec(&report).unwrap_or_default();
+            line.push(b'\n');
+            // Gameplan may be gone; the status files still tell a resume.
+            if stdout.write_all(&line).await.is_ok() {
+                let _ = stdout.flush().await;
+            }
+        }
+    });
+    let mut lines = BufReader::new(tokio::io::stdin()).lines();
+    let mut running = tokio::task::JoinSet::new();
+    while let Ok(Some(line)) = lines.next_line().await {
+        let Ok(request) = serde_json::from_str::<Request>(&line) else {
+            continue;
+        };
+        let token = request.token;
+        if nix::unistd::getppid() != parent {
+            // Gameplan died: start nothing more; a resume decides.
+            let _ = reports.send(Report::Refused {
+                token,
+                error: "gameplan is gone".into(),
+            });
+            continue;
+        }
+        match launch(&request) {
+            Ok((mut child, status)) => {
+                let pid = child.id().unwrap_or(0);
+                let _ = reports.send(Report::Started { token, pid });
+                let reports = reports.clone();
+                running.spawn(async move {
+                    let code = match child.wait().await {
+                        Ok(exit) => signal_code(exit),
+                        Err(_) => 128 + 9,
+                    };
+                    // pwrite at 0: the step's stdin shares this file's offset.
+                    let _ = status.write_all_at(format!("{code}\n").as_bytes(), 0);
+                    drop(status);
+                    let _ = reports.send(Report::Exited { token, code });
+                });
+            }
+            Err(error) => {
+                let _ = reports.send(Report::Refused { token, error });
+            }
+        }
+    }
+    while running.join_next().await.is_some() {}
+    drop(reports);
+    let _ = writer.await;
+}
+
+fn launch(request: &Request) -> Result<(tokio::process::Child, File), String> {
+    let Some((program, args)) = request.argv.split_first() else {
+        return Err("nothing to run: the argv is empty".into());
+    };
+    if let Some(dir) = request.status.parent() {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    }
+    let status = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&request.status)
+        .map_err(|e| format!("cannot create {}: {e}", request.status.display()))?;
+    match status.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            return Err("this attempt was claimed by a resumed run".into());
+        }
+        Err(std::fs::TryLockError::Error(e)) => {
+            return Err(format!("cannot lock {}: {e}", request.status.display()));
+        }
+    }
+    if status.metadata().map_or(0, |m| m.len()) > 0 {
+        return Err("this attempt already ran".into());
+    }
+    let log = File::create(&request.log)
+        .map_err(|e| format!("cannot create {}: {e}", request.log.display()))?;
+    let log_err = log.try_clone().map_err(|e| e.to_string())?;
+    let stdin = status.try_clone().map_err(|e| e.to_string())?;
+    let child = Command::new(program)
+        .args(args)
+        .current_dir(&request.cwd)
+        .envs(&request.env)
+        .stdin(Stdio::from(stdin))
+        .stdout(Stdio::from(log))
+        .stderr(Stdio::from(log_err))
+        .process_group(0)
+        .kill_on_drop(false)
+        .spawn()
+        .map_err(|e| {
+            format!(
+                "cannot start `{}` in {}: {e}",
+                request.argv.join(" "),
+                request.cwd.display()
+            )
+        })?;
+    Ok((child, status))
+}
+
+/// What gameplan learns about a launched step.
+pub struct Launched {
+    pub pid: u32,
+    /// Resolves with the exit code, or an error if the launcher died first.
+    pub exit: oneshot::Receiver<i32>,
+}
+
+type Waiters = HashMap<
+    u64,
+    (
+        Option<oneshot::Sender<Result<u32, String>>>,
+        Option<oneshot::Sender<i32>>,
+    ),
+>;
+
+/// Gameplan's handle on its launcher.
+pub struct Launcher {
+    stdin: tokio::sync::Mutex<ChildStdin>,
+    waiters: Arc<Mutex<Waiters>>,
+    next: std::sync::atomic::AtomicU64,
+    _child: tokio::process::Child,
+}
+
+impl Launcher {
+    /// Starts `gameplan __launch` (this same executable).
+    pub fn start() -> Result<Launcher, String> {
+        let exe = std::env::current_exe()
+            .map_err(|e| format!("cannot find the gameplan executable: {e}"))?;
+        let mut child = Command::new(exe)
+            .arg("__launch")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(false)
+            .spawn()
+            .map_err(|e| format!("cannot start the step launcher: {e}"))?;
+        let stdin = child.stdin.take().ok_or("the launcher has no stdin")?;
+        let stdout = child.stdout.take().ok_or("the launcher has no stdout")?;
+        let waiters: Arc<Mutex<Waiters>> = Arc::default();
+        let reader_waiters = Arc::clone(&waiters);
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stdout).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                let Ok(report) = serde_json::from_str::<Report>(&line) else {
+                    continue;
+                };
+                let mut waiters = reader_waiters
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                match report {
+                    Report::Started { token, pid } => {
+                        if let Some((started, _)) = waiters.get_mut(&token)
+                            && let Some(tx) = started.take()
+                        {
+                            let _ = tx.send(Ok(pid));
+                        }
+                    }
+                    Report::Refused { token, error } => {
+                        if let Some((Some(tx), _)) = waiters.remove(&token) {
+                            let _ = tx.send(Err(error));
+                        }
+                    }
+                    Report::Exited { token, code } => {
+                        if let Some((_, Some(tx))) = waiters.remove(&token) {
+                            let _ = tx.send(code);
+                        }
+                    }
+                }
+            }
+            // The launcher is gone: every waiter learns it by its channel closing.
+            reader_waiters
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clear();
+        });
+        Ok(Launcher {
+            stdin: tokio::sync::Mutex::new(stdin),
+            waiters,
+            next: std::sync::atomic::AtomicU64::new(1),
+            _child: child,
+        })
+    }
+
+    /// Asks the launcher to start a step; returns once it started (or was refused).
+    pub async fn launch(&self, mut request: Request) -> Result<Launched, String> {
+        request.token = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (started_tx, started_rx) = oneshot::channel();
+        let (exit_tx, exit_rx) = oneshot::channel();
+        self.waiters
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(request.token, (Some(started_tx), Some(exit_tx)));
+        let mut line = serde_json::to_vec(&request).map_err(|e| e.to_string())?;
+        line.push(b'\n');
+        {
+            let mut stdin = self.stdin.lock().await;
+            stdin
+                .write_all(&line)
+                .await
+                .map_err(|e| format!("the step launcher is gone: {e}"))?;
+            stdin
+                .flush()
+                .await
+                .map_err(|e| format!("the step launcher is gone: {e}"))?;
+        }
+        let pid = started_rx
+            .await
+            .map_err(|_| "the step launcher exited unexpectedly".to_owned())??;
+        Ok(Launched { pid, exit: exit_rx })
+    }
+}
+
+/// How a resumed run finds an attempt that a dead gameplan left behind.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Leftover {
+    /// The attempt finished with this exit code while nobody watched.
+    Finished(i32),
+    /// It never finished (killed mid-way, or never started): run it again.
+    Unfinished,
+}
+
+/// Waits until no process of the attempt lives, then reads its status.
+/// Taking the lock also claims the attempt: a launcher that has not started
+/// it yet will refuse to. Checks `cancel` between polls.
+pub async fn leftover(status: &Path, cancel: &tokio::sync::watch::Receiver<bool>) -> Leftover {
+    let file = match OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(status)
+    {
+        Ok(file) => file,
+        Err(_) => return Leftover::Unfinished,
+    };
+    loop {
+        match file.try_lock() {
+            Ok(()) => break,
+            Err(std::fs::TryLockError::WouldBlock) if !*cancel.borrow() => {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            Err(_) => return Leftover::Unfinished,
+        }
+    }
+    let mut text = String::new();
+    let _ = std::io::Read::read_to_string(&mut &file, &mut text);
+    if let Ok(code) = text.trim().parse() {
+        return Leftover::Finished(code);
+    }
+    // Claim the attempt for good: a launcher that still holds its request
+    // sees a non-empty status and refuses to start it.
+    let _ = file.write_all_at(b"claimed by a resumed run\n", 0);
+    Leftover::Unfinished
+}
