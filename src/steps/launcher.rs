@@ -319,15 +319,14 @@ pub enum Leftover {
 /// Taking the lock also claims the attempt: a launcher that has not started
 /// it yet will refuse to. Checks `cancel` between polls.
 pub async fn leftover(status: &Path, cancel: &tokio::sync::watch::Receiver<bool>) -> Leftover {
-    let file = match OpenOptions::new()
+    let Ok(file) = OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
         .open(status)
-    {
-        Ok(file) => file,
-        Err(_) => return Leftover::Unfinished,
+    else {
+        return Leftover::Unfinished;
     };
     loop {
         match file.try_lock() {
