@@ -12,12 +12,24 @@
 #     plus the previous step's output with sha256sum. Cold, fully reused
 #     (target <= 100 ms), and after changing one input (must re-run exactly
 #     the 10 steps of that chain).
+#
+#   bash bench/engine.sh --quick    # W1 once, with the debug build (a smoke
+#                                   # check for plans/self.toml; no figures to quote)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
-cargo build --release --quiet --manifest-path "$here/Cargo.toml"
-gameplan="$here/target/release/gameplan"
+quick=false
+[[ "${1:-}" == "--quick" ]] && quick=true
+if $quick; then
+    cargo build --quiet --manifest-path "$here/Cargo.toml"
+    gameplan="$here/target/debug/gameplan"
+else
+    cargo build --release --quiet --manifest-path "$here/Cargo.toml"
+    gameplan="$here/target/release/gameplan"
+fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+runs() { if $quick; then echo 1; else echo "$1"; fi; }
+$quick && echo "quick mode: debug build, one run each; a smoke check, not a measurement"
 
 now_ms() { date +%s%3N; }
 # Best of N runs of a command, in ms. Each run gets a fresh copy of the
@@ -78,10 +90,10 @@ open(f"{d}/w1.toml", 'w').write('\n'.join(plan))
 open(f"{d}/Makefile", 'w').write('\n'.join(make) + '\n')
 PY
 mkdir -p "$w1/out"
-make_cold=$(best_of 5 "$w1" make -j2 -s)
-gp_cold=$(best_of 5 "$w1" "$gameplan" plan run w1.toml --concurrency 2)
+make_cold=$(best_of "$(runs 5)" "$w1" make -j2 -s)
+gp_cold=$(best_of "$(runs 5)" "$w1" "$gameplan" plan run w1.toml --concurrency 2)
 warm="$w1.warm"; cp -a "$w1" "$warm"; (cd "$warm" && "$gameplan" plan run w1.toml --concurrency 2 >/dev/null 2>&1)
-gp_reused=$(best_in 10 "$warm" "$gameplan" plan run w1.toml --concurrency 2)
+gp_reused=$(best_in "$(runs 10)" "$warm" "$gameplan" plan run w1.toml --concurrency 2)
 peak="$w1.peak"; cp -a "$w1" "$peak"
 peak_kb=$(cd "$peak" && /usr/bin/time -f '%M' -o "$work/peak.txt" "$gameplan" plan run w1.toml --concurrency 2 >/dev/null 2>&1; cat "$work/peak.txt")
 echo "W1 (1,000 steps, concurrency 2)"
@@ -89,6 +101,8 @@ echo "  make -j2 cold        ${make_cold} ms"
 echo "  gameplan cold        ${gp_cold} ms   ratio to make: $(ratio "$gp_cold" "$make_cold")x (target <= 1.5x)"
 echo "  gameplan reused      ${gp_reused} ms   (target <= 50 ms)"
 echo "  gameplan cold peak   $((peak_kb / 1024)) MB RSS, main process (target < 100 MB)"
+
+$quick && exit 0
 
 # ---------------------------------------------------------------- W2
 w2="$work/w2"; mkdir -p "$w2/.git" "$w2/in" "$w2/out"
