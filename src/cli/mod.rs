@@ -194,6 +194,8 @@ pub enum GraphFormat {
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum SchemaName {
     Plan,
+    /// The `plan run --json` report.
+    Run,
 }
 
 /// What a command may read from the outside world: captured once, here, so
