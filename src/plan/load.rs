@@ -140,7 +140,7 @@ fn read_source(path: &Path) -> Result<Source, ReadError> {
             None,
             Diagnostic::new(
                 "plan::too_large",
-                format!("{name} is larger than {} KiB", MAX_PLAN_BYTES / 1024),
+                format!("the plan is larger than {} KiB", MAX_PLAN_BYTES / 1024),
             )
             .help(
                 "a plan is a hand-written file; keep data (cards, charters) in files it points to",

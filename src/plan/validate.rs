@@ -101,7 +101,20 @@ impl Validator<'_> {
         d = match did_you_mean(&name.value, known.iter().copied()) {
             Some(hint) => d.help(hint),
             None if known.is_empty() => d.help(format!("the plan defines no {what}")),
-            None => d.help(format!("the plan's {} are {}", plural(what), one_of(known))),
+            None => {
+                // A duplicated name is reported on its own; list it once here.
+                let mut unique: Vec<&str> = Vec::with_capacity(known.len());
+                for k in known {
+                    if !unique.contains(k) {
+                        unique.push(k);
+                    }
+                }
+                d.help(format!(
+                    "the plan's {} are {}",
+                    plural(what),
+                    one_of(&unique)
+                ))
+            }
         };
         self.push(d);
         false
@@ -869,6 +882,22 @@ impl Validator<'_> {
                                 self.controller(v, refs);
                             }
                             _ => {}
+                        }
+                        // Cell ids join values with `,` inside `[...]`: a value
+                        // holding those characters could make two cells one id.
+                        if v.value.is_empty()
+                            || v.value.contains([',', '[', ']'])
+                            || v.value.chars().any(char::is_control)
+                        {
+                            self.push(
+                                Diagnostic::new(
+                                    "plan::invalid_value",
+                                    format!("matrix value `{}` cannot be part of a step id", v.value.escape_debug()),
+                                )
+                                .at(v.span)
+                                .label("not allowed in a matrix value")
+                                .help("matrix values name cells like `play[kid,jev,1]`: they may not be empty or hold `,`, `[`, `]` or control characters"),
+                            );
                         }
                     }
                     self.unique(

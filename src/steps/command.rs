@@ -83,6 +83,8 @@ pub fn reuse_key(cx: &StepContext) -> Result<ReuseKey, StepError> {
             "env": cx.step.env,
             "cwd": p.cwd,
             "outputs": p.outputs,
+            // Each cell of a matrix is its own result.
+            "cell": cx.instance.cell,
         }),
     );
     let files = expand(&cx.root, p.inputs)?;
@@ -134,6 +136,19 @@ fn is_simple(line: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || " \t-_./,:=+@%".contains(c))
 }
 
+/// An axis name as an environment variable name: `build-mode` → `BUILD_MODE`.
+fn env_name(axis: &str) -> String {
+    axis.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_uppercase()
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
 pub fn status_path(step_dir: &Path, attempt: u32) -> PathBuf {
     step_dir.join(format!("status.{attempt}"))
 }
@@ -169,6 +184,11 @@ async fn spawn_and_wait(cx: &StepContext) -> Result<StepOutcome, StepError> {
     env.insert("GAMEPLAN_RUN_ID".into(), cx.run_id.clone());
     env.insert("GAMEPLAN_STEP".into(), cx.instance.id.clone());
     env.insert("GAMEPLAN_ROOT".into(), cx.root.display().to_string());
+    // A matrix cell's values, so the command can act on them:
+    // `matrix = { seed = [1, 2] }` gives GAMEPLAN_MATRIX_SEED=1 or 2.
+    for (axis, value) in &cx.instance.cell {
+        env.insert(format!("GAMEPLAN_MATRIX_{}", env_name(axis)), value.clone());
+    }
     let launched = cx
         .launcher
         .get_or_try_init(|| async { Launcher::start() })
