@@ -34,6 +34,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::unix::pipe;
 use tokio::process::{ChildStdin, Command};
 use tokio::sync::{mpsc, oneshot};
 
@@ -91,8 +92,15 @@ async fn serve_async() {
     .collect();
     let parent = nix::unistd::getppid();
     let (reports, mut outbox) = mpsc::unbounded_channel::<Report>();
+    // stdin and stdout are pipes from gameplan: read and write them on the
+    // event loop (tokio's own stdio goes through a thread per call).
+    let (Ok(stdin), Ok(mut stdout)) = (
+        pipe_end(0).and_then(pipe::Receiver::from_owned_fd),
+        pipe_end(1).and_then(pipe::Sender::from_owned_fd),
+    ) else {
+        return;
+    };
     let writer = tokio::spawn(async move {
-        let mut stdout = tokio::io::stdout();
         while let Some(report) = outbox.recv().await {
             let mut line = serde_json::to_vec(&report).unwrap_or_default();
             line.push(b'\n');
@@ -102,7 +110,7 @@ async fn serve_async() {
             }
         }
     });
-    let mut lines = BufReader::new(tokio::io::stdin()).lines();
+    let mut lines = BufReader::new(stdin).lines();
     let mut running = tokio::task::JoinSet::new();
     while let Ok(Some(line)) = lines.next_line().await {
         let Ok(request) = serde_json::from_str::<Request>(&line) else {
@@ -141,6 +149,15 @@ async fn serve_async() {
     while running.join_next().await.is_some() {}
     drop(reports);
     let _ = writer.await;
+}
+
+/// A duplicate of stdin (0) or stdout (1) as an owned descriptor.
+fn pipe_end(fd: i32) -> std::io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::AsFd;
+    match fd {
+        0 => std::io::stdin().as_fd().try_clone_to_owned(),
+        _ => std::io::stdout().as_fd().try_clone_to_owned(),
+    }
 }
 
 fn launch(request: &Request) -> Result<(tokio::process::Child, File), String> {
