@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use petgraph::Direction;
 use petgraph::graph::NodeIndex;
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
 
 use super::signals::{self, Cancelled};
@@ -56,7 +56,11 @@ struct Shared {
     hashes: Arc<Mutex<FileHashCache>>,
     journal: SharedJournal,
     env: Arc<BTreeMap<String, String>>,
+    /// Flips on a signal or a fail-fast abort: what stops ordinary steps.
     stop: watch::Receiver<bool>,
+    /// Flips on a signal only: what stops `always` steps, which run to the
+    /// end of a failed (also fail-fast) run like the `finish` that settles it.
+    cancel: watch::Receiver<bool>,
     progress: Progress,
     reuse: bool,
     global: Arc<Semaphore>,
@@ -169,8 +173,20 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
         .map(|(name, size)| (name.clone(), Arc::new(Semaphore::new(*size as usize))))
         .collect();
     let (stop_tx, stop_rx) = watch::channel(false);
+    let (cancel_tx, cancel_rx) = watch::channel(false);
     let cancelled = Cancelled::default();
-    signals::listen(stop_tx.clone(), cancelled.clone(), progress.clone());
+    signals::listen(cancel_tx, cancelled.clone(), progress.clone());
+    // A signal stops everything; an abort (fail-fast) spares `always` steps.
+    let mut on_signal = cancel_rx.clone();
+    let stop_on_signal = stop_tx.clone();
+    tokio::spawn(async move {
+        while on_signal.changed().await.is_ok() {
+            if *on_signal.borrow() {
+                let _ = stop_on_signal.send(true);
+                return;
+            }
+        }
+    });
 
     let shared = Shared {
         root: loaded.root.clone(),
@@ -180,6 +196,7 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
         journal: Arc::clone(&journal),
         env,
         stop: stop_rx,
+        cancel: cancel_rx,
         progress: progress.clone(),
         reuse: !options.no_reuse,
         global: Arc::new(Semaphore::new(concurrency)),
@@ -200,8 +217,38 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
     let mut last_commit = Instant::now();
     loop {
         record_skips(&mut state, &journal, &mut reports, progress);
-        let stopping = aborted || cancelled.is_set();
-        while !stopping && let Some(Reverse(node)) = state.ready.pop() {
+        // Ready steps whose pool is full, back to the ready set after this round.
+        let mut pool_full = Vec::new();
+        while !cancelled.is_set()
+            && let Some(Reverse(node)) = state.ready.pop()
+        {
+            let always = pipeline.graph[node].always;
+            if aborted && !always {
+                // Fail-fast: nothing new starts but the `always` steps
+                // (cleanup, `finish`), which may be waiting on this one.
+                state.skip(node);
+                continue;
+            }
+            // Permits are taken here, not in the step's task: a task waiting
+            // for one would start as soon as a failing step gave its permit
+            // back, before this loop heard of the failure (so fail-fast let
+            // one more step start), and in no particular order.
+            let Ok(permit) = Arc::clone(&shared.global).try_acquire_owned() else {
+                pool_full.push(node);
+                break;
+            };
+            let pool_name = pipeline.steps[pipeline.graph[node].step].pool.as_ref();
+            let pool_permit = match pool_name.and_then(|p| pools.get(p)) {
+                None => None,
+                Some(pool) => {
+                    if let Ok(permit) = Arc::clone(pool).try_acquire_owned() {
+                        Some(permit)
+                    } else {
+                        pool_full.push(node);
+                        continue;
+                    }
+                }
+            };
             state.states[node.index()] = StepState::Running;
             let instance = pipeline.graph[node].clone();
             let step = pipeline.steps[instance.step].clone();
@@ -217,7 +264,6 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
                     (id, key)
                 })
                 .collect();
-            let pool = step.pool.as_ref().and_then(|p| pools.get(p)).cloned();
             let cx = StepContext {
                 root: shared.root.clone(),
                 run_id: run_id.clone(),
@@ -228,17 +274,22 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
                 attempt: 0,
                 upstream,
                 hashes: Arc::clone(&shared.hashes),
-                cancel: shared.stop.clone(),
+                cancel: if always {
+                    shared.cancel.clone()
+                } else {
+                    shared.stop.clone()
+                },
                 env: Arc::clone(&shared.env),
             };
             tasks.spawn(run_instance(
                 node,
                 cx,
                 left_running[node.index()],
-                pool,
+                (permit, pool_permit),
                 shared.clone(),
             ));
         }
+        state.ready.extend(pool_full.into_iter().map(Reverse));
         if tasks.is_empty() {
             break;
         }
@@ -297,7 +348,17 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
                 progress.note("--fail-fast: a step failed; stopping the rest");
             }
         }
-        state.finish(node, result.state);
+        // After a fail-fast abort the run ends failed, not resumable: a step
+        // it interrupted is over, one it kept from starting is skipped, and
+        // either way the `always` steps after it may now run.
+        let abort_only = aborted && !cancelled.is_set();
+        if abort_only && result.state == StepState::Pending {
+            state.states[node.index()] = StepState::Pending;
+            state.skip(node);
+        } else {
+            let settled = abort_only && result.state == StepState::Interrupted;
+            state.finish(node, result.state, settled);
+        }
         if last_commit.elapsed() >= COMMIT_EVERY {
             let _ = journal
                 .lock()
@@ -406,13 +467,25 @@ fn record_skips(
     reports: &mut [StepReport],
     progress: &Progress,
 ) {
-    for node in state.skipped.drain(..) {
+    let skipped: Vec<NodeIndex> = state.skipped.drain(..).collect();
+    for node in skipped {
         let report = &mut reports[node.index()];
         if report.state == StepState::Skipped {
             continue;
         }
+        // Skipped for a need that failed, or never started because a
+        // fail-fast abort came first (its needs, if any, succeeded).
+        let blocked = state
+            .pipeline
+            .needs(node)
+            .iter()
+            .any(|need| !state.states[need.index()].satisfies_needs());
         report.state = StepState::Skipped;
-        report.message = Some("a step it needs did not succeed".into());
+        report.message = Some(if blocked {
+            "a step it needs did not succeed".into()
+        } else {
+            "not started: --fail-fast stopped the run at a failure".into()
+        });
         let _ = journal_append(
             journal,
             &Event::StepFinished {
@@ -503,9 +576,9 @@ impl Dispatch {
         to_skip
     }
 
-    fn finish(&mut self, node: NodeIndex, state: StepState) {
+    fn finish(&mut self, node: NodeIndex, state: StepState, settled: bool) {
         self.states[node.index()] = state;
-        if state.is_final() {
+        if state.is_final() || settled {
             for next in self.settle(node) {
                 self.skip(next);
             }
@@ -526,14 +599,11 @@ async fn run_instance(
     node: NodeIndex,
     mut cx: StepContext,
     left_running: Option<u32>,
-    pool: Option<Arc<Semaphore>>,
+    permits: (OwnedSemaphorePermit, Option<OwnedSemaphorePermit>),
     shared: Shared,
 ) -> TaskResult {
-    let _pool_permit = match pool {
-        Some(pool) => pool.acquire_owned().await.ok(),
-        None => None,
-    };
-    let _permit = Arc::clone(&shared.global).acquire_owned().await.ok();
+    // Held until the step is done; dropped with the task.
+    let _permits = permits;
     let started = Instant::now();
     let mut result = TaskResult {
         node,
@@ -545,7 +615,7 @@ async fn run_instance(
         last_attempt: left_running.unwrap_or(0),
         duration_ms: 0,
     };
-    if *shared.stop.borrow() {
+    if *cx.cancel.borrow() {
         return result;
     }
     let retries = cx.step.retries;
@@ -553,7 +623,7 @@ async fn run_instance(
     // A process a dead gameplan left behind may have finished the step.
     let mut outcome = None;
     if let Some(previous) = left_running {
-        match leftover(&cx.step_dir, previous, &shared.stop).await {
+        match leftover(&cx.step_dir, previous, &cx.cancel).await {
             Leftover::Finished(0) => outcome = Some(StepOutcome::Succeeded),
             Leftover::Finished(code) if retries == 0 => {
                 outcome = Some(StepOutcome::Failed {
@@ -616,7 +686,7 @@ async fn run_instance(
             let outcome = steps::run(&cx).await;
             let retry = matches!(outcome, StepOutcome::Failed { .. })
                 && attempt <= retries + left_running.unwrap_or(0);
-            if retry && !*shared.stop.borrow() {
+            if retry && !*cx.cancel.borrow() {
                 shared.progress.note(&format!(
                     "{}: attempt {attempt} failed; retrying",
                     cx.instance.id
