@@ -184,6 +184,12 @@ fn execute(
         Ok(start) => start,
         Err(e) => return refuse(cx, &e),
     };
+    // The lock was taken under a placeholder id; name the run that really
+    // runs, or `plan stop`, `plan status`, `plan runs` and a refused second
+    // run would all name (or fail to find) a run that does not exist.
+    if let Err(e) = lock.set_holder(&engine::holder(start.run_id())) {
+        return refuse(cx, &StartError::Lock(e.to_string()));
+    }
     let mut resume_hint = format!("gameplan plan resume {}", start.run_id());
     if let Some(dir) = &args.state_dir {
         let _ = write!(resume_hint, " --state-dir {}", dir.display());

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use petgraph::Direction;
 use petgraph::graph::NodeIndex;
-use tokio::sync::{OnceCell, Semaphore, watch};
+use tokio::sync::{OnceCell, OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
 
 use super::signals::{self, Cancelled};
@@ -67,7 +67,11 @@ struct Shared {
     hashes: Arc<Mutex<FileHashCache>>,
     journal: SharedJournal,
     env: Arc<BTreeMap<String, String>>,
+    /// Flips on a signal or a fail-fast abort: what stops ordinary steps.
     stop: watch::Receiver<bool>,
+    /// Flips on a signal only: what stops `always` steps, which run to the
+    /// end of a failed (also fail-fast) run like the `finish` that settles it.
+    cancel: watch::Receiver<bool>,
     progress: Progress,
     global: Arc<Semaphore>,
     launcher: Arc<OnceCell<Launcher>>,
@@ -153,8 +157,13 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
         .map(|(name, size)| (name.clone(), Arc::new(Semaphore::new(*size as usize))))
         .collect();
     let (stop_tx, stop_rx) = watch::channel(false);
+    let (cancel_tx, cancel_rx) = watch::channel(false);
     let cancelled = Cancelled::default();
-    signals::listen(stop_tx.clone(), cancelled.clone(), progress.clone());
+    signals::listen(
+        [stop_tx.clone(), cancel_tx],
+        cancelled.clone(),
+        progress.clone(),
+    );
     let shared = Shared {
         root: loaded.root.clone(),
         run_id: run_id.clone(),
@@ -165,6 +174,7 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
         journal: Arc::new(Mutex::new(journal)),
         env,
         stop: stop_rx,
+        cancel: cancel_rx,
         progress: progress.clone(),
         global: Arc::new(Semaphore::new(concurrency)),
         launcher: Arc::default(),
@@ -175,6 +185,7 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
         shared.clone(),
         options.fail_fast,
         stop_tx,
+        cancelled.clone(),
     );
     if let Some(history) = &history {
         run.restore(history);
@@ -182,14 +193,27 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
     run.schedule.initialize();
     let mut tasks: JoinSet<Finished> = JoinSet::new();
     let mut last_commit = Instant::now();
+    // Keys computed for steps still waiting for a slot.
+    let mut keys: BTreeMap<NodeIndex, Result<Option<ReuseKey>, String>> = BTreeMap::new();
     loop {
         run.record_skips();
-        while !(run.aborted || cancelled.is_set())
+        // Ready steps whose pool is full, back to the ready set after this round.
+        let mut pool_full = Vec::new();
+        while !cancelled.is_set()
             && let Some(Reverse(node)) = run.schedule.ready.pop()
         {
+            let always = run.pipeline.graph[node].always;
+            if run.aborted && !always {
+                // Fail-fast: nothing new starts but the `always` steps
+                // (cleanup, `finish`), which may be waiting on this one.
+                run.schedule.skip(node);
+                continue;
+            }
             let cx = run.context(node);
             let left_running = run.left_running[node.index()];
-            let key = steps::reuse_key(&cx).map_err(|e| e.0);
+            let key = keys
+                .remove(&node)
+                .unwrap_or_else(|| steps::reuse_key(&cx).map_err(|e| e.0));
             if left_running.is_none()
                 && !options.no_reuse
                 && let Some(finished) = try_reuse(node, &cx, &key, &shared)
@@ -197,17 +221,39 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
                 run.finish(finished);
                 continue;
             }
+            // Slots are handed out here, in declared order, and only after the
+            // dispatcher has seen how the previous holder ended: fail-fast then
+            // starts nothing after a failure.
+            let Ok(permit) = Arc::clone(&shared.global).try_acquire_owned() else {
+                keys.insert(node, key);
+                pool_full.push(node);
+                break;
+            };
+            let pool_permit = match cx.step.pool.as_ref().and_then(|p| pools.get(p)) {
+                None => None,
+                Some(pool) => {
+                    if let Ok(permit) = Arc::clone(pool).try_acquire_owned() {
+                        Some(permit)
+                    } else {
+                        keys.insert(node, key);
+                        pool_full.push(node);
+                        continue;
+                    }
+                }
+            };
             run.schedule.states[node.index()] = StepState::Running;
-            let pool = cx.step.pool.as_ref().and_then(|p| pools.get(p)).cloned();
             tasks.spawn(run_instance(
                 node,
                 cx,
                 key,
-                left_running,
-                pool,
+                (left_running, run.attempt_base[node.index()]),
+                (permit, pool_permit),
                 shared.clone(),
             ));
         }
+        run.schedule
+            .ready
+            .extend(pool_full.into_iter().map(Reverse));
         if tasks.is_empty() {
             break;
         }
@@ -348,12 +394,17 @@ struct Run {
     shared: Shared,
     schedule: Schedule,
     reports: Vec<StepReport>,
-    /// On resume: the attempt a dead gameplan left running, per step.
+    /// On resume: the attempt a dead gameplan left running, per step (it
+    /// may have finished meanwhile; a stopped one did not).
     left_running: Vec<Option<u32>>,
+    /// On resume: the last attempt number used, per step; new attempts
+    /// count on from it so each has its own status file.
+    attempt_base: Vec<u32>,
     root_cause: Option<String>,
     aborted: bool,
     fail_fast: bool,
     stop: watch::Sender<bool>,
+    cancelled: Cancelled,
     /// Keys of the steps that succeeded or were reused, recorded at the end
     /// so the next `plan explain` can say what changed.
     last_keys: BTreeMap<String, ReuseKey>,
@@ -365,6 +416,7 @@ impl Run {
         shared: Shared,
         fail_fast: bool,
         stop: watch::Sender<bool>,
+        cancelled: Cancelled,
     ) -> Run {
         let n = pipeline.graph.node_count();
         let reports = pipeline
@@ -394,10 +446,12 @@ impl Run {
             shared,
             reports,
             left_running: vec![None; n],
+            attempt_base: vec![0; n],
             root_cause: None,
             aborted: false,
             fail_fast,
             stop,
+            cancelled,
             last_keys: BTreeMap::new(),
         }
     }
@@ -418,9 +472,12 @@ impl Run {
                     r.message.clone_from(&record.message);
                     r.duration_ms = record.duration_ms;
                 }
-                Some(StepState::Running | StepState::Interrupted) => {
+                Some(StepState::Running) => {
                     self.left_running[index.index()] = Some(record.attempt);
+                    self.attempt_base[index.index()] = record.attempt;
                 }
+                // Stopped by gameplan itself: it ran no further; only its number is used.
+                Some(StepState::Interrupted) => self.attempt_base[index.index()] = record.attempt,
                 _ => {}
             }
         }
@@ -429,6 +486,12 @@ impl Run {
     fn context(&self, node: NodeIndex) -> StepContext {
         let instance = self.pipeline.graph[node].clone();
         let step = self.pipeline.steps[instance.step].clone();
+        // `always` steps are stopped by a signal only, not by fail-fast.
+        let cancel = if instance.always {
+            self.shared.cancel.clone()
+        } else {
+            self.shared.stop.clone()
+        };
         let upstream: BTreeMap<String, String> = self
             .pipeline
             .needs(node)
@@ -452,7 +515,7 @@ impl Run {
             attempt: 0,
             upstream,
             hashes: Arc::clone(&self.shared.hashes),
-            cancel: self.shared.stop.clone(),
+            cancel,
             env: Arc::clone(&self.shared.env),
             launcher: Arc::clone(&self.shared.launcher),
         }
@@ -487,9 +550,16 @@ impl Run {
                     .to_string(),
             );
         }
+        // After a fail-fast abort the run ends failed, not resumable: a step
+        // it kept from starting is skipped, one it interrupted is over, and
+        // either way the `always` steps after it may now run.
+        let abort_only = self.aborted && !self.cancelled.is_set();
         if finished.state == StepState::Pending {
-            // Never started (the run stopped first): it stays pending for a resume.
+            // Never started: pending for a resume, or skipped after fail-fast.
             self.schedule.states[node.index()] = StepState::Pending;
+            if abort_only {
+                self.schedule.skip(node);
+            }
             return;
         }
         let event = Event::StepFinished {
@@ -522,18 +592,30 @@ impl Run {
                     .note("--fail-fast: a step failed; stopping the rest");
             }
         }
-        self.schedule.finish(node, finished.state);
+        let settled = abort_only && finished.state == StepState::Interrupted;
+        self.schedule.finish(node, finished.state, settled);
     }
 
     /// Journals and reports the steps the schedule skipped since the last call.
     fn record_skips(&mut self) {
         for node in std::mem::take(&mut self.schedule.skipped) {
+            // Skipped for a need that did not succeed, or never started
+            // because a fail-fast abort came first.
+            let blocked = self
+                .pipeline
+                .needs(node)
+                .iter()
+                .any(|need| !self.schedule.states[need.index()].satisfies_needs());
             let report = &mut self.reports[node.index()];
             if report.state == StepState::Skipped {
                 continue;
             }
             report.state = StepState::Skipped;
-            report.message = Some("a step it needs did not succeed".into());
+            report.message = Some(if blocked {
+                "a step it needs did not succeed".into()
+            } else {
+                "not started: --fail-fast stopped the run at a failure".into()
+            });
             let _ = append(
                 &self.shared.journal,
                 &Event::StepFinished {
@@ -635,9 +717,11 @@ impl Schedule {
         to_skip
     }
 
-    fn finish(&mut self, node: NodeIndex, state: StepState) {
+    /// `settled`: not final, but over as far as `always` dependants go (a
+    /// step that fail-fast interrupted).
+    fn finish(&mut self, node: NodeIndex, state: StepState, settled: bool) {
         self.states[node.index()] = state;
-        if state.is_final() {
+        if state.is_final() || settled {
             for next in self.settle(node) {
                 self.skip(next);
             }
@@ -651,15 +735,10 @@ async fn run_instance(
     node: NodeIndex,
     mut cx: StepContext,
     key: Result<Option<ReuseKey>, String>,
-    left_running: Option<u32>,
-    pool: Option<Arc<Semaphore>>,
+    (left_running, base): (Option<u32>, u32),
+    permits: (OwnedSemaphorePermit, Option<OwnedSemaphorePermit>),
     shared: Shared,
 ) -> Finished {
-    let pool_permit = match pool {
-        Some(pool) => pool.acquire_owned().await.ok(),
-        None => None,
-    };
-    let permit = Arc::clone(&shared.global).acquire_owned().await.ok();
     let started = Instant::now();
     let mut finished = Finished {
         node,
@@ -669,10 +748,10 @@ async fn run_instance(
         exit_code: None,
         message: None,
         attempts: 0,
-        last_attempt: left_running.unwrap_or(0),
+        last_attempt: base,
         duration_ms: 0,
     };
-    if *shared.stop.borrow() {
+    if *cx.cancel.borrow() {
         return finished;
     }
     let key = match key {
@@ -683,10 +762,10 @@ async fn run_instance(
             return finished;
         }
     };
-    let outcome = attempts(&mut cx, left_running, &shared, &mut finished).await;
+    let outcome = attempts(&mut cx, (left_running, base), &shared, &mut finished).await;
     // The slot is for the step's processes; storing its result needs none,
     // and the next step should not wait for our bookkeeping.
-    drop((permit, pool_permit));
+    drop(permits);
     finished.last_attempt = cx.attempt;
     finished.duration_ms = elapsed_ms(started);
     match outcome {
@@ -719,15 +798,14 @@ async fn run_instance(
 /// resume, first asks how the attempt a dead gameplan left running ended.
 async fn attempts(
     cx: &mut StepContext,
-    left_running: Option<u32>,
+    (left_running, base): (Option<u32>, u32),
     shared: &Shared,
     finished: &mut Finished,
 ) -> StepOutcome {
     let retries = cx.step.retries;
-    let base = left_running.unwrap_or(0);
     cx.attempt = base;
     if let Some(previous) = left_running {
-        match leftover(&status_path(&cx.step_dir, previous), &shared.stop).await {
+        match leftover(&status_path(&cx.step_dir, previous), &cx.cancel).await {
             Leftover::Finished(0) => return StepOutcome::Succeeded,
             Leftover::Finished(code) if retries == 0 => {
                 return StepOutcome::Failed {
@@ -755,7 +833,7 @@ async fn attempts(
         }
         shared.progress.step_started(&cx.instance.id, cx.attempt);
         let outcome = steps::run(cx).await;
-        let may_retry = cx.attempt <= base + retries && !*shared.stop.borrow();
+        let may_retry = cx.attempt <= base + retries && !*cx.cancel.borrow();
         if matches!(outcome, StepOutcome::Failed { .. }) && may_retry {
             shared.progress.note(&format!(
                 "{}: attempt {} failed; retrying",

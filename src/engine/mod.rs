@@ -20,8 +20,13 @@
 //!   a process it left behind may have finished it meanwhile.
 //! - **Cancel and abort are different.** Cancel (Ctrl-C, SIGTERM, `plan
 //!   stop`) stops running steps, leaves pending ones pending for the resume,
-//!   and exits 10. Abort (`--fail-fast` after a failure) stops the rest and
-//!   exits 1. The first failure is kept as the root cause.
+//!   and exits 10. Abort (`--fail-fast` after a failure) stops the rest but
+//!   the `always` steps (cleanup, `finish`), which still run, and exits 1.
+//!   The first failure is kept as the root cause.
+//! - **The dispatcher hands out the permits** (`--concurrency`, pools) when
+//!   it starts a step, so steps start in declared order and a finished
+//!   step's slot is reused only after the dispatcher has seen how it ended
+//!   (fail-fast starts nothing after a failure).
 //! - **Results are stored only after success**, and a step is reported done
 //!   only after its result is stored.
 

@@ -24,7 +24,9 @@ impl Cancelled {
 }
 
 /// Listens for SIGINT and SIGTERM for the life of the runtime.
-pub fn listen(stop: watch::Sender<bool>, cancelled: Cancelled, progress: Progress) {
+/// `stops`: every channel a signal flips (the ordinary stop, and the one
+/// that also stops `always` steps).
+pub fn listen(stops: [watch::Sender<bool>; 2], cancelled: Cancelled, progress: Progress) {
     let (Ok(mut interrupt), Ok(mut terminate)) = (
         signal(SignalKind::interrupt()),
         signal(SignalKind::terminate()),
@@ -46,7 +48,9 @@ pub fn listen(stop: watch::Sender<bool>, cancelled: Cancelled, progress: Progres
             }
             if !cancelled.is_set() {
                 cancelled.set();
-                let _ = stop.send(true);
+                for stop in &stops {
+                    let _ = stop.send(true);
+                }
                 progress.note(&format!(
                     "{name}: stopping; no new steps start, running steps are stopped (Ctrl-C again to exit at once)"
                 ));

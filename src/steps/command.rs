@@ -265,15 +265,22 @@ async fn spawn_and_wait(cx: &StepContext) -> Result<StepOutcome, StepError> {
     Ok(outcome)
 }
 
-/// SIGTERM to the whole group, SIGKILL after the grace period.
+/// SIGTERM to the whole group, SIGKILL after the grace period: every process
+/// of the step (not only its leader) gets the grace to clean up.
 async fn stop_group(pgid: Pid, exit: &mut tokio::sync::oneshot::Receiver<i32>) {
+    let deadline = tokio::time::Instant::now() + KILL_GRACE;
     let _ = killpg(pgid, Signal::SIGTERM);
-    if tokio::time::timeout(KILL_GRACE, &mut *exit).await.is_err() {
+    let exited = tokio::time::timeout_at(deadline, &mut *exit).await.is_ok();
+    // The leader is gone (or out of time); wait for the rest of its group.
+    while killpg(pgid, None).is_ok() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    if killpg(pgid, None).is_ok() {
         let _ = killpg(pgid, Signal::SIGKILL);
+    }
+    if !exited {
         let _ = tokio::time::timeout(KILL_GRACE, exit).await;
     }
-    // Stragglers that ignored SIGTERM after the leader exited.
-    let _ = killpg(pgid, Signal::SIGKILL);
 }
 
 fn failure_message(code: i32, log: &Path) -> String {

@@ -59,12 +59,18 @@ enum Report {
     Exited { token: u64, code: i32 },
 }
 
-/// The exit code written for a step killed by signal `n` (as shells do).
-fn signal_code(status: std::process::ExitStatus) -> i32 {
+/// How an attempt ended, as written in its status file: an exit code, or
+/// `signal N` for a step killed before it could finish (a resume runs that
+/// one again), and the code reported for it (128 + N, as shells do).
+fn ending(status: std::process::ExitStatus) -> (String, i32) {
     use std::os::unix::process::ExitStatusExt;
-    status
-        .code()
-        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
+    match (status.code(), status.signal()) {
+        (Some(code), _) => (format!("{code}\n"), code),
+        (None, signal) => {
+            let signal = signal.unwrap_or(0);
+            (format!("signal {signal}\n"), 128 + signal)
+        }
+    }
 }
 
 /// `gameplan __launch`: serves requests until stdin closes.
@@ -131,12 +137,12 @@ async fn serve_async() {
                 let _ = reports.send(Report::Started { token, pid });
                 let reports = reports.clone();
                 running.spawn(async move {
-                    let code = match child.wait().await {
-                        Ok(exit) => signal_code(exit),
-                        Err(_) => 128 + 9,
+                    let (text, code) = match child.wait().await {
+                        Ok(exit) => ending(exit),
+                        Err(_) => ("signal 9\n".to_owned(), 128 + 9),
                     };
                     // pwrite at 0: the step's stdin shares this file's offset.
-                    let _ = status.write_all_at(format!("{code}\n").as_bytes(), 0);
+                    let _ = status.write_all_at(text.as_bytes(), 0);
                     drop(status);
                     let _ = reports.send(Report::Exited { token, code });
                 });
@@ -326,9 +332,10 @@ impl Launcher {
 /// How a resumed run finds an attempt that a dead gameplan left behind.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Leftover {
-    /// The attempt finished with this exit code while nobody watched.
+    /// The attempt exited with this code while nobody watched.
     Finished(i32),
-    /// It never finished (killed mid-way, or never started): run it again.
+    /// It never finished (killed by a signal, killed with its launcher, or
+    /// never started): run it again.
     Unfinished,
 }
 

@@ -2,6 +2,9 @@
 
 mod support;
 
+mod engine_resume;
+mod engine_reuse;
+mod engine_run;
 mod hostile;
 mod plan_check;
 mod plan_explain;

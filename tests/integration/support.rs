@@ -9,10 +9,13 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::io::Read;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
 use serde::Deserialize;
 
 /// The binary under test, built by cargo for this test run.
@@ -68,18 +71,36 @@ impl Test {
     /// Runs `gameplan ARGS…` in the repo. Fails the test on a hang, a death
     /// by signal, or a panic message, whatever the exit code.
     pub fn run(&self, args: &[&str]) -> Output {
-        let command_line = format!("gameplan {}", args.join(" "));
-        let started = Instant::now();
-        let mut child = Command::new(BIN)
+        self.spawn(args).wait()
+    }
+
+    /// Starts `gameplan ARGS…` in the background, to be signalled, killed
+    /// or waited for.
+    pub fn spawn(&self, args: &[&str]) -> Spawned {
+        self.start(args, false)
+    }
+
+    /// Like [`Self::spawn`], with gameplan leading a process group of its
+    /// own, so the test can kill the group as a container kill would.
+    pub fn spawn_in_group(&self, args: &[&str]) -> Spawned {
+        self.start(args, true)
+    }
+
+    fn start(&self, args: &[&str], own_group: bool) -> Spawned {
+        let mut command = Command::new(BIN);
+        command
             .args(args)
             .current_dir(self.dir.path())
             .env_clear()
             .envs(&self.env)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn gameplan");
+            .stderr(Stdio::piped());
+        if own_group {
+            command.process_group(0);
+        }
+        let started = Instant::now();
+        let mut child = command.spawn().expect("spawn gameplan");
         let drain = |mut pipe: Box<dyn Read + Send>| {
             std::thread::spawn(move || {
                 let mut bytes = Vec::new();
@@ -89,40 +110,45 @@ impl Test {
         };
         let stdout = drain(Box::new(child.stdout.take().expect("stdout")));
         let stderr = drain(Box::new(child.stderr.take().expect("stderr")));
-        let status = loop {
-            if let Some(status) = child.try_wait().expect("wait for gameplan") {
-                break status;
-            }
-            if started.elapsed() > HANG_AFTER {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("`{command_line}` hung: killed after {HANG_AFTER:?}");
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        };
-        let elapsed = started.elapsed();
-        let text = |h: std::thread::JoinHandle<Vec<u8>>| {
-            String::from_utf8_lossy(&h.join().expect("pipe reader")).into_owned()
-        };
-        let output = Output {
-            command_line,
-            code: status.code(),
-            stdout: text(stdout),
-            stderr: text(stderr),
-            elapsed,
+        Spawned {
+            command_line: format!("gameplan {}", args.join(" ")),
+            child,
+            started,
+            stdout,
+            stderr,
             roots: roots(self.dir.path()),
-        };
-        assert!(
-            output.code.is_some(),
-            "`{}` was killed by a signal\n{output}",
-            output.command_line
-        );
-        assert!(
-            !output.stderr.contains("panicked") && !output.stdout.contains("panicked"),
-            "`{}` panicked\n{output}",
-            output.command_line
-        );
-        output
+        }
+    }
+
+    /// The absolute path of a repo-relative path.
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    /// The text of a repo-relative file; empty when it does not exist.
+    pub fn read(&self, rel: &str) -> String {
+        std::fs::read_to_string(self.path(rel)).unwrap_or_default()
+    }
+
+    /// Writes a repo-relative file in the middle of a test.
+    pub fn write(&self, rel: &str, contents: impl AsRef<[u8]>) {
+        let full = self.path(rel);
+        if let Some(parent) = full.parent() {
+            std::fs::create_dir_all(parent).expect("create parent dirs");
+        }
+        std::fs::write(&full, contents).expect("write file");
+    }
+
+    /// The ids of the runs under `.gameplan/runs`, oldest first.
+    pub fn run_ids(&self) -> Vec<String> {
+        let mut ids: Vec<String> = std::fs::read_dir(self.path(".gameplan/runs"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| e.file_name().into_string().ok())
+            .collect();
+        ids.sort();
+        ids
     }
 
     /// `plan check --json FILES…` and `plan check FILES…` (text), which must agree.
@@ -155,6 +181,163 @@ fn roots(dir: &Path) -> Vec<PathBuf> {
         roots.push(canonical);
     }
     roots
+}
+
+/// A gameplan running in the background.
+pub struct Spawned {
+    command_line: String,
+    child: std::process::Child,
+    started: Instant,
+    stdout: std::thread::JoinHandle<Vec<u8>>,
+    stderr: std::thread::JoinHandle<Vec<u8>>,
+    roots: Vec<PathBuf>,
+}
+
+impl Spawned {
+    pub fn pid(&self) -> i32 {
+        i32::try_from(self.child.id()).expect("a pid fits in i32")
+    }
+
+    /// Sends `signal` to gameplan alone (not to the processes of its steps).
+    pub fn signal(&self, signal: Signal) {
+        nix::sys::signal::kill(Pid::from_raw(self.pid()), signal).expect("signal gameplan");
+    }
+
+    /// Whether gameplan has exited (without reaping it).
+    pub fn is_running(&mut self) -> bool {
+        self.child.try_wait().expect("poll gameplan").is_none()
+    }
+
+    /// `kill -9` of gameplan alone; its steps' processes live on, as they
+    /// would after an OOM kill of gameplan. Returns what it printed.
+    pub fn kill9(mut self) -> Output {
+        let _ = self.child.kill();
+        self.collect()
+    }
+
+    /// Waits for gameplan to exit by itself. Fails the test on a hang, a
+    /// death by signal, or a panic message, whatever the exit code.
+    pub fn wait(self) -> Output {
+        let output = self.collect();
+        assert!(
+            output.code.is_some(),
+            "`{}` was killed by a signal\n{output}",
+            output.command_line
+        );
+        assert!(
+            !output.stderr.contains("panicked") && !output.stdout.contains("panicked"),
+            "`{}` panicked\n{output}",
+            output.command_line
+        );
+        output
+    }
+
+    fn collect(mut self) -> Output {
+        let status = loop {
+            if let Some(status) = self.child.try_wait().expect("wait for gameplan") {
+                break status;
+            }
+            if self.started.elapsed() > HANG_AFTER {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!("`{}` hung: killed after {HANG_AFTER:?}", self.command_line);
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        let elapsed = self.started.elapsed();
+        let text = |h: std::thread::JoinHandle<Vec<u8>>| {
+            String::from_utf8_lossy(&h.join().expect("pipe reader")).into_owned()
+        };
+        Output {
+            command_line: self.command_line,
+            code: status.code(),
+            stdout: text(self.stdout),
+            stderr: text(self.stderr),
+            elapsed,
+            roots: self.roots,
+        }
+    }
+}
+
+/// Polls `ready` every few milliseconds until it holds; fails the test
+/// after `within`, saying what was awaited.
+#[track_caller]
+pub fn wait_until(what: &str, within: Duration, mut ready: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !ready() {
+        assert!(
+            started.elapsed() < within,
+            "gave up waiting after {within:?} for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// One line of `/proc/<pid>/stat`, the fields the tests need.
+#[derive(Debug, Clone, Copy)]
+pub struct ProcStat {
+    pub pid: i32,
+    pub ppid: i32,
+    pub pgrp: i32,
+    /// A zombie has exited and holds nothing; only its parent has not reaped it.
+    pub zombie: bool,
+}
+
+/// `/proc/<pid>/stat`, or `None` when no such process exists.
+pub fn proc_stat(pid: i32) -> Option<ProcStat> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // `pid (comm) state ppid pgrp …`; comm may hold spaces and parentheses.
+    let rest = &text[text.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?;
+    let parent = fields.next()?.parse().ok()?;
+    let pgrp = fields.next()?.parse().ok()?;
+    Some(ProcStat {
+        pid,
+        ppid: parent,
+        pgrp,
+        zombie: state == "Z",
+    })
+}
+
+/// Every process on the machine, as `/proc` lists them.
+pub fn processes() -> Vec<ProcStat> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .filter_map(proc_stat)
+        .collect()
+}
+
+/// Live (not zombie) processes of process group `pgid`.
+pub fn live_in_group(pgid: i32) -> Vec<i32> {
+    processes()
+        .into_iter()
+        .filter(|p| p.pgrp == pgid && !p.zombie)
+        .map(|p| p.pid)
+        .collect()
+}
+
+/// The process groups of `pid` and of all its descendants.
+pub fn groups_of_tree(pid: i32) -> Vec<i32> {
+    let all = processes();
+    let mut tree = vec![pid];
+    let mut i = 0;
+    while i < tree.len() {
+        let parent = tree[i];
+        tree.extend(all.iter().filter(|p| p.ppid == parent).map(|p| p.pid));
+        i += 1;
+    }
+    let mut groups: Vec<i32> = all
+        .iter()
+        .filter(|p| tree.contains(&p.pid))
+        .map(|p| p.pgrp)
+        .collect();
+    groups.sort_unstable();
+    groups.dedup();
+    groups
 }
 
 /// What one command did.
@@ -444,4 +627,39 @@ pub fn explained(doc: &serde_json::Value) -> Vec<(String, Vec<String>)> {
 /// The ids of a `plan explain --json` document, in order.
 pub fn ids(doc: &serde_json::Value) -> Vec<String> {
     explained(doc).into_iter().map(|(id, _)| id).collect()
+}
+
+/// The step `id` of a run report (`plan run --json`) or an explain document.
+#[track_caller]
+pub fn step<'d>(doc: &'d serde_json::Value, id: &str) -> &'d serde_json::Value {
+    doc["steps"]
+        .as_array()
+        .expect("`steps` is an array")
+        .iter()
+        .find(|s| s["id"] == id)
+        .unwrap_or_else(|| panic!("no step `{id}` in {doc:#}"))
+}
+
+/// Each step's `field` (`state` in a run report or `plan status --json`,
+/// `action` in `plan explain --json`), by step id.
+pub fn by_step(doc: &serde_json::Value, field: &str) -> BTreeMap<String, String> {
+    doc["steps"]
+        .as_array()
+        .expect("`steps` is an array")
+        .iter()
+        .map(|s| {
+            (
+                s["id"].as_str().expect("`id` is a string").to_owned(),
+                s[field].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// `[(id, value)…]` as a map, to compare with [`by_step`].
+pub fn expect_steps(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(id, value)| ((*id).to_owned(), (*value).to_owned()))
+        .collect()
 }

@@ -1,0 +1,275 @@
+//! Reuse: what a re-run runs again and what it takes from the store, as
+//! `plan run --json` reports it, as the steps' own side effects show it, and
+//! as `plan explain` predicts it.
+
+use std::collections::BTreeMap;
+
+use crate::support::{Test, by_step, expect_steps, step};
+
+/// `lower` and `upper` read one input file each; `both` reads their outputs;
+/// `solo` is on its own. Every step logs its id to `ran.log` when it runs.
+const PLAN: &str = r#"version = 1
+name = "reuse"
+
+[[steps]]
+id = "lower"
+kind = "command"
+run = "mkdir -p out && tr A-Z a-z < a.txt > out/lower && echo lower >> ran.log"
+inputs = ["a.txt"]
+outputs = ["out/lower"]
+
+[[steps]]
+id = "upper"
+kind = "command"
+run = "mkdir -p out && tr a-z A-Z < b.txt > out/upper && echo upper >> ran.log"
+inputs = ["b.txt"]
+outputs = ["out/upper"]
+
+[[steps]]
+id = "both"
+kind = "command"
+run = "cat out/lower out/upper > out/both && echo both >> ran.log"
+inputs = ["out/lower", "out/upper"]
+outputs = ["out/both"]
+needs = ["lower", "upper"]
+
+[[steps]]
+id = "solo"
+kind = "command"
+run = "mkdir -p out && cp c.txt out/solo && echo solo >> ran.log"
+inputs = ["c.txt"]
+outputs = ["out/solo"]
+"#;
+
+const ALL: [&str; 4] = ["lower", "upper", "both", "solo"];
+
+/// A repo with PLAN and its inputs, run once.
+fn ran_once() -> Test {
+    let t = Test::new()
+        .file("plan.toml", PLAN)
+        .file("a.txt", "Hello A\n")
+        .file("b.txt", "Hello B\n")
+        .file("c.txt", "solo\n");
+    let out = t.run(&["plan", "run", "plan.toml", "--json"]);
+    let states = by_step(&out.code(0).json(), "state");
+    assert!(states.values().all(|s| s == "succeeded"), "{out}");
+    assert_eq!(
+        sorted(ran(&t)),
+        sorted(ALL.map(str::to_owned).to_vec()),
+        "{out}"
+    );
+    t
+}
+
+/// The steps that ran since the last call, in the order they ran.
+fn ran(t: &Test) -> Vec<String> {
+    let log = t.read("ran.log");
+    let _ = std::fs::remove_file(t.path("ran.log"));
+    log.lines().map(str::to_owned).collect()
+}
+
+/// `plan run --json` and the state of each step.
+fn rerun(t: &Test, extra: &[&str]) -> BTreeMap<String, String> {
+    let mut args = vec!["plan", "run", "plan.toml", "--json"];
+    args.extend_from_slice(extra);
+    let out = t.run(&args);
+    by_step(&out.code(0).json(), "state")
+}
+
+fn states(reused: &[&str]) -> BTreeMap<String, String> {
+    ALL.iter()
+        .map(|id| {
+            let state = if reused.contains(id) {
+                "reused"
+            } else {
+                "succeeded"
+            };
+            ((*id).to_owned(), state.to_owned())
+        })
+        .collect()
+}
+
+fn sorted(mut ids: Vec<String>) -> Vec<String> {
+    ids.sort();
+    ids
+}
+
+#[test]
+fn an_unchanged_rerun_runs_nothing_and_leaves_the_outputs_as_they_were() {
+    let t = ran_once();
+    let before = t.read("out/both");
+    let out = t.run(&["plan", "run", "plan.toml", "--json"]);
+    let report = out.code(0).json();
+    assert_eq!(by_step(&report, "state"), states(&ALL), "{out}");
+    assert_eq!(report["counts"], serde_json::json!({"reused": 4}));
+    for id in ALL {
+        assert_eq!(step(&report, id)["attempts"], 0, "{out}");
+    }
+    assert!(ran(&t).is_empty());
+    assert_eq!(t.read("out/both"), before);
+    assert_eq!(before, "hello a\nHELLO B\n");
+}
+
+#[test]
+fn editing_one_input_reruns_that_step_and_its_dependants_only() {
+    let t = ran_once();
+    t.write("a.txt", "Goodbye A\n");
+    assert_eq!(rerun(&t, &[]), states(&["upper", "solo"]));
+    assert_eq!(ran(&t), ["lower", "both"]);
+    assert_eq!(t.read("out/both"), "goodbye a\nHELLO B\n");
+}
+
+#[test]
+fn an_edit_right_after_a_run_that_keeps_the_size_is_still_seen() {
+    // Same size, same second: only the content (or a nanosecond mtime) tells.
+    let t = ran_once();
+    t.write("b.txt", "Hallo B\n");
+    assert_eq!(rerun(&t, &[]), states(&["lower", "solo"]));
+    assert_eq!(ran(&t), ["upper", "both"]);
+    assert_eq!(t.read("out/both"), "hello a\nHALLO B\n");
+    // And back again, at once: the first results are still in the store.
+    t.write("b.txt", "Hello B\n");
+    assert_eq!(rerun(&t, &[]), states(&ALL));
+    assert!(ran(&t).is_empty());
+    assert_eq!(t.read("out/upper"), "HELLO B\n");
+    assert_eq!(t.read("out/both"), "hello a\nHELLO B\n");
+}
+
+#[test]
+fn touching_inputs_or_rewriting_the_same_bytes_reruns_nothing() {
+    let t = ran_once();
+    let touched = std::process::Command::new("touch")
+        .arg(t.path("a.txt"))
+        .status()
+        .expect("run touch");
+    assert!(touched.success());
+    let old = std::process::Command::new("touch")
+        .args(["-d", "2001-02-03 04:05:06"])
+        .arg(t.path("c.txt"))
+        .status()
+        .expect("run touch");
+    assert!(old.success());
+    t.write("b.txt", "Hello B\n");
+    assert_eq!(rerun(&t, &[]), states(&ALL));
+    assert!(ran(&t).is_empty());
+    // A second time, with the hashes now cached.
+    assert_eq!(rerun(&t, &[]), states(&ALL));
+    assert!(ran(&t).is_empty());
+}
+
+#[test]
+fn changing_a_steps_command_reruns_it_and_its_dependants_only() {
+    let t = ran_once();
+    t.write(
+        "plan.toml",
+        PLAN.replace("tr a-z A-Z < b.txt", "tr a-z A-Z < b.txt | rev"),
+    );
+    assert_eq!(rerun(&t, &[]), states(&["lower", "solo"]));
+    assert_eq!(ran(&t), ["upper", "both"]);
+    assert_eq!(t.read("out/both"), "hello a\nB OLLEH\n");
+}
+
+#[test]
+fn a_comment_in_the_plan_changes_nothing() {
+    let t = ran_once();
+    t.write("plan.toml", format!("# built nightly\n{PLAN}\n# end\n"));
+    assert_eq!(rerun(&t, &[]), states(&ALL));
+    assert!(ran(&t).is_empty());
+}
+
+#[test]
+fn outputs_deleted_or_edited_in_the_tree_are_restored_from_the_store() {
+    let t = ran_once();
+    std::fs::remove_dir_all(t.path("out")).expect("delete the outputs");
+    assert_eq!(rerun(&t, &[]), states(&ALL));
+    assert!(ran(&t).is_empty(), "restoring ran a step");
+    assert_eq!(t.read("out/lower"), "hello a\n");
+    assert_eq!(t.read("out/upper"), "HELLO B\n");
+    assert_eq!(t.read("out/both"), "hello a\nHELLO B\n");
+    assert_eq!(t.read("out/solo"), "solo\n");
+
+    t.write("out/solo", "scribbled\n");
+    assert_eq!(rerun(&t, &[]), states(&ALL));
+    assert_eq!(t.read("out/solo"), "solo\n");
+}
+
+#[test]
+fn no_reuse_runs_everything_and_the_next_run_reuses_again() {
+    let t = ran_once();
+    assert_eq!(rerun(&t, &["--no-reuse"]), states(&[]));
+    assert_eq!(sorted(ran(&t)), sorted(ALL.map(str::to_owned).to_vec()));
+    assert_eq!(rerun(&t, &[]), states(&ALL));
+    assert!(ran(&t).is_empty());
+}
+
+#[test]
+fn explain_predicts_the_next_run_and_names_the_changed_input() {
+    let t = Test::new()
+        .file("plan.toml", PLAN)
+        .file("a.txt", "Hello A\n")
+        .file("b.txt", "Hello B\n")
+        .file("c.txt", "solo\n");
+    let explain = |t: &Test| {
+        t.run(&["plan", "explain", "--json", "plan.toml"])
+            .code(0)
+            .json()
+    };
+    let fresh = explain(&t);
+    assert_eq!(
+        by_step(&fresh, "action"),
+        expect_steps(&[
+            ("lower", "run"),
+            ("upper", "run"),
+            ("both", "run"),
+            ("solo", "run")
+        ])
+    );
+    assert_eq!(step(&fresh, "lower")["why"][0], "it never succeeded before");
+    assert!(ran(&t).is_empty(), "explain ran a step");
+    t.run(&["plan", "run", "plan.toml"]).code(0);
+    ran(&t);
+
+    let unchanged = explain(&t);
+    assert_eq!(
+        by_step(&unchanged, "action"),
+        expect_steps(&[
+            ("lower", "reused"),
+            ("upper", "reused"),
+            ("both", "reused"),
+            ("solo", "reused")
+        ])
+    );
+
+    t.write("b.txt", "Bonjour B\n");
+    let changed = explain(&t);
+    assert_eq!(
+        by_step(&changed, "action"),
+        expect_steps(&[
+            ("lower", "reused"),
+            ("upper", "run"),
+            ("both", "run"),
+            ("solo", "reused")
+        ])
+    );
+    let why = |id: &str| step(&changed, id)["why"].to_string();
+    assert!(
+        why("upper").contains("input `b.txt` changed"),
+        "{changed:#}"
+    );
+    assert!(why("both").contains("`upper`"), "{changed:#}");
+    assert!(ran(&t).is_empty(), "explain ran a step");
+    // The run does what explain said.
+    let actual = rerun(&t, &[]);
+    let predicted: BTreeMap<String, String> = by_step(&changed, "action")
+        .into_iter()
+        .map(|(id, action)| {
+            let state = if action == "reused" {
+                "reused"
+            } else {
+                "succeeded"
+            };
+            (id, state.to_owned())
+        })
+        .collect();
+    assert_eq!(actual, predicted);
+}
