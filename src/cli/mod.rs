@@ -41,7 +41,10 @@ pub enum Command {
     Plan(PlanCommand),
     /// Internal: the per-run step launcher (started by `plan run`).
     #[command(name = "__launch", hide = true)]
-    Launch,
+    Launch {
+        /// Steps that may run at once.
+        slots: usize,
+    },
     /// Print a JSON Schema (for editors and API clients).
     Schema {
         /// Which schema.
@@ -295,7 +298,7 @@ pub fn dispatch(cli: Cli, cx: &Context) -> u8 {
         Command::Plan(PlanCommand::Stop { run_id, state_dir }) => {
             plan_runs::stop(cx, &run_id, state_dir.as_deref())
         }
-        Command::Launch => crate::steps::launcher::serve(),
+        Command::Launch { slots } => crate::steps::launcher::serve(slots),
         Command::Schema { name } => schema::run(cx, name),
     }
 }

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use petgraph::Direction;
 use petgraph::graph::NodeIndex;
-use tokio::sync::{OnceCell, OwnedSemaphorePermit, Semaphore, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
 
 use super::signals::{self, Cancelled};
@@ -26,7 +26,7 @@ use crate::plan::model::Plan;
 use crate::report::progress::Progress;
 use crate::reuse::{FileHashCache, ReuseKey, Store};
 use crate::steps::command::{log_path, status_path};
-use crate::steps::launcher::{Launcher, Leftover, leftover};
+use crate::steps::launcher::{LazyLauncher, Leftover, leftover};
 use crate::steps::{self, StepContext, StepOutcome};
 
 /// How often plain step transitions are synced to disk (group commit).
@@ -74,7 +74,7 @@ struct Shared {
     cancel: watch::Receiver<bool>,
     progress: Progress,
     global: Arc<Semaphore>,
-    launcher: Arc<OnceCell<Launcher>>,
+    launcher: Arc<LazyLauncher>,
 }
 
 fn elapsed_ms(since: Instant) -> u64 {
@@ -150,6 +150,15 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
         .concurrency
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, std::num::NonZero::get))
         .max(1);
+    // The launcher runs `concurrency` steps at once and keeps as many more
+    // queued, so a finished step's slot is refilled without waiting for
+    // gameplan. Under --fail-fast nothing may start after a failure, so
+    // nothing is queued ahead there.
+    let in_flight = if options.fail_fast {
+        concurrency
+    } else {
+        concurrency * 2
+    };
     let pools: BTreeMap<String, Arc<Semaphore>> = loaded
         .plan
         .pools
@@ -176,8 +185,8 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
         stop: stop_rx,
         cancel: cancel_rx,
         progress: progress.clone(),
-        global: Arc::new(Semaphore::new(concurrency)),
-        launcher: Arc::default(),
+        global: Arc::new(Semaphore::new(in_flight)),
+        launcher: Arc::new(LazyLauncher::new(concurrency)),
     };
 
     let mut run = Run::new(

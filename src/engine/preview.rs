@@ -56,7 +56,7 @@ pub fn preview(
             hashes: Arc::clone(&hashes),
             cancel: cancel.clone(),
             env: Arc::new(BTreeMap::new()),
-            launcher: Arc::default(),
+            launcher: Arc::new(crate::steps::launcher::LazyLauncher::new(1)),
         };
         let decision = match steps::reuse_key(&cx) {
             Err(e) => Decision {

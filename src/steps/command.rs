@@ -16,7 +16,7 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use serde_json::json;
 
-use super::launcher::{Launcher, Request};
+use super::launcher::Request;
 use super::{StepContext, StepError, StepOutcome, expand};
 use crate::plan::model::{Params, Program};
 use crate::reuse::ReuseKey;
@@ -189,12 +189,9 @@ async fn spawn_and_wait(cx: &StepContext) -> Result<StepOutcome, StepError> {
     for (axis, value) in &cx.instance.cell {
         env.insert(format!("GAMEPLAN_MATRIX_{}", env_name(axis)), value.clone());
     }
-    let launched = cx
-        .launcher
-        .get_or_try_init(|| async { Launcher::start() })
-        .await
-        .map_err(StepError)?
-        .launch(Request {
+    let launcher = cx.launcher.get().await.map_err(StepError)?;
+    let submitted = launcher
+        .submit(Request {
             token: 0,
             argv: argv(p.program),
             cwd,
@@ -204,22 +201,25 @@ async fn spawn_and_wait(cx: &StepContext) -> Result<StepOutcome, StepError> {
         })
         .await
         .map_err(StepError)?;
-    let pgid = Pid::from_raw(i32::try_from(launched.pid).unwrap_or(i32::MAX));
-    running_groups().insert(pgid.as_raw());
-    let mut exit = launched.exit;
-
-    let timeout = cx.step.timeout_secs.map(Duration::from_secs);
+    let mut exit = submitted.exit;
+    let mut started = submitted.started;
     let mut cancel = cx.cancel.clone();
-    let stopped = async {
-        loop {
-            if *cancel.borrow_and_update() {
-                return;
+    // Queued until the launcher has a free slot; a stop meanwhile cancels it.
+    let pid = tokio::select! {
+        pid = &mut started => pid.map_err(|_| StepError("the step launcher exited unexpectedly".into()))?.map_err(StepError)?,
+        () = stopped(&mut cancel) => {
+            launcher.cancel(submitted.token).await;
+            if let Ok(Ok(late)) = started.await {
+                // It started just before the cancel arrived: stop it.
+                stop_group(Pid::from_raw(i32::try_from(late).unwrap_or(i32::MAX)), &mut exit).await;
             }
-            if cancel.changed().await.is_err() {
-                std::future::pending::<()>().await;
-            }
+            return Ok(StepOutcome::Interrupted { message: "stopped before it started".into() });
         }
     };
+    let group = Pid::from_raw(i32::try_from(pid).unwrap_or(i32::MAX));
+    running_groups().insert(group.as_raw());
+
+    let timeout = cx.step.timeout_secs.map(Duration::from_secs);
     let deadline = async {
         match timeout {
             Some(t) => tokio::time::sleep(t).await,
@@ -231,14 +231,14 @@ async fn spawn_and_wait(cx: &StepContext) -> Result<StepOutcome, StepError> {
             Ok(0) => StepOutcome::Succeeded,
             Ok(code) => {
                 // Whatever the step left running in its group goes with it.
-                let _ = killpg(pgid, Signal::SIGKILL);
+                let _ = killpg(group, Signal::SIGKILL);
                 StepOutcome::Failed {
                     exit_code: Some(code),
                     message: failure_message(code, &log),
                 }
             }
             Err(_) => {
-                let _ = killpg(pgid, Signal::SIGKILL);
+                let _ = killpg(group, Signal::SIGKILL);
                 StepOutcome::Failed {
                     exit_code: None,
                     message: "the step launcher died while the step ran".into(),
@@ -246,7 +246,7 @@ async fn spawn_and_wait(cx: &StepContext) -> Result<StepOutcome, StepError> {
             }
         },
         () = deadline => {
-            stop_group(pgid, &mut exit).await;
+            stop_group(group, &mut exit).await;
             StepOutcome::Failed {
                 exit_code: None,
                 message: format!(
@@ -256,13 +256,25 @@ async fn spawn_and_wait(cx: &StepContext) -> Result<StepOutcome, StepError> {
                 ),
             }
         }
-        () = stopped => {
-            stop_group(pgid, &mut exit).await;
+        () = stopped(&mut cancel) => {
+            stop_group(group, &mut exit).await;
             StepOutcome::Interrupted { message: "stopped before it finished".into() }
         }
     };
-    running_groups().remove(&pgid.as_raw());
+    running_groups().remove(&group.as_raw());
     Ok(outcome)
+}
+
+/// Resolves once the run asks its steps to stop.
+async fn stopped(cancel: &mut tokio::sync::watch::Receiver<bool>) {
+    loop {
+        if *cancel.borrow_and_update() {
+            return;
+        }
+        if cancel.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
 }
 
 /// SIGTERM to the whole group, SIGKILL after the grace period: every process

@@ -18,6 +18,13 @@
 //! - when the step exits, writes its code into the status file, then reports
 //!   `started` / `exited` lines on stdout.
 //!
+//! It runs at most `--concurrency` steps at once and keeps the next requests
+//! queued, so a finished step's slot is refilled at once instead of after a
+//! round trip through gameplan (that round trip left a core idle per step).
+//! Gameplan journals an attempt before it queues it; a queued attempt that a
+//! stopping run cancels, or that is still queued when gameplan dies, never
+//! starts.
+//!
 //! It ignores Ctrl-C and SIGTERM (gameplan decides what stops), stops taking
 //! work when its stdin closes (gameplan exited or died) and exits once its
 //! running steps have finished and their statuses are written. A resumed
@@ -73,19 +80,31 @@ fn ending(status: std::process::ExitStatus) -> (String, i32) {
     }
 }
 
-/// `gameplan __launch`: serves requests until stdin closes.
-pub fn serve() -> u8 {
+/// What gameplan asks of its launcher, one JSON line each.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Message {
+    /// Queue an attempt; it starts when a slot is free.
+    Start(Request),
+    /// Drop a queued attempt (the run is stopping). A started one is
+    /// gameplan's to stop, by its process group.
+    Cancel(u64),
+}
+
+/// `gameplan __launch SLOTS`: serves requests until stdin closes, running at
+/// most `slots` steps at once.
+pub fn serve(slots: usize) -> u8 {
     let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     else {
         return 1;
     };
-    runtime.block_on(serve_async());
+    runtime.block_on(serve_async(slots.max(1)));
     0
 }
 
-async fn serve_async() {
+async fn serve_async(slots: usize) {
     use tokio::signal::unix::{SignalKind, signal};
     // Held for the life of the launcher: these signals are gameplan's to act on.
     let _ignored: Vec<_> = [
@@ -117,42 +136,69 @@ async fn serve_async() {
         }
     });
     let mut lines = BufReader::new(stdin).lines();
+    // Queued here so a finished step's slot is refilled at once, without a
+    // round trip to gameplan: that round trip left a core idle per step.
+    let mut queue: std::collections::VecDeque<Request> = std::collections::VecDeque::new();
     let mut running = tokio::task::JoinSet::new();
-    while let Ok(Some(line)) = lines.next_line().await {
-        let Ok(request) = serde_json::from_str::<Request>(&line) else {
-            continue;
-        };
-        let token = request.token;
-        if nix::unistd::getppid() != parent {
-            // Gameplan died: start nothing more; a resume decides.
-            let _ = reports.send(Report::Refused {
-                token,
-                error: "gameplan is gone".into(),
-            });
-            continue;
-        }
-        match launch(&request) {
-            Ok((mut child, status)) => {
-                let pid = child.id().unwrap_or(0);
-                let _ = reports.send(Report::Started { token, pid });
-                let reports = reports.clone();
-                running.spawn(async move {
-                    let (text, code) = match child.wait().await {
-                        Ok(exit) => ending(exit),
-                        Err(_) => ("signal 9\n".to_owned(), 128 + 9),
-                    };
-                    // pwrite at 0: the step's stdin shares this file's offset.
-                    let _ = status.write_all_at(text.as_bytes(), 0);
-                    drop(status);
-                    let _ = reports.send(Report::Exited { token, code });
-                });
+    let mut open = true;
+    while open || !running.is_empty() {
+        tokio::select! {
+            line = lines.next_line(), if open => {
+                if let Ok(Some(line)) = line {
+                    match serde_json::from_str::<Message>(&line) {
+                        Ok(Message::Start(request)) => queue.push_back(request),
+                        Ok(Message::Cancel(token)) => {
+                            if let Some(at) = queue.iter().position(|r| r.token == token) {
+                                queue.remove(at);
+                                let _ = reports.send(Report::Refused { token, error: "canceled".into() });
+                            }
+                        }
+                        Err(_) => {}
+                    }
+                } else {
+                    // Gameplan exited or died: start nothing more; a resume decides.
+                    open = false;
+                    for request in queue.drain(..) {
+                        let _ = reports.send(Report::Refused { token: request.token, error: "gameplan is gone".into() });
+                    }
+                }
             }
-            Err(error) => {
-                let _ = reports.send(Report::Refused { token, error });
+            Some(_) = running.join_next(), if !running.is_empty() => {}
+        }
+        while open && running.len() < slots {
+            let Some(request) = queue.pop_front() else {
+                break;
+            };
+            let token = request.token;
+            if nix::unistd::getppid() != parent {
+                let _ = reports.send(Report::Refused {
+                    token,
+                    error: "gameplan is gone".into(),
+                });
+                continue;
+            }
+            match launch(&request) {
+                Ok((mut child, status)) => {
+                    let pid = child.id().unwrap_or(0);
+                    let _ = reports.send(Report::Started { token, pid });
+                    let reports = reports.clone();
+                    running.spawn(async move {
+                        let (text, code) = match child.wait().await {
+                            Ok(exit) => ending(exit),
+                            Err(_) => ("signal 9\n".to_owned(), 128 + 9),
+                        };
+                        // pwrite at 0: the step's stdin shares this file's offset.
+                        let _ = status.write_all_at(text.as_bytes(), 0);
+                        drop(status);
+                        let _ = reports.send(Report::Exited { token, code });
+                    });
+                }
+                Err(error) => {
+                    let _ = reports.send(Report::Refused { token, error });
+                }
             }
         }
     }
-    while running.join_next().await.is_some() {}
     drop(reports);
     let _ = writer.await;
 }
@@ -217,9 +263,11 @@ fn launch(request: &Request) -> Result<(tokio::process::Child, File), String> {
     Ok((child, status))
 }
 
-/// What gameplan learns about a launched step.
-pub struct Launched {
-    pub pid: u32,
+/// A submitted attempt: it starts when the launcher has a free slot.
+pub struct Submitted {
+    pub token: u64,
+    /// The process id once started, or why it never will be.
+    pub started: oneshot::Receiver<Result<u32, String>>,
     /// Resolves with the exit code, or an error if the launcher died first.
     pub exit: oneshot::Receiver<i32>,
 }
@@ -240,13 +288,36 @@ pub struct Launcher {
     _child: tokio::process::Child,
 }
 
+/// The run's launcher, started by the first step that needs it.
+pub struct LazyLauncher {
+    slots: usize,
+    cell: tokio::sync::OnceCell<Launcher>,
+}
+
+impl LazyLauncher {
+    /// `slots`: how many steps may run at once.
+    pub fn new(slots: usize) -> Self {
+        LazyLauncher {
+            slots,
+            cell: tokio::sync::OnceCell::new(),
+        }
+    }
+
+    pub async fn get(&self) -> Result<&Launcher, String> {
+        self.cell
+            .get_or_try_init(|| async { Launcher::start(self.slots) })
+            .await
+    }
+}
+
 impl Launcher {
-    /// Starts `gameplan __launch` (this same executable).
-    pub fn start() -> Result<Launcher, String> {
+    /// Starts `gameplan __launch SLOTS` (this same executable).
+    pub fn start(slots: usize) -> Result<Launcher, String> {
         let exe = std::env::current_exe()
             .map_err(|e| format!("cannot find the gameplan executable: {e}"))?;
         let mut child = Command::new(exe)
             .arg("__launch")
+            .arg(slots.to_string())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -300,32 +371,41 @@ impl Launcher {
         })
     }
 
-    /// Asks the launcher to start a step; returns once it started (or was refused).
-    pub async fn launch(&self, mut request: Request) -> Result<Launched, String> {
+    async fn send(&self, message: &Message) -> Result<(), String> {
+        let mut line = serde_json::to_vec(message).map_err(|e| e.to_string())?;
+        line.push(b'\n');
+        let mut stdin = self.stdin.lock().await;
+        stdin
+            .write_all(&line)
+            .await
+            .map_err(|e| format!("the step launcher is gone: {e}"))?;
+        stdin
+            .flush()
+            .await
+            .map_err(|e| format!("the step launcher is gone: {e}"))
+    }
+
+    /// Queues an attempt at the launcher.
+    pub async fn submit(&self, mut request: Request) -> Result<Submitted, String> {
         request.token = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let (started_tx, started_rx) = oneshot::channel();
-        let (exit_tx, exit_rx) = oneshot::channel();
+        let token = request.token;
+        let (started_tx, started) = oneshot::channel();
+        let (exit_tx, exit) = oneshot::channel();
         self.waiters
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert(request.token, (Some(started_tx), Some(exit_tx)));
-        let mut line = serde_json::to_vec(&request).map_err(|e| e.to_string())?;
-        line.push(b'\n');
-        {
-            let mut stdin = self.stdin.lock().await;
-            stdin
-                .write_all(&line)
-                .await
-                .map_err(|e| format!("the step launcher is gone: {e}"))?;
-            stdin
-                .flush()
-                .await
-                .map_err(|e| format!("the step launcher is gone: {e}"))?;
-        }
-        let pid = started_rx
-            .await
-            .map_err(|_| "the step launcher exited unexpectedly".to_owned())??;
-        Ok(Launched { pid, exit: exit_rx })
+            .insert(token, (Some(started_tx), Some(exit_tx)));
+        self.send(&Message::Start(request)).await?;
+        Ok(Submitted {
+            token,
+            started,
+            exit,
+        })
+    }
+
+    /// Drops a queued attempt; one that already started is not affected.
+    pub async fn cancel(&self, token: u64) {
+        let _ = self.send(&Message::Cancel(token)).await;
     }
 }
 

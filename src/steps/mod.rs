@@ -45,7 +45,7 @@ pub struct StepContext {
     /// The environment steps inherit (captured once by the CLI).
     pub env: Arc<BTreeMap<String, String>>,
     /// The run's launcher, started by the first command step.
-    pub launcher: Arc<tokio::sync::OnceCell<launcher::Launcher>>,
+    pub launcher: Arc<launcher::LazyLauncher>,
 }
 
 /// How one attempt of a step ended.
