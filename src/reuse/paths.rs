@@ -62,7 +62,20 @@ pub(crate) fn rel_string(root: &Path, path: &Path) -> Result<String, ReuseError>
 
 /// The repo root with every symlink resolved, the reference for "inside".
 pub(crate) fn canonical_root(root: &Path) -> Result<PathBuf, ReuseError> {
-    fs::canonicalize(root).map_err(io_error("resolve the repo root", root))
+    // A run resolves the same root once per step; remember the last answer
+    // (a root moving mid-run is not something a run survives anyway).
+    static LAST: std::sync::Mutex<Option<(PathBuf, PathBuf)>> = std::sync::Mutex::new(None);
+    let mut last = LAST
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some((given, canonical)) = last.as_ref()
+        && given == root
+    {
+        return Ok(canonical.clone());
+    }
+    let canonical = fs::canonicalize(root).map_err(io_error("resolve the repo root", root))?;
+    *last = Some((root.to_path_buf(), canonical.clone()));
+    Ok(canonical)
 }
 
 /// Resolves `path` (shown to the user as `shown`) and checks that it stays

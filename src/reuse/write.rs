@@ -76,9 +76,12 @@ pub(crate) fn copy_hashing(from: &Path, to: &Path) -> Result<(u64, String), Reus
             .map_err(io_error("write", to))?;
         size += read as u64;
     }
-    // Keep the mode (an output may be an executable the next step runs).
-    if let Ok(metadata) = source.metadata() {
-        fs::set_permissions(to, metadata.permissions())
+    // Keep the mode (an output may be an executable the next step runs);
+    // most files already have it, so skip the call then.
+    if let (Ok(from_meta), Ok(to_meta)) = (source.metadata(), target.metadata())
+        && from_meta.permissions() != to_meta.permissions()
+    {
+        fs::set_permissions(to, from_meta.permissions())
             .map_err(io_error("set permissions of", to))?;
     }
     Ok((size, to_hex(&hasher.finalize())))

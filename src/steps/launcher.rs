@@ -216,10 +216,7 @@ fn launch(request: &Request) -> Result<(tokio::process::Child, File), String> {
     let Some((program, args)) = request.argv.split_first() else {
         return Err("nothing to run: the argv is empty".into());
     };
-    if let Some(dir) = request.status.parent() {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    }
+
     let status = OpenOptions::new()
         .read(true)
         .write(true)
