@@ -1,12 +1,58 @@
-//! `gameplan schema [plan|run]`
+//! `gameplan schema [plan|run]`, and the test that keeps `schemas/` current.
+
+use clap::ValueEnum;
 
 use super::{Context, SchemaName};
 use crate::exit_code;
 
-pub fn run(cx: &Context, name: SchemaName) -> u8 {
-    match name {
-        SchemaName::Plan => cx.console.out(&crate::plan::schema::plan_schema_json()),
-        SchemaName::Run => cx.console.out(&crate::engine::run_schema_json()),
+impl SchemaName {
+    /// The schema as checked in under `schemas/`: pretty JSON, trailing newline.
+    pub fn text(self) -> String {
+        match self {
+            SchemaName::Plan => crate::plan::schema::plan_schema_json(),
+            SchemaName::Run => crate::engine::run_schema_json(),
+        }
     }
+
+    /// Its file under `schemas/`.
+    pub fn file_name(self) -> String {
+        let name = self
+            .to_possible_value()
+            .map_or_else(String::new, |v| v.get_name().to_owned());
+        format!("{name}.schema.json")
+    }
+}
+
+pub fn run(cx: &Context, name: SchemaName) -> u8 {
+    cx.console.out(&name.text());
     exit_code::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::ValueEnum;
+
+    use super::SchemaName;
+
+    #[test]
+    fn checked_in_schemas_are_fresh() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas");
+        for name in SchemaName::value_variants() {
+            let path = dir.join(name.file_name());
+            let on_disk = std::fs::read_to_string(&path).unwrap_or_default();
+            let generated = name.text();
+            if on_disk == generated {
+                continue;
+            }
+            if std::env::var_os("GAMEPLAN_UPDATE_SCHEMAS").is_some() {
+                std::fs::write(&path, generated).expect("write schema");
+            } else {
+                panic!(
+                    "{} is stale: the types behind it changed. Regenerate with \
+                     `GAMEPLAN_UPDATE_SCHEMAS=1 cargo test --lib schema` and commit it.",
+                    path.display()
+                );
+            }
+        }
+    }
 }
