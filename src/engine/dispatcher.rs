@@ -527,6 +527,7 @@ impl Run {
             cancel,
             env: Arc::clone(&self.shared.env),
             launcher: Arc::clone(&self.shared.launcher),
+            redactor: self.shared.progress.redactor().clone(),
         }
     }
 

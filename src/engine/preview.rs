@@ -57,6 +57,7 @@ pub fn preview(
             cancel: cancel.clone(),
             env: Arc::new(BTreeMap::new()),
             launcher: Arc::new(crate::steps::launcher::LazyLauncher::new(1)),
+            redactor: loaded.redactor.clone(),
         };
         let decision = match steps::reuse_key(&cx) {
             Err(e) => Decision {

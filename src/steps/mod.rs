@@ -46,6 +46,8 @@ pub struct StepContext {
     pub env: Arc<BTreeMap<String, String>>,
     /// The run's launcher, started by the first command step.
     pub launcher: Arc<launcher::LazyLauncher>,
+    /// The plan's secrets, kept out of reuse keys (and so out of the store).
+    pub redactor: crate::template::Redactor,
 }
 
 /// How one attempt of a step ended.
@@ -68,11 +70,17 @@ pub enum StepOutcome {
 pub struct StepError(pub String);
 
 /// The reuse key of a step instance, or `None` when its result is never reused.
+///
+/// A secret's value never enters a key: it is replaced by `[redacted]`, so
+/// `key.json` in the store never holds it, and rotating a token does not
+/// re-run what it was passed to.
 pub fn reuse_key(cx: &StepContext) -> Result<Option<ReuseKey>, StepError> {
-    match cx.step.kind {
-        StepKind::Command => command::reuse_key(cx).map(Some),
-        _ => Ok(None),
-    }
+    let mut key = match cx.step.kind {
+        StepKind::Command => command::reuse_key(cx)?,
+        _ => return Ok(None),
+    };
+    cx.redactor.redact_json(&mut key.settings);
+    Ok(Some(key))
 }
 
 pub async fn run(cx: &StepContext) -> StepOutcome {

@@ -273,3 +273,57 @@ fn explain_predicts_the_next_run_and_names_the_changed_input() {
         .collect();
     assert_eq!(actual, predicted);
 }
+
+/// Every file under `dir`, recursively.
+fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(files_under(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
+}
+
+#[test]
+fn a_secret_never_enters_a_reuse_key_or_the_store() {
+    const SECRET_PLAN: &str = r#"version = 1
+name = "secret"
+
+[[steps]]
+id = "deploy"
+kind = "command"
+run = "echo deploying with {{ secret('DEPLOY_TOKEN') }} > /dev/null && echo done > out.txt"
+env = { TOKEN = "{{ secret('DEPLOY_TOKEN') }}" }
+outputs = ["out.txt"]
+"#;
+    let t = Test::new()
+        .file("plan.toml", SECRET_PLAN)
+        .env("DEPLOY_TOKEN", "tok-4f9a-very-secret");
+    t.run(&["plan", "run", "plan.toml", "--json"]).code(0);
+    let state = t.path(".gameplan");
+    let files = files_under(&state);
+    assert!(
+        files.iter().any(|f| f.ends_with("key.json")),
+        "no store entry in {files:?}"
+    );
+    for file in files {
+        let bytes = std::fs::read(&file).expect("read state file");
+        assert!(
+            !String::from_utf8_lossy(&bytes).contains("tok-4f9a-very-secret"),
+            "the secret is in {}",
+            file.display()
+        );
+    }
+    // The key does not depend on the secret's value: a rotated token reuses.
+    let t = t.env("DEPLOY_TOKEN", "tok-rotated-other-value");
+    let out = t.run(&["plan", "run", "plan.toml", "--json"]);
+    assert_eq!(
+        by_step(&out.code(0).json(), "state")["deploy"],
+        "reused",
+        "{out}"
+    );
+}
