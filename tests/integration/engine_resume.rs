@@ -575,11 +575,24 @@ fn a_stopped_step_gets_sigterm_and_the_grace_period_to_clean_up() {
 
 #[test]
 fn a_second_ctrl_c_exits_at_once_and_takes_the_step_with_it() {
-    let t = Test::new().file("plan.toml", STUBBORN).file("delay", "30");
+    // Notes the SIGTERM of the first Ctrl-C and keeps going until released,
+    // so the second Ctrl-C is sent only once the first was handled: two
+    // signals close together may reach a loaded process as one.
+    const NOTES_TERM: &str = r#"version = 1
+name = "stubborn"
+
+[[steps]]
+id = "stubborn"
+kind = "command"
+run = "trap 'echo term >> term.log' TERM; echo $$ > stubborn.pid; while [ ! -f release ]; do sleep 0.1; done; touch stubborn.done"
+"#;
+    let t = Test::new().file("plan.toml", NOTES_TERM);
     let gameplan = t.spawn(&["plan", "run", "plan.toml"]);
     let group = step_group(&t, "stubborn.pid");
     gameplan.signal(Signal::SIGINT);
-    std::thread::sleep(Duration::from_millis(300));
+    wait_until("the first Ctrl-C to reach the step", SOON, || {
+        t.path("term.log").exists()
+    });
     gameplan.signal(Signal::SIGINT);
     let second = Instant::now();
     let out = gameplan.wait();
@@ -593,7 +606,7 @@ fn a_second_ctrl_c_exits_at_once_and_takes_the_step_with_it() {
         live_in_group(group).is_empty()
     });
     // The journal is intact: the run resumes and finishes.
-    t.write("delay", "0");
+    t.write("release", "");
     t.run(&["plan", "resume"]).code(0);
     assert!(t.path("stubborn.done").exists());
 }
