@@ -27,7 +27,7 @@ use crate::report::Console;
 (nothing charged), 4 auth, 5 model unreachable, 10 canceled."
 )]
 pub struct Cli {
-    /// Never colour output (also: `NO_COLOR=1`).
+    /// Never colour output (also: NO_COLOR=1).
     #[arg(long, global = true)]
     pub no_color: bool,
     #[command(subcommand)]
@@ -70,6 +70,7 @@ pub enum PlanCommand {
     },
     /// Print the expanded step graph.
     Graph {
+        /// The plan file (.toml, .yaml or .yml).
         #[arg(value_name = "PLAN")]
         plan: PathBuf,
         #[command(flatten)]
@@ -80,6 +81,7 @@ pub enum PlanCommand {
     },
     /// Run a plan: reuse what is unchanged, checkpoint every step, resume when interrupted.
     Run {
+        /// The plan file (.toml, .yaml or .yml).
         #[arg(value_name = "PLAN")]
         plan: PathBuf,
         #[command(flatten)]
@@ -126,6 +128,7 @@ pub enum PlanCommand {
     ///
     /// Sends nothing and charges nothing.
     Explain {
+        /// The plan file (.toml, .yaml or .yml).
         #[arg(value_name = "PLAN")]
         plan: PathBuf,
         #[command(flatten)]
@@ -133,7 +136,7 @@ pub enum PlanCommand {
         /// Print one JSON document instead of text.
         #[arg(long)]
         json: bool,
-        /// Where the store of earlier results is (default: `.gameplan/` at the repo root).
+        /// Where the store of earlier results is (default: .gameplan/ at the repo root).
         #[arg(long, value_name = "DIR")]
         state_dir: Option<PathBuf>,
     },
@@ -167,7 +170,7 @@ pub struct RunArgs {
     /// Also write each step as a JUnit test case to FILE.
     #[arg(long, value_name = "FILE")]
     pub junit: Option<PathBuf>,
-    /// Where runs, the store and locks live (default: `.gameplan/` at the repo root).
+    /// Where runs, the store and locks live (default: .gameplan/ at the repo root).
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
 }
@@ -175,7 +178,7 @@ pub struct RunArgs {
 /// How a plan is loaded.
 #[derive(Debug, Args, Clone, Default)]
 pub struct LoadArgs {
-    /// Override a plan variable: `--var seed=9` (repeatable).
+    /// Override a plan variable: --var seed=9 (repeatable).
     #[arg(long = "var", value_name = "NAME=VALUE", value_parser = parse_var)]
     pub vars: Vec<(String, String)>,
 }
@@ -197,7 +200,7 @@ pub enum GraphFormat {
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum SchemaName {
     Plan,
-    /// The `plan run --json` report.
+    /// The report that plan run --json prints.
     Run,
 }
 
