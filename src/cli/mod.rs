@@ -228,16 +228,18 @@ impl Context {
         })
     }
 
-    /// Expands a loaded plan, printing the refusal of one too big to expand.
-    pub fn expand(
+    /// Loads and expands one plan, printing what stops it (exit 3).
+    pub fn load_pipeline(
         &self,
         plan: &std::path::Path,
-        loaded: &LoadedPlan,
-    ) -> Result<crate::graph::Pipeline, u8> {
-        crate::graph::expand(&loaded.plan).map_err(|e| {
+        args: &LoadArgs,
+    ) -> Result<(LoadedPlan, crate::graph::Pipeline), u8> {
+        let loaded = self.load(plan, args)?;
+        let pipeline = crate::graph::expand(&loaded.plan).map_err(|e| {
             self.report_failure(&expand_failure(plan, &e));
             exit_code::PLAN_ERROR
-        })
+        })?;
+        Ok((loaded, pipeline))
     }
 
     pub fn report_failure(&self, failure: &LoadFailure) {

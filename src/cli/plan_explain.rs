@@ -13,12 +13,8 @@ pub fn run(
     as_json: bool,
     state_dir: Option<&Path>,
 ) -> u8 {
-    let loaded = match cx.load(plan, args) {
-        Ok(loaded) => loaded,
-        Err(code) => return code,
-    };
-    let pipeline = match cx.expand(plan, &loaded) {
-        Ok(p) => p,
+    let (loaded, pipeline) = match cx.load_pipeline(plan, args) {
+        Ok(both) => both,
         Err(code) => return code,
     };
     let state_dir = crate::engine::state_dir(&loaded.root, state_dir);

@@ -7,12 +7,8 @@ use crate::exit_code;
 use crate::report::explain;
 
 pub fn run(cx: &Context, plan: &Path, args: &LoadArgs, format: GraphFormat) -> u8 {
-    let loaded = match cx.load(plan, args) {
-        Ok(loaded) => loaded,
-        Err(code) => return code,
-    };
-    let pipeline = match cx.expand(plan, &loaded) {
-        Ok(p) => p,
+    let (loaded, pipeline) = match cx.load_pipeline(plan, args) {
+        Ok(both) => both,
         Err(code) => return code,
     };
     let text = match format {
