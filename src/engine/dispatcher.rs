@@ -863,16 +863,17 @@ fn store_result(
 ) -> Result<Option<String>, String> {
     let outputs = steps::outputs(cx).map_err(|e| e.0)?;
     let Some(key) = key else { return Ok(None) };
-    if cx.step.reuse {
-        shared
-            .store
-            .put(
-                key,
-                &shared.root,
-                &outputs,
-                serde_json::json!({ "step": cx.instance.id }),
-            )
-            .map_err(|e| e.to_string())?;
+    if !cx.step.reuse {
+        return Ok(Some(key.digest()));
     }
-    Ok(Some(key.digest()))
+    let entry = shared
+        .store
+        .put(
+            key,
+            &shared.root,
+            &outputs,
+            serde_json::json!({ "step": cx.instance.id }),
+        )
+        .map_err(|e| e.to_string())?;
+    Ok(Some(entry.key))
 }

@@ -106,7 +106,9 @@ impl Store {
         outputs: &[S],
         meta: Value,
     ) -> Result<Entry, ReuseError> {
-        let digest = key.digest();
+        // One canonical text serves the digest and `key.json`.
+        let canonical = key.canonical_json();
+        let digest = sha256_hex(canonical.as_bytes());
         let outputs: BTreeSet<&str> = outputs.iter().map(AsRef::as_ref).collect();
         let canonical_root = canonical_root(root)?;
         for output in &outputs {
@@ -132,7 +134,7 @@ impl Store {
         fs::create_dir_all(&self.dir).map_err(io_error("create the store", &self.dir))?;
         let temp = self.dir.join(format!("{TEMP_PREFIX}{}", unique_suffix()));
         fs::create_dir(&temp).map_err(io_error("create", &temp))?;
-        let built = build_entry(&temp, key, &digest, root, &outputs, meta);
+        let built = build_entry(&temp, &canonical, &digest, root, &outputs, meta);
         let entry = match built {
             Ok(entry) => entry,
             Err(error) => {
@@ -346,13 +348,13 @@ impl Store {
 /// `entry.json` last.
 fn build_entry(
     temp: &Path,
-    key: &ReuseKey,
+    canonical_key: &str,
     digest: &str,
     root: &Path,
     outputs: &BTreeSet<&str>,
     meta: Value,
 ) -> Result<Entry, ReuseError> {
-    write_new(&temp.join(KEY_FILE), key.canonical_json().as_bytes())?;
+    write_new(&temp.join(KEY_FILE), canonical_key.as_bytes())?;
     let outputs_dir = temp.join(OUTPUTS_DIR);
     fs::create_dir(&outputs_dir).map_err(io_error("create", &outputs_dir))?;
     let mut stored = Vec::with_capacity(outputs.len());
@@ -726,7 +728,7 @@ mod tests {
         let outputs: BTreeSet<&str> = OUTPUTS.into_iter().collect();
         let ours = build_entry(
             &temp,
-            &key,
+            &key.canonical_json(),
             &digest,
             f.root.path(),
             &outputs,
