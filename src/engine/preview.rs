@@ -68,7 +68,14 @@ pub fn preview(
             Ok(None) => Decision {
                 reused: false,
                 key: None,
-                why: vec![format!("`{}` steps always run", cx.step.kind.name())],
+                why: vec![if crate::steps::is_built(cx.step.kind) {
+                    format!("`{}` steps are never reused", cx.step.kind.name())
+                } else {
+                    format!(
+                        "`{}` steps are not built yet; `plan run` refuses this plan",
+                        cx.step.kind.name()
+                    )
+                }],
             },
             Ok(Some(key)) => {
                 let digest = key.digest();
