@@ -25,8 +25,8 @@ use crate::journal::run::{EVENTS_VERSION, Event, PlannedStep, RunDir, RunOutcome
 use crate::plan::model::Plan;
 use crate::report::progress::Progress;
 use crate::reuse::{FileHashCache, ReuseKey, Store};
-use crate::steps::command::{log_path, status_path};
-use crate::steps::launcher::{LazyLauncher, Leftover, leftover};
+use crate::steps::command::log_path;
+use crate::steps::launcher::{LazyLauncher, Leftover};
 use crate::steps::{self, StepContext, StepOutcome};
 
 /// How often plain step transitions are synced to disk (group commit).
@@ -815,7 +815,9 @@ async fn attempts(
     let retries = cx.step.retries;
     cx.attempt = base;
     if let Some(previous) = left_running {
-        match leftover(&status_path(&cx.step_dir, previous), &cx.cancel).await {
+        match crate::steps::command::leftover(&cx.step_dir, &cx.instance.id, previous, &cx.cancel)
+            .await
+        {
             Leftover::Finished(0) => return StepOutcome::Succeeded,
             Leftover::Finished(code) if retries == 0 => {
                 return StepOutcome::Failed {

@@ -149,8 +149,44 @@ fn env_name(axis: &str) -> String {
         .collect()
 }
 
-pub fn status_path(step_dir: &Path, attempt: u32) -> PathBuf {
-    step_dir.join(format!("status.{attempt}"))
+/// The marker a resumed run leaves on an attempt it will run again.
+pub fn claim_path(step_dir: &Path, attempt: u32) -> PathBuf {
+    step_dir.join(format!("claimed.{attempt}"))
+}
+
+/// The run's record of how attempts ended: `runs/<id>/exits.jsonl`, two
+/// levels above a step's directory (`runs/<id>/steps/<step>/`).
+pub fn exits_path(step_dir: &Path) -> PathBuf {
+    step_dir
+        .parent()
+        .and_then(Path::parent)
+        .unwrap_or(step_dir)
+        .join("exits.jsonl")
+}
+
+/// An attempt's name in the record of endings.
+pub fn attempt_name(step: &str, attempt: u32) -> String {
+    format!("{step}#{attempt}")
+}
+
+/// How an attempt that a dead gameplan left running ended (see `launcher`).
+pub async fn leftover(
+    step_dir: &Path,
+    step: &str,
+    attempt: u32,
+    cancel: &tokio::sync::watch::Receiver<bool>,
+) -> super::launcher::Leftover {
+    let log = log_path(step_dir);
+    let claim = claim_path(step_dir, attempt);
+    let exits = exits_path(step_dir);
+    let name = attempt_name(step, attempt);
+    let attempt = super::launcher::Attempt {
+        log: &log,
+        claim: &claim,
+        exits: &exits,
+        name: &name,
+    };
+    super::launcher::leftover(&attempt, cancel).await
 }
 
 pub fn log_path(step_dir: &Path) -> PathBuf {
@@ -197,7 +233,9 @@ async fn spawn_and_wait(cx: &StepContext) -> Result<StepOutcome, StepError> {
             cwd,
             env,
             log: log.clone(),
-            status: status_path(&cx.step_dir, cx.attempt),
+            claim: claim_path(&cx.step_dir, cx.attempt),
+            exits: exits_path(&cx.step_dir),
+            attempt: attempt_name(&cx.instance.id, cx.attempt),
         })
         .await
         .map_err(StepError)?;

@@ -9,14 +9,16 @@
 //! doubled the cost of every step. So gameplan starts `gameplan __launch`
 //! once per run; it reads spawn requests (JSON lines) on stdin and:
 //!
-//! - opens the attempt's status file, takes an exclusive `flock` on it and
-//!   gives that open file to the step as its stdin, so the lock is held
-//!   exactly as long as a process of the step lives; if the lock is already
-//!   taken (a resumed gameplan claimed the attempt first), it refuses;
+//! - opens the step's `stdout.log`, takes an exclusive `flock` on it and
+//!   gives that open file to the step as its stdout and stderr, so the lock
+//!   is held exactly as long as a process of the step lives (and until the
+//!   launcher has recorded how it ended); if the lock is taken, or a resumed
+//!   gameplan left a `claimed.N` marker, it refuses;
 //! - starts the command directly (no shell unless the line needs one), as the
-//!   leader of its own process group, output straight to `stdout.log`;
-//! - when the step exits, writes its code into the status file, then reports
-//!   `started` / `exited` lines on stdout.
+//!   leader of its own process group;
+//! - when the step exits, appends how it ended to the run's `exits.jsonl`
+//!   (one file per run: a file per attempt cost a file creation per step),
+//!   then reports `started` / `exited` lines on stdout.
 //!
 //! It runs at most `--concurrency` steps at once and keeps the next requests
 //! queued, so a finished step's slot is refilled at once instead of after a
@@ -27,14 +29,14 @@
 //!
 //! It ignores Ctrl-C and SIGTERM (gameplan decides what stops), stops taking
 //! work when its stdin closes (gameplan exited or died) and exits once its
-//! running steps have finished and their statuses are written. A resumed
+//! running steps have finished and their endings are written. A resumed
 //! gameplan takes the lock of an attempt it found running (waiting while the
-//! step lives) and reads the status: a code means the step ended, nothing
-//! means it died mid-way and runs again.
+//! step lives) and looks up its ending: a code means the step ended; nothing
+//! means it died mid-way, so it leaves the `claimed.N` marker (while holding
+//! the lock, so no launcher can slip in) and runs the step again.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{File, OpenOptions};
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -54,7 +56,19 @@ pub struct Request {
     /// Added to the launcher's environment (which is gameplan's).
     pub env: BTreeMap<String, String>,
     pub log: PathBuf,
-    pub status: PathBuf,
+    /// Present when a resumed run claimed this attempt: never start it then.
+    pub claim: PathBuf,
+    /// The run's record of endings, and this attempt's name in it.
+    pub exits: PathBuf,
+    pub attempt: String,
+}
+
+/// One line of `exits.jsonl`: how an attempt ended.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Ending {
+    attempt: String,
+    /// The exit code, or `signal N` for a step killed before it finished.
+    ending: String,
 }
 
 /// What the launcher says about a request.
@@ -66,17 +80,31 @@ enum Report {
     Exited { token: u64, code: i32 },
 }
 
-/// How an attempt ended, as written in its status file: an exit code, or
-/// `signal N` for a step killed before it could finish (a resume runs that
-/// one again), and the code reported for it (128 + N, as shells do).
+/// How an attempt ended, as recorded: an exit code, or `signal N` for a step
+/// killed before it could finish (a resume runs that one again), and the
+/// code reported for it (128 + N, as shells do).
 fn ending(status: std::process::ExitStatus) -> (String, i32) {
     use std::os::unix::process::ExitStatusExt;
     match (status.code(), status.signal()) {
-        (Some(code), _) => (format!("{code}\n"), code),
+        (Some(code), _) => (code.to_string(), code),
         (None, signal) => {
             let signal = signal.unwrap_or(0);
-            (format!("signal {signal}\n"), 128 + signal)
+            (format!("signal {signal}"), 128 + signal)
         }
+    }
+}
+
+/// Appends one ending to the run's record with a single `write`, so a line
+/// is whole or absent.
+fn record_ending(exits: &Path, attempt: &str, ending: String) {
+    let mut line = serde_json::to_vec(&Ending {
+        attempt: attempt.to_owned(),
+        ending,
+    })
+    .unwrap_or_default();
+    line.push(b'\n');
+    if let Ok(mut file) = OpenOptions::new().create(true).append(true).open(exits) {
+        let _ = std::io::Write::write_all(&mut file, &line);
     }
 }
 
@@ -178,18 +206,18 @@ async fn serve_async(slots: usize) {
                 continue;
             }
             match launch(&request) {
-                Ok((mut child, status)) => {
+                Ok((mut child, lock)) => {
                     let pid = child.id().unwrap_or(0);
                     let _ = reports.send(Report::Started { token, pid });
                     let reports = reports.clone();
                     running.spawn(async move {
                         let (text, code) = match child.wait().await {
                             Ok(exit) => ending(exit),
-                            Err(_) => ("signal 9\n".to_owned(), 128 + 9),
+                            Err(_) => ("signal 9".to_owned(), 128 + 9),
                         };
-                        // pwrite at 0: the step's stdin shares this file's offset.
-                        let _ = status.write_all_at(text.as_bytes(), 0);
-                        drop(status);
+                        record_ending(&request.exits, &request.attempt, text);
+                        // Only now may a resume take the lock and look.
+                        drop(lock);
                         let _ = reports.send(Report::Exited { token, code });
                     });
                 }
@@ -216,37 +244,37 @@ fn launch(request: &Request) -> Result<(tokio::process::Child, File), String> {
     let Some((program, args)) = request.argv.split_first() else {
         return Err("nothing to run: the argv is empty".into());
     };
-
-    let status = OpenOptions::new()
+    let log = OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
-        .open(&request.status)
-        .map_err(|e| format!("cannot create {}: {e}", request.status.display()))?;
-    match status.try_lock() {
+        .open(&request.log)
+        .map_err(|e| format!("cannot create {}: {e}", request.log.display()))?;
+    match log.try_lock() {
         Ok(()) => {}
         Err(std::fs::TryLockError::WouldBlock) => {
-            return Err("this attempt was claimed by a resumed run".into());
+            return Err("this step is busy: a resumed run holds it".into());
         }
         Err(std::fs::TryLockError::Error(e)) => {
-            return Err(format!("cannot lock {}: {e}", request.status.display()));
+            return Err(format!("cannot lock {}: {e}", request.log.display()));
         }
     }
-    if status.metadata().map_or(0, |m| m.len()) > 0 {
-        return Err("this attempt already ran".into());
+    if request.claim.exists() {
+        return Err("this attempt was claimed by a resumed run".into());
     }
-    let log = File::create(&request.log)
-        .map_err(|e| format!("cannot create {}: {e}", request.log.display()))?;
-    let log_err = log.try_clone().map_err(|e| e.to_string())?;
-    let stdin = status.try_clone().map_err(|e| e.to_string())?;
+    // Each attempt's log starts empty (truncated only now that it is ours).
+    log.set_len(0)
+        .map_err(|e| format!("cannot truncate {}: {e}", request.log.display()))?;
+    let out = log.try_clone().map_err(|e| e.to_string())?;
+    let err = log.try_clone().map_err(|e| e.to_string())?;
     let child = Command::new(program)
         .args(args)
         .current_dir(&request.cwd)
         .envs(&request.env)
-        .stdin(Stdio::from(stdin))
-        .stdout(Stdio::from(log))
-        .stderr(Stdio::from(log_err))
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(out))
+        .stderr(Stdio::from(err))
         .process_group(0)
         .kill_on_drop(false)
         .spawn()
@@ -257,7 +285,7 @@ fn launch(request: &Request) -> Result<(tokio::process::Child, File), String> {
                 request.cwd.display()
             )
         })?;
-    Ok((child, status))
+    Ok((child, log))
 }
 
 /// A submitted attempt: it starts when the launcher has a free slot.
@@ -416,21 +444,33 @@ pub enum Leftover {
     Unfinished,
 }
 
-/// Waits until no process of the attempt lives, then reads its status.
-/// Taking the lock also claims the attempt: a launcher that has not started
-/// it yet will refuse to. Checks `cancel` between polls.
-pub async fn leftover(status: &Path, cancel: &tokio::sync::watch::Receiver<bool>) -> Leftover {
-    let Ok(file) = OpenOptions::new()
+/// Where a resumed run looks for an attempt it found running.
+pub struct Attempt<'a> {
+    pub log: &'a Path,
+    pub claim: &'a Path,
+    pub exits: &'a Path,
+    pub name: &'a str,
+}
+
+/// Waits until no process of the attempt lives, then looks up its ending.
+/// Unless it ended, claims it (a marker made while holding the lock), so a
+/// launcher that has not started it yet never will. Checks `cancel` between
+/// polls.
+pub async fn leftover(
+    attempt: &Attempt<'_>,
+    cancel: &tokio::sync::watch::Receiver<bool>,
+) -> Leftover {
+    let Ok(log) = OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
-        .open(status)
+        .open(attempt.log)
     else {
         return Leftover::Unfinished;
     };
     loop {
-        match file.try_lock() {
+        match log.try_lock() {
             Ok(()) => break,
             Err(std::fs::TryLockError::WouldBlock) if !*cancel.borrow() => {
                 tokio::time::sleep(std::time::Duration::from_millis(50)).await;
@@ -438,13 +478,16 @@ pub async fn leftover(status: &Path, cancel: &tokio::sync::watch::Receiver<bool>
             Err(_) => return Leftover::Unfinished,
         }
     }
-    let mut text = String::new();
-    let _ = std::io::Read::read_to_string(&mut &file, &mut text);
-    if let Ok(code) = text.trim().parse() {
+    let recorded = std::fs::read_to_string(attempt.exits).unwrap_or_default();
+    let ending = recorded
+        .lines()
+        .rev()
+        .filter_map(|line| serde_json::from_str::<Ending>(line).ok())
+        .find(|e| e.attempt == attempt.name);
+    if let Some(code) = ending.and_then(|e| e.ending.parse().ok()) {
         return Leftover::Finished(code);
     }
-    // Claim the attempt for good: a launcher that still holds its request
-    // sees a non-empty status and refuses to start it.
-    let _ = file.write_all_at(b"claimed by a resumed run\n", 0);
+    let _ = File::create(attempt.claim);
+    drop(log);
     Leftover::Unfinished
 }
