@@ -868,14 +868,21 @@ fn store_result(
     if !cx.step.reuse {
         return Ok(Some(key.digest()));
     }
-    let entry = shared
-        .store
-        .put(
-            key,
-            &shared.root,
-            &outputs,
-            serde_json::json!({ "step": cx.instance.id }),
-        )
-        .map_err(|e| e.to_string())?;
-    Ok(Some(entry.key))
+    // The step succeeded whether or not its result could be kept: a full
+    // disk or a lost race only costs a re-run next time, not a red run.
+    match shared.store.put(
+        key,
+        &shared.root,
+        &outputs,
+        serde_json::json!({ "step": cx.instance.id }),
+    ) {
+        Ok(entry) => Ok(Some(entry.key)),
+        Err(e) => {
+            shared.progress.note(&format!(
+                "warning: {}: could not store its result ({e}); it will run again next time",
+                cx.instance.id
+            ));
+            Ok(Some(key.digest()))
+        }
+    }
 }

@@ -551,3 +551,25 @@ needs = ["forgetful"]
         assert_eq!(t.read("ran.log"), runs);
     }
 }
+
+#[test]
+fn a_result_that_cannot_be_stored_is_a_warning_not_a_failed_step() {
+    let t = Test::new().file(
+        "plan.toml",
+        r#"version = 1
+name = "nostore"
+
+[[steps]]
+id = "make"
+kind = "command"
+run = "echo made > made.txt"
+outputs = ["made.txt"]
+"#,
+    );
+    // A file where the store's directory should be: every store write fails.
+    t.write(".gameplan/store", "not a directory");
+    let out = t.run(&["plan", "run", "plan.toml", "--json"]);
+    out.code(0).stderr_has("could not store its result");
+    assert_eq!(by_step(&out.json(), "state")["make"], "succeeded", "{out}");
+    assert_eq!(t.read("made.txt"), "made\n");
+}
