@@ -407,7 +407,7 @@ struct Run {
     /// may have finished meanwhile; a stopped one did not).
     left_running: Vec<Option<u32>>,
     /// On resume: the last attempt number used, per step; new attempts
-    /// count on from it so each has its own status file.
+    /// count on from it so each has its own name in `exits.jsonl`.
     attempt_base: Vec<u32>,
     root_cause: Option<String>,
     aborted: bool,

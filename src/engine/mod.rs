@@ -28,7 +28,8 @@
 //!   step's slot is reused only after the dispatcher has seen how it ended
 //!   (fail-fast starts nothing after a failure).
 //! - **Results are stored only after success**, and a step is reported done
-//!   only after its result is stored.
+//!   only after its result is stored (or storing it failed, which is a
+//!   warning: the step did succeed, it only runs again next time).
 
 pub mod dispatcher;
 pub mod preview;

@@ -157,7 +157,7 @@ async fn serve_async(slots: usize) {
         while let Some(report) = outbox.recv().await {
             let mut line = serde_json::to_vec(&report).unwrap_or_default();
             line.push(b'\n');
-            // Gameplan may be gone; the status files still tell a resume.
+            // Gameplan may be gone; `exits.jsonl` still tells a resume.
             if stdout.write_all(&line).await.is_ok() {
                 let _ = stdout.flush().await;
             }
