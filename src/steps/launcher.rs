@@ -168,6 +168,7 @@ async fn serve_async(slots: usize) {
     // round trip to gameplan: that round trip left a core idle per step.
     let mut queue: std::collections::VecDeque<Request> = std::collections::VecDeque::new();
     let mut running = tokio::task::JoinSet::new();
+    let mut finished = Vec::new();
     let mut open = true;
     while open || !running.is_empty() {
         tokio::select! {
@@ -191,7 +192,7 @@ async fn serve_async(slots: usize) {
                     }
                 }
             }
-            Some(_) = running.join_next(), if !running.is_empty() => {}
+            Some(Ok(done)) = running.join_next(), if !running.is_empty() => finished.push(done),
         }
         while open && running.len() < slots {
             let Some(request) = queue.pop_front() else {
@@ -209,22 +210,29 @@ async fn serve_async(slots: usize) {
                 Ok((mut child, lock)) => {
                     let pid = child.id().unwrap_or(0);
                     let _ = reports.send(Report::Started { token, pid });
-                    let reports = reports.clone();
                     running.spawn(async move {
-                        let (text, code) = match child.wait().await {
+                        let ended = match child.wait().await {
                             Ok(exit) => ending(exit),
                             Err(_) => ("signal 9".to_owned(), 128 + 9),
                         };
-                        record_ending(&request.exits, &request.attempt, text);
-                        // Only now may a resume take the lock and look.
-                        drop(lock);
-                        let _ = reports.send(Report::Exited { token, code });
+                        (request, lock, ended)
                     });
                 }
                 Err(error) => {
                     let _ = reports.send(Report::Refused { token, error });
                 }
             }
+        }
+        // The freed slot is refilled above first; the bookkeeping of the step
+        // that ended comes after, off the path from one step to the next.
+        for (request, lock, (text, code)) in finished.drain(..) {
+            record_ending(&request.exits, &request.attempt, text);
+            // Only now may a resume take the lock and look.
+            drop(lock);
+            let _ = reports.send(Report::Exited {
+                token: request.token,
+                code,
+            });
         }
     }
     drop(reports);
