@@ -169,6 +169,7 @@ async fn serve_async(slots: usize) {
     let mut queue: std::collections::VecDeque<Request> = std::collections::VecDeque::new();
     let mut running = tokio::task::JoinSet::new();
     let mut finished = Vec::new();
+    let mut programs = HashMap::new();
     let mut open = true;
     while open || !running.is_empty() {
         tokio::select! {
@@ -206,7 +207,7 @@ async fn serve_async(slots: usize) {
                 });
                 continue;
             }
-            match launch(&request) {
+            match launch(&request, &mut programs) {
                 Ok((mut child, lock)) => {
                     let pid = child.id().unwrap_or(0);
                     let _ = reports.send(Report::Started { token, pid });
@@ -248,10 +249,53 @@ fn pipe_end(fd: i32) -> std::io::Result<std::os::fd::OwnedFd> {
     }
 }
 
-fn launch(request: &Request) -> Result<(tokio::process::Child, File), String> {
+/// Where `program` is on the `PATH` the step will see, found once per run:
+/// left to `execvp`, every spawn would try each `PATH` entry in turn (eight
+/// failed `execve`s for `touch` on a typical machine) while the launcher
+/// waits. A name with a `/`, or one not found, is left as given.
+fn resolve(
+    program: &str,
+    request: &Request,
+    cache: &mut HashMap<(String, String), PathBuf>,
+) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    if program.contains('/') {
+        return PathBuf::from(program);
+    }
+    let path = request
+        .env
+        .get("PATH")
+        .cloned()
+        .or_else(|| std::env::var("PATH").ok())
+        .unwrap_or_default();
+    let key = (path, program.to_owned());
+    if let Some(found) = cache.get(&key) {
+        return found.clone();
+    }
+    let found = std::env::split_paths(&key.0)
+        .map(|dir| request.cwd.join(dir).join(program))
+        .find(|candidate| {
+            std::fs::metadata(candidate)
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        });
+    match found {
+        Some(found) => {
+            cache.insert(key, found.clone());
+            found
+        }
+        None => PathBuf::from(program),
+    }
+}
+
+fn launch(
+    request: &Request,
+    programs: &mut HashMap<(String, String), PathBuf>,
+) -> Result<(tokio::process::Child, File), String> {
     let Some((program, args)) = request.argv.split_first() else {
         return Err("nothing to run: the argv is empty".into());
     };
+    let name = program;
+    let program = resolve(name, request, programs);
     let log = OpenOptions::new()
         .read(true)
         .write(true)
@@ -277,6 +321,8 @@ fn launch(request: &Request) -> Result<(tokio::process::Child, File), String> {
     let out = log.try_clone().map_err(|e| e.to_string())?;
     let err = log.try_clone().map_err(|e| e.to_string())?;
     let child = Command::new(program)
+        // The program sees the name it was given, as with a PATH search.
+        .arg0(name)
         .args(args)
         .current_dir(&request.cwd)
         .envs(&request.env)

@@ -573,3 +573,31 @@ outputs = ["made.txt"]
     assert_eq!(by_step(&out.json(), "state")["make"], "succeeded", "{out}");
     assert_eq!(t.read("made.txt"), "made\n");
 }
+
+#[test]
+fn a_program_is_found_on_the_path_the_step_sets() {
+    let t = Test::new()
+        .file(
+            "plan.toml",
+            r#"version = 1
+name = "path"
+
+[[steps]]
+id = "greet"
+kind = "command"
+run = "hello world"
+env = { PATH = "tools:/usr/bin:/bin" }
+"#,
+        )
+        .file(
+            "tools/hello",
+            "#!/bin/sh\necho \"hello $1\" > greeting.txt\n",
+        );
+    let mut perms = std::fs::metadata(t.path("tools/hello"))
+        .expect("stat")
+        .permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    std::fs::set_permissions(t.path("tools/hello"), perms).expect("chmod");
+    t.run(&["plan", "run", "plan.toml"]).code(0);
+    assert_eq!(t.read("greeting.txt"), "hello world\n");
+}
