@@ -514,6 +514,11 @@ pub async fn leftover(
     attempt: &Attempt<'_>,
     cancel: &tokio::sync::watch::Receiver<bool>,
 ) -> Leftover {
+    // The step may never have started (no directory yet); the claim must
+    // still be left, so make room for it.
+    if let Some(dir) = attempt.log.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
     let Ok(log) = OpenOptions::new()
         .read(true)
         .write(true)
