@@ -550,3 +550,73 @@ pub async fn leftover(
     drop(log);
     Leftover::Unfinished
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(dir: &Path, attempt: u32) -> Request {
+        Request {
+            token: 1,
+            argv: vec!["true".into()],
+            cwd: dir.to_path_buf(),
+            env: BTreeMap::new(),
+            log: dir.join("stdout.log"),
+            claim: dir.join(format!("claimed.{attempt}")),
+            exits: dir.join("exits.jsonl"),
+            attempt: format!("step#{attempt}"),
+        }
+    }
+
+    fn attempt<'a>(r: &'a Request) -> Attempt<'a> {
+        Attempt {
+            log: &r.log,
+            claim: &r.claim,
+            exits: &r.exits,
+            name: &r.attempt,
+        }
+    }
+
+    #[tokio::test]
+    async fn an_attempt_that_ended_is_found_and_one_that_did_not_is_claimed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (_stop, cancel) = tokio::sync::watch::channel(false);
+        let ended = request(dir.path(), 1);
+        record_ending(&ended.exits, &ended.attempt, "3".into());
+        assert_eq!(
+            leftover(&attempt(&ended), &cancel).await,
+            Leftover::Finished(3)
+        );
+        assert!(!ended.claim.exists(), "a finished attempt needs no claim");
+
+        let killed = request(dir.path(), 2);
+        record_ending(&killed.exits, &killed.attempt, "signal 9".into());
+        assert_eq!(
+            leftover(&attempt(&killed), &cancel).await,
+            Leftover::Unfinished
+        );
+
+        let never = request(&dir.path().join("not-yet-made"), 3);
+        assert_eq!(
+            leftover(&attempt(&never), &cancel).await,
+            Leftover::Unfinished
+        );
+        assert!(never.claim.exists(), "an unfinished attempt is claimed");
+    }
+
+    #[test]
+    fn a_claimed_attempt_is_never_started() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let claimed = request(dir.path(), 1);
+        std::fs::write(&claimed.claim, "").expect("claim");
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let refused = runtime.block_on(async { launch(&claimed, &mut HashMap::new()).map(|_| ()) });
+        assert_eq!(
+            refused,
+            Err("this attempt was claimed by a resumed run".to_owned())
+        );
+    }
+}
