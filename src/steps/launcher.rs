@@ -568,7 +568,7 @@ mod tests {
         }
     }
 
-    fn attempt<'a>(r: &'a Request) -> Attempt<'a> {
+    fn attempt(r: &Request) -> Attempt<'_> {
         Attempt {
             log: &r.log,
             claim: &r.claim,
