@@ -1,7 +1,9 @@
 //! gameplan: a declarative pipeline runner for AI playtests and AI review gates.
 //!
 //! The binary is a thin shell over [`run`]; everything is testable in-process.
-//! Module map (arrows = "uses"): `cli → plan, graph, report`; `graph → plan`.
+//! Module map (arrows = "uses"): `cli → plan, graph, engine, report`;
+//! `graph → plan`; `engine → graph, steps, journal, reuse, report`;
+//! `steps → reuse`.
 
 pub mod cli;
 pub mod engine;

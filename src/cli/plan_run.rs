@@ -42,41 +42,32 @@ pub fn run(cx: &Context, plan: &Path, load: &LoadArgs, args: &RunArgs, choice: C
         Err(code) => return code,
     };
     let state_dir = engine::state_dir(&loaded.root, args.state_dir.as_deref());
-    execute(
-        cx,
-        loaded,
-        &state_dir,
-        load.vars.clone(),
-        args,
-        |hash, lock| {
-            let Some(history) = engine::find_unfinished(&state_dir, hash) else {
-                return Ok(Start::New(engine::new_run_id()));
-            };
-            let (done, total) = engine::progress_of(&history);
-            let resume = match choice {
-                Choice::Resume => true,
-                Choice::New => false,
-                Choice::Ask if std::io::stdin().is_terminal() => ask(&format!(
-                    "run {} of this plan is unfinished ({done} of {total} steps done). Resume it? [Y/n] ",
-                    history.run_id
-                )),
-                Choice::Ask => {
-                    return Err(StartError::ResumeChoiceNeeded {
-                        run_id: history.run_id,
-                        done,
-                        total,
-                    });
-                }
-            };
-            if resume {
-                lock.set_holder(&engine::holder(&history.run_id))
-                    .map_err(|e| StartError::Lock(e.to_string()))?;
-                Ok(Start::Resume(Box::new(history)))
-            } else {
-                Ok(Start::New(engine::new_run_id()))
+    execute(cx, loaded, &state_dir, load.vars.clone(), args, |hash| {
+        let Some(history) = engine::find_unfinished(&state_dir, hash) else {
+            return Ok(Start::New(engine::new_run_id()));
+        };
+        let (done, total) = engine::progress_of(&history);
+        let resume = match choice {
+            Choice::Resume => true,
+            Choice::New => false,
+            Choice::Ask if std::io::stdin().is_terminal() => ask(&format!(
+                "run {} of this plan is unfinished ({done} of {total} steps done). Resume it? [Y/n] ",
+                history.run_id
+            )),
+            Choice::Ask => {
+                return Err(StartError::ResumeChoiceNeeded {
+                    run_id: history.run_id,
+                    done,
+                    total,
+                });
             }
-        },
-    )
+        };
+        if resume {
+            Ok(Start::Resume(Box::new(history)))
+        } else {
+            Ok(Start::New(engine::new_run_id()))
+        }
+    })
 }
 
 fn ask(question: &str) -> bool {
@@ -151,9 +142,7 @@ pub fn resume(cx: &Context, run_id: Option<&str>, args: &RunArgs) -> u8 {
         return exit_code::PLAN_ERROR;
     }
     let vars = history.vars.clone();
-    execute(cx, loaded, &state_dir, vars, args, move |_, lock| {
-        lock.set_holder(&engine::holder(&history.run_id))
-            .map_err(|e| StartError::Lock(e.to_string()))?;
+    execute(cx, loaded, &state_dir, vars, args, move |_| {
         Ok(Start::Resume(Box::new(history)))
     })
 }
@@ -165,7 +154,7 @@ fn execute(
     state_dir: &Path,
     vars: Vec<(String, String)>,
     args: &RunArgs,
-    decide: impl FnOnce(&str, &mut crate::journal::RunLock) -> Result<Start, StartError>,
+    decide: impl FnOnce(&str) -> Result<Start, StartError>,
 ) -> u8 {
     let pipeline = match crate::graph::expand(&loaded.plan) {
         Ok(p) => p,
@@ -180,7 +169,7 @@ fn execute(
         Ok(lock) => lock,
         Err(e) => return refuse(cx, &e),
     };
-    let start = match decide(&hash, &mut lock) {
+    let start = match decide(&hash) {
         Ok(start) => start,
         Err(e) => return refuse(cx, &e),
     };

@@ -9,8 +9,8 @@ impl SchemaName {
     /// The schema as checked in under `schemas/`: pretty JSON, trailing newline.
     pub fn text(self) -> String {
         match self {
-            SchemaName::Plan => crate::plan::schema::plan_schema_json(),
-            SchemaName::Run => crate::engine::run_schema_json(),
+            SchemaName::Plan => schema_json::<crate::plan::raw::RawPlan>(),
+            SchemaName::Run => schema_json::<crate::engine::RunReport>(),
         }
     }
 
@@ -21,6 +21,16 @@ impl SchemaName {
             .map_or_else(String::new, |v| v.get_name().to_owned());
         format!("{name}.schema.json")
     }
+}
+
+/// A type's JSON Schema (draft 2020-12) as pretty JSON with a trailing newline.
+fn schema_json<T: schemars::JsonSchema>() -> String {
+    let schema = schemars::generate::SchemaSettings::draft2020_12()
+        .into_generator()
+        .into_root_schema_for::<T>();
+    let mut text = serde_json::to_string_pretty(&schema).unwrap_or_default();
+    text.push('\n');
+    text
 }
 
 pub fn run(cx: &Context, name: SchemaName) -> u8 {

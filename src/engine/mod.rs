@@ -40,7 +40,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 
 use crate::exit_code;
 use crate::graph::Pipeline;
@@ -75,17 +74,7 @@ pub fn state_dir(root: &Path, flag: Option<&Path>) -> PathBuf {
 /// validated model (so comments and layout do not count, values do).
 pub fn plan_hash(loaded: &LoadedPlan) -> String {
     let model = serde_json::to_vec(&loaded.plan).unwrap_or_default();
-    hex(&Sha256::digest(&model))[..16].to_owned()
-}
-
-pub fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
-    bytes
-        .iter()
-        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
-            let _ = write!(s, "{b:02x}");
-            s
-        })
+    crate::reuse::sha256_hex(&model)[..16].to_owned()
 }
 
 /// Why a run could not start (exit 3: nothing ran, nothing was charged).
@@ -260,7 +249,7 @@ pub fn new_run_id() -> String {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
     let seed = format!("{nanos}-{}", std::process::id());
-    let suffix = &hex(&Sha256::digest(seed.as_bytes()))[..4];
+    let suffix = &crate::reuse::sha256_hex(seed.as_bytes())[..4];
     // 20261202-124256-123-cc19
     match (digits.get(..8), digits.get(8..14), digits.get(14..17)) {
         (Some(day), Some(time), Some(millis)) => format!("{day}-{time}-{millis}-{suffix}"),
@@ -296,16 +285,6 @@ pub fn run(
     let report = runtime.block_on(dispatcher::run(request, progress));
     drop(lock);
     report
-}
-
-/// The schema of the `plan run --json` document (`schemas/run.schema.json`).
-pub fn run_schema_json() -> String {
-    let schema = schemars::generate::SchemaSettings::draft2020_12()
-        .into_generator()
-        .into_root_schema_for::<RunReport>();
-    let mut text = serde_json::to_string_pretty(&schema).unwrap_or_default();
-    text.push('\n');
-    text
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use std::borrow::Cow;
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde_json::{Map, Value, json};
 
-use super::raw::{RawPlan, RawStep, StepKind};
+use super::raw::{RawStep, StepKind};
 
 impl JsonSchema for RawStep {
     fn schema_name() -> Cow<'static, str> {
@@ -87,14 +87,4 @@ impl JsonSchema for RawStep {
             "oneOf": variants
         })
     }
-}
-
-/// The plan schema as pretty JSON with a trailing newline (the checked-in file's exact bytes).
-pub fn plan_schema_json() -> String {
-    let schema = schemars::generate::SchemaSettings::draft2020_12()
-        .into_generator()
-        .into_root_schema_for::<RawPlan>();
-    let mut text = serde_json::to_string_pretty(&schema).unwrap_or_default();
-    text.push('\n');
-    text
 }
