@@ -202,7 +202,8 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
     run.schedule.initialize();
     let mut tasks: JoinSet<Finished> = JoinSet::new();
     let mut last_commit = Instant::now();
-    // Keys computed for steps still waiting for a slot.
+    // Keys computed for steps still waiting for a slot; the store was
+    // already asked about them (a miss stays a miss within a run).
     let mut keys: BTreeMap<NodeIndex, Result<Option<ReuseKey>, String>> = BTreeMap::new();
     loop {
         run.record_skips();
@@ -220,11 +221,13 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
             }
             let cx = run.context(node);
             let left_running = run.left_running[node.index()];
-            let key = keys
-                .remove(&node)
-                .unwrap_or_else(|| steps::reuse_key(&cx).map_err(|e| e.0));
+            let (key, asked) = match keys.remove(&node) {
+                Some(key) => (key, true),
+                None => (steps::reuse_key(&cx).map_err(|e| e.0), false),
+            };
             if left_running.is_none()
                 && !options.no_reuse
+                && !asked
                 && let Some(finished) = try_reuse(node, &cx, &key, &shared)
             {
                 run.finish(finished);

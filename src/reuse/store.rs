@@ -15,8 +15,13 @@ use super::paths::{canonical_root, check_rel_path, join_rel, resolve_inside};
 use super::write::{copy_hashing, hash_file, unique_suffix, write_atomically};
 
 /// 2: stored outputs are named by their index in `entry.json`, so storing
-/// creates no directory per output path.
-const ENTRY_FORMAT: u32 = 2;
+/// creates no directory per output path. 3: small outputs are inline.
+const ENTRY_FORMAT: u32 = 3;
+/// Outputs up to this size live inside `entry.json` instead of `outputs/`:
+/// a file smaller than a filesystem block costs a whole block and an inode,
+/// and creating that inode (and `outputs/`) was most of what storing a small
+/// result cost (Bazel's remote cache inlines small outputs for the same reason).
+pub const INLINE_MAX: u64 = 4096;
 const KEY_FILE: &str = "key.json";
 const ENTRY_FILE: &str = "entry.json";
 const OUTPUTS_DIR: &str = "outputs";
@@ -29,8 +34,8 @@ const PUBLISH_ATTEMPTS: usize = 3;
 ///
 /// ```text
 /// store/<k[0:2]>/<key>/key.json     the canonical ReuseKey (what was hashed)
-/// store/<k[0:2]>/<key>/outputs/…    copies of the declared outputs, by repo path
-/// store/<k[0:2]>/<key>/entry.json   outputs with size + sha256, caller metadata; written last
+/// store/<k[0:2]>/<key>/outputs/<i> copies of the declared outputs over INLINE_MAX, by index
+/// store/<k[0:2]>/<key>/entry.json   outputs with size + sha256 (small ones inline), caller metadata; written last
 /// store/last/<sha256(step)>.json    the last key seen per step, for "why not reused"
 /// store/.tmp-…                      entries being built; renamed into place whole
 /// ```
@@ -64,6 +69,13 @@ pub struct StoredOutput {
     pub size: u64,
     /// Lowercase sha256 hex of the content.
     pub sha256: String,
+    /// The content itself, base64, when it is at most [`INLINE_MAX`] bytes;
+    /// otherwise it is `outputs/<index>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inline: Option<String>,
+    /// The permission bits of an inline output (a stored file keeps its own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<u32>,
 }
 
 /// The keys of one plan's steps as of its latest run.
@@ -131,9 +143,15 @@ impl Store {
             return Ok(existing);
         }
 
-        fs::create_dir_all(&self.dir).map_err(io_error("create the store", &self.dir))?;
         let temp = self.dir.join(format!("{TEMP_PREFIX}{}", unique_suffix()));
-        fs::create_dir(&temp).map_err(io_error("create", &temp))?;
+        // The store exists after the first entry: try first, create on demand.
+        if let Err(error) = fs::create_dir(&temp) {
+            if error.kind() != io::ErrorKind::NotFound {
+                return Err(io_error("create", &temp)(error));
+            }
+            fs::create_dir_all(&self.dir).map_err(io_error("create the store", &self.dir))?;
+            fs::create_dir(&temp).map_err(io_error("create", &temp))?;
+        }
         let built = build_entry(&temp, &canonical, &digest, root, &outputs, meta);
         let entry = match built {
             Ok(entry) => entry,
@@ -142,16 +160,25 @@ impl Store {
                 return Err(error);
             }
         };
-        let published = self.publish(&temp, &digest, entry);
+        self.publish(&temp, &digest, entry)
+    }
+
+    /// Renames the finished `temp` entry into place, or yields to an intact
+    /// entry that got there first; `temp` is gone either way.
+    fn publish(&self, temp: &Path, digest: &str, entry: Entry) -> Result<Entry, ReuseError> {
+        // The common case, in one call: the shard exists and nobody stored
+        // this key meanwhile.
+        if fs::rename(temp, self.entry_dir(digest)).is_ok() {
+            return Ok(entry);
+        }
+        let published = self.publish_slowly(temp, digest, entry);
         if temp.exists() {
-            let _ = fs::remove_dir_all(&temp);
+            let _ = fs::remove_dir_all(temp);
         }
         published
     }
 
-    /// Renames the finished `temp` entry into place, or yields to an intact
-    /// entry that got there first.
-    fn publish(&self, temp: &Path, digest: &str, entry: Entry) -> Result<Entry, ReuseError> {
+    fn publish_slowly(&self, temp: &Path, digest: &str, entry: Entry) -> Result<Entry, ReuseError> {
         let final_dir = self.entry_dir(digest);
         let shard = final_dir.parent().unwrap_or(&self.dir);
         fs::create_dir_all(shard).map_err(io_error("create", shard))?;
@@ -205,6 +232,13 @@ impl Store {
             if !is_sha256_hex(&output.sha256) {
                 return None;
             }
+            if let Some(inline) = &output.inline {
+                // Decoded (and hashed) on restore; here only the length.
+                if inline.len() as u64 != output.size.div_ceil(3) * 4 {
+                    return None;
+                }
+                continue;
+            }
             let metadata = fs::symlink_metadata(stored_output(&outputs, index)).ok()?;
             if !metadata.is_file() || metadata.len() != output.size {
                 return None;
@@ -254,8 +288,11 @@ impl Store {
                 .file_name()
                 .map_or_else(String::new, |name| name.to_string_lossy().into_owned());
             let temp = parent.join(format!(".{name}.gameplan-tmp-{}", unique_suffix()));
-            let stored = stored_output(&outputs_dir, index);
-            let copied = copy_hashing(&stored, &temp).and_then(|(size, sha256)| {
+            let copied = match &output.inline {
+                Some(inline) => write_inline(inline, output.mode, &temp),
+                None => copy_hashing(&stored_output(&outputs_dir, index), &temp),
+            };
+            let copied = copied.and_then(|(size, sha256)| {
                 if size == output.size && sha256 == output.sha256 {
                     fs::rename(&temp, &target).map_err(io_error("replace", &target))
                 } else {
@@ -356,15 +393,24 @@ fn build_entry(
 ) -> Result<Entry, ReuseError> {
     write_new(&temp.join(KEY_FILE), canonical_key.as_bytes())?;
     let outputs_dir = temp.join(OUTPUTS_DIR);
-    fs::create_dir(&outputs_dir).map_err(io_error("create", &outputs_dir))?;
     let mut stored = Vec::with_capacity(outputs.len());
     for (index, output) in outputs.iter().enumerate() {
+        let source = join_rel(root, output);
+        if let Some(small) = read_small(&source)? {
+            stored.push(small.into_stored(output));
+            continue;
+        }
+        if !outputs_dir.exists() {
+            fs::create_dir(&outputs_dir).map_err(io_error("create", &outputs_dir))?;
+        }
         let copy = stored_output(&outputs_dir, index);
-        let (size, sha256) = copy_hashing(&join_rel(root, output), &copy)?;
+        let (size, sha256) = copy_hashing(&source, &copy)?;
         stored.push(StoredOutput {
             path: (*output).to_owned(),
             size,
             sha256,
+            inline: None,
+            mode: None,
         });
     }
     let entry = Entry {
@@ -379,6 +425,74 @@ fn build_entry(
     })?;
     write_new(&entry_path, &bytes)?;
     Ok(entry)
+}
+
+/// An output small enough to live inside `entry.json`.
+struct Small {
+    bytes: Vec<u8>,
+    mode: Option<u32>,
+}
+
+impl Small {
+    fn into_stored(self, path: &str) -> StoredOutput {
+        use base64::Engine as _;
+        StoredOutput {
+            path: path.to_owned(),
+            size: self.bytes.len() as u64,
+            sha256: sha256_hex(&self.bytes),
+            inline: Some(base64::engine::general_purpose::STANDARD.encode(&self.bytes)),
+            mode: self.mode,
+        }
+    }
+}
+
+/// The content of `path` if it is at most [`INLINE_MAX`] bytes. Decided on
+/// the bytes read, not on the size reported before reading.
+fn read_small(path: &Path) -> Result<Option<Small>, ReuseError> {
+    use std::io::Read as _;
+    let file = fs::File::open(path).map_err(io_error("open", path))?;
+    let metadata = file
+        .metadata()
+        .map_err(io_error("read metadata of", path))?;
+    if metadata.len() > INLINE_MAX {
+        return Ok(None);
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(metadata.len()).unwrap_or(0));
+    file.take(INLINE_MAX + 1)
+        .read_to_end(&mut bytes)
+        .map_err(io_error("read", path))?;
+    if bytes.len() as u64 > INLINE_MAX {
+        return Ok(None);
+    }
+    #[cfg(unix)]
+    let mode = {
+        use std::os::unix::fs::PermissionsExt as _;
+        Some(metadata.permissions().mode() & 0o7777)
+    };
+    #[cfg(not(unix))]
+    let mode = None;
+    Ok(Some(Small { bytes, mode }))
+}
+
+/// Writes an inline output's content to the new file `to` with its mode;
+/// returns the size and sha256 of what was decoded, for the caller to check.
+fn write_inline(inline: &str, mode: Option<u32>, to: &Path) -> Result<(u64, String), ReuseError> {
+    use base64::Engine as _;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(inline)
+        .map_err(|error| {
+            io_error("decode", to)(io::Error::new(io::ErrorKind::InvalidData, error))
+        })?;
+    write_new(to, &bytes)?;
+    #[cfg(unix)]
+    if let Some(mode) = mode {
+        use std::os::unix::fs::PermissionsExt as _;
+        fs::set_permissions(to, fs::Permissions::from_mode(mode))
+            .map_err(io_error("set permissions of", to))?;
+    }
+    #[cfg(not(unix))]
+    let _ = mode;
+    Ok((bytes.len() as u64, sha256_hex(&bytes)))
 }
 
 fn write_new(path: &Path, bytes: &[u8]) -> Result<(), ReuseError> {
@@ -469,11 +583,23 @@ mod tests {
         key
     }
 
-    const OUTPUTS: [&str; 3] = ["build/bin/app", "build/reports/deep/r.json", "top.txt"];
+    const OUTPUTS: [&str; 4] = [
+        "build/big.log",
+        "build/bin/app",
+        "build/reports/deep/r.json",
+        "top.txt",
+    ];
+
+    /// Over [`INLINE_MAX`]: stored as a file under `outputs/`.
+    fn big() -> String {
+        "a line of a log that is too long to keep inline\n".repeat(100)
+    }
 
     fn built() -> Fixture {
+        let big = big();
         fixture(&[
             ("build/bin/app", "#!/bin/sh\necho app\n"),
+            ("build/big.log", &big),
             ("build/reports/deep/r.json", "{\"ok\":true}"),
             ("top.txt", "top"),
             ("unrelated.txt", "not an output"),
@@ -523,8 +649,15 @@ mod tests {
                 .collect::<Vec<_>>(),
             OUTPUTS
         );
-        assert_eq!(entry.outputs[2].size, 3);
-        assert_eq!(entry.outputs[2].sha256, sha256_hex(b"top"));
+        assert_eq!(entry.outputs[3].size, 3);
+        assert_eq!(entry.outputs[3].sha256, sha256_hex(b"top"));
+        // Small outputs live in entry.json; only the big one is a file.
+        let inline: Vec<bool> = entry.outputs.iter().map(|o| o.inline.is_some()).collect();
+        assert_eq!(inline, [false, true, true, true]);
+        let stored_files = fs::read_dir(f.store.entry_dir(&digest).join(OUTPUTS_DIR))
+            .expect("outputs/")
+            .count();
+        assert_eq!(stored_files, 1);
         assert_eq!(f.store.lookup(&digest), Some(entry.clone()));
         assert_eq!(
             fs::read_to_string(f.store.entry_dir(&digest).join(KEY_FILE)).expect("key.json"),
@@ -612,10 +745,10 @@ mod tests {
             stored_output(&f.store.entry_dir(&digest).join(OUTPUTS_DIR), index)
         };
 
-        fs::write(stored("top.txt"), "t").expect("truncate");
+        fs::write(stored("build/big.log"), "t").expect("truncate");
         assert!(f.store.lookup(&digest).is_none());
 
-        fs::remove_file(stored("top.txt")).expect("delete");
+        fs::remove_file(stored("build/big.log")).expect("delete");
         assert!(f.store.lookup(&digest).is_none());
 
         // Storing again repairs the damaged entry.
@@ -752,15 +885,52 @@ mod tests {
         let index = entry
             .outputs
             .iter()
-            .position(|o| o.path == "top.txt")
+            .position(|o| o.path == "build/big.log")
             .expect("stored");
         let stored = stored_output(&f.store.entry_dir(&key.digest()).join(OUTPUTS_DIR), index);
-        fs::write(&stored, "TOP").expect("same size, other bytes");
+        fs::write(&stored, big().to_uppercase()).expect("same size, other bytes");
         let fresh = tempfile::tempdir().expect("fresh");
         let error = f.store.restore(&entry, fresh.path()).expect_err("corrupt");
         assert!(matches!(error, ReuseError::StoreCorrupt { .. }), "{error}");
-        assert!(error.to_string().contains("top.txt"));
+        assert!(error.to_string().contains("build/big.log"));
+        assert!(!fresh.path().join("build/big.log").exists());
+    }
+
+    #[test]
+    fn an_inline_output_that_no_longer_matches_is_refused_or_a_miss() {
+        use base64::Engine as _;
+        let f = built();
+        let key = key("make");
+        let digest = key.digest();
+        let entry = f
+            .store
+            .put(&key, f.root.path(), &OUTPUTS, Value::Null)
+            .expect("put");
+        let entry_json = f.store.entry_dir(&digest).join(ENTRY_FILE);
+        let edit = |inline: &str| {
+            let mut damaged = entry.clone();
+            let top = damaged
+                .outputs
+                .iter_mut()
+                .find(|o| o.path == "top.txt")
+                .expect("top");
+            top.inline = Some(inline.to_owned());
+            fs::write(&entry_json, serde_json::to_vec(&damaged).expect("json")).expect("write");
+            damaged
+        };
+        // Same length, other bytes: found, but restoring it is refused.
+        let damaged = edit(&base64::engine::general_purpose::STANDARD.encode("TOP"));
+        assert_eq!(f.store.lookup(&digest), Some(damaged.clone()));
+        let fresh = tempfile::tempdir().expect("fresh");
+        let error = f
+            .store
+            .restore(&damaged, fresh.path())
+            .expect_err("corrupt");
+        assert!(matches!(error, ReuseError::StoreCorrupt { .. }), "{error}");
         assert!(!fresh.path().join("top.txt").exists());
+        // Cut short: a miss.
+        edit("dG9");
+        assert!(f.store.lookup(&digest).is_none());
     }
 
     #[cfg(unix)]

@@ -20,9 +20,11 @@ static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 /// A name part unique to this process and call, so concurrent writers (other
 /// threads, other gameplan processes) never share a temporary file.
 pub(crate) fn unique_suffix() -> String {
+    // Asked once: `getpid` is a system call, and this runs per stored step.
+    static PID: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
     format!(
         "{}-{}",
-        std::process::id(),
+        PID.get_or_init(std::process::id),
         TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
     )
 }

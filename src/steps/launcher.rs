@@ -95,16 +95,21 @@ fn ending(status: std::process::ExitStatus) -> (String, i32) {
 }
 
 /// Appends one ending to the run's record with a single `write`, so a line
-/// is whole or absent.
-fn record_ending(exits: &Path, attempt: &str, ending: String) {
+/// is whole or absent. The record stays open for the run's next endings.
+fn record_ending(open: &mut HashMap<PathBuf, File>, exits: &Path, attempt: &str, ending: String) {
     let mut line = serde_json::to_vec(&Ending {
         attempt: attempt.to_owned(),
         ending,
     })
     .unwrap_or_default();
     line.push(b'\n');
-    if let Ok(mut file) = OpenOptions::new().create(true).append(true).open(exits) {
-        let _ = std::io::Write::write_all(&mut file, &line);
+    if !open.contains_key(exits)
+        && let Ok(file) = OpenOptions::new().create(true).append(true).open(exits)
+    {
+        open.insert(exits.to_owned(), file);
+    }
+    if let Some(file) = open.get_mut(exits) {
+        let _ = std::io::Write::write_all(file, &line);
     }
 }
 
@@ -144,25 +149,16 @@ async fn serve_async(slots: usize) {
     .filter_map(|kind| signal(kind).ok())
     .collect();
     let parent = nix::unistd::getppid();
-    let (reports, mut outbox) = mpsc::unbounded_channel::<Report>();
+    let (reports, outbox) = mpsc::unbounded_channel::<Report>();
     // stdin and stdout are pipes from gameplan: read and write them on the
     // event loop (tokio's own stdio goes through a thread per call).
-    let (Ok(stdin), Ok(mut stdout)) = (
+    let (Ok(stdin), Ok(stdout)) = (
         pipe_end(0).and_then(pipe::Receiver::from_owned_fd),
         pipe_end(1).and_then(pipe::Sender::from_owned_fd),
     ) else {
         return;
     };
-    let writer = tokio::spawn(async move {
-        while let Some(report) = outbox.recv().await {
-            let mut line = serde_json::to_vec(&report).unwrap_or_default();
-            line.push(b'\n');
-            // Gameplan may be gone; `exits.jsonl` still tells a resume.
-            if stdout.write_all(&line).await.is_ok() {
-                let _ = stdout.flush().await;
-            }
-        }
-    });
+    let writer = tokio::spawn(write_reports(stdout, outbox));
     let mut lines = BufReader::new(stdin).lines();
     // Queued here so a finished step's slot is refilled at once, without a
     // round trip to gameplan: that round trip left a core idle per step.
@@ -170,6 +166,9 @@ async fn serve_async(slots: usize) {
     let mut running = tokio::task::JoinSet::new();
     let mut finished = Vec::new();
     let mut programs = HashMap::new();
+    let mut records = HashMap::new();
+    // Every step's stdin, opened once (a spawn would open it each time).
+    let null = File::open("/dev/null").ok();
     let mut open = true;
     while open || !running.is_empty() {
         tokio::select! {
@@ -207,7 +206,7 @@ async fn serve_async(slots: usize) {
                 });
                 continue;
             }
-            match launch(&request, &mut programs) {
+            match launch(&request, &mut programs, null.as_ref()) {
                 Ok((mut child, lock)) => {
                     let pid = child.id().unwrap_or(0);
                     let _ = reports.send(Report::Started { token, pid });
@@ -227,7 +226,7 @@ async fn serve_async(slots: usize) {
         // The freed slot is refilled above first; the bookkeeping of the step
         // that ended comes after, off the path from one step to the next.
         for (request, lock, (text, code)) in finished.drain(..) {
-            record_ending(&request.exits, &request.attempt, text);
+            record_ending(&mut records, &request.exits, &request.attempt, text);
             // Only now may a resume take the lock and look.
             drop(lock);
             let _ = reports.send(Report::Exited {
@@ -238,6 +237,26 @@ async fn serve_async(slots: usize) {
     }
     drop(reports);
     let _ = writer.await;
+}
+
+/// Writes the launcher's reports to gameplan until the last sender is gone.
+async fn write_reports(mut stdout: pipe::Sender, mut outbox: mpsc::UnboundedReceiver<Report>) {
+    let mut lines = Vec::new();
+    while let Some(report) = outbox.recv().await {
+        // Everything said meanwhile goes in one write: gameplan wakes once
+        // for a step that ended and the one that took its slot.
+        let mut next = Some(report);
+        while let Some(report) = next {
+            let _ = serde_json::to_writer(&mut lines, &report);
+            lines.push(b'\n');
+            next = outbox.try_recv().ok();
+        }
+        // Gameplan may be gone; `exits.jsonl` still tells a resume.
+        if stdout.write_all(&lines).await.is_ok() {
+            let _ = stdout.flush().await;
+        }
+        lines.clear();
+    }
 }
 
 /// A duplicate of stdin (0) or stdout (1) as an owned descriptor.
@@ -290,6 +309,7 @@ fn resolve(
 fn launch(
     request: &Request,
     programs: &mut HashMap<(String, String), PathBuf>,
+    null: Option<&File>,
 ) -> Result<(tokio::process::Child, File), String> {
     let Some((program, args)) = request.argv.split_first() else {
         return Err("nothing to run: the argv is empty".into());
@@ -320,13 +340,16 @@ fn launch(
         .map_err(|e| format!("cannot truncate {}: {e}", request.log.display()))?;
     let out = log.try_clone().map_err(|e| e.to_string())?;
     let err = log.try_clone().map_err(|e| e.to_string())?;
+    let stdin = null
+        .and_then(|null| null.try_clone().ok())
+        .map_or_else(Stdio::null, Stdio::from);
     let child = Command::new(program)
         // The program sees the name it was given, as with a PATH search.
         .arg0(name)
         .args(args)
         .current_dir(&request.cwd)
         .envs(&request.env)
-        .stdin(Stdio::null())
+        .stdin(stdin)
         .stdout(Stdio::from(out))
         .stderr(Stdio::from(err))
         .process_group(0)
@@ -582,7 +605,12 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let (_stop, cancel) = tokio::sync::watch::channel(false);
         let ended = request(dir.path(), 1);
-        record_ending(&ended.exits, &ended.attempt, "3".into());
+        record_ending(
+            &mut HashMap::new(),
+            &ended.exits,
+            &ended.attempt,
+            "3".into(),
+        );
         assert_eq!(
             leftover(&attempt(&ended), &cancel).await,
             Leftover::Finished(3)
@@ -590,7 +618,12 @@ mod tests {
         assert!(!ended.claim.exists(), "a finished attempt needs no claim");
 
         let killed = request(dir.path(), 2);
-        record_ending(&killed.exits, &killed.attempt, "signal 9".into());
+        record_ending(
+            &mut HashMap::new(),
+            &killed.exits,
+            &killed.attempt,
+            "signal 9".into(),
+        );
         assert_eq!(
             leftover(&attempt(&killed), &cancel).await,
             Leftover::Unfinished
@@ -613,7 +646,8 @@ mod tests {
             .enable_all()
             .build()
             .expect("runtime");
-        let refused = runtime.block_on(async { launch(&claimed, &mut HashMap::new()).map(|_| ()) });
+        let refused =
+            runtime.block_on(async { launch(&claimed, &mut HashMap::new(), None).map(|_| ()) });
         assert_eq!(
             refused,
             Err("this attempt was claimed by a resumed run".to_owned())
