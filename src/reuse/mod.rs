@@ -37,6 +37,11 @@
 //!   wins, the loser discards its copy. A lookup is a hit only when
 //!   `entry.json` parses and every stored output is present with its recorded
 //!   size; anything less is a miss, never an error.
+//! - **Small outputs live in `entry.json`.** An output of at most
+//!   [`INLINE_MAX`] bytes is kept there (base64, with its mode) instead of as
+//!   a file under `outputs/`: a stored file costs an inode (and `outputs/`
+//!   another), which was most of the cost of storing a small result. Restore
+//!   checks size and sha256 of inline content as it does for files.
 //! - **Only successes are stored, and only whole.** [`Store::put`] refuses an
 //!   entry whose declared output is missing; the caller calls it only after the
 //!   step succeeded.
@@ -56,4 +61,4 @@ pub use error::ReuseError;
 pub use hash_cache::{FileHashCache, RACY_MARGIN};
 pub use inputs::expand_inputs;
 pub use key::{KEY_VERSION, ReuseKey, sha256_hex, why_not_reused};
-pub use store::{Entry, Store, StoredOutput};
+pub use store::{Entry, INLINE_MAX, Store, StoredOutput};
