@@ -201,7 +201,7 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
     }
     run.schedule.initialize();
     let mut tasks: JoinSet<Finished> = JoinSet::new();
-    let mut last_commit = Instant::now();
+    let mut group_commit = GroupCommit::new();
     // Keys computed for steps still waiting for a slot; the store was
     // already asked about them (a miss stays a miss within a run).
     let mut keys: BTreeMap<NodeIndex, Result<Option<ReuseKey>, String>> = BTreeMap::new();
@@ -274,15 +274,9 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
             Some(Err(e)) => run.abort(format!("internal error in a step task: {e}")),
             None => break,
         }
-        if last_commit.elapsed() >= COMMIT_EVERY {
-            let _ = shared
-                .journal
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .commit();
-            last_commit = Instant::now();
-        }
+        group_commit.tick(&shared.journal).await;
     }
+    group_commit.settle(&shared.journal).await;
 
     let interrupted = cancelled.is_set();
     if !interrupted {
@@ -369,6 +363,53 @@ fn planned_steps(pipeline: &Pipeline) -> Vec<PlannedStep> {
                 .collect(),
         })
         .collect()
+}
+
+/// The journal's group commit, run on a blocking thread so that the
+/// dispatcher never waits for the disk (see [`Journal::begin_commit`]).
+struct GroupCommit {
+    last: Instant,
+    running: Option<tokio::task::JoinHandle<Result<(), crate::journal::JournalError>>>,
+}
+
+impl GroupCommit {
+    fn new() -> Self {
+        Self {
+            last: Instant::now(),
+            running: None,
+        }
+    }
+
+    /// Begins a commit when one is due and the previous one has finished.
+    async fn tick(&mut self, journal: &Mutex<Journal>) {
+        if self.last.elapsed() < COMMIT_EVERY
+            || self.running.as_ref().is_some_and(|r| !r.is_finished())
+        {
+            return;
+        }
+        self.settle(journal).await;
+        let pending = journal
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .begin_commit();
+        if let Ok(Some(pending)) = pending {
+            self.running = Some(tokio::task::spawn_blocking(move || pending.run()));
+        }
+        self.last = Instant::now();
+    }
+
+    /// Waits for the running commit, if any; a failed one leaves the journal
+    /// unusable, so the next append reports it.
+    async fn settle(&mut self, journal: &Mutex<Journal>) {
+        if let Some(running) = self.running.take()
+            && !matches!(running.await, Ok(Ok(())))
+        {
+            journal
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .commit_failed();
+        }
+    }
 }
 
 /// Restores a stored result when the step's key has one.
