@@ -15,6 +15,11 @@
 #
 #   bash bench/engine.sh --quick    # W1 once, with the debug build (a smoke
 #                                   # check for plans/self.toml; no figures to quote)
+#
+# The workloads live under $TMPDIR (default /tmp), so TMPDIR=/dev/shm measures
+# on tmpfs. W1 creates many small files, and ext4 creates files slowly for a
+# few minutes after many were deleted (an earlier benchmark's clean-up): wait
+# between runs, or compare on tmpfs, before reading much into a ratio.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 quick=false
