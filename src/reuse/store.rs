@@ -400,7 +400,8 @@ fn build_entry(
             stored.push(small.into_stored(output));
             continue;
         }
-        if !outputs_dir.exists() {
+        // Made with the first output that is not inline.
+        if stored.iter().all(|earlier| earlier.inline.is_some()) {
             fs::create_dir(&outputs_dir).map_err(io_error("create", &outputs_dir))?;
         }
         let copy = stored_output(&outputs_dir, index);
