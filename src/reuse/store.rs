@@ -898,6 +898,35 @@ mod tests {
     }
 
     #[test]
+    fn outputs_up_to_the_inline_limit_live_in_entry_json_and_larger_ones_are_files() {
+        let limit = usize::try_from(INLINE_MAX).expect("small");
+        let at_limit = "x".repeat(limit);
+        let over_limit = "y".repeat(limit + 1);
+        let f = fixture(&[("at.bin", &at_limit), ("over.bin", &over_limit)]);
+        let key = key("limit");
+        let entry = f
+            .store
+            .put(&key, f.root.path(), &["at.bin", "over.bin"], Value::Null)
+            .expect("put");
+        assert!(
+            entry.outputs[0].inline.is_some(),
+            "exactly INLINE_MAX is inline"
+        );
+        assert!(entry.outputs[1].inline.is_none(), "one byte more is a file");
+        let outputs = f.store.entry_dir(&key.digest()).join(OUTPUTS_DIR);
+        assert_eq!(
+            fs::read(stored_output(&outputs, 1)).expect("stored file"),
+            over_limit.as_bytes()
+        );
+        assert!(!stored_output(&outputs, 0).exists());
+
+        let fresh = tempfile::tempdir().expect("fresh");
+        f.store.restore(&entry, fresh.path()).expect("restore");
+        assert_eq!(read(fresh.path(), "at.bin"), at_limit);
+        assert_eq!(read(fresh.path(), "over.bin"), over_limit);
+    }
+
+    #[test]
     fn an_inline_output_that_no_longer_matches_is_refused_or_a_miss() {
         use base64::Engine as _;
         let f = built();
