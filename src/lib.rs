@@ -14,6 +14,7 @@ pub mod plan;
 pub mod report;
 pub mod reuse;
 pub mod steps;
+pub mod suggest;
 pub mod template;
 
 use std::ffi::OsString;

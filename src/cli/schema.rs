@@ -10,7 +10,7 @@ impl SchemaName {
     pub fn text(self) -> String {
         match self {
             SchemaName::Plan => schema_json::<crate::plan::raw::RawPlan>(),
-            SchemaName::Run => schema_json::<crate::engine::RunReport>(),
+            SchemaName::Run => schema_json::<crate::report::run::RunReport>(),
         }
     }
 

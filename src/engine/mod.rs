@@ -35,15 +35,15 @@ pub mod dispatcher;
 pub mod preview;
 pub mod signals;
 
+pub use crate::report::run::{RunReport, StepReport};
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use serde::Serialize;
-
 use crate::exit_code;
 use crate::graph::Pipeline;
-use crate::journal::run::{RunDir, RunHistory, RunOutcome, StepState, run_ids};
+use crate::journal::run::{RunDir, RunHistory, StepState, run_ids};
 use crate::journal::{LockError, LockHolder, RunLock};
 use crate::plan::LoadedPlan;
 use crate::report::progress::Progress;
@@ -112,46 +112,6 @@ impl StartError {
     pub fn exit_code(&self) -> u8 {
         exit_code::PLAN_ERROR
     }
-}
-
-/// One step's line in the run report.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
-pub struct StepReport {
-    pub id: String,
-    pub kind: String,
-    pub state: StepState,
-    pub duration_ms: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub key: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub exit_code: Option<i32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub message: Option<String>,
-    /// Attempts made in this run (0 when reused, skipped or done before a resume).
-    pub attempts: u32,
-    /// The step's log, when it ran.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub log: Option<String>,
-}
-
-/// The document `plan run --json` prints (schema: `schemas/run.schema.json`).
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
-pub struct RunReport {
-    pub run_id: String,
-    pub plan: String,
-    pub outcome: RunOutcome,
-    pub exit_code: u8,
-    pub resumed: bool,
-    pub duration_ms: u64,
-    /// Count of steps per state.
-    pub counts: BTreeMap<String, usize>,
-    /// The first failure, the root cause when several steps failed.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub root_cause: Option<String>,
-    pub steps: Vec<StepReport>,
-    /// How to continue an interrupted run.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub resume_command: Option<String>,
 }
 
 /// How to start: a fresh run (with its new id), or continuing an unfinished one.

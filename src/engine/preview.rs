@@ -7,17 +7,9 @@ use std::sync::{Arc, Mutex};
 
 use crate::graph::Pipeline;
 use crate::plan::LoadedPlan;
+pub use crate::report::explain::Decision;
 use crate::reuse::{FileHashCache, Store, why_not_reused};
 use crate::steps::{self, StepContext};
-
-/// The preview of one step instance.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Decision {
-    pub reused: bool,
-    pub key: Option<String>,
-    /// Why it runs: changed inputs or settings, never ran, not reusable.
-    pub why: Vec<String>,
-}
 
 /// Decides, in dependency order, which steps a run would reuse.
 pub fn preview(

@@ -5,6 +5,7 @@
 //! tests and `--json` consumers can match on.
 
 use super::source::Span;
+pub use crate::suggest::{did_you_mean, one_of};
 
 /// One problem found in a plan file.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -74,28 +75,5 @@ impl Diagnostics {
             .sort_by_key(|d| d.span.map_or((0, 0), |s| (s.start, s.end)));
         self.list.dedup();
         self.list
-    }
-}
-
-/// "did you mean `x`?" for the closest candidate, if any is close enough.
-pub fn did_you_mean<'a>(
-    given: &str,
-    candidates: impl IntoIterator<Item = &'a str>,
-) -> Option<String> {
-    candidates
-        .into_iter()
-        .map(|c| (strsim::jaro_winkler(given, c), c))
-        .filter(|(score, _)| *score > 0.8)
-        .max_by(|a, b| a.0.total_cmp(&b.0))
-        .map(|(_, c)| format!("did you mean `{c}`?"))
-}
-
-/// `a`, `b` or `c`: for messages that list what is allowed.
-pub fn one_of<S: AsRef<str>>(items: &[S]) -> String {
-    let quoted: Vec<String> = items.iter().map(|s| format!("`{}`", s.as_ref())).collect();
-    match quoted.as_slice() {
-        [] => "nothing".to_owned(),
-        [one] => one.clone(),
-        [init @ .., last] => format!("{} or {last}", init.join(", ")),
     }
 }

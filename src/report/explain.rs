@@ -7,7 +7,14 @@ use serde_json::json;
 
 use crate::graph::Pipeline;
 
-use crate::engine::preview::Decision;
+/// The preview of one step instance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    pub reused: bool,
+    pub key: Option<String>,
+    /// Why it runs: changed inputs or settings, never ran, not reusable.
+    pub why: Vec<String>,
+}
 
 impl Decision {
     fn word(&self) -> &'static str {

@@ -7,6 +7,7 @@
 pub mod diagnostics;
 pub mod explain;
 pub mod progress;
+pub mod run;
 pub mod run_summary;
 
 use std::io::{IsTerminal, Write};

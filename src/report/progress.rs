@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::engine::StepReport;
+use super::run::StepReport;
 use crate::journal::run::StepState;
 use crate::template::Redactor;
 

@@ -6,7 +6,7 @@ use std::path::Path;
 use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
 
 use super::progress::Duration;
-use crate::engine::RunReport;
+use super::run::RunReport;
 use crate::journal::run::{RunOutcome, StepState};
 
 /// The closing table: counts, failures with their causes, and what to do next.

@@ -215,15 +215,14 @@ impl Templates {
                 Err(TemplateError {
                     message: format!("`vars.{name}` is not set"),
                     help: Some(
-                        match crate::plan::diagnostic::did_you_mean(name, declared.iter().copied())
-                        {
+                        match crate::suggest::did_you_mean(name, declared.iter().copied()) {
                             Some(hint) => hint,
                             None if declared.is_empty() => {
                                 format!("declare it under [vars], or pass --var {name}=VALUE")
                             }
                             None => format!(
                                 "the plan's vars are {}; or pass --var {name}=VALUE",
-                                crate::plan::diagnostic::one_of(&declared)
+                                crate::suggest::one_of(&declared)
                             ),
                         },
                     ),
