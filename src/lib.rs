@@ -5,6 +5,7 @@
 //! `graph → plan`; `engine → graph, steps, journal, reuse, report`;
 //! `steps → reuse`.
 
+pub mod backend;
 pub mod cli;
 pub mod engine;
 pub mod exit_code;

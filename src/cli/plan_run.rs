@@ -12,6 +12,7 @@ use crate::journal::run::{RunDir, RunHistory};
 use crate::plan::{LoadOptions, LoadedPlan};
 use crate::report::progress::Progress;
 use crate::report::run_summary;
+use crate::steps::{Confirm, Kinds, RunSettings};
 
 /// What to do about an unfinished run of the same plan.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,10 +51,13 @@ pub fn run(cx: &Context, plan: &Path, load: &LoadArgs, args: &RunArgs, choice: C
         let resume = match choice {
             Choice::Resume => true,
             Choice::New => false,
-            Choice::Ask if std::io::stdin().is_terminal() => ask(&format!(
-                "run {} of this plan is unfinished ({done} of {total} steps done). Resume it? [Y/n] ",
-                history.run_id
-            )),
+            Choice::Ask if std::io::stdin().is_terminal() => ask(
+                &format!(
+                    "run {} of this plan is unfinished ({done} of {total} steps done). Resume it? [Y/n] ",
+                    history.run_id
+                ),
+                true,
+            ),
             Choice::Ask => {
                 return Err(StartError::ResumeChoiceNeeded {
                     run_id: history.run_id,
@@ -63,24 +67,38 @@ pub fn run(cx: &Context, plan: &Path, load: &LoadArgs, args: &RunArgs, choice: C
             }
         };
         if resume {
-            Ok(Start::Resume(Box::new(history)))
+            Ok(Start::Resume(history.run_id))
         } else {
             Ok(Start::New(engine::new_run_id()))
         }
     })
 }
 
-fn ask(question: &str) -> bool {
+/// The price question at the terminal: `--yes` answers yes; with no
+/// terminal to ask on, the answer is no (nothing is charged).
+struct Terminal {
+    yes: bool,
+}
+
+impl Confirm for Terminal {
+    fn confirm(&self, question: &str) -> bool {
+        self.yes || (std::io::stdin().is_terminal() && ask(&format!("{question} [y/N] "), false))
+    }
+}
+
+/// Asks on the terminal; an empty answer is `default`.
+fn ask(question: &str, default: bool) -> bool {
     let _ = write!(std::io::stderr(), "{question}");
     let _ = std::io::stderr().flush();
     let mut answer = String::new();
     if std::io::stdin().lock().read_line(&mut answer).is_err() {
         return false;
     }
-    matches!(
-        answer.trim().to_ascii_lowercase().as_str(),
-        "" | "y" | "yes"
-    )
+    match answer.trim().to_ascii_lowercase().as_str() {
+        "" => default,
+        "y" | "yes" => true,
+        _ => false,
+    }
 }
 
 pub fn resume(cx: &Context, run_id: Option<&str>, args: &RunArgs) -> u8 {
@@ -142,8 +160,10 @@ pub fn resume(cx: &Context, run_id: Option<&str>, args: &RunArgs) -> u8 {
         return exit_code::PLAN_ERROR;
     }
     let vars = history.vars.clone();
+    // The journal is read again under the lock (another process may have
+    // resumed or finished it meanwhile); this read only found the plan.
     execute(cx, loaded, &state_dir, vars, args, move |_| {
-        Ok(Start::Resume(Box::new(history)))
+        Ok(Start::Resume(history.run_id))
     })
 }
 
@@ -160,7 +180,18 @@ fn execute(
         Ok(p) => p,
         Err(e) => return refuse(cx, &StartError::Expand(e)),
     };
-    if let Err(e) = engine::check_runnable(&pipeline) {
+    let options = RunOptions {
+        no_reuse: args.no_reuse,
+        fail_fast: args.fail_fast,
+        concurrency: args.concurrency.map(|c| c as usize),
+        vars,
+        yes: args.yes,
+        dry_upload: args.dry_upload,
+    };
+    let kinds = Arc::new(Kinds::for_run(RunSettings {
+        concurrency: options.effective_concurrency(),
+    }));
+    if let Err(e) = engine::check_runnable(&pipeline, &kinds) {
         return refuse(cx, &e);
     }
     let hash = engine::plan_hash(&loaded);
@@ -194,15 +225,12 @@ fn execute(
         pipeline,
         plan_hash: hash,
         state_dir: state_dir.to_path_buf(),
-        options: RunOptions {
-            no_reuse: args.no_reuse,
-            fail_fast: args.fail_fast,
-            concurrency: args.concurrency.map(|c| c as usize),
-            vars,
-        },
+        confirm: Arc::new(Terminal { yes: options.yes }),
+        options,
         env: Arc::new(cx.env.clone()),
         start,
         resume_hint,
+        kinds,
     };
     let report = match engine::run(request, &progress, lock) {
         Ok(report) => report,

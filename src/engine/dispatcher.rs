@@ -5,56 +5,31 @@
 //! doing it without a task keeps a fully reused run near the cost of reading
 //! the store. Only steps that must run get a task (and a pool slot).
 
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
-use petgraph::Direction;
 use petgraph::graph::NodeIndex;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 
+use super::attempts::{self, AttemptBase, Finished, Keeper, elapsed_ms};
+use super::journal_writer::JournalWriter;
+use super::keys::KeyMaker;
+use super::schedule::Schedule;
 use super::signals::{self, Cancelled};
 use super::{RunReport, RunRequest, Start, StartError, StepReport, now};
-use crate::exit_code;
+use crate::backend::Backend;
 use crate::graph::Pipeline;
 use crate::journal::Journal;
-use crate::journal::run::{EVENTS_VERSION, Event, PlannedStep, RunDir, RunOutcome, StepState};
+use crate::journal::run::{
+    Checkpoint, EVENTS_VERSION, Event, PlannedStep, RunDir, RunHistory, StepState,
+};
 use crate::plan::model::Plan;
 use crate::report::progress::Progress;
 use crate::reuse::{FileHashCache, ReuseKey, Store};
-use crate::steps::command::log_path;
-use crate::steps::launcher::{LazyLauncher, Leftover};
-use crate::steps::{self, StepContext, StepOutcome};
-
-/// How often plain step transitions are synced to disk (group commit).
-const COMMIT_EVERY: Duration = Duration::from_millis(100);
-
-/// How one step instance ended (or that it never started: `Pending`).
-struct Finished {
-    node: NodeIndex,
-    state: StepState,
-    key: Option<String>,
-    /// The full key of a succeeded or reused step, for the last-keys record.
-    reuse_key: Option<ReuseKey>,
-    exit_code: Option<i32>,
-    message: Option<String>,
-    attempts: u32,
-    last_attempt: u32,
-    duration_ms: u64,
-}
-
-type SharedJournal = Arc<Mutex<Journal>>;
-
-fn append(journal: &SharedJournal, event: &Event) -> Result<(), String> {
-    journal
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .append(event)
-        .map_err(|e| e.to_string())
-}
+use crate::steps::{Confirm, Kinds, Reuse, StepContext, StepIo};
 
 /// What step tasks share.
 #[derive(Clone)]
@@ -63,45 +38,40 @@ struct Shared {
     run_id: String,
     run_dir: RunDir,
     plan: Arc<Plan>,
-    store: Store,
-    hashes: Arc<Mutex<FileHashCache>>,
-    journal: SharedJournal,
+    keeper: Keeper,
     env: Arc<BTreeMap<String, String>>,
-    /// Flips on a signal or a fail-fast abort: what stops ordinary steps.
+    /// Flips on a signal, a fail-fast abort or a halting outcome: what stops
+    /// ordinary steps.
     stop: watch::Receiver<bool>,
-    /// Flips on a signal only: what stops `always` steps, which run to the
-    /// end of a failed (also fail-fast) run like the `finish` that settles it.
+    /// Flips on a signal or a halting outcome only: what stops `always`
+    /// steps, which run to the end of a failed (also fail-fast) run like the
+    /// `finish` that settles it.
     cancel: watch::Receiver<bool>,
-    progress: Progress,
     global: Arc<Semaphore>,
-    launcher: Arc<LazyLauncher>,
+    kinds: Arc<Kinds>,
+    backend: Option<Arc<dyn Backend>>,
+    confirm: Arc<dyn Confirm>,
+    dry_upload: bool,
 }
 
-fn elapsed_ms(since: Instant) -> u64 {
-    u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX)
-}
-
-#[expect(
-    clippy::too_many_lines,
-    reason = "the run's life cycle, start to report, in order"
-)]
-pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, StartError> {
+/// Opens (or creates) the run's journal under the lock and reads what it
+/// holds: the history a resume continues from is the one read here, never
+/// one read before the lock was taken.
+fn open_journal(
+    request: &RunRequest,
+    run_dir: &RunDir,
+) -> Result<(Journal, Option<RunHistory>), StartError> {
+    let journal_error = |e: crate::journal::JournalError| StartError::Journal(e.to_string());
     let RunRequest {
         loaded,
         pipeline,
         plan_hash,
-        state_dir,
         options,
-        env,
         start,
-        resume_hint,
+        ..
     } = request;
-    let started = Instant::now();
-    let run_id = start.run_id().to_owned();
-    let run_dir = RunDir::new(&state_dir, &run_id);
-    let journal_error = |e: crate::journal::JournalError| StartError::Journal(e.to_string());
-    let (journal, history) = match start {
-        Start::New(_) => {
+    match start {
+        Start::New(run_id) => {
             let mut journal = Journal::create(&run_dir.journal()).map_err(journal_error)?;
             let plan_path = std::path::absolute(&loaded.source.path)
                 .ok()
@@ -116,28 +86,64 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
                     events_version: EVENTS_VERSION,
                     run_id: run_id.clone(),
                     plan: loaded.plan.name.clone(),
-                    plan_hash,
+                    plan_hash: plan_hash.clone(),
                     plan_path,
                     vars: options.vars.clone(),
                     started_at: now(),
                     gameplan: env!("CARGO_PKG_VERSION").to_owned(),
-                    steps: planned_steps(&pipeline),
+                    steps: planned_steps(pipeline),
                 })
                 .map_err(journal_error)?;
-            (journal, None)
+            Ok((journal, None))
         }
-        Start::Resume(history) => {
-            let (mut journal, _) =
-                Journal::open::<Event>(&run_dir.journal()).map_err(journal_error)?;
+        Start::Resume(run_id) => {
+            let path = run_dir.journal();
+            let (mut journal, replay) = Journal::open::<Event>(&path).map_err(journal_error)?;
+            let history =
+                RunHistory::from_events(&path, replay.records, replay.torn_tail.is_some())
+                    .map_err(|e| StartError::Journal(e.to_string()))?;
+            if history.plan_hash != *plan_hash {
+                return Err(StartError::Journal(format!(
+                    "run {run_id} is of another version of this plan (plan hash {} → {plan_hash}); a resume would mix two plans. Nothing was run or charged; start a new run with `--new`",
+                    history.plan_hash
+                )));
+            }
+            if history.is_finished() {
+                return Err(StartError::Journal(format!(
+                    "run {run_id} finished while this command waited for it; nothing to resume. `gameplan plan status {run_id}` shows it"
+                )));
+            }
             journal
                 .append_durable(&Event::RunResumed {
                     at: now(),
                     pid: std::process::id(),
                 })
                 .map_err(journal_error)?;
-            (journal, Some(history))
+            Ok((journal, Some(history)))
         }
-    };
+    }
+}
+
+#[expect(
+    clippy::too_many_lines,
+    reason = "the run's life cycle, start to report, in order"
+)]
+pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, StartError> {
+    let started = Instant::now();
+    let run_id = request.start.run_id().to_owned();
+    let run_dir = RunDir::new(&request.state_dir, &run_id);
+    let (journal, history) = open_journal(&request, &run_dir)?;
+    let RunRequest {
+        loaded,
+        pipeline,
+        state_dir,
+        options,
+        env,
+        resume_hint,
+        kinds,
+        confirm,
+        ..
+    } = request;
     let resumed = history.is_some();
     progress.run_started(
         &run_id,
@@ -146,10 +152,7 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
         resumed,
     );
 
-    let concurrency = options
-        .concurrency
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, std::num::NonZero::get))
-        .max(1);
+    let concurrency = options.effective_concurrency();
     // The launcher runs `concurrency` steps at once and keeps as many more
     // queued, so a finished step's slot is refilled without waiting for
     // gameplan. Under --fail-fast nothing may start after a failure, so
@@ -169,31 +172,39 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
     let (cancel_tx, cancel_rx) = watch::channel(false);
     let cancelled = Cancelled::default();
     signals::listen(
-        [stop_tx.clone(), cancel_tx],
+        [stop_tx.clone(), cancel_tx.clone()],
         cancelled.clone(),
         progress.clone(),
+        Arc::clone(&kinds),
     );
+    let journal = JournalWriter::start(journal);
     let shared = Shared {
         root: loaded.root.clone(),
         run_id: run_id.clone(),
         run_dir: run_dir.clone(),
         plan: Arc::new(loaded.plan),
-        store: Store::open(&state_dir),
-        hashes: Arc::new(Mutex::new(FileHashCache::load(&state_dir))),
-        journal: Arc::new(Mutex::new(journal)),
+        keeper: Keeper {
+            store: Store::open(&state_dir),
+            hashes: Arc::new(Mutex::new(FileHashCache::load(&state_dir))),
+            journal: journal.clone(),
+            progress: progress.clone(),
+        },
         env,
         stop: stop_rx,
         cancel: cancel_rx,
-        progress: progress.clone(),
         global: Arc::new(Semaphore::new(in_flight)),
-        launcher: Arc::new(LazyLauncher::new(concurrency)),
+        kinds,
+        backend: None,
+        confirm,
+        dry_upload: options.dry_upload,
     };
 
+    let pipeline = Arc::new(pipeline);
     let mut run = Run::new(
-        Arc::new(pipeline),
+        Arc::clone(&pipeline),
         shared.clone(),
         options.fail_fast,
-        stop_tx,
+        (stop_tx, cancel_tx),
         cancelled.clone(),
     );
     if let Some(history) = &history {
@@ -201,7 +212,6 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
     }
     run.schedule.initialize();
     let mut tasks: JoinSet<Finished> = JoinSet::new();
-    let mut group_commit = GroupCommit::new();
     // Keys computed for steps still waiting for a slot; the store was
     // already asked about them (a miss stays a miss within a run).
     let mut keys: BTreeMap<NodeIndex, Result<Option<ReuseKey>, String>> = BTreeMap::new();
@@ -210,9 +220,10 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
         // Ready steps whose pool is full, back to the ready set after this round.
         let mut pool_full = Vec::new();
         while !cancelled.is_set()
-            && let Some(Reverse(node)) = run.schedule.ready.pop()
+            && !run.halted
+            && let Some(node) = run.schedule.pop_ready()
         {
-            let always = run.pipeline.graph[node].always;
+            let always = pipeline.graph[node].always;
             if run.aborted && !always {
                 // Fail-fast: nothing new starts but the `always` steps
                 // (cleanup, `finish`), which may be waiting on this one.
@@ -220,15 +231,28 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
                 continue;
             }
             let cx = run.context(node);
+            let Some(kind) = shared.kinds.get(cx.step.kind) else {
+                // Refused before the run started (`check_runnable`).
+                run.finish(failed_at_once(node, "this step kind is not built"));
+                continue;
+            };
             let left_running = run.left_running[node.index()];
             let (key, asked) = match keys.remove(&node) {
                 Some(key) => (key, true),
-                None => (steps::reuse_key(&cx).map_err(|e| e.0), false),
+                None => (run.key(node), false),
+            };
+            let key = match key {
+                Ok(key) => key,
+                Err(message) => {
+                    run.finish(failed_at_once(node, &message));
+                    continue;
+                }
             };
             if left_running.is_none()
                 && !options.no_reuse
                 && !asked
-                && let Some(finished) = try_reuse(node, &cx, &key, &shared)
+                && let Some(key) = &key
+                && let Some(finished) = attempts::try_reuse(node, &cx, kind, key, &shared.keeper)
             {
                 run.finish(finished);
                 continue;
@@ -237,7 +261,7 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
             // dispatcher has seen how the previous holder ended: fail-fast then
             // starts nothing after a failure.
             let Ok(permit) = Arc::clone(&shared.global).try_acquire_owned() else {
-                keys.insert(node, key);
+                keys.insert(node, Ok(key));
                 pool_full.push(node);
                 break;
             };
@@ -247,25 +271,29 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
                     if let Ok(permit) = Arc::clone(pool).try_acquire_owned() {
                         Some(permit)
                     } else {
-                        keys.insert(node, key);
+                        keys.insert(node, Ok(key));
                         pool_full.push(node);
                         continue;
                     }
                 }
             };
             run.schedule.states[node.index()] = StepState::Running;
-            tasks.spawn(run_instance(
-                node,
-                cx,
-                key,
-                (left_running, run.attempt_base[node.index()]),
-                (permit, pool_permit),
-                shared.clone(),
-            ));
+            let io = Arc::new(run.io(node));
+            let kinds = Arc::clone(&shared.kinds);
+            let keeper = shared.keeper.clone();
+            let base = AttemptBase {
+                left_running,
+                last: run.attempt_base[node.index()],
+            };
+            tasks.spawn(async move {
+                let Some(kind) = kinds.get(cx.step.kind) else {
+                    return Finished::pending(node, base.last);
+                };
+                attempts::run_instance(node, cx, kind, key, base, (permit, pool_permit), keeper, io)
+                    .await
+            });
         }
-        run.schedule
-            .ready
-            .extend(pool_full.into_iter().map(Reverse));
+        run.schedule.requeue(pool_full);
         if tasks.is_empty() {
             break;
         }
@@ -274,29 +302,25 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
             Some(Err(e)) => run.abort(format!("internal error in a step task: {e}")),
             None => break,
         }
-        group_commit.tick(&shared.journal).await;
     }
-    group_commit.settle(&shared.journal).await;
 
     let interrupted = cancelled.is_set();
-    if !interrupted {
+    if !interrupted && !run.halted {
         run.skip_unstarted();
     }
-    let failed = run
-        .reports
-        .iter()
-        .any(|r| matches!(r.state, StepState::Failed | StepState::Interrupted));
-    let (outcome, code) = if interrupted {
-        (RunOutcome::Interrupted, exit_code::CANCELED)
-    } else if failed || run.aborted {
-        (RunOutcome::Failed, exit_code::FAILED)
-    } else {
-        (RunOutcome::Succeeded, exit_code::SUCCESS)
-    };
-    let closing = if interrupted {
+    let (outcome, code) = super::outcome::run_outcome(
+        run.reports.iter().map(|r| r.state),
+        interrupted,
+        run.aborted,
+    );
+    let closing = if interrupted || run.halted {
         Event::RunStopped {
             at: now(),
-            reason: "stopped by a signal or `plan stop`".into(),
+            reason: if interrupted {
+                "stopped by a signal or `plan stop`".into()
+            } else {
+                run.root_cause.clone().unwrap_or_default()
+            },
         }
     } else {
         Event::RunFinished {
@@ -305,31 +329,30 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
             exit_code: code,
         }
     };
-    {
-        let mut journal = shared
-            .journal
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        journal.append(&closing).map_err(journal_error)?;
-        journal.commit().map_err(journal_error)?;
-    }
+    let journal_error = |e: String| StartError::Journal(e);
+    journal.append(&closing).map_err(journal_error)?;
+    journal.commit_now().map_err(journal_error)?;
     let _ = shared
+        .keeper
         .hashes
         .lock()
-        .unwrap_or_else(PoisonError::into_inner)
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
         .save();
-    let _ = shared.store.record_last(&shared.plan.name, &run.last_keys);
+    let _ = shared
+        .keeper
+        .store
+        .record_last(&shared.plan.name, &run.last_keys);
 
     let mut counts: BTreeMap<String, usize> = BTreeMap::new();
     for r in &run.reports {
         *counts.entry(r.state.word().to_owned()).or_default() += 1;
     }
-    let steps: Vec<StepReport> = run
-        .pipeline
+    let steps: Vec<StepReport> = pipeline
         .order
         .iter()
         .map(|i| run.reports[i.index()].clone())
         .collect();
+    let resumable = interrupted || run.halted;
     let report = RunReport {
         run_id,
         plan: shared.plan.name.clone(),
@@ -340,13 +363,21 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
         counts,
         root_cause: run.root_cause,
         steps,
-        resume_command: interrupted.then_some(resume_hint),
+        resume_command: resumable.then_some(resume_hint),
     };
-    if !interrupted {
+    if !resumable {
         let summary = serde_json::to_vec_pretty(&report).unwrap_or_default();
         let _ = crate::journal::atomic_write(&run_dir.summary(), &summary);
     }
     Ok(report)
+}
+
+/// A step that fails before any attempt (its key cannot be computed).
+fn failed_at_once(node: NodeIndex, message: &str) -> Finished {
+    let mut finished = Finished::pending(node, 0);
+    finished.state = StepState::Failed;
+    finished.message = Some(message.to_owned());
+    finished
 }
 
 fn planned_steps(pipeline: &Pipeline) -> Vec<PlannedStep> {
@@ -365,98 +396,31 @@ fn planned_steps(pipeline: &Pipeline) -> Vec<PlannedStep> {
         .collect()
 }
 
-/// The journal's group commit, run on a blocking thread so that the
-/// dispatcher never waits for the disk (see [`Journal::begin_commit`]).
-struct GroupCommit {
-    last: Instant,
-    running: Option<tokio::task::JoinHandle<Result<(), crate::journal::JournalError>>>,
-}
-
-impl GroupCommit {
-    fn new() -> Self {
-        Self {
-            last: Instant::now(),
-            running: None,
-        }
-    }
-
-    /// Begins a commit when one is due and the previous one has finished.
-    async fn tick(&mut self, journal: &Mutex<Journal>) {
-        if self.last.elapsed() < COMMIT_EVERY
-            || self.running.as_ref().is_some_and(|r| !r.is_finished())
-        {
-            return;
-        }
-        self.settle(journal).await;
-        let pending = journal
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .begin_commit();
-        if let Ok(Some(pending)) = pending {
-            self.running = Some(tokio::task::spawn_blocking(move || pending.run()));
-        }
-        self.last = Instant::now();
-    }
-
-    /// Waits for the running commit, if any; a failed one leaves the journal
-    /// unusable, so the next append reports it.
-    async fn settle(&mut self, journal: &Mutex<Journal>) {
-        if let Some(running) = self.running.take()
-            && !matches!(running.await, Ok(Ok(())))
-        {
-            journal
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .commit_failed();
-        }
-    }
-}
-
-/// Restores a stored result when the step's key has one.
-fn try_reuse(
-    node: NodeIndex,
-    cx: &StepContext,
-    key: &Result<Option<ReuseKey>, String>,
-    shared: &Shared,
-) -> Option<Finished> {
-    let started = Instant::now();
-    let Ok(Some(key)) = key else { return None };
-    if !cx.step.reuse {
-        return None;
-    }
-    let digest = key.digest();
-    let entry = shared.store.lookup(&digest)?;
-    // A damaged entry is a miss: the step runs.
-    shared.store.restore(&entry, &shared.root).ok()?;
-    Some(Finished {
-        node,
-        state: StepState::Reused,
-        key: Some(digest),
-        reuse_key: Some(key.clone()),
-        exit_code: None,
-        message: None,
-        attempts: 0,
-        last_attempt: 0,
-        duration_ms: elapsed_ms(started),
-    })
-}
-
 /// The run's state: reports, scheduling, the root cause.
 struct Run {
     pipeline: Arc<Pipeline>,
     shared: Shared,
     schedule: Schedule,
     reports: Vec<StepReport>,
+    /// The digest of each finished step's outputs, which the steps that
+    /// need it key on.
+    outputs: Vec<Option<String>>,
     /// On resume: the attempt a dead gameplan left running, per step (it
     /// may have finished meanwhile; a stopped one did not).
     left_running: Vec<Option<u32>>,
     /// On resume: the last attempt number used, per step; new attempts
     /// count on from it so each has its own name in `exits.jsonl`.
     attempt_base: Vec<u32>,
+    /// On resume: each step's acknowledged checkpoints.
+    checkpoints: BTreeMap<String, Vec<Checkpoint>>,
     root_cause: Option<String>,
     aborted: bool,
+    /// A step declined, or the environment refused (auth, model): nothing
+    /// more starts, and what did not run stays pending for a resume.
+    halted: bool,
     fail_fast: bool,
     stop: watch::Sender<bool>,
+    cancel: watch::Sender<bool>,
     cancelled: Cancelled,
     /// Keys of the steps that succeeded or were reused, recorded at the end
     /// so the next `plan explain` can say what changed.
@@ -468,7 +432,7 @@ impl Run {
         pipeline: Arc<Pipeline>,
         shared: Shared,
         fail_fast: bool,
-        stop: watch::Sender<bool>,
+        (stop, cancel): (watch::Sender<bool>, watch::Sender<bool>),
         cancelled: Cancelled,
     ) -> Run {
         let n = pipeline.graph.node_count();
@@ -488,29 +452,28 @@ impl Run {
             })
             .collect();
         Run {
-            schedule: Schedule {
-                pipeline: Arc::clone(&pipeline),
-                states: vec![StepState::Pending; n],
-                waiting: vec![0; n],
-                ready: BinaryHeap::new(),
-                skipped: Vec::new(),
-            },
+            schedule: Schedule::new(Arc::clone(&pipeline)),
             pipeline,
             shared,
             reports,
+            outputs: vec![None; n],
             left_running: vec![None; n],
             attempt_base: vec![0; n],
+            checkpoints: BTreeMap::new(),
             root_cause: None,
             aborted: false,
+            halted: false,
             fail_fast,
             stop,
+            cancel,
             cancelled,
             last_keys: BTreeMap::new(),
         }
     }
 
     /// Takes over what the journal says of an earlier part of this run.
-    fn restore(&mut self, history: &crate::journal::run::RunHistory) {
+    fn restore(&mut self, history: &RunHistory) {
+        self.checkpoints.clone_from(&history.checkpoints);
         for index in self.pipeline.graph.node_indices() {
             let Some(record) = history.records.get(&self.pipeline.graph[index].id) else {
                 continue;
@@ -518,6 +481,7 @@ impl Run {
             match record.state {
                 Some(state) if state.is_final() => {
                     self.schedule.states[index.index()] = state;
+                    self.outputs[index.index()].clone_from(&record.outputs);
                     let r = &mut self.reports[index.index()];
                     r.state = state;
                     r.key.clone_from(&record.key);
@@ -529,10 +493,30 @@ impl Run {
                     self.left_running[index.index()] = Some(record.attempt);
                     self.attempt_base[index.index()] = record.attempt;
                 }
-                // Stopped by gameplan itself: it ran no further; only its number is used.
-                Some(StepState::Interrupted) => self.attempt_base[index.index()] = record.attempt,
-                _ => {}
+                // Stopped by gameplan itself (a signal, a declined price, a
+                // refused token): it ran no further; only its number is used.
+                Some(_) => self.attempt_base[index.index()] = record.attempt,
+                None => {}
             }
+        }
+    }
+
+    /// The key of a ready step: every step it needs has finished.
+    fn key(&self, node: NodeIndex) -> Result<Option<ReuseKey>, String> {
+        let hashes = &self.shared.keeper.hashes;
+        let maker = KeyMaker {
+            root: &self.shared.root,
+            plan: &self.shared.plan,
+            pipeline: &self.pipeline,
+            hashes,
+            env: &self.shared.env,
+            redactor: self.shared.keeper.progress.redactor(),
+            kinds: &self.shared.kinds,
+        };
+        match maker.key(node, |need| self.outputs[need.index()].clone()) {
+            Ok(Reuse::Key(key)) => Ok(Some(key)),
+            Ok(Reuse::Never(_) | Reuse::AfterUpstream(_)) => Ok(None),
+            Err(e) => Err(e.0),
         }
     }
 
@@ -545,19 +529,6 @@ impl Run {
         } else {
             self.shared.stop.clone()
         };
-        let upstream: BTreeMap<String, String> = self
-            .pipeline
-            .needs(node)
-            .into_iter()
-            .map(|need| {
-                let id = self.pipeline.graph[need].id.clone();
-                let key = self.reports[need.index()]
-                    .key
-                    .clone()
-                    .unwrap_or_else(|| format!("unkeyed:{}:{id}", self.shared.run_id));
-                (id, key)
-            })
-            .collect();
         StepContext {
             root: self.shared.root.clone(),
             run_id: self.shared.run_id.clone(),
@@ -566,13 +537,22 @@ impl Run {
             step,
             instance,
             attempt: 0,
-            upstream,
-            hashes: Arc::clone(&self.shared.hashes),
+            hashes: Arc::clone(&self.shared.keeper.hashes),
             cancel,
             env: Arc::clone(&self.shared.env),
-            launcher: Arc::clone(&self.shared.launcher),
-            redactor: self.shared.progress.redactor().clone(),
         }
+    }
+
+    fn io(&self, node: NodeIndex) -> StepIo {
+        let id = &self.pipeline.graph[node].id;
+        StepIo::new(
+            Arc::new(self.shared.keeper.journal.clone()),
+            id.clone(),
+            self.checkpoints.get(id).cloned().unwrap_or_default(),
+            self.shared.backend.clone(),
+            Arc::clone(&self.shared.confirm),
+            self.shared.dry_upload,
+        )
     }
 
     fn abort(&mut self, cause: String) {
@@ -588,26 +568,27 @@ impl Run {
             self.last_keys
                 .insert(self.pipeline.graph[node].id.clone(), key);
         }
+        self.outputs[node.index()].clone_from(&finished.outputs);
         let report = &mut self.reports[node.index()];
         report.state = finished.state;
         report.key = finished.key;
         report.exit_code = finished.exit_code;
         report.message = finished
             .message
-            .map(|m| self.shared.progress.redactor().redact(&m));
+            .map(|m| self.shared.keeper.progress.redactor().redact(&m));
         report.attempts = finished.attempts;
         report.duration_ms = finished.duration_ms;
-        if finished.attempts > 0 {
-            report.log = Some(
-                log_path(&self.shared.run_dir.step(&report.id))
-                    .display()
-                    .to_string(),
-            );
+        if finished.attempts > 0
+            && let Some(kind) = self.shared.kinds.get(self.pipeline.graph[node].kind)
+        {
+            report.log = kind
+                .log(&self.shared.run_dir.step(&report.id))
+                .map(|p| p.display().to_string());
         }
         // After a fail-fast abort the run ends failed, not resumable: a step
         // it kept from starting is skipped, one it interrupted is over, and
         // either way the `always` steps after it may now run.
-        let abort_only = self.aborted && !self.cancelled.is_set();
+        let abort_only = self.aborted && !self.cancelled.is_set() && !self.halted;
         if finished.state == StepState::Pending {
             // Never started: pending for a resume, or skipped after fail-fast.
             self.schedule.states[node.index()] = StepState::Pending;
@@ -621,11 +602,12 @@ impl Run {
             state: finished.state,
             attempt: finished.last_attempt,
             key: report.key.clone(),
+            outputs: finished.outputs,
             duration_ms: report.duration_ms,
             exit_code: report.exit_code,
             message: report.message.clone(),
         };
-        self.shared.progress.step_finished(report);
+        self.shared.keeper.progress.step_finished(report);
         let failure = (finished.state == StepState::Failed).then(|| {
             format!(
                 "step `{}` failed: {}",
@@ -633,7 +615,15 @@ impl Run {
                 report.message.clone().unwrap_or_default()
             )
         });
-        if let Err(e) = append(&self.shared.journal, &event) {
+        let halt = super::outcome::halts_run(finished.state).then(|| {
+            format!(
+                "step `{}` stopped the run ({}): {}",
+                report.id,
+                finished.state.word(),
+                report.message.clone().unwrap_or_default()
+            )
+        });
+        if let Err(e) = self.shared.keeper.journal.append(&event) {
             self.abort(format!("cannot write the journal: {e}"));
         }
         if let Some(failure) = failure {
@@ -642,9 +632,16 @@ impl Run {
                 self.aborted = true;
                 let _ = self.stop.send(true);
                 self.shared
+                    .keeper
                     .progress
                     .note("--fail-fast: a step failed; stopping the rest");
             }
+        }
+        if let Some(halt) = halt {
+            self.root_cause.get_or_insert(halt);
+            self.halted = true;
+            let _ = self.stop.send(true);
+            let _ = self.cancel.send(true);
         }
         let settled = abort_only && finished.state == StepState::Interrupted;
         self.schedule.finish(node, finished.state, settled);
@@ -670,19 +667,17 @@ impl Run {
             } else {
                 "not started: --fail-fast stopped the run at a failure".into()
             });
-            let _ = append(
-                &self.shared.journal,
-                &Event::StepFinished {
-                    step: report.id.clone(),
-                    state: StepState::Skipped,
-                    attempt: 0,
-                    key: None,
-                    duration_ms: 0,
-                    exit_code: None,
-                    message: report.message.clone(),
-                },
-            );
-            self.shared.progress.step_finished(report);
+            let _ = self.shared.keeper.journal.append(&Event::StepFinished {
+                step: report.id.clone(),
+                state: StepState::Skipped,
+                attempt: 0,
+                key: None,
+                outputs: None,
+                duration_ms: 0,
+                exit_code: None,
+                message: report.message.clone(),
+            });
+            self.shared.keeper.progress.step_finished(report);
         }
     }
 
@@ -695,238 +690,5 @@ impl Run {
             }
         }
         self.record_skips();
-    }
-}
-
-/// Step states, readiness and skipping: the scheduling rules of DESIGN §3.
-struct Schedule {
-    pipeline: Arc<Pipeline>,
-    states: Vec<StepState>,
-    /// Needs of each step that have not reached a final state.
-    waiting: Vec<usize>,
-    ready: BinaryHeap<Reverse<NodeIndex>>,
-    /// Steps newly skipped, to journal.
-    skipped: Vec<NodeIndex>,
-}
-
-impl Schedule {
-    fn initialize(&mut self) {
-        let order = self.pipeline.order.clone();
-        for &node in &order {
-            self.waiting[node.index()] = self
-                .pipeline
-                .needs(node)
-                .iter()
-                .filter(|need| !self.states[need.index()].is_final())
-                .count();
-        }
-        for &node in &order {
-            if self.states[node.index()] != StepState::Pending {
-                continue;
-            }
-            let blocked = self.pipeline.needs(node).iter().any(|need| {
-                self.states[need.index()].is_final() && !self.states[need.index()].satisfies_needs()
-            });
-            if blocked && !self.pipeline.graph[node].always {
-                self.skip(node);
-            } else if self.waiting[node.index()] == 0 {
-                self.ready.push(Reverse(node));
-            }
-        }
-    }
-
-    /// Marks `node` skipped, and every non-`always` step downstream of it.
-    fn skip(&mut self, node: NodeIndex) {
-        let mut stack = vec![node];
-        while let Some(node) = stack.pop() {
-            if self.states[node.index()] != StepState::Pending {
-                continue;
-            }
-            self.states[node.index()] = StepState::Skipped;
-            self.skipped.push(node);
-            stack.extend(self.settle(node));
-        }
-    }
-
-    /// Records that `node` reached a final state; returns dependants to skip.
-    fn settle(&mut self, node: NodeIndex) -> Vec<NodeIndex> {
-        let ok = self.states[node.index()].satisfies_needs();
-        let dependants: Vec<NodeIndex> = self
-            .pipeline
-            .graph
-            .neighbors_directed(node, Direction::Outgoing)
-            .collect();
-        let mut to_skip = Vec::new();
-        for next in dependants {
-            self.waiting[next.index()] = self.waiting[next.index()].saturating_sub(1);
-            if self.states[next.index()] != StepState::Pending {
-                continue;
-            }
-            if !ok && !self.pipeline.graph[next].always {
-                to_skip.push(next);
-            } else if self.waiting[next.index()] == 0 {
-                self.ready.push(Reverse(next));
-            }
-        }
-        to_skip
-    }
-
-    /// `settled`: not final, but over as far as `always` dependants go (a
-    /// step that fail-fast interrupted).
-    fn finish(&mut self, node: NodeIndex, state: StepState, settled: bool) {
-        self.states[node.index()] = state;
-        if state.is_final() || settled {
-            for next in self.settle(node) {
-                self.skip(next);
-            }
-        }
-    }
-}
-
-/// One step instance that must run: its permits, a leftover check on resume,
-/// its attempts, and storing its result.
-async fn run_instance(
-    node: NodeIndex,
-    mut cx: StepContext,
-    key: Result<Option<ReuseKey>, String>,
-    (left_running, base): (Option<u32>, u32),
-    permits: (OwnedSemaphorePermit, Option<OwnedSemaphorePermit>),
-    shared: Shared,
-) -> Finished {
-    let started = Instant::now();
-    let mut finished = Finished {
-        node,
-        state: StepState::Pending,
-        key: None,
-        reuse_key: None,
-        exit_code: None,
-        message: None,
-        attempts: 0,
-        last_attempt: base,
-        duration_ms: 0,
-    };
-    if *cx.cancel.borrow() {
-        return finished;
-    }
-    let key = match key {
-        Ok(key) => key,
-        Err(message) => {
-            finished.state = StepState::Failed;
-            finished.message = Some(message);
-            return finished;
-        }
-    };
-    let outcome = attempts(&mut cx, (left_running, base), &shared, &mut finished).await;
-    // The slot is for the step's processes; storing its result needs none,
-    // and the next step should not wait for our bookkeeping.
-    drop(permits);
-    finished.last_attempt = cx.attempt;
-    finished.duration_ms = elapsed_ms(started);
-    match outcome {
-        StepOutcome::Succeeded => match store_result(&cx, key.as_ref(), &shared) {
-            Ok(digest) => {
-                finished.state = StepState::Succeeded;
-                finished.key = digest;
-                finished.reuse_key = key;
-                finished.exit_code = Some(0);
-            }
-            Err(message) => {
-                finished.state = StepState::Failed;
-                finished.message = Some(message);
-            }
-        },
-        StepOutcome::Failed { exit_code, message } => {
-            finished.state = StepState::Failed;
-            finished.exit_code = exit_code;
-            finished.message = Some(message);
-        }
-        StepOutcome::Interrupted { message } => {
-            finished.state = StepState::Interrupted;
-            finished.message = Some(message);
-        }
-    }
-    finished
-}
-
-/// Runs attempts until one succeeds, retries run out, or the run stops. On
-/// resume, first asks how the attempt a dead gameplan left running ended.
-async fn attempts(
-    cx: &mut StepContext,
-    (left_running, base): (Option<u32>, u32),
-    shared: &Shared,
-    finished: &mut Finished,
-) -> StepOutcome {
-    let retries = cx.step.retries;
-    cx.attempt = base;
-    if let Some(previous) = left_running {
-        match crate::steps::command::leftover(&cx.step_dir, &cx.instance.id, previous, &cx.cancel)
-            .await
-        {
-            Leftover::Finished(0) => return StepOutcome::Succeeded,
-            Leftover::Finished(code) if retries == 0 => {
-                return StepOutcome::Failed {
-                    exit_code: Some(code),
-                    message: format!("exited with code {code} while gameplan was not running"),
-                };
-            }
-            Leftover::Finished(_) | Leftover::Unfinished => {}
-        }
-    }
-    loop {
-        cx.attempt += 1;
-        finished.attempts += 1;
-        let event = Event::StepStarted {
-            step: cx.instance.id.clone(),
-            attempt: cx.attempt,
-            at: now(),
-        };
-        // In the journal before it can have an effect.
-        if let Err(e) = append(&shared.journal, &event) {
-            return StepOutcome::Failed {
-                exit_code: None,
-                message: format!("cannot write the journal: {e}"),
-            };
-        }
-        shared.progress.step_started(&cx.instance.id, cx.attempt);
-        let outcome = steps::run(cx).await;
-        let may_retry = cx.attempt <= base + retries && !*cx.cancel.borrow();
-        if matches!(outcome, StepOutcome::Failed { .. }) && may_retry {
-            shared.progress.note(&format!(
-                "{}: attempt {} failed; retrying",
-                cx.instance.id, cx.attempt
-            ));
-            continue;
-        }
-        return outcome;
-    }
-}
-
-/// Stores a succeeded step's outputs under its key; returns the key digest.
-fn store_result(
-    cx: &StepContext,
-    key: Option<&ReuseKey>,
-    shared: &Shared,
-) -> Result<Option<String>, String> {
-    let outputs = steps::outputs(cx).map_err(|e| e.0)?;
-    let Some(key) = key else { return Ok(None) };
-    if !cx.step.reuse {
-        return Ok(Some(key.digest()));
-    }
-    // The step succeeded whether or not its result could be kept: a full
-    // disk or a lost race only costs a re-run next time, not a red run.
-    match shared.store.put(
-        key,
-        &shared.root,
-        &outputs,
-        serde_json::json!({ "step": cx.instance.id }),
-    ) {
-        Ok(entry) => Ok(Some(entry.key)),
-        Err(e) => {
-            shared.progress.note(&format!(
-                "warning: {}: could not store its result ({e}); it will run again next time",
-                cx.instance.id
-            ));
-            Ok(Some(key.digest()))
-        }
     }
 }

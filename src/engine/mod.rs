@@ -16,8 +16,14 @@
 //!   journal before it can have an effect.
 //! - **Resume decides from the journal alone.** A finished step (succeeded,
 //!   reused, failed, skipped) is never replayed. A step that was running when
-//!   gameplan died is first asked how it ended ([`crate::steps::command::leftover`]):
-//!   a process it left behind may have finished it meanwhile.
+//!   gameplan died is first asked how it ended (its kind's
+//!   [`crate::steps::Kind::left_running`]): a process it left behind may have
+//!   finished it meanwhile. The history a resume acts on is read under the
+//!   run lock, never before it.
+//! - **The engine names no step kind.** It asks the registry
+//!   ([`crate::steps::Kinds`]) for each step's kind and talks to it through
+//!   the [`crate::steps::Kind`] trait; keys are made in one place
+//!   ([`keys::KeyMaker`]) for the run and `plan explain` alike.
 //! - **Cancel and abort are different.** Cancel (Ctrl-C, SIGTERM, `plan
 //!   stop`) stops running steps, leaves pending ones pending for the resume,
 //!   and exits 10. Abort (`--fail-fast` after a failure) stops the rest but
@@ -31,8 +37,13 @@
 //!   only after its result is stored (or storing it failed, which is a
 //!   warning: the step did succeed, it only runs again next time).
 
+mod attempts;
 pub mod dispatcher;
+pub mod journal_writer;
+pub mod keys;
+pub mod outcome;
 pub mod preview;
+pub mod schedule;
 pub mod signals;
 
 pub use crate::report::run::{RunReport, StepReport};
@@ -47,8 +58,13 @@ use crate::journal::run::{RunDir, RunHistory, StepState, run_ids};
 use crate::journal::{LockError, LockHolder, RunLock};
 use crate::plan::LoadedPlan;
 use crate::report::progress::Progress;
+use crate::steps::{Confirm, Kinds};
 
 /// What `plan run` was asked to do.
+#[expect(
+    clippy::struct_excessive_bools,
+    reason = "one field per command-line flag, read in one place"
+)]
 #[derive(Debug, Clone, Default)]
 pub struct RunOptions {
     pub no_reuse: bool,
@@ -57,6 +73,21 @@ pub struct RunOptions {
     pub concurrency: Option<usize>,
     /// `--var` overrides, recorded so a resume loads the same plan.
     pub vars: Vec<(String, String)>,
+    /// `--yes`: answer yes to the price question.
+    pub yes: bool,
+    /// `--dry-upload`: list what would be uploaded, upload nothing.
+    pub dry_upload: bool,
+}
+
+impl RunOptions {
+    /// Steps running at once: `--concurrency`, else the machine's cores.
+    pub fn effective_concurrency(&self) -> usize {
+        self.concurrency
+            .unwrap_or_else(|| {
+                std::thread::available_parallelism().map_or(2, std::num::NonZero::get)
+            })
+            .max(1)
+    }
 }
 
 /// Where a run keeps its files: `.gameplan/` at the repo root unless `--state-dir`.
@@ -114,17 +145,17 @@ impl StartError {
     }
 }
 
-/// How to start: a fresh run (with its new id), or continuing an unfinished one.
+/// How to start: a fresh run (with its new id), or continuing an unfinished
+/// one (whose journal is read again under the lock).
 pub enum Start {
     New(String),
-    Resume(Box<RunHistory>),
+    Resume(String),
 }
 
 impl Start {
     pub fn run_id(&self) -> &str {
         match self {
-            Start::New(id) => id,
-            Start::Resume(history) => &history.run_id,
+            Start::New(id) | Start::Resume(id) => id,
         }
     }
 }
@@ -152,11 +183,11 @@ pub fn progress_of(history: &RunHistory) -> (usize, usize) {
 }
 
 /// Checks that every step kind of the pipeline can run here.
-pub fn check_runnable(pipeline: &Pipeline) -> Result<(), StartError> {
+pub fn check_runnable(pipeline: &Pipeline, kinds: &Kinds) -> Result<(), StartError> {
     for &index in &pipeline.order {
         let instance = pipeline.instance(index);
-        if !crate::steps::is_built(instance.kind) {
-            let built: Vec<&str> = crate::steps::BUILT_KINDS.iter().map(|k| k.name()).collect();
+        if kinds.get(instance.kind).is_none() {
+            let built: Vec<&str> = kinds.built().iter().map(|k| k.name()).collect();
             return Err(StartError::KindNotBuilt {
                 step: instance.id.clone(),
                 kind: instance.kind.name().to_owned(),
@@ -228,6 +259,10 @@ pub struct RunRequest {
     pub start: Start,
     /// The command that resumes this run, for the interrupt message.
     pub resume_hint: String,
+    /// The step kinds this run uses.
+    pub kinds: Arc<Kinds>,
+    /// Asks the person at the terminal (the price question).
+    pub confirm: Arc<dyn Confirm>,
 }
 
 /// Runs the plan; returns the report (whose exit code CI acts on).

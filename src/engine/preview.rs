@@ -1,15 +1,21 @@
 //! What a run would do, without running: `plan explain`'s run / reused
 //! decisions and the reasons a step that ran before will run again.
+//!
+//! Keys come from the same [`KeyMaker`] the run uses. A step whose key
+//! depends on the output of a step that will run first cannot be decided
+//! ahead: it is shown as running, with why.
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use crate::graph::Pipeline;
 use crate::plan::LoadedPlan;
 pub use crate::report::explain::Decision;
-use crate::reuse::{FileHashCache, Store, why_not_reused};
-use crate::steps::{self, StepContext};
+use crate::reuse::{FileHashCache, Store, outputs_digest, why_not_reused};
+use crate::steps::{Kinds, Reuse, RunSettings};
+
+use super::keys::KeyMaker;
 
 /// Decides, in dependency order, which steps a run would reuse.
 pub fn preview(
@@ -19,78 +25,80 @@ pub fn preview(
     no_reuse: bool,
 ) -> Vec<Decision> {
     let store = Store::open(state_dir);
-    let hashes = Arc::new(Mutex::new(FileHashCache::load(state_dir)));
-    let plan = Arc::new(loaded.plan.clone());
-    let (_stop, cancel) = tokio::sync::watch::channel(false);
-    let last_keys = store.last_keys(&plan.name);
-    let mut decisions: Vec<Option<Decision>> = vec![None; pipeline.graph.node_count()];
+    let hashes = Mutex::new(FileHashCache::load(state_dir));
+    let kinds = Kinds::for_run(RunSettings { concurrency: 1 });
+    let env = BTreeMap::new();
+    let maker = KeyMaker {
+        root: &loaded.root,
+        plan: &loaded.plan,
+        pipeline,
+        hashes: &hashes,
+        env: &env,
+        redactor: &loaded.redactor,
+        kinds: &kinds,
+    };
+    let last_keys = store.last_keys(&loaded.plan.name);
+    let n = pipeline.graph.node_count();
+    let mut decisions: Vec<Option<Decision>> = vec![None; n];
+    // The output digest of each step that would be reused (known from its
+    // stored entry); `None` for one that runs.
+    let mut outputs: Vec<Option<String>> = vec![None; n];
     for &node in &pipeline.order {
-        let instance = pipeline.instance(node).clone();
-        let step = pipeline.steps[instance.step].clone();
-        let mut upstream = BTreeMap::new();
-        for need in pipeline.needs(node) {
-            let id = pipeline.instance(need).id.clone();
-            let decision = decisions[need.index()].as_ref();
-            let key = decision
-                .and_then(|d| d.key.clone())
-                .unwrap_or_else(|| "unkeyed".into());
-            upstream.insert(id, key);
-        }
-        let cx = StepContext {
-            root: loaded.root.clone(),
-            run_id: String::new(),
-            step_dir: state_dir.join("preview"),
-            plan: Arc::clone(&plan),
-            step,
-            instance,
-            attempt: 0,
-            upstream,
-            hashes: Arc::clone(&hashes),
-            cancel: cancel.clone(),
-            env: Arc::new(BTreeMap::new()),
-            launcher: Arc::new(crate::steps::launcher::LazyLauncher::new(1)),
-            redactor: loaded.redactor.clone(),
-        };
-        let decision = match steps::reuse_key(&cx) {
+        let instance = pipeline.instance(node);
+        let step = &pipeline.steps[instance.step];
+        let decision = match maker.key(node, |need| outputs[need.index()].clone()) {
             Err(e) => Decision {
                 reused: false,
                 key: None,
                 why: vec![format!("its inputs cannot be read: {}", e.0)],
             },
-            Ok(None) => Decision {
+            Ok(Reuse::Never(why)) => Decision {
                 reused: false,
                 key: None,
-                why: vec![if crate::steps::is_built(cx.step.kind) {
-                    format!("`{}` steps are never reused", cx.step.kind.name())
-                } else {
-                    format!(
-                        "`{}` steps are not built yet; `plan run` refuses this plan",
-                        cx.step.kind.name()
-                    )
-                }],
+                why: vec![
+                    if kinds.get(instance.kind).is_some() && !why.contains("not built") {
+                        format!("never reused: {why}")
+                    } else {
+                        why
+                    },
+                ],
             },
-            Ok(Some(key)) => {
+            Ok(Reuse::AfterUpstream(why)) => Decision {
+                reused: false,
+                key: None,
+                why: vec![why],
+            },
+            Ok(Reuse::Key(key)) => {
                 let digest = key.digest();
+                let entry = (!no_reuse && step.reuse)
+                    .then(|| store.lookup(&digest))
+                    .flatten();
                 if no_reuse {
                     Decision {
                         reused: false,
                         key: Some(digest),
                         why: vec!["--no-reuse".into()],
                     }
-                } else if !cx.step.reuse {
+                } else if !step.reuse {
                     Decision {
                         reused: false,
                         key: Some(digest),
                         why: vec!["`reuse = false`".into()],
                     }
-                } else if store.lookup(&digest).is_some() {
+                } else if let Some(entry) = entry {
+                    outputs[node.index()] = Some(outputs_digest(
+                        entry
+                            .outputs
+                            .iter()
+                            .map(|o| (o.path.as_str(), o.sha256.as_str())),
+                    ));
                     Decision {
                         reused: true,
                         key: Some(digest),
                         why: Vec::new(),
                     }
                 } else {
-                    let why = match last_keys.get(&cx.instance.id) {
+                    let why = match last_keys.get(&instance.id) {
                         None => vec!["it never succeeded before".to_owned()],
                         Some(previous) if previous.digest() == digest => {
                             vec!["its stored result is gone or damaged".to_owned()]

@@ -8,6 +8,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 
 use crate::report::progress::Progress;
+use crate::steps::Kinds;
 
 /// Set once a stop was requested by a signal (as opposed to fail-fast).
 #[derive(Clone, Default)]
@@ -26,7 +27,12 @@ impl Cancelled {
 /// Listens for SIGINT and SIGTERM for the life of the runtime.
 /// `stops`: every channel a signal flips (the ordinary stop, and the one
 /// that also stops `always` steps).
-pub fn listen(stops: [watch::Sender<bool>; 2], cancelled: Cancelled, progress: Progress) {
+pub fn listen(
+    stops: [watch::Sender<bool>; 2],
+    cancelled: Cancelled,
+    progress: Progress,
+    kinds: Arc<Kinds>,
+) {
     let (Ok(mut interrupt), Ok(mut terminate)) = (
         signal(SignalKind::interrupt()),
         signal(SignalKind::terminate()),
@@ -42,7 +48,7 @@ pub fn listen(stops: [watch::Sender<bool>; 2], cancelled: Cancelled, progress: P
             };
             if interrupts >= 2 {
                 // The user insists: take every step's process group down and go.
-                crate::steps::command::kill_all_groups();
+                kinds.kill_now();
                 progress.note("second Ctrl-C: stopped at once; the journal is intact, resume with `gameplan plan resume`");
                 std::process::exit(i32::from(crate::exit_code::CANCELED));
             }

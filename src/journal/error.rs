@@ -108,6 +108,9 @@ pub enum Corruption {
     ChecksumMismatch,
     /// The line is longer than any record may be.
     TooLong,
+    /// A record that was synced and acknowledged (an idempotency key, a
+    /// money response) is damaged: dropping it could repeat an effect.
+    DurableRecordDamaged,
 }
 
 impl std::fmt::Display for Corruption {
@@ -116,6 +119,9 @@ impl std::fmt::Display for Corruption {
             Corruption::Unparsable => "not a journal record",
             Corruption::ChecksumMismatch => "checksum mismatch",
             Corruption::TooLong => "line longer than the record size limit",
+            Corruption::DurableRecordDamaged => {
+                "an acknowledged durable record is damaged; it may hold an idempotency key, so it is not dropped"
+            }
         })
     }
 }

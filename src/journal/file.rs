@@ -4,6 +4,7 @@
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Read as _, Write as _};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -12,22 +13,49 @@ use super::atomic::{create_dirs_durably, parent_dir, sync_dir};
 use super::record::{self, Decoded, MAX_RECORD_BYTES};
 use super::{Corruption, FORMAT_VERSION, JournalError};
 
+/// How a journal makes its file durable: `File::sync_data` outside tests; a
+/// test double proves that an acknowledgement never comes before the sync.
+pub type SyncFn = Arc<dyn Fn(&File) -> io::Result<()> + Send + Sync>;
+
+fn sync_data() -> SyncFn {
+    Arc::new(File::sync_data)
+}
+
+/// The number of a record in its journal, counted from 1 by this handle
+/// (records already in the file when it was opened are not counted).
+pub type Seq = u64;
+
 /// An open journal, appending at its end.
 ///
 /// Every [`append`](Journal::append) reaches the kernel at once; only
 /// [`commit`](Journal::commit) (or [`append_durable`](Journal::append_durable))
-/// waits for the disk. Dropping a journal with uncommitted records syncs them
-/// on a best-effort basis.
-#[derive(Debug)]
+/// waits for the disk. What is durable is tracked by sequence number, never
+/// by a flag: a commit covers exactly the records appended before it began,
+/// so a record appended while a background sync runs is not taken as synced.
+/// Dropping a journal with unsynced records syncs them on a best-effort basis.
 pub struct Journal {
     path: PathBuf,
     file: File,
     /// Bytes of whole, intact records: where a failed append is cut back to.
     len: u64,
-    uncommitted: bool,
+    /// The last record appended, and the last one known to be on disk.
+    appended: Seq,
+    synced: Seq,
     /// A write could not be undone or a sync failed: what is on disk is no
     /// longer known, so appending more would build on sand.
     broken: bool,
+    sync: SyncFn,
+}
+
+impl std::fmt::Debug for Journal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Journal")
+            .field("path", &self.path)
+            .field("appended", &self.appended)
+            .field("synced", &self.synced)
+            .field("broken", &self.broken)
+            .finish_non_exhaustive()
+    }
 }
 
 /// What a journal holds: its intact records, in order.
@@ -72,8 +100,10 @@ impl Journal {
             path: path.to_path_buf(),
             file,
             len: 0,
-            uncommitted: false,
+            appended: 0,
+            synced: 0,
             broken: false,
+            sync: sync_data(),
         })
     }
 
@@ -99,8 +129,10 @@ impl Journal {
             path: path.to_path_buf(),
             file,
             len: intact_len,
-            uncommitted: false,
+            appended: 0,
+            synced: 0,
             broken: false,
+            sync: sync_data(),
         };
         Ok((journal, replay))
     }
@@ -111,16 +143,32 @@ impl Journal {
         scan(path, &file).map(|(replay, _)| replay)
     }
 
+    /// Replaces how the file is synced (tests use a double that records
+    /// each sync).
+    #[must_use]
+    pub fn with_sync(mut self, sync: SyncFn) -> Journal {
+        self.sync = sync;
+        self
+    }
+
     /// Appends `event` as one record, handed to the kernel in a single write
     /// so that killing the process cannot leave half of it in a user-space
-    /// buffer. Not durable until [`commit`](Journal::commit).
-    pub fn append<T: Serialize + ?Sized>(&mut self, event: &T) -> Result<(), JournalError> {
+    /// buffer. Not durable until a [`commit`](Journal::commit) covers it.
+    pub fn append<T: Serialize + ?Sized>(&mut self, event: &T) -> Result<Seq, JournalError> {
+        self.write_record(event, false)
+    }
+
+    fn write_record<T: Serialize + ?Sized>(
+        &mut self,
+        event: &T,
+        durable: bool,
+    ) -> Result<Seq, JournalError> {
         if self.broken {
             return Err(JournalError::Unusable {
                 path: self.path.clone(),
             });
         }
-        let line = record::encode(event).map_err(|source| JournalError::Encode {
+        let line = record::encode(event, durable).map_err(|source| JournalError::Encode {
             path: self.path.clone(),
             source,
         })?;
@@ -138,8 +186,13 @@ impl Journal {
             return Err(io_error("append to the journal", &self.path)(source));
         }
         self.len += line.len() as u64;
-        self.uncommitted = true;
-        Ok(())
+        self.appended += 1;
+        Ok(self.appended)
+    }
+
+    /// The last record appended and the last one known durable.
+    pub fn positions(&self) -> (Seq, Seq) {
+        (self.appended, self.synced)
     }
 
     /// Makes every record appended so far durable with one fsync; free when
@@ -150,24 +203,25 @@ impl Journal {
                 path: self.path.clone(),
             });
         }
-        if !self.uncommitted {
+        if self.synced >= self.appended {
             return Ok(());
         }
-        if let Err(source) = self.file.sync_data() {
+        let upto = self.appended;
+        if let Err(source) = (self.sync)(&self.file) {
             // After a failed fsync the kernel may have dropped the dirty
             // pages, and a retry can report success for data that is gone.
             self.broken = true;
             return Err(io_error("sync the journal", &self.path)(source));
         }
-        self.uncommitted = false;
+        self.synced = self.synced.max(upto);
         Ok(())
     }
 
     /// Starts a group commit without waiting for the disk: returns the fsync
     /// to run elsewhere (a blocking thread), or `None` when nothing is new.
-    /// Appends may go on meanwhile; the fsync covers at least every record
-    /// appended before this call. Report a failure with
-    /// [`commit_failed`](Journal::commit_failed).
+    /// Appends may go on meanwhile; the fsync covers the records appended
+    /// before this call, and only those count as synced once its result is
+    /// handed back to [`commit_done`](Journal::commit_done).
     ///
     /// Why: an fsync also forces out the file system's other metadata
     /// changes (on ext4, everything a batch of steps created), and a
@@ -178,33 +232,52 @@ impl Journal {
                 path: self.path.clone(),
             });
         }
-        if !self.uncommitted {
+        if self.synced >= self.appended {
             return Ok(None);
         }
         let file = self
             .file
             .try_clone()
             .map_err(io_error("sync the journal", &self.path))?;
-        self.uncommitted = false;
         Ok(Some(PendingCommit {
             file,
             path: self.path.clone(),
+            upto: self.appended,
+            sync: Arc::clone(&self.sync),
         }))
     }
 
-    /// A commit begun with [`begin_commit`](Journal::begin_commit) failed:
-    /// what is on disk is no longer known, so the journal takes no more.
-    pub fn commit_failed(&mut self) {
-        self.broken = true;
+    /// How a commit begun with [`begin_commit`](Journal::begin_commit)
+    /// ended: on success its records count as synced; a failure means what
+    /// is on disk is no longer known, so the journal takes no more.
+    pub fn commit_done(&mut self, result: &Result<Seq, JournalError>) {
+        match result {
+            Ok(upto) => self.synced = self.synced.max(*upto),
+            Err(_) => self.broken = true,
+        }
     }
 
     /// Appends `event` and makes it (and everything before it) durable
     /// before returning: for records that must exist before the outside
     /// world sees their effect, such as an idempotency key before a money
-    /// request.
-    pub fn append_durable<T: Serialize + ?Sized>(&mut self, event: &T) -> Result<(), JournalError> {
-        self.append(event)?;
-        self.commit()
+    /// request. The record is marked durable in its line, so that damage to
+    /// it is reported as corruption on open, never cut off as a torn tail.
+    pub fn append_durable<T: Serialize + ?Sized>(
+        &mut self,
+        event: &T,
+    ) -> Result<Seq, JournalError> {
+        let seq = self.write_record(event, true)?;
+        self.commit()?;
+        Ok(seq)
+    }
+
+    /// Appends a record marked durable without syncing it: the caller
+    /// syncs it (off this thread) before it acknowledges it.
+    pub fn append_marked_durable<T: Serialize + ?Sized>(
+        &mut self,
+        event: &T,
+    ) -> Result<Seq, JournalError> {
+        self.write_record(event, true)
     }
 
     /// The journal file.
@@ -215,24 +288,26 @@ impl Journal {
 
 /// A group commit begun with [`Journal::begin_commit`], to be run off the
 /// thread that appends.
-#[derive(Debug)]
 pub struct PendingCommit {
     file: File,
     path: PathBuf,
+    upto: Seq,
+    sync: SyncFn,
 }
 
 impl PendingCommit {
-    /// Waits until the records appended before the commit began are durable.
-    pub fn run(self) -> Result<(), JournalError> {
-        self.file
-            .sync_data()
+    /// Waits until the records appended before the commit began are
+    /// durable; returns the last of them, for [`Journal::commit_done`].
+    pub fn run(self) -> Result<Seq, JournalError> {
+        (self.sync)(&self.file)
+            .map(|()| self.upto)
             .map_err(io_error("sync the journal", &self.path))
     }
 }
 
 impl Drop for Journal {
     fn drop(&mut self) {
-        if self.uncommitted && !self.broken {
+        if self.synced < self.appended && !self.broken {
             // Nobody is left to hear about a failure; records that did not
             // make it read back as missing (or a torn tail) on resume.
             let _ = self.file.sync_data();
@@ -307,6 +382,15 @@ fn scan<T: DeserializeOwned>(path: &Path, file: &File) -> Result<(Replay<T>, u64
                     records.push(event);
                     intact_len += read.bytes;
                     continue;
+                }
+                // An acknowledged durable record (an idempotency key) may
+                // never be dropped as if it were a torn write.
+                Decoded::Corrupt(_) if record::marked_durable(&line) => {
+                    return Err(JournalError::Corrupt {
+                        path: path.to_path_buf(),
+                        line: number,
+                        problem: Corruption::DurableRecordDamaged,
+                    });
                 }
                 Decoded::Corrupt(problem) => problem,
                 Decoded::UnsupportedVersion(found) => {
@@ -698,16 +782,16 @@ mod tests {
             .expect("a commit to run");
         // Appending goes on while the commit runs elsewhere.
         journal.append(&event(8)).expect("append meanwhile");
-        std::thread::spawn(move || pending.run())
+        let done = std::thread::spawn(move || pending.run())
             .join()
-            .expect("no panic")
-            .expect("synced");
+            .expect("no panic");
+        journal.commit_done(&done);
         let seen: Replay<StepEvent> = Journal::read(&path).expect("read");
         assert_eq!(seen.records[1..], [event(7), event(8)]);
         // The record appended meanwhile is still to be committed.
         assert!(journal.begin_commit().expect("begin").is_some());
 
-        journal.commit_failed();
+        journal.commit_done(&Err(JournalError::Unusable { path: path.clone() }));
         let error = journal.append(&event(9)).expect_err("unusable");
         assert!(matches!(error, JournalError::Unusable { .. }), "{error}");
         assert!(journal.begin_commit().is_err());

@@ -20,8 +20,23 @@ pub const MAX_RECORD_BYTES: usize = 1 << 20;
 struct Line<'a> {
     format: u32,
     crc32c: u32,
+    /// Synced on its own before it was acknowledged (an idempotency key):
+    /// damage to it is corruption, never a torn tail to drop.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    durable: bool,
     #[serde(borrow)]
     event: &'a RawValue,
+}
+
+/// What every durable line holds between its checksum and its event.
+const DURABLE_MARK: &[u8] = br#","durable":true,"event":"#;
+
+/// Whether a line (damaged or not) carries the durable mark. Read from the
+/// bytes of its head, not as JSON, so a damaged line still tells (the head,
+/// `{"format":1,"crc32c":N,"durable":true,"event":`, is under 64 bytes).
+pub(super) fn marked_durable(line: &[u8]) -> bool {
+    let head = &line[..line.len().min(64)];
+    head.windows(DURABLE_MARK.len()).any(|w| w == DURABLE_MARK)
 }
 
 /// Just enough of any line to learn its format, whatever else a newer
@@ -39,7 +54,10 @@ pub(super) enum Decoded<'a> {
 }
 
 /// The line for `event`, newline included.
-pub(super) fn encode<T: Serialize + ?Sized>(event: &T) -> serde_json::Result<Vec<u8>> {
+pub(super) fn encode<T: Serialize + ?Sized>(
+    event: &T,
+    durable: bool,
+) -> serde_json::Result<Vec<u8>> {
     let mut event = serde_json::to_string(event)?;
     // A `RawValue` inside the event is written verbatim and may contain
     // newlines. In valid JSON a raw newline can only be whitespace between
@@ -52,6 +70,7 @@ pub(super) fn encode<T: Serialize + ?Sized>(event: &T) -> serde_json::Result<Vec
     let mut line = serde_json::to_vec(&Line {
         format: FORMAT_VERSION,
         crc32c: crc32c::crc32c(event.get().as_bytes()),
+        durable,
         event: &event,
     })?;
     line.push(b'\n');
@@ -94,8 +113,11 @@ mod tests {
 
     #[test]
     fn line_layout_is_format_checksum_event() {
-        let line =
-            encode(&serde_json::json!({"step": "build", "state": "running"})).expect("encode");
+        let line = encode(
+            &serde_json::json!({"step": "build", "state": "running"}),
+            false,
+        )
+        .expect("encode");
 
         let event = r#"{"step":"build","state":"running"}"#;
         let expected = format!(
@@ -109,7 +131,7 @@ mod tests {
     fn raw_json_with_newlines_stays_on_one_line() {
         let raw = RawValue::from_string("{\n  \"a\": [1,\n 2]\n}".to_owned()).expect("raw");
 
-        let line = encode(&raw).expect("encode");
+        let line = encode(&raw, false).expect("encode");
 
         assert_eq!(line.iter().position(|&b| b == b'\n'), Some(line.len() - 1));
         let event: serde_json::Value =

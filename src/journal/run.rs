@@ -29,20 +29,37 @@ pub enum StepState {
     Skipped,
     Reused,
     Interrupted,
+    /// Ran to the end with partial results (a gate INCOMPLETE, a budget stop).
+    Incomplete,
+    /// The price question was answered no (or could not be asked).
+    Declined,
+    /// The backend refused the token or a scope.
+    Unauthorized,
+    /// The model endpoint never answered.
+    Unreachable,
 }
 
 impl StepState {
     /// Whether the step's outcome is settled: a resume never runs it again.
+    /// A declined, unauthorized or unreachable step is not: once the person
+    /// agrees or the environment is mended, a resume runs it.
     pub fn is_final(self) -> bool {
         matches!(
             self,
-            StepState::Succeeded | StepState::Failed | StepState::Skipped | StepState::Reused
+            StepState::Succeeded
+                | StepState::Failed
+                | StepState::Skipped
+                | StepState::Reused
+                | StepState::Incomplete
         )
     }
 
-    /// Whether steps that need this one may run.
+    /// Whether steps that need this one may run (partial results are results).
     pub fn satisfies_needs(self) -> bool {
-        matches!(self, StepState::Succeeded | StepState::Reused)
+        matches!(
+            self,
+            StepState::Succeeded | StepState::Reused | StepState::Incomplete
+        )
     }
 
     pub fn word(self) -> &'static str {
@@ -54,6 +71,10 @@ impl StepState {
             StepState::Skipped => "skipped",
             StepState::Reused => "reused",
             StepState::Interrupted => "interrupted",
+            StepState::Incomplete => "incomplete",
+            StepState::Declined => "declined",
+            StepState::Unauthorized => "unauthorized",
+            StepState::Unreachable => "unreachable",
         }
     }
 }
@@ -65,6 +86,10 @@ pub enum RunOutcome {
     Succeeded,
     Failed,
     Interrupted,
+    Incomplete,
+    Declined,
+    Unauthorized,
+    Unreachable,
 }
 
 /// One step of the expanded DAG, as recorded when the run started.
@@ -73,6 +98,14 @@ pub struct PlannedStep {
     pub id: String,
     pub kind: String,
     pub needs: Vec<String>,
+}
+
+/// A record a step kept for itself (an idempotency key, a job id, how far
+/// it got), handed back to it on resume.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    pub attempt: u32,
+    pub data: serde_json::Value,
 }
 
 /// One journal record.
@@ -107,11 +140,19 @@ pub enum Event {
         attempt: u32,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         key: Option<String>,
+        /// The digest of its outputs, which steps that need it key on.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        outputs: Option<String>,
         duration_ms: u64,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         exit_code: Option<i32>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         message: Option<String>,
+    },
+    StepCheckpoint {
+        step: String,
+        attempt: u32,
+        data: serde_json::Value,
     },
     RunStopped {
         at: String,
@@ -130,6 +171,7 @@ pub struct StepRecord {
     pub state: Option<StepState>,
     pub attempt: u32,
     pub key: Option<String>,
+    pub outputs: Option<String>,
     pub duration_ms: u64,
     pub exit_code: Option<i32>,
     pub message: Option<String>,
@@ -146,6 +188,8 @@ pub struct RunHistory {
     pub started_at: String,
     pub steps: Vec<PlannedStep>,
     pub records: BTreeMap<String, StepRecord>,
+    /// Each step's checkpoints, oldest first.
+    pub checkpoints: BTreeMap<String, Vec<Checkpoint>>,
     pub stopped: Option<String>,
     pub finished: Option<(RunOutcome, u8)>,
     /// A torn last record was dropped (the run was killed mid-write).
@@ -207,6 +251,7 @@ impl RunHistory {
             started_at,
             steps,
             records: BTreeMap::new(),
+            checkpoints: BTreeMap::new(),
             stopped: None,
             finished: None,
             torn_tail,
@@ -229,6 +274,7 @@ impl RunHistory {
                 state,
                 attempt,
                 key,
+                outputs,
                 duration_ms,
                 exit_code,
                 message,
@@ -239,12 +285,22 @@ impl RunHistory {
                         state: Some(state),
                         attempt,
                         key,
+                        outputs,
                         duration_ms,
                         exit_code,
                         message,
                     },
                 );
             }
+            Event::StepCheckpoint {
+                step,
+                attempt,
+                data,
+            } => self
+                .checkpoints
+                .entry(step)
+                .or_default()
+                .push(Checkpoint { attempt, data }),
             Event::RunStopped { reason, .. } => self.stopped = Some(reason),
             Event::RunResumed { .. } => {
                 self.stopped = None;
@@ -368,6 +424,7 @@ mod tests {
                 state: StepState::Succeeded,
                 attempt: 1,
                 key: Some("k".into()),
+                outputs: None,
                 duration_ms: 5,
                 exit_code: Some(0),
                 message: None,

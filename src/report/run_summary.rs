@@ -26,15 +26,28 @@ pub fn text(report: &RunReport) -> String {
             RunOutcome::Succeeded => "succeeded",
             RunOutcome::Failed => "FAILED",
             RunOutcome::Interrupted => "interrupted",
+            RunOutcome::Incomplete => "INCOMPLETE",
+            RunOutcome::Declined => "declined (nothing was charged)",
+            RunOutcome::Unauthorized => "UNAUTHORIZED",
+            RunOutcome::Unreachable => "stopped: the model endpoint never answered",
         },
         Duration(report.duration_ms),
         counts.join(", ")
     );
     for step in &report.steps {
-        if step.state == StepState::Failed {
+        if !matches!(
+            step.state,
+            StepState::Succeeded
+                | StepState::Reused
+                | StepState::Skipped
+                | StepState::Pending
+                | StepState::Running
+                | StepState::Interrupted
+        ) {
             let _ = writeln!(
                 out,
-                "  failed: {}: {}",
+                "  {}: {}: {}",
+                step.state.word(),
                 step.id,
                 step.message.as_deref().unwrap_or("")
             );
@@ -69,7 +82,13 @@ pub fn write_junit(report: &RunReport, path: &Path) -> std::io::Result<()> {
                 }
                 s
             }
-            StepState::Failed | StepState::Interrupted | StepState::Running => {
+            StepState::Failed
+            | StepState::Interrupted
+            | StepState::Running
+            | StepState::Incomplete
+            | StepState::Declined
+            | StepState::Unauthorized
+            | StepState::Unreachable => {
                 let mut s = TestCaseStatus::non_success(NonSuccessKind::Failure);
                 s.set_message(
                     step.message

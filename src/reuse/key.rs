@@ -10,7 +10,7 @@ use sha2::{Digest as _, Sha256};
 /// Bump it when a step kind starts producing different results from the same
 /// inputs (not for every build): every earlier result then stops being reused,
 /// and [`why_not_reused`] says so.
-pub const KEY_VERSION: u32 = 1;
+pub const KEY_VERSION: u32 = 2;
 
 /// Every input of a step's result, and nothing else.
 ///
@@ -32,7 +32,7 @@ pub struct ReuseKey {
     pub settings: Value,
     /// Repo-relative `/`-separated input path → lowercase sha256 hex of its content.
     pub inputs: BTreeMap<String, String>,
-    /// Step id of each needed step → that step's key digest.
+    /// Step id of each needed step → the digest of its outputs ([`outputs_digest`]).
     pub upstream: BTreeMap<String, String>,
 }
 
@@ -145,6 +145,23 @@ fn map_reasons(
 /// Lowercase hex sha256 of `bytes`.
 pub fn sha256_hex(bytes: &[u8]) -> String {
     to_hex(&Sha256::digest(bytes))
+}
+
+/// The digest of a step's outputs as steps that need it see them: sha256
+/// over each (repo-relative path, content sha256), in path order. Equal
+/// bytes give an equal digest however they were made, which is what lets an
+/// upstream re-run that changed nothing re-run nothing below it.
+pub fn outputs_digest<'a>(outputs: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
+    let mut sorted: Vec<(&str, &str)> = outputs.into_iter().collect();
+    sorted.sort_unstable();
+    let mut text = String::new();
+    for (path, sha) in sorted {
+        text.push_str(path);
+        text.push('\0');
+        text.push_str(sha);
+        text.push('\n');
+    }
+    sha256_hex(text.as_bytes())
 }
 
 /// Lowercase hex of a digest (sha2 0.11 digests have no `{:x}`).
@@ -288,6 +305,8 @@ mod tests {
             "command",
             json!({"run": "make", "n": 1.5, "x": [true, null]}),
         );
+        // The encoding is what is pinned, whatever the current version.
+        key.key_version = 1;
         key.inputs.insert("a.txt".into(), sha256_hex(b"a"));
         assert_eq!(
             key.canonical_json(),
@@ -378,7 +397,8 @@ mod tests {
 
     #[test]
     fn key_version_and_kind_changes_are_named() {
-        let previous = sample();
+        let mut previous = sample();
+        previous.key_version = 1;
         let mut current = sample();
         current.key_version = 2;
         current.kind = "simulate".into();

@@ -16,10 +16,78 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use serde_json::json;
 
-use super::launcher::Request;
-use super::{StepContext, StepError, StepOutcome, expand};
-use crate::plan::model::{Params, Program};
+use super::launcher::{LazyLauncher, Leftover, Request};
+use super::{
+    BoxFuture, KeyContext, Kind, LeftRunning, Outputs, Reuse, StepContext, StepError, StepIo,
+    StepOutcome, expand,
+};
+use crate::plan::model::{Params, Program, Step, StepKind};
 use crate::reuse::ReuseKey;
+
+/// The `command` kind, holding the run's process launcher (started by the
+/// first command step that runs).
+pub struct Command {
+    launcher: LazyLauncher,
+}
+
+impl Command {
+    /// `slots`: how many command steps may run at once.
+    pub fn new(slots: usize) -> Command {
+        Command {
+            launcher: LazyLauncher::new(slots),
+        }
+    }
+}
+
+impl Kind for Command {
+    fn kind(&self) -> StepKind {
+        StepKind::Command
+    }
+
+    fn reuse(&self, cx: &KeyContext<'_>) -> Result<Reuse, StepError> {
+        reuse_key(cx)
+    }
+
+    fn run<'a>(&'a self, cx: &'a StepContext, _io: &'a StepIo) -> BoxFuture<'a, StepOutcome> {
+        Box::pin(async move {
+            match spawn_and_wait(cx, &self.launcher).await {
+                Ok(outcome) => outcome,
+                Err(e) => StepOutcome::Failed {
+                    exit_code: None,
+                    message: e.0,
+                },
+            }
+        })
+    }
+
+    fn outputs(&self, cx: &StepContext) -> Result<Outputs, StepError> {
+        outputs(cx)
+    }
+
+    fn left_running<'a>(&'a self, cx: &'a StepContext, attempt: u32) -> BoxFuture<'a, LeftRunning> {
+        Box::pin(async move {
+            match leftover(&cx.step_dir, &cx.instance.id, attempt, &cx.cancel).await {
+                Leftover::Finished(0) => LeftRunning::Ended(StepOutcome::Succeeded),
+                // With retries left, a failed orphan is one more failed attempt.
+                Leftover::Finished(code) if cx.step.retries == 0 => {
+                    LeftRunning::Ended(StepOutcome::Failed {
+                        exit_code: Some(code),
+                        message: format!("exited with code {code} while gameplan was not running"),
+                    })
+                }
+                Leftover::Finished(_) | Leftover::Unfinished => LeftRunning::RunAgain,
+            }
+        })
+    }
+
+    fn log(&self, step_dir: &Path) -> Option<PathBuf> {
+        Some(log_path(step_dir))
+    }
+
+    fn kill_now(&self) {
+        kill_all_groups();
+    }
+}
 
 /// How long a stopped step gets between SIGTERM and SIGKILL.
 pub const KILL_GRACE: Duration = Duration::from_secs(3);
@@ -39,7 +107,7 @@ fn running_groups() -> std::sync::MutexGuard<'static, std::collections::BTreeSet
 }
 
 /// SIGKILLs every step process group still running.
-pub fn kill_all_groups() {
+fn kill_all_groups() {
     for &pgid in running_groups().iter() {
         let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
     }
@@ -52,8 +120,8 @@ struct CommandParams<'a> {
     cwd: Option<&'a str>,
 }
 
-fn params(cx: &StepContext) -> Result<CommandParams<'_>, StepError> {
-    match &cx.step.params {
+fn params(step: &Step) -> Result<CommandParams<'_>, StepError> {
+    match &step.params {
         Params::Command {
             program,
             inputs,
@@ -67,15 +135,30 @@ fn params(cx: &StepContext) -> Result<CommandParams<'_>, StepError> {
         }),
         _ => Err(StepError(format!(
             "step `{}` is not a command step",
-            cx.step.id
+            step.id
         ))),
     }
 }
 
 /// The key: the command, its env and cwd, the declared outputs, the content
-/// of every input file, and the keys of the steps it needs.
-pub fn reuse_key(cx: &StepContext) -> Result<ReuseKey, StepError> {
-    let p = params(cx)?;
+/// of every input file, and the content of the outputs of the steps it needs
+/// (so a step below a `reuse = false` one runs again exactly when that one's
+/// output changed). A step that declares no inputs and needs no step is never
+/// reused: nothing at all is known of what it reads.
+fn reuse_key(cx: &KeyContext<'_>) -> Result<Reuse, StepError> {
+    let p = params(cx.step)?;
+    if p.inputs.is_empty() && cx.upstream.is_empty() {
+        return Ok(Reuse::Never(
+            "it declares no `inputs` and needs no step, so nothing is known of what it reads"
+                .into(),
+        ));
+    }
+    if let Some(pending) = cx.upstream.iter().find(|u| u.outputs.is_none()) {
+        return Ok(Reuse::AfterUpstream(format!(
+            "`{}` runs first; reused if its outputs come out the same",
+            pending.id
+        )));
+    }
     let mut key = ReuseKey::new(
         "command",
         json!({
@@ -87,21 +170,25 @@ pub fn reuse_key(cx: &StepContext) -> Result<ReuseKey, StepError> {
             "cell": cx.instance.cell,
         }),
     );
-    let files = expand(&cx.root, p.inputs)?;
+    let files = expand(cx.root, p.inputs)?;
     let mut hashes = cx
         .hashes
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     key.inputs = hashes
-        .hash_all(&cx.root, &files)
+        .hash_all(cx.root, &files)
         .map_err(|e| StepError(e.to_string()))?;
-    key.upstream = cx.upstream.clone();
-    Ok(key)
+    key.upstream = cx
+        .upstream
+        .iter()
+        .map(|u| (u.id.clone(), u.outputs.clone().unwrap_or_default()))
+        .collect();
+    Ok(Reuse::Key(key))
 }
 
 /// The files the step declared as outputs; a pattern matching nothing is an error.
-pub fn outputs(cx: &StepContext) -> Result<Vec<String>, StepError> {
-    let p = params(cx)?;
+fn outputs(cx: &StepContext) -> Result<Outputs, StepError> {
+    let p = params(&cx.step)?;
     let mut all = Vec::new();
     for pattern in p.outputs {
         let found = expand(&cx.root, std::slice::from_ref(pattern))?;
@@ -114,7 +201,10 @@ pub fn outputs(cx: &StepContext) -> Result<Vec<String>, StepError> {
     }
     all.sort();
     all.dedup();
-    Ok(all)
+    Ok(Outputs {
+        base: cx.root.clone(),
+        files: all,
+    })
 }
 
 /// The argv a program runs as. A shell line with no shell syntax is split
@@ -170,7 +260,7 @@ pub fn attempt_name(step: &str, attempt: u32) -> String {
 }
 
 /// How an attempt that a dead gameplan left running ended (see `launcher`).
-pub async fn leftover(
+async fn leftover(
     step_dir: &Path,
     step: &str,
     attempt: u32,
@@ -193,23 +283,16 @@ pub fn log_path(step_dir: &Path) -> PathBuf {
     step_dir.join("stdout.log")
 }
 
-pub async fn run(cx: &StepContext) -> StepOutcome {
-    match spawn_and_wait(cx).await {
-        Ok(outcome) => outcome,
-        Err(e) => StepOutcome::Failed {
-            exit_code: None,
-            message: e.0,
-        },
-    }
-}
-
 fn io(what: &str, path: &Path) -> impl FnOnce(std::io::Error) -> StepError {
     let message = format!("cannot {what} {}", path.display());
     move |e| StepError(format!("{message}: {e}"))
 }
 
-async fn spawn_and_wait(cx: &StepContext) -> Result<StepOutcome, StepError> {
-    let p = params(cx)?;
+async fn spawn_and_wait(
+    cx: &StepContext,
+    launcher: &LazyLauncher,
+) -> Result<StepOutcome, StepError> {
+    let p = params(&cx.step)?;
     std::fs::create_dir_all(&cx.step_dir).map_err(io("create", &cx.step_dir))?;
     let log = log_path(&cx.step_dir);
     let cwd = match p.cwd {
@@ -225,7 +308,7 @@ async fn spawn_and_wait(cx: &StepContext) -> Result<StepOutcome, StepError> {
     for (axis, value) in &cx.instance.cell {
         env.insert(format!("GAMEPLAN_MATRIX_{}", env_name(axis)), value.clone());
     }
-    let launcher = cx.launcher.get().await.map_err(StepError)?;
+    let launcher = launcher.get().await.map_err(StepError)?;
     let submitted = launcher
         .submit(Request {
             token: 0,

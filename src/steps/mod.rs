@@ -3,54 +3,161 @@
 //!
 //! The one place where the engine meets the outside world (processes today;
 //! money, play and review as their kinds land). The engine owns scheduling,
-//! the journal and the store; a kind owns its [`ReuseKey`] inputs, its run,
-//! and its outputs. Kinds are dispatched by [`StepKind`]; a kind that is not
-//! built yet is refused before a run starts, never half-run.
+//! the journal and the store and names no kind; a kind owns its reuse key,
+//! its run, its outputs, and what a resume does with an attempt that was
+//! running when gameplan died.
+//!
+//! # Adding a kind
+//!
+//! A kind is one file here implementing [`Kind`], listed once in
+//! [`Kinds::for_run`], plus its row in the plan's keys table
+//! (`plan::kinds::KIND_KEYS`), which the decoder, the validator and the schema
+//! generator all read. Nothing in `engine/` changes: it asks the registry.
+//!
+//! # Design
+//!
+//! - **A kind decides what of its upstream enters its key.** It is handed
+//!   every needed step's output digest ([`Upstream`]) and keeps those its
+//!   result depends on: a `command` step keys on all of them, a `play` cell
+//!   on none of the money steps before it, so a paid cell can be reused.
+//! - **Keys are computed ahead of running, in one place** (`engine::keys`),
+//!   for `plan explain`, for `estimate` (which must know which cells will be
+//!   reused before anything is bought) and for the run alike.
+//! - **A running step reaches the run through [`StepIo`]**: checkpoints (plain
+//!   or durable: the latter returns only once the record is on disk), the
+//!   checkpoints of earlier attempts on resume, the backend, and the person at
+//!   the terminal.
 
 pub mod command;
 pub mod launcher;
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
 
+use serde_json::Value;
 use tokio::sync::watch;
 
+use crate::backend::Backend;
 use crate::graph::Instance;
+use crate::journal::run::Checkpoint;
 use crate::plan::model::{Plan, Step, StepKind};
 use crate::reuse::{FileHashCache, ReuseKey};
 
-/// The kinds this gameplan can run.
-pub const BUILT_KINDS: [StepKind; 1] = [StepKind::Command];
+/// A boxed future a kind returns from its async methods (the trait is used as
+/// a trait object, so its futures are boxed).
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-pub fn is_built(kind: StepKind) -> bool {
-    BUILT_KINDS.contains(&kind)
+/// One kind of step. See the module doc for what a kind decides.
+pub trait Kind: Send + Sync {
+    /// The plan's name for it.
+    fn kind(&self) -> StepKind;
+
+    /// Whether its result can be reused, and under which key. Called before
+    /// the step runs (also by `plan explain`), with its upstream's outputs.
+    fn reuse(&self, cx: &KeyContext<'_>) -> Result<Reuse, StepError>;
+
+    /// Runs one attempt.
+    fn run<'a>(&'a self, cx: &'a StepContext, io: &'a StepIo) -> BoxFuture<'a, StepOutcome>;
+
+    /// The files a succeeded attempt produced: their digest is what steps
+    /// that need it key on, and they are stored for reuse.
+    fn outputs(&self, cx: &StepContext) -> Result<Outputs, StepError>;
+
+    /// Where a stored result is restored to (where [`Kind::outputs`] puts
+    /// its `base`): the repo root unless the kind keeps its files elsewhere.
+    fn restore_base(&self, cx: &StepContext) -> PathBuf {
+        cx.root.clone()
+    }
+
+    /// An attempt was running when gameplan died: how did it end? By
+    /// default it runs again (a play cell replays from its seed).
+    fn left_running<'a>(
+        &'a self,
+        _cx: &'a StepContext,
+        _attempt: u32,
+    ) -> BoxFuture<'a, LeftRunning> {
+        Box::pin(async { LeftRunning::RunAgain })
+    }
+
+    /// The log a report points at for a step that ran.
+    fn log(&self, _step_dir: &Path) -> Option<PathBuf> {
+        None
+    }
+
+    /// A second Ctrl-C: take down whatever this kind started, at once.
+    fn kill_now(&self) {}
+}
+
+/// What a kind says of reusing its result.
+#[derive(Debug, Clone)]
+pub enum Reuse {
+    /// Reused when a result stored under this key exists.
+    Key(ReuseKey),
+    /// Never reused, and why (for `plan explain`).
+    Never(String),
+    /// Not known until a step it keys on has run (`plan explain` only).
+    AfterUpstream(String),
+}
+
+/// What a step's key may know of a step it needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Upstream {
+    pub id: String,
+    pub kind: StepKind,
+    /// The digest of its outputs' content, or `None` before it has run.
+    pub outputs: Option<String>,
+}
+
+/// Files a step produced: paths relative to `base` (the repo root for a
+/// `command` step; the step's own directory for artifacts).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Outputs {
+    pub base: PathBuf,
+    pub files: Vec<String>,
+}
+
+/// How an attempt a dead gameplan left running ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeftRunning {
+    /// It ended while nobody watched; this is its outcome.
+    Ended(StepOutcome),
+    /// It did not end (or cannot be known to have): run a new attempt.
+    RunAgain,
+}
+
+/// What a step's key is computed from.
+pub struct KeyContext<'a> {
+    pub root: &'a Path,
+    pub plan: &'a Plan,
+    pub step: &'a Step,
+    pub instance: &'a Instance,
+    pub upstream: &'a [Upstream],
+    pub hashes: &'a Mutex<FileHashCache>,
+    pub env: &'a BTreeMap<String, String>,
 }
 
 /// Everything one step instance may use while it runs.
 pub struct StepContext {
     pub root: PathBuf,
     pub run_id: String,
-    /// `runs/<run-id>/steps/<step>/`: logs and attempt files.
+    /// `runs/<run-id>/steps/<step>/`: logs and artifacts.
     pub step_dir: PathBuf,
     pub plan: Arc<Plan>,
     pub step: Step,
     pub instance: Instance,
     pub attempt: u32,
-    /// Keys of the steps this one needs, by instance id.
-    pub upstream: BTreeMap<String, String>,
     pub hashes: Arc<Mutex<FileHashCache>>,
     /// Flips to true when the run is stopped (signal, `plan stop`, fail-fast).
     pub cancel: watch::Receiver<bool>,
     /// The environment steps inherit (captured once by the CLI).
     pub env: Arc<BTreeMap<String, String>>,
-    /// The run's launcher, started by the first command step.
-    pub launcher: Arc<launcher::LazyLauncher>,
-    /// The plan's secrets, kept out of reuse keys (and so out of the store).
-    pub redactor: crate::template::Redactor,
 }
 
-/// How one attempt of a step ended.
+/// How one attempt of a step ended. Each maps to a step state and to an
+/// exit code by one order (`engine::outcome`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StepOutcome {
     Succeeded,
@@ -62,6 +169,23 @@ pub enum StepOutcome {
     Interrupted {
         message: String,
     },
+    /// Ran to the end but could not judge or finish everything: a gate that
+    /// could not fire, a budget stop with partial results.
+    Incomplete {
+        message: String,
+    },
+    /// The person (or the absence of `--yes`) said no at a price question.
+    Declined {
+        message: String,
+    },
+    /// The backend refused the token or a scope is missing.
+    Unauthorized {
+        message: String,
+    },
+    /// The model endpoint never answered.
+    ModelUnreachable {
+        message: String,
+    },
 }
 
 /// Why a step could not even be attempted (bad paths, unreadable inputs).
@@ -69,35 +193,170 @@ pub enum StepOutcome {
 #[error("{0}")]
 pub struct StepError(pub String);
 
-/// The reuse key of a step instance, or `None` when its result is never reused.
-///
-/// A secret's value never enters a key: it is replaced by `[redacted]`, so
-/// `key.json` in the store never holds it, and rotating a token does not
-/// re-run what it was passed to.
-pub fn reuse_key(cx: &StepContext) -> Result<Option<ReuseKey>, StepError> {
-    let mut key = match cx.step.kind {
-        StepKind::Command => command::reuse_key(cx)?,
-        _ => return Ok(None),
-    };
-    cx.redactor.redact_json(&mut key.settings);
-    Ok(Some(key))
+/// The kinds one run can use, by [`StepKind`]; built per run because a kind
+/// may hold the run's resources (the `command` kind its process launcher).
+pub struct Kinds {
+    kinds: Vec<Box<dyn Kind>>,
 }
 
-pub async fn run(cx: &StepContext) -> StepOutcome {
-    match cx.step.kind {
-        StepKind::Command => command::run(cx).await,
-        other => StepOutcome::Failed {
-            exit_code: None,
-            message: format!("step kind `{}` is not built yet", other.name()),
-        },
+/// What kinds need to know of the run they serve.
+#[derive(Debug, Clone, Copy)]
+pub struct RunSettings {
+    /// Steps that may run at once.
+    pub concurrency: usize,
+}
+
+impl Kinds {
+    /// Every kind this gameplan runs.
+    pub fn for_run(settings: RunSettings) -> Kinds {
+        Kinds {
+            kinds: vec![Box::new(command::Command::new(settings.concurrency))],
+        }
+    }
+
+    /// A registry of exactly `kinds` (tests add kinds of their own).
+    pub fn of(kinds: Vec<Box<dyn Kind>>) -> Kinds {
+        Kinds { kinds }
+    }
+
+    pub fn get(&self, kind: StepKind) -> Option<&dyn Kind> {
+        self.kinds
+            .iter()
+            .find(|k| k.kind() == kind)
+            .map(AsRef::as_ref)
+    }
+
+    /// The kinds that can run, in the plan's order of kinds.
+    pub fn built(&self) -> Vec<StepKind> {
+        StepKind::ALL
+            .iter()
+            .map(|(_, k)| *k)
+            .filter(|k| self.get(*k).is_some())
+            .collect()
+    }
+
+    /// A second Ctrl-C: every kind takes down what it started.
+    pub fn kill_now(&self) {
+        for kind in &self.kinds {
+            kind.kill_now();
+        }
     }
 }
 
-/// The files a succeeded step produced (repo-relative), to store for reuse.
-pub fn outputs(cx: &StepContext) -> Result<Vec<String>, StepError> {
-    match cx.step.kind {
-        StepKind::Command => command::outputs(cx),
-        _ => Ok(Vec::new()),
+/// Asks the person at the terminal a yes/no question (a price, a resume).
+pub trait Confirm: Send + Sync {
+    fn confirm(&self, question: &str) -> bool;
+}
+
+/// What a running step may use of its run: checkpoints, the backend, the
+/// person at the terminal. One per step instance and run.
+pub struct StepIo {
+    pub(crate) sink: Arc<dyn CheckpointSink>,
+    pub(crate) step: String,
+    pub(crate) attempt: std::sync::atomic::AtomicU32,
+    /// Checkpoints of this step that are known acknowledged: from the
+    /// journal on resume, then those this run wrote.
+    pub(crate) known: Mutex<Vec<Checkpoint>>,
+    pub(crate) backend: Option<Arc<dyn Backend>>,
+    pub(crate) confirm: Arc<dyn Confirm>,
+    pub(crate) dry_upload: bool,
+}
+
+/// Where checkpoints go: the run's journal writer (a test double in tests).
+pub trait CheckpointSink: Send + Sync {
+    /// Writes a plain record, synced with the next group commit.
+    fn write(&self, checkpoint: &Checkpoint, step: &str) -> Result<(), String>;
+    /// Writes a record and resolves once it is on disk.
+    fn write_durable<'a>(
+        &'a self,
+        checkpoint: &'a Checkpoint,
+        step: &'a str,
+    ) -> BoxFuture<'a, Result<(), String>>;
+}
+
+impl StepIo {
+    pub fn new(
+        sink: Arc<dyn CheckpointSink>,
+        step: String,
+        known: Vec<Checkpoint>,
+        backend: Option<Arc<dyn Backend>>,
+        confirm: Arc<dyn Confirm>,
+        dry_upload: bool,
+    ) -> StepIo {
+        StepIo {
+            sink,
+            step,
+            attempt: std::sync::atomic::AtomicU32::new(0),
+            known: Mutex::new(known),
+            backend,
+            confirm,
+            dry_upload,
+        }
+    }
+
+    pub(crate) fn set_attempt(&self, attempt: u32) {
+        self.attempt
+            .store(attempt, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn checkpoint_of(&self, data: Value) -> Checkpoint {
+        Checkpoint {
+            attempt: self.attempt.load(std::sync::atomic::Ordering::SeqCst),
+            data,
+        }
+    }
+
+    /// Records `data` for this step, synced with the next group commit.
+    pub fn checkpoint(&self, data: Value) -> Result<(), StepError> {
+        let checkpoint = self.checkpoint_of(data);
+        self.sink
+            .write(&checkpoint, &self.step)
+            .map_err(StepError)?;
+        self.known
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(checkpoint);
+        Ok(())
+    }
+
+    /// Records `data` and returns only once it is on disk: what a money step
+    /// calls before its request leaves (the idempotency key).
+    pub async fn checkpoint_durable(&self, data: Value) -> Result<(), StepError> {
+        let checkpoint = self.checkpoint_of(data);
+        self.sink
+            .write_durable(&checkpoint, &self.step)
+            .await
+            .map_err(StepError)?;
+        self.known
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(checkpoint);
+        Ok(())
+    }
+
+    /// This step's acknowledged checkpoints, oldest first, of every attempt
+    /// (earlier runs of it included, on resume).
+    pub fn checkpoints(&self) -> Vec<Checkpoint> {
+        self.known
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Where money and uploads go, when the plan has a backend.
+    pub fn backend(&self) -> Option<&Arc<dyn Backend>> {
+        self.backend.as_ref()
+    }
+
+    /// Asks the person at the terminal; `--yes` answers yes, no terminal
+    /// and no `--yes` is a no.
+    pub fn confirm(&self, question: &str) -> bool {
+        self.confirm.confirm(question)
+    }
+
+    /// `--dry-upload`: list what would be uploaded, upload nothing.
+    pub fn dry_upload(&self) -> bool {
+        self.dry_upload
     }
 }
 

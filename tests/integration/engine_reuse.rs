@@ -298,6 +298,7 @@ id = "deploy"
 kind = "command"
 run = "echo deploying with {{ secret('DEPLOY_TOKEN') }} > /dev/null && echo done > out.txt"
 env = { TOKEN = "{{ secret('DEPLOY_TOKEN') }}" }
+inputs = ["plan.toml"]
 outputs = ["out.txt"]
 "#;
     let t = Test::new()

@@ -563,6 +563,7 @@ name = "nostore"
 id = "make"
 kind = "command"
 run = "echo made > made.txt"
+inputs = ["plan.toml"]
 outputs = ["made.txt"]
 "#,
     );

@@ -1,0 +1,127 @@
+//! How a step's outcome becomes its state, and how the states of a run
+//! become its exit code (DESIGN §9), by one documented order.
+//!
+//! # The order
+//!
+//! A run's exit code is the first of these that holds:
+//!
+//! 1. **10, canceled**: a signal or `plan stop` interrupted it, or a price
+//!    question was declined. The run did not finish; whatever else happened
+//!    is only part of the story, and a resume continues it.
+//! 2. **4, unauthorized**: the backend refused the token or a scope. Nothing
+//!    after it could run; fixing the token and resuming is the next step.
+//! 3. **5, model unreachable**: the model endpoint never answered.
+//! 4. **1, failed**: a step failed (or fail-fast stopped the run at one).
+//! 5. **2, incomplete**: everything ran, but something could not be judged
+//!    or finished (a gate INCOMPLETE, a budget stop with partial results).
+//! 6. **0**: every step succeeded or was reused.
+//!
+//! Environment problems (4, 5) outrank a failure because they explain it;
+//! a cancel outranks everything because the run is not over.
+
+use crate::exit_code;
+use crate::journal::run::{RunOutcome, StepState};
+use crate::steps::StepOutcome;
+
+/// The state a step is left in by an attempt's outcome, and its message.
+pub fn state_of(outcome: &StepOutcome) -> (StepState, Option<String>) {
+    match outcome {
+        StepOutcome::Succeeded => (StepState::Succeeded, None),
+        StepOutcome::Failed { message, .. } => (StepState::Failed, Some(message.clone())),
+        StepOutcome::Interrupted { message } => (StepState::Interrupted, Some(message.clone())),
+        StepOutcome::Incomplete { message } => (StepState::Incomplete, Some(message.clone())),
+        StepOutcome::Declined { message } => (StepState::Declined, Some(message.clone())),
+        StepOutcome::Unauthorized { message } => (StepState::Unauthorized, Some(message.clone())),
+        StepOutcome::ModelUnreachable { message } => {
+            (StepState::Unreachable, Some(message.clone()))
+        }
+    }
+}
+
+/// Whether an outcome stops the whole run (nothing new starts; what is left
+/// stays pending for a resume): the person said no, or the environment
+/// cannot serve any step.
+pub fn halts_run(state: StepState) -> bool {
+    matches!(
+        state,
+        StepState::Declined | StepState::Unauthorized | StepState::Unreachable
+    )
+}
+
+/// The run's outcome and exit code from its steps' states, by the order in
+/// the module doc. `interrupted`: a signal or `plan stop` came; `aborted`:
+/// fail-fast stopped it at a failure.
+pub fn run_outcome(
+    states: impl IntoIterator<Item = StepState>,
+    interrupted: bool,
+    aborted: bool,
+) -> (RunOutcome, u8) {
+    let mut seen = [false; 6];
+    for state in states {
+        match state {
+            StepState::Declined => seen[0] = true,
+            StepState::Unauthorized => seen[1] = true,
+            StepState::Unreachable => seen[2] = true,
+            StepState::Failed => seen[3] = true,
+            StepState::Incomplete => seen[4] = true,
+            // A step interrupted by fail-fast is part of a failed run.
+            StepState::Interrupted => seen[5] = true,
+            _ => {}
+        }
+    }
+    let [
+        declined,
+        unauthorized,
+        unreachable,
+        failed,
+        incomplete,
+        stopped,
+    ] = seen;
+    if interrupted {
+        (RunOutcome::Interrupted, exit_code::CANCELED)
+    } else if declined {
+        (RunOutcome::Declined, exit_code::CANCELED)
+    } else if unauthorized {
+        (RunOutcome::Unauthorized, exit_code::AUTH)
+    } else if unreachable {
+        (RunOutcome::Unreachable, exit_code::MODEL_UNREACHABLE)
+    } else if failed || aborted || stopped {
+        (RunOutcome::Failed, exit_code::FAILED)
+    } else if incomplete {
+        (RunOutcome::Incomplete, exit_code::INCOMPLETE)
+    } else {
+        (RunOutcome::Succeeded, exit_code::SUCCESS)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use StepState::{Declined, Failed, Incomplete, Reused, Succeeded, Unauthorized, Unreachable};
+
+    fn code(states: &[StepState], interrupted: bool) -> u8 {
+        run_outcome(states.iter().copied(), interrupted, false).1
+    }
+
+    #[test]
+    fn every_exit_code_follows_from_the_states_in_the_documented_order() {
+        assert_eq!(code(&[Succeeded, Reused], false), 0);
+        assert_eq!(code(&[Succeeded, Incomplete], false), 2);
+        assert_eq!(code(&[Incomplete, Failed], false), 1);
+        assert_eq!(code(&[Failed, Unreachable], false), 5);
+        assert_eq!(code(&[Unreachable, Unauthorized, Failed], false), 4);
+        assert_eq!(code(&[Unauthorized, Declined], false), 10);
+        assert_eq!(code(&[Succeeded], true), 10);
+        assert_eq!(
+            run_outcome([Succeeded], false, true).1,
+            1,
+            "fail-fast abort"
+        );
+    }
+
+    #[test]
+    fn only_environment_and_refusal_outcomes_halt_the_run() {
+        assert!(halts_run(Declined) && halts_run(Unauthorized) && halts_run(Unreachable));
+        assert!(!halts_run(Failed) && !halts_run(Incomplete));
+    }
+}
