@@ -153,9 +153,9 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
     );
 
     let concurrency = options.effective_concurrency();
-    // The launcher runs `concurrency` steps at once and keeps as many more
-    // queued, so a finished step's slot is refilled without waiting for
-    // gameplan. Under --fail-fast nothing may start after a failure, so
+    // A kind may run `concurrency` steps at once and keep as many more
+    // queued (the command kind's launcher does), so a finished step's slot
+    // is refilled without waiting for the dispatcher. Under --fail-fast nothing may start after a failure, so
     // nothing is queued ahead there.
     let in_flight = if options.fail_fast {
         concurrency

@@ -38,6 +38,8 @@
 //!   warning: the step did succeed, it only runs again next time).
 
 mod attempts;
+#[cfg(test)]
+mod crash_tests;
 pub mod dispatcher;
 pub mod journal_writer;
 pub mod keys;

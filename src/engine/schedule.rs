@@ -121,3 +121,108 @@ impl Schedule {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `a → b → c`, `d` alone, `e` (always) after `b`.
+    fn pipeline() -> Arc<Pipeline> {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("plan.toml");
+        let step = |id: &str, needs: &str, always: bool| {
+            format!(
+                "[[steps]]\nid = \"{id}\"\nkind = \"command\"\nrun = \"true\"\nneeds = [{needs}]\nalways = {always}\n"
+            )
+        };
+        let text = format!(
+            "version = 1\nname = \"s\"\n{}{}{}{}{}",
+            step("a", "", false),
+            step("b", "\"a\"", false),
+            step("c", "\"b\"", false),
+            step("d", "", false),
+            step("e", "\"b\"", true),
+        );
+        std::fs::write(&path, text).expect("plan");
+        let loaded = crate::plan::load(&path, &crate::plan::LoadOptions::default()).expect("loads");
+        Arc::new(crate::graph::expand(&loaded.plan).expect("expands"))
+    }
+
+    fn ids(schedule: &mut Schedule) -> Vec<String> {
+        let mut out = Vec::new();
+        while let Some(node) = schedule.pop_ready() {
+            out.push(schedule.pipeline.graph[node].id.clone());
+        }
+        out
+    }
+
+    fn node(schedule: &Schedule, id: &str) -> NodeIndex {
+        schedule.pipeline.find(id).expect("step")
+    }
+
+    #[test]
+    fn steps_without_needs_are_ready_first_in_declared_order() {
+        let mut schedule = Schedule::new(pipeline());
+        schedule.initialize();
+        assert_eq!(ids(&mut schedule), ["a", "d"]);
+    }
+
+    #[test]
+    fn a_success_readies_what_needed_only_it() {
+        let mut schedule = Schedule::new(pipeline());
+        schedule.initialize();
+        let _ = ids(&mut schedule);
+        let a = node(&schedule, "a");
+        schedule.finish(a, StepState::Succeeded, false);
+        assert_eq!(ids(&mut schedule), ["b"]);
+        let b = node(&schedule, "b");
+        schedule.finish(b, StepState::Reused, false);
+        assert_eq!(ids(&mut schedule), ["c", "e"]);
+        assert!(schedule.skipped.is_empty());
+    }
+
+    #[test]
+    fn a_failure_skips_everything_below_it_but_always_steps() {
+        let mut schedule = Schedule::new(pipeline());
+        schedule.initialize();
+        let _ = ids(&mut schedule);
+        let a = node(&schedule, "a");
+        schedule.finish(a, StepState::Failed, false);
+        let skipped: Vec<&str> = schedule
+            .skipped
+            .iter()
+            .map(|n| schedule.pipeline.graph[*n].id.as_str())
+            .collect();
+        assert_eq!(skipped, ["b", "c"]);
+        // `e` needs the skipped `b` but is `always`: it runs.
+        assert_eq!(ids(&mut schedule), ["e"]);
+    }
+
+    #[test]
+    fn an_interrupted_step_holds_its_dependants_unless_settled_by_fail_fast() {
+        let mut schedule = Schedule::new(pipeline());
+        schedule.initialize();
+        let _ = ids(&mut schedule);
+        let a = node(&schedule, "a");
+        schedule.finish(a, StepState::Interrupted, false);
+        assert!(ids(&mut schedule).is_empty());
+        assert!(schedule.skipped.is_empty(), "pending for the resume");
+
+        let mut schedule = Schedule::new(pipeline());
+        schedule.initialize();
+        let _ = ids(&mut schedule);
+        schedule.finish(a, StepState::Interrupted, true);
+        assert_eq!(schedule.skipped.len(), 2, "b and c");
+    }
+
+    #[test]
+    fn a_resume_starts_from_the_restored_states() {
+        let mut schedule = Schedule::new(pipeline());
+        let a = node(&schedule, "a");
+        let d = node(&schedule, "d");
+        schedule.states[a.index()] = StepState::Succeeded;
+        schedule.states[d.index()] = StepState::Succeeded;
+        schedule.initialize();
+        assert_eq!(ids(&mut schedule), ["b"]);
+    }
+}

@@ -328,3 +328,72 @@ outputs = ["out.txt"]
         "{out}"
     );
 }
+
+/// Issue 8, item 1: `proc` needs `fetch` (`reuse = false`) and reads its
+/// output without listing it: it re-runs exactly when `fetch` produced other
+/// bytes, and is reused when `fetch` ran again but produced the same.
+#[test]
+fn issue8_item1_a_step_below_a_never_reused_step_follows_its_output() {
+    let t = Test::new()
+        .file(
+            "plan.toml",
+            r#"version = 1
+name = "cutoff"
+
+[[steps]]
+id = "fetch"
+kind = "command"
+run = "cp remote.txt data.txt"
+reuse = false
+outputs = ["data.txt"]
+
+[[steps]]
+id = "proc"
+kind = "command"
+run = "cp data.txt processed.txt && echo proc >> ran.log"
+needs = ["fetch"]
+outputs = ["processed.txt"]
+"#,
+        )
+        .file("remote.txt", "v1\n");
+    t.run(&["plan", "run", "plan.toml"]).code(0);
+    assert_eq!(t.read("processed.txt"), "v1\n");
+
+    t.write("remote.txt", "v2\n");
+    let out = t.run(&["plan", "run", "plan.toml", "--json"]);
+    out.code(0);
+    assert_eq!(by_step(&out.json(), "state")["proc"], "succeeded", "{out}");
+    assert_eq!(t.read("processed.txt"), "v2\n", "stale output reused");
+
+    // `fetch` runs again and brings the same bytes: nothing below it runs.
+    let out = t.run(&["plan", "run", "plan.toml", "--json"]);
+    let states = by_step(&out.json(), "state");
+    assert_eq!(states["fetch"], "succeeded");
+    assert_eq!(states["proc"], "reused", "{out}");
+    assert_eq!(t.read("ran.log"), "proc\nproc\n");
+}
+
+/// Issue 8, item 2: a step that declares no inputs and needs nothing is
+/// never reused (its file broke, it must say so), and explain says why.
+#[test]
+fn issue8_item2_a_step_with_no_inputs_and_no_needs_always_runs() {
+    let t = Test::new()
+        .file(
+            "plan.toml",
+            r#"version = 1
+name = "noinputs"
+
+[[steps]]
+id = "test"
+kind = "command"
+run = "grep -q fine status.txt"
+"#,
+        )
+        .file("status.txt", "fine\n");
+    t.run(&["plan", "run", "plan.toml"]).code(0);
+    t.write("status.txt", "broken\n");
+    t.run(&["plan", "run", "plan.toml"]).code(1);
+    t.run(&["plan", "explain", "plan.toml"])
+        .code(0)
+        .stdout_has("declares no `inputs`");
+}
