@@ -9,7 +9,7 @@ impl SchemaName {
     /// The schema as checked in under `schemas/`: pretty JSON, trailing newline.
     pub fn text(self) -> String {
         match self {
-            SchemaName::Plan => schema_json::<crate::plan::raw::RawPlan>(),
+            SchemaName::Plan => pretty(&crate::plan::schema::plan_schema()),
             SchemaName::Run => schema_json::<crate::report::run::RunReport>(),
         }
     }
@@ -28,7 +28,12 @@ fn schema_json<T: schemars::JsonSchema>() -> String {
     let schema = schemars::generate::SchemaSettings::draft2020_12()
         .into_generator()
         .into_root_schema_for::<T>();
-    let mut text = serde_json::to_string_pretty(&schema).unwrap_or_default();
+    pretty(&serde_json::to_value(&schema).unwrap_or_default())
+}
+
+/// Pretty JSON with a trailing newline, as checked in.
+fn pretty(value: &serde_json::Value) -> String {
+    let mut text = serde_json::to_string_pretty(value).unwrap_or_default();
     text.push('\n');
     text
 }

@@ -5,6 +5,7 @@
 
 pub mod decode;
 pub mod diagnostic;
+pub mod kinds;
 pub mod load;
 pub mod model;
 pub mod node;

@@ -81,6 +81,8 @@ pub struct Game {
     pub inputs: Vec<String>,
     pub action_timeout_secs: u64,
     pub stuck_after: u64,
+    /// Environment for a stdio game, beyond PATH, HOME, LANG and TMPDIR.
+    pub env: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize)]
@@ -222,6 +224,8 @@ pub enum Params {
     Simulate {
         games: u64,
         strategies: Vec<String>,
+        workers: u64,
+        max_steps: u64,
         seed: Option<i64>,
     },
     None,

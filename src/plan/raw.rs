@@ -164,6 +164,9 @@ pub struct RawGame {
     pub action_timeout: Option<Spanned<u64>>,
     /// Actions with no change before a `stuck` finding (default 8).
     pub stuck_after: Option<Spanned<u64>>,
+    /// stdio: environment variables for the game, beyond PATH, HOME, LANG and TMPDIR.
+    #[schemars(default)]
+    pub env: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, JsonSchema, serde::Serialize)]
@@ -194,6 +197,7 @@ impl Decode for RawGame {
         let inputs = t.optional("inputs", diags);
         let action_timeout = t.optional("action_timeout", diags);
         let stuck_after = t.optional("stuck_after", diags);
+        let env = t.optional("env", diags);
         t.finish(diags);
         if driver_unreadable {
             return None;
@@ -206,6 +210,7 @@ impl Decode for RawGame {
             inputs: inputs.unwrap_or_default(),
             action_timeout,
             stuck_after,
+            env: env.unwrap_or_default(),
         })
     }
 }
@@ -585,10 +590,7 @@ impl StepKind {
 
     /// Steps that move money: never retried, because a retry could charge twice.
     pub fn moves_money(self) -> bool {
-        matches!(
-            self,
-            StepKind::Estimate | StepKind::Register | StepKind::Finish
-        )
+        super::kinds::row(self).moves_money
     }
 }
 
@@ -623,6 +625,8 @@ pub enum RawParams {
     Simulate {
         games: Option<u64>,
         strategies: Vec<Spanned<String>>,
+        workers: Option<Spanned<u64>>,
+        max_steps: Option<Spanned<u64>>,
         seed: Option<i64>,
     },
     /// estimate, register, deliver, aggregate, finish: no keys of their own.
@@ -766,24 +770,14 @@ impl Decode for RawStep {
             Some(StepKind::Simulate) => RawParams::Simulate {
                 games: t.optional("games", diags),
                 strategies: t.optional("strategies", diags).unwrap_or_default(),
+                workers: t.optional("workers", diags),
+                max_steps: t.optional("max_steps", diags),
                 seed: t.optional("seed", diags),
             },
             Some(_) => RawParams::None,
             // Unknown kind: already reported; don't pile "unknown key" on top.
             None => {
-                for key in [
-                    "run",
-                    "argv",
-                    "inputs",
-                    "outputs",
-                    "cwd",
-                    "persona",
-                    "controller",
-                    "seed",
-                    "gate",
-                    "games",
-                    "strategies",
-                ] {
+                for key in super::kinds::every_own_key() {
                     t.entry(key);
                 }
                 RawParams::None

@@ -9,7 +9,74 @@ use std::borrow::Cow;
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde_json::{Map, Value, json};
 
-use super::raw::{RawStep, StepKind};
+use super::raw::{RawPlan, RawStep, StepKind};
+
+/// The plan schema as checked in: generated from the raw types, with every
+/// place that takes a number or a boolean also taking a template string
+/// (gameplan renders `{{ vars.seed }}` before it reads the value, so an
+/// editor must not mark the shipped demo red).
+pub fn plan_schema() -> Value {
+    let schema = schemars::generate::SchemaSettings::draft2020_12()
+        .into_generator()
+        .into_root_schema_for::<RawPlan>();
+    let mut value = serde_json::to_value(&schema).unwrap_or_default();
+    accept_templates(&mut value);
+    // A table of values; schemars derives its default from the Vec that
+    // holds it in order.
+    if let Some(Value::Object(vars)) = value.pointer_mut("/properties/vars") {
+        vars.remove("default");
+    }
+    if let Value::Object(root) = &mut value {
+        let defs = root
+            .entry("$defs")
+            .or_insert_with(|| Value::Object(Map::new()));
+        if let Value::Object(defs) = defs {
+            defs.insert(
+                "Template".into(),
+                json!({
+                    "description": "A minijinja template, rendered when the plan loads: `{{ vars.NAME }}`, `{{ env.NAME }}`, `{{ secret(\"NAME\") }}`.",
+                    "type": "string",
+                    "pattern": "\\{\\{"
+                }),
+            );
+        }
+    }
+    value
+}
+
+/// Where a subschema is `"type": "integer" | "number" | "boolean"` (alone or
+/// with `null`), lets a template string stand there too.
+fn accept_templates(value: &mut Value) {
+    match value {
+        Value::Object(fields) => {
+            let typed = match fields.get("type") {
+                Some(Value::String(t)) => matches!(t.as_str(), "integer" | "number" | "boolean"),
+                Some(Value::Array(ts)) => {
+                    ts.iter()
+                        .any(|t| matches!(t.as_str(), Some("integer" | "number" | "boolean")))
+                        && ts.iter().all(|t| t.as_str() != Some("string"))
+                }
+                _ => false,
+            };
+            for v in fields.values_mut() {
+                accept_templates(v);
+            }
+            if typed {
+                let description = fields.remove("description");
+                let original = Value::Object(std::mem::take(fields));
+                fields.insert(
+                    "anyOf".into(),
+                    json!([original, {"$ref": "#/$defs/Template"}]),
+                );
+                if let Some(d) = description {
+                    fields.insert("description".into(), d);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(accept_templates),
+        _ => {}
+    }
+}
 
 impl JsonSchema for RawStep {
     fn schema_name() -> Cow<'static, str> {
@@ -18,7 +85,6 @@ impl JsonSchema for RawStep {
 
     fn json_schema(_: &mut SchemaGenerator) -> Schema {
         let string = json!({"type": "string"});
-        let strings = json!({"type": "array", "items": {"type": "string"}});
         let id = json!({"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]*$"});
         let common = json!({
             "id": {"description": "Unique step id.", "type": "string", "pattern": "^[a-z0-9][a-z0-9_-]*$"},
@@ -40,29 +106,16 @@ impl JsonSchema for RawStep {
             "env": {"description": "Environment variables for the step.", "type": "object", "additionalProperties": string}
         });
         let own = |kind: StepKind| -> Value {
-            match kind {
-                StepKind::Command => json!({
-                    "run": {"description": "A shell command (run with sh -c).", "type": "string"},
-                    "argv": {"description": "A program and its arguments, run without a shell.", "type": "array", "items": string, "minItems": 1},
-                    "inputs": {"description": "Globs of files whose content the result depends on.", "type": "array", "items": string},
-                    "outputs": {"description": "Globs of files the step produces; stored and restored on reuse.", "type": "array", "items": string},
-                    "cwd": {"description": "Working directory, inside the repo.", "type": "string"}
-                }),
-                StepKind::Play => json!({
-                    "persona": {"type": "string"},
-                    "controller": {"type": "string", "enum": ["standard", "jev", "rune"]},
-                    "seed": {"type": "integer"}
-                }),
-                StepKind::Gate => {
-                    json!({"gate": {"description": "The gate this step judges.", "type": "string"}})
+            let mut keys = Map::new();
+            for key in super::kinds::row(kind).keys {
+                let mut schema: Value =
+                    serde_json::from_str(key.schema).unwrap_or_else(|_| json!({}));
+                if let Value::Object(fields) = &mut schema {
+                    fields.insert("description".into(), json!(key.doc));
                 }
-                StepKind::Simulate => json!({
-                    "games": {"description": "How many seeded games.", "type": "integer", "minimum": 1},
-                    "strategies": strings,
-                    "seed": {"type": "integer"}
-                }),
-                _ => json!({}),
+                keys.insert(key.name.into(), schema);
             }
+            Value::Object(keys)
         };
         let variants: Vec<Value> = StepKind::ALL
             .iter()
@@ -75,6 +128,7 @@ impl JsonSchema for RawStep {
                 }
                 json!({
                     "title": format!("{name} step"),
+                    "description": super::kinds::row(*kind).doc,
                     "type": "object",
                     "properties": properties,
                     "required": ["id", "kind"],

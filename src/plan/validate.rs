@@ -12,7 +12,7 @@ use super::decode::Spanned;
 use super::diagnostic::{Diagnostic, Diagnostics, did_you_mean, one_of};
 use super::model::{
     Axis, Backend, BackendKind, Budget, Card, Controller, Driver, Game, Gate, Judge, Lens,
-    LensKind, LensOver, Params, Persona, Plan, Player, Program, Step, StepKind,
+    LensKind, LensOver, Params, Persona, Plan, Player, Program, Step,
 };
 use super::raw::{RawAxis, RawLens, RawMatrix, RawParams, RawPersona, RawPlan, RawPlayer, RawStep};
 use super::source::{Source, Span};
@@ -271,7 +271,7 @@ impl Validator<'_> {
                 steps
                     .value
                     .iter()
-                    .find(|s| matches!(s.kind.value, StepKind::Play | StepKind::Simulate))
+                    .find(|s| super::kinds::row(s.kind.value).plays)
                     .map(|s| s.kind.span)
             },
         );
@@ -436,6 +436,7 @@ impl Validator<'_> {
             inputs: g.inputs.iter().map(|i| i.value.clone()).collect(),
             action_timeout_secs: g.action_timeout.as_ref().map_or(10, |t| t.value),
             stuck_after: g.stuck_after.as_ref().map_or(8, |t| t.value),
+            env: g.env.clone(),
         })
     }
 
@@ -786,8 +787,32 @@ impl Validator<'_> {
             RawParams::Simulate {
                 games,
                 strategies,
+                workers,
+                max_steps,
                 seed,
             } => {
+                for (key, value) in [("workers", workers), ("max_steps", max_steps)] {
+                    if let Some(v) = value.as_ref().filter(|v| v.value == 0) {
+                        self.push(
+                            Diagnostic::new(
+                                "plan::invalid_value",
+                                format!("`{key}` must be at least 1"),
+                            )
+                            .at(v.span)
+                            .label("zero"),
+                        );
+                    }
+                }
+                for strategy in strategies {
+                    if !matches!(strategy.value.as_str(), "random" | "explorer") {
+                        self.push(
+                            Diagnostic::new("plan::invalid_value", format!("unknown strategy `{}`", strategy.value))
+                                .at(strategy.span)
+                                .label("not a strategy")
+                                .help("simulate plays with player kinds that need no model: `random` or `explorer`"),
+                        );
+                    }
+                }
                 if *games == Some(0) {
                     self.push(
                         Diagnostic::new("plan::invalid_value", "`games` must be at least 1")
@@ -797,7 +822,13 @@ impl Validator<'_> {
                 }
                 Params::Simulate {
                     games: games.unwrap_or(100),
-                    strategies: strategies.iter().map(|x| x.value.clone()).collect(),
+                    strategies: if strategies.is_empty() {
+                        vec!["random".to_owned()]
+                    } else {
+                        strategies.iter().map(|x| x.value.clone()).collect()
+                    },
+                    workers: workers.as_ref().map_or(2, |w| w.value),
+                    max_steps: max_steps.as_ref().map_or(50, |m| m.value),
                     seed: *seed,
                 }
             }
@@ -809,7 +840,7 @@ impl Validator<'_> {
             needs: s.needs.iter().map(|n| n.value.clone()).collect(),
             matrix,
             per: s.per.as_ref().map(|p| p.value.clone()),
-            always: s.always || kind == StepKind::Finish,
+            always: s.always || super::kinds::row(kind).always,
             pool: s.pool.as_ref().map(|p| p.value.clone()),
             timeout_secs: s.timeout.as_ref().map(|t| t.value),
             retries,
