@@ -3,7 +3,10 @@
 //! The binary is a thin shell over [`run`]; everything is testable in-process.
 //! Module map (arrows = "uses"): `cli → plan, graph, engine, report`;
 //! `graph → plan`; `engine → graph, steps, journal, reuse, report`;
-//! `steps → reuse`.
+//! `steps → backend, reuse, journal (checkpoint records)`; `plan → template`;
+//! `report → plan (diagnostics), journal (states)`; `suggest` is used by
+//! `plan` and `template`. `report` never calls into `engine`: the engine
+//! fills in `report::run`'s types and `report` renders them.
 
 pub mod backend;
 pub mod cli;

@@ -157,11 +157,8 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
     // queued (the command kind's launcher does), so a finished step's slot
     // is refilled without waiting for the dispatcher. Under --fail-fast nothing may start after a failure, so
     // nothing is queued ahead there.
-    let in_flight = if options.fail_fast {
-        concurrency
-    } else {
-        concurrency * 2
-    };
+    let queue_factor: u32 = if options.fail_fast { 1 } else { 2 };
+    let in_flight = concurrency * queue_factor as usize;
     let pools: BTreeMap<String, Arc<Semaphore>> = loaded
         .plan
         .pools
@@ -260,7 +257,10 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
             // Slots are handed out here, in declared order, and only after the
             // dispatcher has seen how the previous holder ended: fail-fast then
             // starts nothing after a failure.
-            let Ok(permit) = Arc::clone(&shared.global).try_acquire_owned() else {
+            // A step of a kind that does not queue ahead takes the room of
+            // every step that may wait per running one.
+            let weight = if kind.queues_ahead() { 1 } else { queue_factor };
+            let Ok(permit) = Arc::clone(&shared.global).try_acquire_many_owned(weight) else {
                 keys.insert(node, Ok(key));
                 pool_full.push(node);
                 break;

@@ -87,6 +87,10 @@ impl Kind for Command {
     fn kill_now(&self) {
         kill_all_groups();
     }
+
+    fn queues_ahead(&self) -> bool {
+        true
+    }
 }
 
 /// How long a stopped step gets between SIGTERM and SIGKILL.

@@ -89,6 +89,14 @@ pub trait Kind: Send + Sync {
 
     /// A second Ctrl-C: take down whatever this kind started, at once.
     fn kill_now(&self) {}
+
+    /// Whether the kind keeps started work queued itself (the command
+    /// kind's launcher starts a queued step the moment a slot frees), so the
+    /// engine may hand it more steps than run at once. Other kinds' steps
+    /// each take a full slot.
+    fn queues_ahead(&self) -> bool {
+        false
+    }
 }
 
 /// What a kind says of reusing its result.
