@@ -24,7 +24,7 @@ use crate::backend::Backend;
 use crate::graph::Pipeline;
 use crate::journal::Journal;
 use crate::journal::run::{
-    Checkpoint, EVENTS_VERSION, Event, PlannedStep, RunDir, RunHistory, StepState,
+    Checkpoint, EVENTS_VERSION, Event, PlannedStep, RecordedOptions, RunDir, RunHistory, StepState,
 };
 use crate::plan::model::Plan;
 use crate::report::progress::Progress;
@@ -92,6 +92,11 @@ fn open_journal(
                     started_at: now(),
                     gameplan: env!("CARGO_PKG_VERSION").to_owned(),
                     steps: planned_steps(pipeline),
+                    options: RecordedOptions {
+                        no_reuse: options.no_reuse,
+                        fail_fast: options.fail_fast,
+                        dry_upload: options.dry_upload,
+                    },
                 })
                 .map_err(journal_error)?;
             Ok((journal, None))
@@ -137,13 +142,20 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
         loaded,
         pipeline,
         state_dir,
-        options,
+        mut options,
         env,
         resume_hint,
         kinds,
         confirm,
         ..
     } = request;
+    if let Some(history) = &history {
+        // A resume does what the run was started to do; a flag given now
+        // can add to that, never take it away.
+        options.no_reuse |= history.options.no_reuse;
+        options.fail_fast |= history.options.fail_fast;
+        options.dry_upload |= history.options.dry_upload;
+    }
     let resumed = history.is_some();
     progress.run_started(
         &run_id,

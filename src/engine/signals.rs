@@ -24,7 +24,9 @@ impl Cancelled {
     }
 }
 
-/// Listens for SIGINT and SIGTERM for the life of the runtime.
+/// Listens for SIGINT, SIGTERM and SIGHUP for the life of the runtime. A
+/// closed terminal or a lost SSH session (SIGHUP) stops the run like
+/// SIGTERM: journaled, resumable, exit 10, never steps left unsupervised.
 /// `stops`: every channel a signal flips (the ordinary stop, and the one
 /// that also stops `always` steps).
 pub fn listen(
@@ -33,9 +35,10 @@ pub fn listen(
     progress: Progress,
     kinds: Arc<Kinds>,
 ) {
-    let (Ok(mut interrupt), Ok(mut terminate)) = (
+    let (Ok(mut interrupt), Ok(mut terminate), Ok(mut hangup)) = (
         signal(SignalKind::interrupt()),
         signal(SignalKind::terminate()),
+        signal(SignalKind::hangup()),
     ) else {
         return;
     };
@@ -45,6 +48,7 @@ pub fn listen(
             let name = tokio::select! {
                 _ = interrupt.recv() => { interrupts += 1; "Ctrl-C" }
                 _ = terminate.recv() => "SIGTERM",
+                _ = hangup.recv() => "SIGHUP (the terminal closed)",
             };
             if interrupts >= 2 {
                 // The user insists: take every step's process group down and go.

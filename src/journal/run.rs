@@ -108,6 +108,18 @@ pub struct Checkpoint {
     pub data: serde_json::Value,
 }
 
+/// The `plan run` flags that decide what a run does, recorded so that a
+/// resume does the same (a `--no-reuse` run stays one).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordedOptions {
+    #[serde(default)]
+    pub no_reuse: bool,
+    #[serde(default)]
+    pub fail_fast: bool,
+    #[serde(default)]
+    pub dry_upload: bool,
+}
+
 /// One journal record.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
@@ -124,6 +136,9 @@ pub enum Event {
         started_at: String,
         gameplan: String,
         steps: Vec<PlannedStep>,
+        /// The options the run was started with, which a resume keeps.
+        #[serde(default)]
+        options: RecordedOptions,
     },
     RunResumed {
         at: String,
@@ -187,6 +202,7 @@ pub struct RunHistory {
     pub vars: Vec<(String, String)>,
     pub started_at: String,
     pub steps: Vec<PlannedStep>,
+    pub options: RecordedOptions,
     pub records: BTreeMap<String, StepRecord>,
     /// Each step's checkpoints, oldest first.
     pub checkpoints: BTreeMap<String, Vec<Checkpoint>>,
@@ -229,6 +245,7 @@ impl RunHistory {
             vars,
             started_at,
             steps,
+            options,
             ..
         }) = events.next()
         else {
@@ -250,6 +267,7 @@ impl RunHistory {
             vars,
             started_at,
             steps,
+            options,
             records: BTreeMap::new(),
             checkpoints: BTreeMap::new(),
             stopped: None,
@@ -407,6 +425,7 @@ mod tests {
             started_at: "t".into(),
             gameplan: "0".into(),
             steps: vec![],
+            options: RecordedOptions::default(),
         }
     }
 

@@ -223,8 +223,23 @@ pub fn argv(program: &Program) -> Vec<String> {
     }
 }
 
+/// Words that only the shell understands: its builtins (which have no
+/// program to exec, or one that cannot change the shell's own state) and
+/// keywords.
+const SHELL_ONLY: &[&str] = &[
+    ".", "alias", "bg", "break", "case", "cd", "command", "continue", "eval", "exec", "exit",
+    "export", "fg", "for", "getopts", "hash", "if", "jobs", "local", "read", "readonly", "return",
+    "set", "shift", "source", "times", "trap", "type", "ulimit", "umask", "unalias", "unset",
+    "until", "wait", "while", "!", "{",
+];
+
 fn is_simple(line: &str) -> bool {
-    !line.trim().is_empty()
+    let Some(first) = line.split_whitespace().next() else {
+        return false;
+    };
+    // `FOO=bar cmd` is an assignment for the shell, not a program named `FOO=bar`.
+    !first.contains('=')
+        && !SHELL_ONLY.contains(&first)
         && line
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || " \t-_./,:=+@%".contains(c))
@@ -478,6 +493,28 @@ mod tests {
         assert_eq!(
             argv(&Program::Shell("echo 'x y'".into())),
             ["sh", "-c", "echo 'x y'"]
+        );
+    }
+
+    /// Issue 8, item 23: assignments and builtins go to the shell.
+    #[test]
+    fn issue8_item23_assignments_and_builtins_go_to_the_shell() {
+        for line in [
+            "FOO=bar env",
+            "exit 0",
+            "cd src",
+            "export A=1",
+            ". ./env.sh",
+        ] {
+            assert_eq!(
+                argv(&Program::Shell(line.into())),
+                ["sh", "-c", line],
+                "{line}"
+            );
+        }
+        assert_eq!(
+            argv(&Program::Shell("env FOO=bar".into())),
+            ["env", "FOO=bar"]
         );
     }
 }

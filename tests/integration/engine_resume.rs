@@ -641,3 +641,56 @@ fn a_resume_after_the_plan_changed_is_refused_but_a_comment_does_not_count() {
     assert_eq!(resumed.code(0).json()["run_id"], run_id.as_str());
     assert!(t.path("after.done").exists());
 }
+
+/// Issue 8, item 8: closing the terminal (SIGHUP) stops the run like SIGTERM:
+/// exit 10, the step stopped, and the run resumable.
+#[test]
+fn issue8_item8_sighup_stops_the_run_resumably() {
+    let t = Test::new().file("plan.toml", TIDY);
+    let gameplan = t.spawn(&["plan", "run", "plan.toml"]);
+    let group = step_group(&t, "tidy.pid");
+    gameplan.signal(Signal::SIGHUP);
+    let out = gameplan.wait();
+    out.code(10).stderr_has("SIGHUP");
+    assert_group_gone(group);
+    t.run(&["plan", "status"]).code(0).stdout_has("interrupted");
+}
+
+/// Issue 8, item 19: a `--no-reuse` run resumed after `kill -9` stays a
+/// `--no-reuse` run: what it had not yet run is run, not reused.
+#[test]
+fn issue8_item19_a_resume_keeps_the_options_the_run_started_with() {
+    const PLAN: &str = r#"version = 1
+name = "noreuse"
+
+[[steps]]
+id = "slow"
+kind = "command"
+run = "echo $$ > slow.pid; sleep $(cat delay)"
+inputs = ["delay"]
+
+[[steps]]
+id = "d"
+kind = "command"
+run = "echo d >> ran.log"
+inputs = ["src.txt"]
+needs = ["slow"]
+"#;
+    let t = Test::new()
+        .file("plan.toml", PLAN)
+        .file("src.txt", "x\n")
+        .file("delay", "0");
+    t.run(&["plan", "run", "plan.toml"]).code(0);
+    t.write("delay", "30");
+    t.write("slow.pid", "");
+    let gameplan = t.spawn_in_group(&["plan", "run", "plan.toml", "--no-reuse"]);
+    wait_until("`slow` to start", SOON, || {
+        !t.read("slow.pid").trim().is_empty()
+    });
+    let _ = kill_everything(gameplan);
+    t.write("delay", "0");
+    let out = t.run(&["plan", "resume", "--json"]);
+    out.code(0);
+    assert_eq!(by_step(&out.json(), "state")["d"], "succeeded", "{out}");
+    assert_eq!(t.read("ran.log"), "d\nd\n");
+}

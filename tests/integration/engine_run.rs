@@ -602,3 +602,37 @@ env = { PATH = "tools:/usr/bin:/bin" }
     t.run(&["plan", "run", "plan.toml"]).code(0);
     assert_eq!(t.read("greeting.txt"), "hello world\n");
 }
+
+/// Issue 8, item 23: a line starting with an assignment or a shell builtin
+/// runs (through the shell), instead of failing to exec a program of that name.
+#[test]
+fn issue8_item23_assignments_and_builtins_run() {
+    let t = Test::new()
+        .file(
+            "plan.toml",
+            r#"version = 1
+name = "builtins"
+
+[[steps]]
+id = "assign"
+kind = "command"
+run = "FOO=bar env"
+
+[[steps]]
+id = "exit"
+kind = "command"
+run = "exit 0"
+
+[[steps]]
+id = "cd"
+kind = "command"
+run = "cd src"
+"#,
+        )
+        .file("src/keep", "");
+    let out = t.run(&["plan", "run", "plan.toml", "--json"]);
+    out.code(0);
+    let run_id = out.json()["run_id"].as_str().expect("run id").to_owned();
+    let log = t.read(&format!(".gameplan/runs/{run_id}/steps/assign/stdout.log"));
+    assert!(log.lines().any(|l| l == "FOO=bar"), "{log}");
+}
