@@ -93,7 +93,8 @@ pub async fn run_instance(
     // the next step should not wait for our bookkeeping.
     drop(permits);
     finished.last_attempt = cx.attempt;
-    finished.duration_ms = elapsed_ms(started);
+    // From when its work began: the wait for a slot is not the step's time.
+    finished.duration_ms = elapsed_ms(io.started_at().unwrap_or(started));
     if outcome == StepOutcome::Succeeded {
         match keep_result(&cx, kind, key.as_ref(), &keeper) {
             Ok((digest, outputs)) => {
@@ -163,7 +164,10 @@ async fn attempts(
                 message: format!("cannot write the journal: {e}"),
             };
         }
-        keeper.progress.step_started(&cx.instance.id, cx.attempt);
+        if !kind.queues_ahead() {
+            // Its work begins now; a kind that queues says when it does.
+            io.mark_started();
+        }
         let outcome = kind.run(cx, io).await;
         let may_retry = cx.attempt <= base.last.saturating_add(retries) && !*cx.cancel.borrow();
         if matches!(outcome, StepOutcome::Failed { .. }) && may_retry {

@@ -557,6 +557,8 @@ impl Run {
 
     fn io(&self, node: NodeIndex) -> StepIo {
         let id = &self.pipeline.graph[node].id;
+        let progress = self.shared.keeper.progress.clone();
+        let started_id = id.clone();
         StepIo::new(
             Arc::new(self.shared.keeper.journal.clone()),
             id.clone(),
@@ -565,6 +567,7 @@ impl Run {
             Arc::clone(&self.shared.confirm),
             self.shared.dry_upload,
         )
+        .on_start(move |attempt| progress.step_started(&started_id, attempt))
     }
 
     fn abort(&mut self, cause: String) {

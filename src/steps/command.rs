@@ -48,9 +48,9 @@ impl Kind for Command {
         reuse_key(cx)
     }
 
-    fn run<'a>(&'a self, cx: &'a StepContext, _io: &'a StepIo) -> BoxFuture<'a, StepOutcome> {
+    fn run<'a>(&'a self, cx: &'a StepContext, io: &'a StepIo) -> BoxFuture<'a, StepOutcome> {
         Box::pin(async move {
-            match spawn_and_wait(cx, &self.launcher).await {
+            match spawn_and_wait(cx, &self.launcher, io).await {
                 Ok(outcome) => outcome,
                 Err(e) => StepOutcome::Failed {
                     exit_code: None,
@@ -310,6 +310,7 @@ fn io(what: &str, path: &Path) -> impl FnOnce(std::io::Error) -> StepError {
 async fn spawn_and_wait(
     cx: &StepContext,
     launcher: &LazyLauncher,
+    step_io: &StepIo,
 ) -> Result<StepOutcome, StepError> {
     let p = params(&cx.step)?;
     std::fs::create_dir_all(&cx.step_dir).map_err(io("create", &cx.step_dir))?;
@@ -356,6 +357,7 @@ async fn spawn_and_wait(
             return Ok(StepOutcome::Interrupted { message: "stopped before it started".into() });
         }
     };
+    step_io.mark_started();
     let group = Pid::from_raw(i32::try_from(pid).unwrap_or(i32::MAX));
     running_groups().insert(group.as_raw());
 

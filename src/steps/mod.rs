@@ -268,6 +268,10 @@ pub struct StepIo {
     pub(crate) backend: Option<Arc<dyn Backend>>,
     pub(crate) confirm: Arc<dyn Confirm>,
     pub(crate) dry_upload: bool,
+    /// When the current attempt's work really began (not when it was
+    /// queued), and who hears of it.
+    started: Mutex<Option<std::time::Instant>>,
+    on_start: Option<Box<dyn Fn(u32) + Send + Sync>>,
 }
 
 /// Where checkpoints go: the run's journal writer (a test double in tests).
@@ -299,12 +303,40 @@ impl StepIo {
             backend,
             confirm,
             dry_upload,
+            started: Mutex::new(None),
+            on_start: None,
         }
+    }
+
+    /// Calls `on_start` with the attempt number when an attempt's work begins.
+    #[must_use]
+    pub fn on_start(mut self, on_start: impl Fn(u32) + Send + Sync + 'static) -> StepIo {
+        self.on_start = Some(Box::new(on_start));
+        self
     }
 
     pub(crate) fn set_attempt(&self, attempt: u32) {
         self.attempt
             .store(attempt, std::sync::atomic::Ordering::SeqCst);
+        *self.started.lock().unwrap_or_else(PoisonError::into_inner) = None;
+    }
+
+    /// The attempt's work begins now (a process started, a game launched):
+    /// a step waiting for a slot is not yet started, and its time does not
+    /// count. Once per attempt.
+    pub fn mark_started(&self) {
+        let mut started = self.started.lock().unwrap_or_else(PoisonError::into_inner);
+        if started.is_none() {
+            *started = Some(std::time::Instant::now());
+            if let Some(on_start) = &self.on_start {
+                on_start(self.attempt.load(std::sync::atomic::Ordering::SeqCst));
+            }
+        }
+    }
+
+    /// When the current attempt's work began, if it has.
+    pub fn started_at(&self) -> Option<std::time::Instant> {
+        *self.started.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn checkpoint_of(&self, data: Value) -> Checkpoint {

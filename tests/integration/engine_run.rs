@@ -636,3 +636,46 @@ run = "cd src"
     let log = t.read(&format!(".gameplan/runs/{run_id}/steps/assign/stdout.log"));
     assert!(log.lines().any(|l| l == "FOO=bar"), "{log}");
 }
+
+/// Issue 8, item 18: with one slot, the fourth of four one-second cells
+/// starts when its process does, and its time is its own second, not the
+/// three it waited.
+#[test]
+fn issue8_item18_a_step_is_started_when_its_process_starts() {
+    let t = Test::new().file(
+        "plan.toml",
+        r#"version = 1
+name = "slots"
+
+[[steps]]
+id = "s"
+kind = "command"
+run = "sleep 1"
+matrix = { n = [1, 2, 3, 4] }
+"#,
+    );
+    let out = t.run(&["plan", "run", "plan.toml", "--concurrency", "1", "--json"]);
+    out.code(0);
+    let doc = out.json();
+    for step in doc["steps"].as_array().expect("steps") {
+        let ms = step["duration_ms"].as_u64().expect("duration");
+        assert!(
+            (900..1900).contains(&ms),
+            "{} took {ms} ms by the report (its own work is one second)\n{out}",
+            step["id"]
+        );
+    }
+    // The last cell's "started" line comes after about three seconds.
+    let line = out
+        .stderr
+        .lines()
+        .find(|l| l.contains("s[4]: started"))
+        .expect("a started line");
+    let at: f64 = line
+        .trim_start_matches('[')
+        .split('s')
+        .next()
+        .and_then(|n| n.trim().parse().ok())
+        .expect("a time");
+    assert!(at > 2.5, "s[4] said started at {at}s\n{out}");
+}
