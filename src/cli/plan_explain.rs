@@ -18,7 +18,7 @@ pub fn run(
         Err(code) => return code,
     };
     let state_dir = crate::engine::state_dir(&loaded.root, state_dir);
-    let decisions = crate::engine::preview::preview(&loaded, &pipeline, &state_dir, false);
+    let decisions = crate::engine::preview::preview(&loaded, &pipeline, &state_dir, false, &cx.env);
     if as_json {
         let mut doc = explain::explain_json(&loaded.plan.name, &pipeline, &decisions);
         loaded.redactor.redact_json(&mut doc);

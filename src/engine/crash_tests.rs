@@ -32,7 +32,7 @@ use crate::steps::{
 const PLAN: &str =
     "version = 1\nname = \"probe\"\n\n[[steps]]\nid = \"probe\"\nkind = \"register\"\n";
 /// Checkpoints the probe writes before it succeeds.
-const TOTAL: u64 = 40;
+const TOTAL: u64 = 200;
 
 struct Probe {
     dir: PathBuf,
@@ -155,7 +155,7 @@ fn kill_9_around_durable_checkpoints() {
         seed ^= seed << 13;
         seed ^= seed >> 7;
         seed ^= seed << 17;
-        Duration::from_millis(5 + seed % 120)
+        Duration::from_millis(seed % 80)
     };
     let child = || {
         Command::new(&exe)
@@ -179,6 +179,17 @@ fn kill_9_around_durable_checkpoints() {
         let acked_before = numbers(&dir.path().join("acks"));
         let received_before = lines(&dir.path().join("received")).len();
         let mut running = child();
+        // Wait until the child reaches the step (a fresh machine takes a
+        // while to start a test binary and open the journal), then kill it
+        // a seeded moment later: the kill lands among the checkpoints, not
+        // in the start-up, however slow the machine is.
+        let reached = std::time::Instant::now();
+        while lines(&dir.path().join("received")).len() == received_before
+            && reached.elapsed() < Duration::from_secs(20)
+            && running.try_wait().ok().flatten().is_none()
+        {
+            std::thread::sleep(Duration::from_millis(1));
+        }
         std::thread::sleep(next_delay());
         let _ = running.kill();
         let _ = running.wait();

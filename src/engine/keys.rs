@@ -31,6 +31,16 @@ pub struct KeyMaker<'a> {
 }
 
 impl KeyMaker<'_> {
+    /// What looks wrong in `node`'s settings, for `plan explain`.
+    pub fn warnings(&self, node: NodeIndex) -> Vec<String> {
+        let instance = self.pipeline.instance(node);
+        let step = &self.pipeline.steps[instance.step];
+        self.kinds
+            .get(instance.kind)
+            .map(|kind| kind.warnings(self.root, step))
+            .unwrap_or_default()
+    }
+
     /// The key of `node`, given the output digest of each step it needs
     /// (`None`: not run yet).
     ///

@@ -23,17 +23,17 @@ pub fn preview(
     pipeline: &Pipeline,
     state_dir: &Path,
     no_reuse: bool,
+    env: &BTreeMap<String, String>,
 ) -> Vec<Decision> {
     let store = Store::open(state_dir);
     let hashes = Mutex::new(FileHashCache::load(state_dir));
     let kinds = Kinds::for_run(RunSettings { concurrency: 1 });
-    let env = BTreeMap::new();
     let maker = KeyMaker {
         root: &loaded.root,
         plan: &loaded.plan,
         pipeline,
         hashes: &hashes,
-        env: &env,
+        env,
         redactor: &loaded.redactor,
         kinds: &kinds,
     };
@@ -46,45 +46,29 @@ pub fn preview(
     for &node in &pipeline.order {
         let instance = pipeline.instance(node);
         let step = &pipeline.steps[instance.step];
-        let decision = match maker.key(node, |need| outputs[need.index()].clone()) {
-            Err(e) => Decision {
-                reused: false,
-                key: None,
-                why: vec![format!("its inputs cannot be read: {}", e.0)],
-            },
-            Ok(Reuse::Never(why)) => Decision {
-                reused: false,
-                key: None,
-                why: vec![
+        let warnings = maker.warnings(node);
+        let mut decision = match maker.key(node, |need| outputs[need.index()].clone()) {
+            Err(e) => Decision::runs(None, vec![format!("its inputs cannot be read: {}", e.0)]),
+            Ok(Reuse::Never(why)) => Decision::runs(
+                None,
+                vec![
                     if kinds.get(instance.kind).is_some() && !why.contains("not built") {
                         format!("never reused: {why}")
                     } else {
                         why
                     },
                 ],
-            },
-            Ok(Reuse::AfterUpstream(why)) => Decision {
-                reused: false,
-                key: None,
-                why: vec![why],
-            },
+            ),
+            Ok(Reuse::AfterUpstream(why)) => Decision::runs(None, vec![why]),
             Ok(Reuse::Key(key)) => {
                 let digest = key.digest();
                 let entry = (!no_reuse && step.reuse)
                     .then(|| store.lookup(&digest))
                     .flatten();
                 if no_reuse {
-                    Decision {
-                        reused: false,
-                        key: Some(digest),
-                        why: vec!["--no-reuse".into()],
-                    }
+                    Decision::runs(Some(digest), vec!["--no-reuse".into()])
                 } else if !step.reuse {
-                    Decision {
-                        reused: false,
-                        key: Some(digest),
-                        why: vec!["`reuse = false`".into()],
-                    }
+                    Decision::runs(Some(digest), vec!["`reuse = false`".into()])
                 } else if let Some(entry) = entry {
                     outputs[node.index()] = Some(outputs_digest(
                         entry
@@ -92,11 +76,7 @@ pub fn preview(
                             .iter()
                             .map(|o| (o.path.as_str(), o.sha256.as_str())),
                     ));
-                    Decision {
-                        reused: true,
-                        key: Some(digest),
-                        why: Vec::new(),
-                    }
+                    Decision::reused(digest)
                 } else {
                     let why = match last_keys.get(&instance.id) {
                         None => vec!["it never succeeded before".to_owned()],
@@ -105,25 +85,16 @@ pub fn preview(
                         }
                         Some(previous) => why_not_reused(previous, &key),
                     };
-                    Decision {
-                        reused: false,
-                        key: Some(digest),
-                        why,
-                    }
+                    Decision::runs(Some(digest), why)
                 }
             }
         };
+        decision.warnings = warnings;
         decisions[node.index()] = Some(decision);
     }
     let _ = hashes.lock().map(|h| h.save());
     decisions
         .into_iter()
-        .map(|d| {
-            d.unwrap_or(Decision {
-                reused: false,
-                key: None,
-                why: Vec::new(),
-            })
-        })
+        .map(|d| d.unwrap_or(Decision::runs(None, Vec::new())))
         .collect()
 }

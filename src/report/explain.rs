@@ -14,9 +14,31 @@ pub struct Decision {
     pub key: Option<String>,
     /// Why it runs: changed inputs or settings, never ran, not reusable.
     pub why: Vec<String>,
+    /// What looks wrong in its settings (an input that matches no file).
+    pub warnings: Vec<String>,
 }
 
 impl Decision {
+    /// The step runs, for these reasons.
+    pub fn runs(key: Option<String>, why: Vec<String>) -> Decision {
+        Decision {
+            reused: false,
+            key,
+            why,
+            warnings: Vec::new(),
+        }
+    }
+
+    /// The step is reused from the result stored under `key`.
+    pub fn reused(key: String) -> Decision {
+        Decision {
+            reused: true,
+            key: Some(key),
+            why: Vec::new(),
+            warnings: Vec::new(),
+        }
+    }
+
     fn word(&self) -> &'static str {
         if self.reused { "reused" } else { "run" }
     }
@@ -47,7 +69,7 @@ pub fn explain_json(
                 .iter()
                 .map(|(k, v)| (k.clone(), v.clone().into()))
                 .collect();
-            json!({
+            let mut doc = json!({
                 "id": instance.id,
                 "step": step.id,
                 "kind": instance.kind,
@@ -57,7 +79,11 @@ pub fn explain_json(
                 "action": decision.word(),
                 "key": decision.key,
                 "why": decision.why,
-            })
+            });
+            if !decision.warnings.is_empty() {
+                doc["warnings"] = json!(decision.warnings);
+            }
+            doc
         })
         .collect();
     json!({ "plan": plan_name, "steps": steps })
@@ -95,6 +121,9 @@ pub fn explain_text(plan_name: &str, pipeline: &Pipeline, decisions: &[Decision]
             }
         } else if !decision.why.is_empty() {
             let _ = writeln!(out, "      runs: {}", decision.why.join("; "));
+        }
+        for warning in &decision.warnings {
+            let _ = writeln!(out, "      warning: {warning}");
         }
     }
     out

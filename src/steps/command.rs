@@ -7,6 +7,7 @@
 //! then SIGKILL after a grace period, so no orphan survives. A failed step
 //! reports the last lines of its log.
 
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
@@ -91,6 +92,18 @@ impl Kind for Command {
     fn queues_ahead(&self) -> bool {
         true
     }
+
+    fn warnings(&self, root: &Path, step: &Step) -> Vec<String> {
+        let Ok(p) = params(step) else {
+            return Vec::new();
+        };
+        p.inputs
+            .iter()
+            .filter(|i| !i.starts_with('$'))
+            .filter(|i| expand(root, std::slice::from_ref(*i)).is_ok_and(|f| f.is_empty()))
+            .map(|i| format!("input `{i}` matches no file"))
+            .collect()
+    }
 }
 
 /// How long a stopped step gets between SIGTERM and SIGKILL.
@@ -174,7 +187,21 @@ fn reuse_key(cx: &KeyContext<'_>) -> Result<Reuse, StepError> {
             "cell": cx.instance.cell,
         }),
     );
-    let files = expand(cx.root, p.inputs)?;
+    // `"$NAME"` keys on an environment variable's value (absent is a value
+    // too); a secret's value is redacted by the key maker before hashing.
+    let (variables, patterns): (Vec<&String>, Vec<&String>) =
+        p.inputs.iter().partition(|i| i.starts_with('$'));
+    if !variables.is_empty()
+        && let serde_json::Value::Object(settings) = &mut key.settings
+    {
+        let values: BTreeMap<&str, Option<&String>> = variables
+            .iter()
+            .map(|v| (&v[1..], cx.env.get(&v[1..])))
+            .collect();
+        settings.insert("env_inputs".into(), json!(values));
+    }
+    let patterns: Vec<String> = patterns.into_iter().cloned().collect();
+    let files = expand(cx.root, &patterns)?;
     let mut hashes = cx
         .hashes
         .lock()

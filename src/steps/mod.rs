@@ -90,6 +90,12 @@ pub trait Kind: Send + Sync {
     /// A second Ctrl-C: take down whatever this kind started, at once.
     fn kill_now(&self) {}
 
+    /// What looks wrong in a step's settings that is not an error (an input
+    /// pattern that matches no file), for `plan explain`.
+    fn warnings(&self, _root: &Path, _step: &Step) -> Vec<String> {
+        Vec::new()
+    }
+
     /// Whether the kind keeps started work queued itself (the command
     /// kind's launcher starts a queued step the moment a slot frees), so the
     /// engine may hand it more steps than run at once. Other kinds' steps

@@ -397,3 +397,36 @@ run = "grep -q fine status.txt"
         .code(0)
         .stdout_has("declares no `inputs`");
 }
+
+/// Issue 8, item 3: an input written `"$CC"` keys the step on that
+/// variable's value; a pattern matching no file is a warning in explain.
+#[test]
+fn issue8_item3_an_environment_input_keys_the_step_on_its_value() {
+    let t = Test::new().file(
+        "plan.toml",
+        r#"version = 1
+name = "envkey"
+
+[[steps]]
+id = "build"
+kind = "command"
+run = "echo $CC > out.txt"
+inputs = ["$CC", "Makefile"]
+outputs = ["out.txt"]
+"#,
+    );
+    let t = t.env("CC", "gcc");
+    t.run(&["plan", "run", "plan.toml"]).code(0);
+    assert_eq!(t.read("out.txt"), "gcc\n");
+    let out = t.run(&["plan", "run", "plan.toml", "--json"]);
+    assert_eq!(by_step(&out.json(), "state")["build"], "reused");
+
+    let t = t.env("CC", "clang");
+    let out = t.run(&["plan", "run", "plan.toml", "--json"]);
+    assert_eq!(by_step(&out.json(), "state")["build"], "succeeded", "{out}");
+    assert_eq!(t.read("out.txt"), "clang\n");
+    t.run(&["plan", "explain", "plan.toml"])
+        .code(0)
+        .stdout_has("reused")
+        .stdout_has("warning: input `Makefile` matches no file");
+}
