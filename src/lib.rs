@@ -11,6 +11,7 @@ pub mod exit_code;
 pub mod graph;
 pub mod journal;
 pub mod plan;
+pub mod play;
 pub mod report;
 pub mod reuse;
 pub mod steps;
