@@ -8,4 +8,5 @@ mod engine_run;
 mod hostile;
 mod plan_check;
 mod plan_explain;
+mod play;
 mod snapshots;
