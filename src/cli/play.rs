@@ -5,6 +5,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use clap::Parser;
+
 use super::{Command, Context};
 use crate::exit_code;
 use crate::play::replay::{ReplayOptions, ReplayOutcome};
@@ -145,9 +147,23 @@ pub fn shrink(
     }
 }
 
-/// `gameplan __game-exec`: set rlimits, become the game.
+/// `gameplan __game-exec`: set rlimits, become the game. A built-in game
+/// (this same executable) runs in this process instead: a second exec of
+/// gameplan would only cost time.
 pub fn game_exec(cx: &Context, limits: ResourceLimits, argv: &[String]) -> u8 {
-    let why = crate::play::stdio::exec_with_limits(limits, argv);
+    if let Err(why) = crate::play::stdio::set_limits(limits) {
+        cx.console.err(&format!("gameplan: {why}\n"));
+        return 127;
+    }
+    let this = std::env::current_exe().ok();
+    if argv.len() > 1
+        && argv[1] == "game"
+        && this.is_some_and(|exe| Path::new(&argv[0]) == exe)
+        && let Ok(cli) = super::Cli::try_parse_from(argv)
+    {
+        return super::dispatch(cli, cx);
+    }
+    let why = crate::play::stdio::exec(argv);
     cx.console.err(&format!("gameplan: {why}\n"));
     127
 }
@@ -193,20 +209,26 @@ pub fn simulate(cx: &Context, args: SimulateArgs) -> u8 {
         seed: args.seed,
         out_dir: args.out,
     };
-    let Ok(runtime) = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(args.workers.clamp(1, 64))
-        .enable_all()
-        .build()
-    else {
+    let Some(runtime) = runtime() else {
         return exit_code::PLAN_ERROR;
     };
     let (_stop, cancel) = tokio::sync::watch::channel(false);
     let started = Instant::now();
-    let progress = Arc::new(|_done: u64, _total: u64| {});
+    // Progress every 100 games, on a terminal only (a log gets the summary).
+    let on_terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let progress = Arc::new(move |done: u64, total: u64| {
+        if on_terminal {
+            crate::report::Console { color: false }
+                .err(&play_results::simulate_progress(done, total));
+        }
+    });
     match runtime.block_on(crate::play::simulate(&spec, progress, cancel)) {
         Ok(summary) => {
-            cx.console
-                .out(&play_results::simulate(&summary, started.elapsed()));
+            cx.console.out(&play_results::simulate(
+                &summary,
+                started.elapsed(),
+                runner_cpu(),
+            ));
             if summary.crashed + summary.hung > 0 {
                 exit_code::FAILED
             } else {
@@ -397,4 +419,17 @@ pub fn dispatch(cx: &Context, command: Command) -> u8 {
         ),
         _ => exit_code::PLAN_ERROR,
     }
+}
+
+/// CPU time of this process alone (not of the game processes it reaped):
+/// the runner's own cost, for the benchmark's overhead per action.
+fn runner_cpu() -> Option<Duration> {
+    use nix::sys::resource::{UsageWho, getrusage};
+    let usage = getrusage(UsageWho::RUSAGE_SELF).ok()?;
+    let micros = |t: nix::sys::time::TimeVal| {
+        u64::try_from(t.tv_sec()).unwrap_or(0) * 1_000_000 + u64::try_from(t.tv_usec()).unwrap_or(0)
+    };
+    Some(Duration::from_micros(
+        micros(usage.user_time()) + micros(usage.system_time()),
+    ))
 }

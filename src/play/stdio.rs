@@ -792,7 +792,7 @@ pub fn kill_marked(marker: &str) -> Vec<Leaked> {
         {
             continue;
         }
-        let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
+        // Named before it is killed: a dead process has no command line.
         let command = std::fs::read(entry.path().join("cmdline"))
             .map(|c| {
                 String::from_utf8_lossy(&c)
@@ -802,15 +802,15 @@ pub fn kill_marked(marker: &str) -> Vec<Leaked> {
                     .join(" ")
             })
             .unwrap_or_default();
+        let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
         leaked.push(Leaked { pid, command });
     }
     leaked
 }
 
-/// `gameplan __game-exec [--as B] [--cpu S] [--nofile N] -- PROGRAM ARGS…`:
-/// sets the limits on this process, then becomes the game (same pid, same
-/// group, same environment). Returns only on failure, saying why.
-pub fn exec_with_limits(limits: ResourceLimits, argv: &[String]) -> String {
+/// The first half of `gameplan __game-exec`: sets the limits on this
+/// process (hard limits too: the game must not raise them back).
+pub fn set_limits(limits: ResourceLimits) -> Result<(), String> {
     use nix::sys::resource::{Resource, setrlimit};
     for (resource, value) in [
         (Resource::RLIMIT_AS, limits.address_space),
@@ -818,12 +818,16 @@ pub fn exec_with_limits(limits: ResourceLimits, argv: &[String]) -> String {
         (Resource::RLIMIT_NOFILE, limits.open_files),
     ] {
         if let Some(value) = value {
-            // The hard limit too: the game must not raise it back.
-            if let Err(e) = setrlimit(resource, value, value) {
-                return format!("cannot set {resource:?} to {value}: {e}");
-            }
+            setrlimit(resource, value, value)
+                .map_err(|e| format!("cannot set {resource:?} to {value}: {e}"))?;
         }
     }
+    Ok(())
+}
+
+/// The second half: becomes the game (same pid, same group, same
+/// environment). Returns only on failure, saying why.
+pub fn exec(argv: &[String]) -> String {
     let c_argv = match argv
         .iter()
         .map(|a| std::ffi::CString::new(a.as_bytes()))

@@ -63,7 +63,11 @@ pub fn shrink_done(
 }
 
 /// The summary of a simulation, with throughput.
-pub fn simulate(summary: &SimulateSummary, elapsed: Duration) -> String {
+pub fn simulate(
+    summary: &SimulateSummary,
+    elapsed: Duration,
+    runner_cpu: Option<Duration>,
+) -> String {
     let mut text = String::new();
     let secs = elapsed.as_secs_f64().max(1e-9);
     #[expect(
@@ -102,6 +106,18 @@ pub fn simulate(summary: &SimulateSummary, elapsed: Duration) -> String {
         "{:.3} s, {games_per_s:.1} games/s, {actions_per_s:.0} actions/s, {} game processes",
         secs, summary.processes
     );
+    if let Some(cpu) = runner_cpu {
+        #[expect(
+            clippy::cast_precision_loss,
+            reason = "a rate for people; counts are far below 2^52"
+        )]
+        let per_action = cpu.as_secs_f64() * 1e6 / (summary.steps.max(1) as f64);
+        let _ = writeln!(
+            text,
+            "runner cpu {:.3} s ({per_action:.1} us per action, game processes excluded)",
+            cpu.as_secs_f64()
+        );
+    }
     for path in &summary.failed_traces {
         let _ = writeln!(text, "trace of a failed game: {}", path.display());
     }
@@ -130,4 +146,9 @@ pub fn cell(report: &crate::play::CellReport, out: &Path) -> String {
         let _ = writeln!(text, "  {} [{}] {}", f.id, f.category.name(), f.title);
     }
     text
+}
+
+/// A progress line of a simulation (on a terminal).
+pub fn simulate_progress(done: u64, total: u64) -> String {
+    format!("simulate: {done}/{total} games\n")
 }
