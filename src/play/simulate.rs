@@ -344,3 +344,77 @@ async fn fail_at_start(
     }
     end
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::play::stdio::ResourceLimits;
+
+    /// The example game, started directly (a unit test's executable is not
+    /// gameplan, so no `__game-exec` wrapper).
+    fn coins() -> GameSpec {
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+        let env: BTreeMap<String, String> = std::env::vars().collect();
+        let mut game = GameSpec::new(
+            vec!["python3".into(), "examples/games/coins.py".into()],
+            root,
+            &env,
+        );
+        game.limits = ResourceLimits::NONE;
+        game
+    }
+
+    #[tokio::test]
+    async fn progress_comes_every_hundred_games_and_the_summary_adds_up() {
+        let calls = Arc::new(Mutex::new(Vec::new()));
+        let seen = Arc::clone(&calls);
+        let spec = SimulateSpec {
+            game: coins(),
+            games: 250,
+            strategies: vec![PlayerSpec::Random, PlayerSpec::Explorer],
+            workers: 2,
+            max_steps: 6,
+            seed: 1,
+            out_dir: None,
+        };
+        let (_stop, cancel) = tokio::sync::watch::channel(false);
+        let summary = simulate(
+            &spec,
+            Arc::new(move |done, total| seen.lock().expect("lock").push((done, total))),
+            cancel,
+        )
+        .await
+        .expect("simulate");
+        assert_eq!(*calls.lock().expect("lock"), [(100, 250), (200, 250)]);
+        assert_eq!(summary.games, 250);
+        assert_eq!(summary.completed + summary.truncated + summary.other, 250);
+        assert!(
+            summary.truncated > 0,
+            "six steps cannot finish every game: {summary:?}"
+        );
+        assert_eq!(summary.processes, 2, "one game process per worker");
+        assert!(summary.steps <= 250 * 6);
+    }
+
+    #[tokio::test]
+    async fn a_canceled_simulation_starts_no_game() {
+        let spec = SimulateSpec {
+            game: coins(),
+            games: 50,
+            strategies: vec![PlayerSpec::Random],
+            workers: 1,
+            max_steps: 5,
+            seed: 1,
+            out_dir: None,
+        };
+        let (stop, cancel) = tokio::sync::watch::channel(false);
+        stop.send(true).expect("send");
+        let summary = simulate(&spec, Arc::new(|_, _| {}), cancel)
+            .await
+            .expect("simulate");
+        assert_eq!(summary.games, 0);
+        assert!(summary.interrupted);
+    }
+}

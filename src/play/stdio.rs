@@ -75,6 +75,10 @@ pub struct GameSpec {
     pub action_timeout: Duration,
     /// Actions with no change in observation before a `stuck` finding.
     pub stuck_after: u64,
+    /// Any limit makes the game start through `gameplan __game-exec`, and
+    /// `builtin:NAME` runs `gameplan game NAME`: both re-run the current
+    /// executable, so a caller that is not gameplan (a unit test's harness)
+    /// uses [`ResourceLimits::NONE`] and no builtin.
     pub limits: ResourceLimits,
 }
 
