@@ -528,3 +528,59 @@ fn schema_bridge_and_report_print_the_checked_in_schemas() {
         );
     }
 }
+
+#[test]
+fn play_a_game_runs_in_the_repo_root_with_a_cleared_environment_and_rlimits() {
+    let t = game_repo().env("SECRET_TOKEN", "do-not-leak");
+    let sub = t.path("sub");
+    std::fs::create_dir_all(&sub).expect("mkdir");
+    // Started from a subdirectory: the game still runs at the repo root.
+    let mut command = std::process::Command::new(crate::support::BIN);
+    let output = command
+        .args([
+            "__play",
+            "--out",
+            "../cell",
+            "--patience",
+            "1",
+            "--",
+            "python3",
+            "hostile.py",
+            "introspect",
+        ])
+        .current_dir(&sub)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("LANG", "C.UTF-8")
+        .env("SECRET_TOKEN", "do-not-leak")
+        .output()
+        .expect("run gameplan");
+    assert!(output.status.success(), "{output:?}");
+    let transcript = t.read("cell/transcript.jsonl");
+    let first: serde_json::Value = transcript
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["step"] == 0)
+        .expect("the first observation");
+    let seen: serde_json::Value =
+        serde_json::from_str(first["observation"]["text"].as_str().expect("text")).expect("json");
+    // (A launcher such as a pyenv shim may add its own; none of gameplan's leak.)
+    let env: Vec<&str> = seen["env"]
+        .as_array()
+        .expect("env")
+        .iter()
+        .filter_map(|v| v.as_str())
+        .collect();
+    for kept in ["GAMEPLAN_GAME_CELL", "LANG", "PATH"] {
+        assert!(env.contains(&kept), "{kept} missing: {env:?}");
+    }
+    assert!(
+        !env.contains(&"SECRET_TOKEN"),
+        "the environment is not cleared: {env:?}"
+    );
+    let root = t.path("").canonicalize().expect("canonical");
+    assert_eq!(Path::new(seen["cwd"].as_str().expect("cwd")), root);
+    assert_eq!(seen["limits"]["nofile"], 1024);
+    assert_eq!(seen["limits"]["cpu"], 600);
+    assert_eq!(seen["limits"]["as"], 4_u64 << 30);
+}
