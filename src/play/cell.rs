@@ -374,3 +374,55 @@ pub fn by_category<'a>(
     }
     counts
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The step kinds spawn cells and simulations on a multi-threaded
+    /// runtime: their futures must be `Send`.
+    #[test]
+    fn play_cell_simulate_replay_and_shrink_can_be_spawned() {
+        fn spawnable<T: Send>(_: &T) {}
+        let game = GameSpec::new(vec!["true".into()], PathBuf::from("."), &BTreeMap::new());
+        let spec = CellSpec {
+            game: game.clone(),
+            persona: "p".into(),
+            player: PlayerSpec::Explorer,
+            controller: ControllerKind::Rune,
+            seed: 1,
+            patience: 1,
+            max_actions: None,
+            max_wall: None,
+        };
+        let (_stop, cancel) = tokio::sync::watch::channel(false);
+        spawnable(&play_cell(&spec, Path::new("."), cancel.clone()));
+        let sim = super::super::SimulateSpec {
+            game,
+            games: 1,
+            strategies: vec![],
+            workers: 1,
+            max_steps: 1,
+            seed: 0,
+            out_dir: None,
+        };
+        spawnable(&super::super::simulate(
+            &sim,
+            std::sync::Arc::new(|_, _| {}),
+            cancel,
+        ));
+        let trace = Trace::new(Trace::header(&["true".into()], 1, "p", "standard"));
+        let options = super::super::ReplayOptions {
+            root: PathBuf::from("."),
+            parent_env: BTreeMap::new(),
+            action_timeout: Duration::from_secs(1),
+            limits: super::super::ResourceLimits::NONE,
+        };
+        spawnable(&super::super::replay(&trace, &options));
+        let shrink = super::super::ShrinkOptions {
+            replay: options.clone(),
+            time_limit: Duration::from_secs(1),
+        };
+        spawnable(&super::super::shrink(&trace, &shrink));
+    }
+}
