@@ -8,6 +8,7 @@
 pub mod cli;
 pub mod engine;
 pub mod exit_code;
+pub mod games;
 pub mod graph;
 pub mod journal;
 pub mod plan;

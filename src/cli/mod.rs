@@ -3,6 +3,7 @@
 // around RUN_ID or JUnit would show literally.
 #![expect(clippy::doc_markdown, reason = "doc comments are --help text")]
 
+mod game;
 mod plan_check;
 mod plan_explain;
 mod plan_graph;
@@ -148,6 +149,15 @@ pub enum Command {
         /// The game command.
         #[arg(last = true, required = true)]
         command: Vec<String>,
+    },
+    /// Play a built-in game over bridge protocol v1 on stdin/stdout (maze, ...).
+    ///
+    /// One JSON request per line in, one reply per line out (shared/DESIGN.md §7).
+    /// Plans reach it as `game.command = "builtin:NAME"`.
+    Game {
+        /// The game: maze.
+        #[arg(value_name = "NAME")]
+        name: String,
     },
     /// Print a JSON Schema (for editors and API clients).
     Schema {
@@ -412,6 +422,7 @@ pub fn dispatch(cli: Cli, cx: &Context) -> u8 {
             plan_runs::stop(cx, &run_id, state_dir.as_deref())
         }
         Command::Launch { slots } => crate::steps::launcher::serve(slots),
+        Command::Game { name } => game::run(cx, &name),
         Command::Schema { name } => schema::run(cx, name),
         command @ (Command::Replay { .. }
         | Command::Shrink { .. }
