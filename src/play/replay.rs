@@ -5,6 +5,11 @@
 //! difference is the answer) and how a trace's game is started again (its
 //! command, from the repo root, with the kept environment). `gameplan
 //! replay TRACE` prints the outcome (exit 0 / 1).
+//!
+//! A trace records no environment and no timeout: replay runs the game
+//! with the kept variables only (PATH, HOME, LANG, TMPDIR) and the
+//! caller's `action_timeout`. A game whose observations depend on
+//! `game.env` replays only where that holds without it.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -584,3 +584,35 @@ fn play_a_game_runs_in_the_repo_root_with_a_cleared_environment_and_rlimits() {
     assert_eq!(seen["limits"]["cpu"], 600);
     assert_eq!(seen["limits"]["as"], 4_u64 << 30);
 }
+
+#[test]
+fn play_the_game_command_may_be_a_repo_path_or_an_absolute_path() {
+    use std::os::unix::fs::PermissionsExt;
+    let t = game_repo();
+    let script = t.path("examples/games/coins.py");
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let report = play(&t, "relative", &[], &["examples/games/coins.py"]);
+    assert_eq!(report["quit_reason"], "done", "{report:#}");
+    let python = std::env::split_paths(&std::env::var_os("PATH").expect("PATH"))
+        .map(|dir| dir.join("python3"))
+        .find(|p| p.is_file())
+        .expect("python3 on PATH");
+    let report = play(
+        &t,
+        "absolute",
+        &[],
+        &[python.to_str().expect("utf8"), "examples/games/coins.py"],
+    );
+    assert_eq!(report["quit_reason"], "done", "{report:#}");
+    assert_eq!(
+        t.read("relative/trace.jsonl")
+            .lines()
+            .skip(1)
+            .collect::<Vec<_>>(),
+        t.read("absolute/trace.jsonl")
+            .lines()
+            .skip(1)
+            .collect::<Vec<_>>(),
+        "the same game, however it is named"
+    );
+}
