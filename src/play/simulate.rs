@@ -189,6 +189,7 @@ async fn worker(
     cancel: &tokio::sync::watch::Receiver<bool>,
 ) -> Result<Tally, PlayError> {
     let mut tally = Tally::default();
+    let marker = super::stdio::new_marker();
     let mut game: Option<GameProcess> = None;
     let mut episode: Option<Episode> = None;
     let strategies = if spec.strategies.is_empty() {
@@ -206,7 +207,17 @@ async fn worker(
         }
         let strategy = &strategies[usize::try_from(i).unwrap_or(0) % strategies.len()];
         let seed = spec.seed.wrapping_add_unsigned(i);
-        let end = play_one(spec, &mut game, &mut episode, &mut tally, strategy, seed, i).await?;
+        let end = play_one(
+            spec,
+            &marker,
+            &mut game,
+            &mut episode,
+            &mut tally,
+            strategy,
+            seed,
+            i,
+        )
+        .await?;
         tally.games += 1;
         match end {
             QuitReason::Done => tally.completed += 1,
@@ -218,7 +229,7 @@ async fn worker(
         if end.is_failure()
             && let Some(process) = game.take()
         {
-            tally.leaked.extend(process.shutdown(false, true).await);
+            process.shutdown(false, false).await;
         }
         let finished = done.fetch_add(1, Ordering::Relaxed) + 1;
         if finished.is_multiple_of(PROGRESS_EVERY) {
@@ -226,14 +237,22 @@ async fn worker(
         }
     }
     if let Some(process) = game.take() {
-        tally.leaked.extend(process.shutdown(true, true).await);
+        process.shutdown(true, false).await;
     }
+    // Every game of this worker carried the marker: one scan finds what
+    // any of them left behind.
+    tally.leaked = super::stdio::kill_marked(&marker);
     Ok(tally)
 }
 
 /// Plays game `index`; the process is kept in `game` unless it failed.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the worker's state, passed apart so each piece is borrowed as it needs"
+)]
 async fn play_one(
     spec: &SimulateSpec,
+    marker: &str,
     game: &mut Option<GameProcess>,
     episode: &mut Option<Episode>,
     tally: &mut Tally,
@@ -251,7 +270,7 @@ async fn play_one(
         )
     };
     if game.is_none() {
-        let mut process = GameProcess::spawn(&spec.game)?;
+        let mut process = GameProcess::spawn_marked(&spec.game, marker)?;
         tally.processes += 1;
         if let Err(failure) = process.hello().await.map(|r| r.map(|_| ())) {
             return Ok(fail_at_start(tally, &failure, header(), index, &mut Some(process)).await);
@@ -340,7 +359,7 @@ async fn fail_at_start(
     trace.end = Some(end);
     tally.failed.push((index, trace));
     if let Some(process) = game.take() {
-        tally.leaked.extend(process.shutdown(false, true).await);
+        process.shutdown(false, false).await;
     }
     end
 }

@@ -406,17 +406,17 @@ enum LineError {
 }
 
 impl GameProcess {
-    /// Starts the game. Nothing is sent yet.
+    /// Starts the game with a marker of its own. Nothing is sent yet.
     pub fn spawn(spec: &GameSpec) -> Result<GameProcess, SpawnError> {
+        GameProcess::spawn_marked(spec, &new_marker())
+    }
+
+    /// Starts the game with `marker` (from [`new_marker`]), which several
+    /// games may share: simulate scans for leaks once per worker, not once
+    /// per crashed game (a scan reads every process's environment).
+    pub fn spawn_marked(spec: &GameSpec, marker: &str) -> Result<GameProcess, SpawnError> {
         let argv = argv(spec)?;
-        let marker = format!(
-            "{}-{}-{}",
-            std::process::id(),
-            NEXT_GAME.fetch_add(1, Ordering::Relaxed),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.subsec_nanos())
-        );
+        let marker = marker.to_owned();
         let mut command = tokio::process::Command::new(&argv[0]);
         command
             .args(&argv[1..])
@@ -657,15 +657,10 @@ impl GameProcess {
 
     /// The game closed its stdout: how it ended, if it did.
     async fn exited(&mut self, during: Op) -> Failure {
-        let deadline = Instant::now() + GRACE;
-        let status = loop {
-            if let Some(status) = self.leader_status() {
-                break status;
-            }
-            if Instant::now() >= deadline {
-                break "closed its stdout".to_owned();
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
+        let status = if self.wait_leader(GRACE).await {
+            self.leader_status().unwrap_or_default()
+        } else {
+            "closed its stdout".to_owned()
         };
         self.settle_stderr().await;
         Failure::Exited {
@@ -720,12 +715,40 @@ impl GameProcess {
         }
     }
 
-    async fn wait_leader(&self, within: Duration) {
+    /// Waits up to `within` for the leader to exit (without reaping it);
+    /// whether it did. A dying game closes its pipes a few microseconds
+    /// before it becomes a zombie, so the first checks only yield: a
+    /// millisecond's sleep per crash was most of a crash-heavy simulation.
+    async fn wait_leader(&self, within: Duration) -> bool {
         let deadline = Instant::now() + within;
-        while self.leader_status().is_none() && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(2)).await;
+        for round in 0u32.. {
+            if self.leader_status().is_some() {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            if round < 64 {
+                tokio::task::yield_now().await;
+            } else {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
         }
+        false
     }
+}
+
+/// A marker no other game of this machine carries: gameplan's pid, a
+/// counter, the clock's nanoseconds.
+pub fn new_marker() -> String {
+    format!(
+        "{}-{}-{}",
+        std::process::id(),
+        NEXT_GAME.fetch_add(1, Ordering::Relaxed),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos())
+    )
 }
 
 fn refusal(wire: Wire) -> Refusal {

@@ -616,3 +616,33 @@ fn play_the_game_command_may_be_a_repo_path_or_an_absolute_path() {
         "the same game, however it is named"
     );
 }
+
+#[test]
+fn play_simulate_names_and_kills_what_its_games_leaked() {
+    let probe = tempfile::tempdir().expect("tempdir");
+    let tmp = probe.path().to_str().expect("utf8").to_owned();
+    let t = game_repo().env("TMPDIR", &tmp);
+    let out = t.run(&[
+        "__simulate",
+        "--games",
+        "3",
+        "--workers",
+        "1",
+        "--max-steps",
+        "2",
+        "--",
+        "python3",
+        "hostile.py",
+        "setsid",
+    ]);
+    out.code(0)
+        .stdout_has("games 3 ")
+        .stdout_has("leaked (killed): ");
+    assert!(out.stdout.contains("sleep 1000"), "{out}");
+    let needle = format!("TMPDIR={tmp}\0");
+    wait_until(
+        "no process of the simulation alive",
+        Duration::from_secs(3),
+        || live_with_env(&needle).is_empty(),
+    );
+}
