@@ -31,7 +31,9 @@ fi
 echo "== gameplan __simulate ($GAMES games, $WORKERS workers, max $STEPS steps): $*"
 OUT=$(mktemp -d)
 "$BIN" __simulate --games "$GAMES" --workers "$WORKERS" --max-steps "$STEPS" \
-    --strategies random --out "$OUT/failed" -- "$@" | tee "$OUT/gameplan.txt" || true
+    --strategies random --out "$OUT/failed" -- "$@" > "$OUT/gameplan.txt" || true
+grep -v '^trace of a failed game' "$OUT/gameplan.txt"
+echo "($(grep -c '^trace of a failed game' "$OUT/gameplan.txt") traces of failed games in $OUT/failed)"
 echo "== python driver loop: $PYGAME"
 # shellcheck disable=SC2086
 python3 bench/simulate_driver.py "$GAMES" "$WORKERS" "$STEPS" -- $PYGAME | tee "$OUT/python.txt"
@@ -40,4 +42,4 @@ rate() { sed -n 's/.* \([0-9.]*\) games\/s.*/\1/p' "$1" | head -1; }
 G=$(rate "$OUT/gameplan.txt")
 P=$(rate "$OUT/python.txt")
 echo "== gameplan $G games/s, python $P games/s, ratio $(echo "$G $P" | awk '{printf "%.2f", $1/$2}')x"
-echo "(overhead per action: the 'runner cpu' lines above; traces of failed games in $OUT/failed)"
+echo "(overhead per action: the 'runner cpu' lines above, each runner's own CPU over its actions)"
