@@ -1,9 +1,9 @@
 //! gameplan: a declarative pipeline runner for AI playtests and AI review gates.
 //!
 //! The binary is a thin shell over [`run`]; everything is testable in-process.
-//! Module map (arrows = "uses"): `cli → plan, graph, engine, report`;
-//! `graph → plan`; `engine → graph, steps, journal, reuse, report`;
-//! `steps → reuse`.
+//! Module map (arrows = "uses"): `cli → plan, graph, engine, report, play,
+//! games`; `graph → plan`; `engine → graph, steps, journal, reuse, report`;
+//! `steps → reuse, play`; `play → report` (the cell's report.md).
 
 pub mod cli;
 pub mod engine;
