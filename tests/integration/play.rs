@@ -646,3 +646,71 @@ fn play_simulate_names_and_kills_what_its_games_leaked() {
         || live_with_env(&needle).is_empty(),
     );
 }
+
+#[test]
+fn play_a_line_of_exactly_1_mib_is_read_and_one_byte_more_is_a_crash() {
+    let t = game_repo();
+    let limit = 1024 * 1024;
+    let report = play(
+        &t,
+        "exact",
+        &["--patience", "1"],
+        &["python3", "hostile.py", &format!("line={limit}")],
+    );
+    assert_eq!(report["findings"], serde_json::json!([]), "{report:#}");
+    assert_eq!(report["quit_reason"], "patience");
+    let report = play(
+        &t,
+        "over",
+        &["--patience", "1"],
+        &["python3", "hostile.py", &format!("line={}", limit + 1)],
+    );
+    assert_eq!(report["quit_reason"], "crash", "{report:#}");
+    assert!(
+        report["findings"][0]["title"]
+            .as_str()
+            .is_some_and(|t| t.contains("longer than 1024 KiB")),
+        "{report:#}"
+    );
+}
+
+#[test]
+fn shrink_reduces_a_hang_to_the_one_action_that_hangs() {
+    let t = game_repo();
+    let mut args = vec![
+        "--player",
+        "scripted",
+        "--action-timeout",
+        "0.5",
+        "--patience",
+        "50",
+    ];
+    for _ in 0..6 {
+        args.extend(["--action", "wait", "--action", "go"]);
+    }
+    args.extend(["--action", "freeze"]);
+    let report = play(&t, "long", &args, &["python3", "hostile.py", "freeze"]);
+    assert_eq!(report["quit_reason"], "hang", "{report:#}");
+    assert_eq!(report["actions_taken"], 13);
+    t.run(&[
+        "shrink",
+        "long/trace.jsonl",
+        "--out",
+        "short.jsonl",
+        "--time-limit",
+        "40",
+        "--action-timeout",
+        "0.5",
+    ])
+    .code(0);
+    let short = t.read("short.jsonl");
+    assert_eq!(short.lines().count(), 3, "header, freeze, end:\n{short}");
+    assert!(
+        short.contains("\"action\":\"freeze\",\"obs\":null"),
+        "{short}"
+    );
+    assert!(short.ends_with("{\"end\":\"hang\"}\n"), "{short}");
+    t.run(&["replay", "short.jsonl", "--action-timeout", "0.5"])
+        .code(0)
+        .stdout_has("same end `hang`");
+}
