@@ -1,9 +1,10 @@
 //! gameplan: a declarative pipeline runner for AI playtests and AI review gates.
 //!
 //! The binary is a thin shell over [`run`]; everything is testable in-process.
-//! Module map (arrows = "uses"): `cli → plan, graph, engine, report`;
-//! `graph → plan`; `engine → graph, steps, journal, reuse, report`;
-//! `steps → backend, reuse, journal (checkpoint records)`; `plan → template`;
+//! Module map (arrows = "uses"): `cli → plan, graph, engine, report, play,
+//! games`; `graph → plan`; `engine → graph, steps, journal, reuse, report`;
+//! `steps → backend, reuse, play, journal (checkpoint records)`;
+//! `play → report` (the cell's report.md); `plan → template`;
 //! `report → plan (diagnostics), journal (states)`; `suggest` is used by
 //! `plan` and `template`. `report` never calls into `engine`: the engine
 //! fills in `report::run`'s types and `report` renders them.
@@ -12,9 +13,11 @@ pub mod backend;
 pub mod cli;
 pub mod engine;
 pub mod exit_code;
+pub mod games;
 pub mod graph;
 pub mod journal;
 pub mod plan;
+pub mod play;
 pub mod report;
 pub mod reuse;
 pub mod steps;

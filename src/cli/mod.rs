@@ -3,11 +3,13 @@
 // around RUN_ID or JUnit would show literally.
 #![expect(clippy::doc_markdown, reason = "doc comments are --help text")]
 
+mod game;
 mod plan_check;
 mod plan_explain;
 mod plan_graph;
 mod plan_run;
 mod plan_runs;
+mod play;
 mod schema;
 
 use std::collections::BTreeMap;
@@ -44,6 +46,118 @@ pub enum Command {
     Launch {
         /// Steps that may run at once.
         slots: usize,
+    },
+    /// Play a trace.jsonl again from the repo root; exit 0 when every observation matches.
+    ///
+    /// Exits 1 naming the first step where the game did otherwise (expected vs got).
+    Replay {
+        /// The trace.jsonl of a play cell (or of a simulated game, or a shrunk one).
+        #[arg(value_name = "TRACE")]
+        trace: PathBuf,
+        /// Seconds without an answer before the game counts as hung.
+        #[arg(long, value_name = "SECS", default_value_t = 10.0)]
+        action_timeout: f64,
+    },
+    /// Reduce a trace that ends in a crash or a hang to a shortest one that still does.
+    ///
+    /// Delta debugging: each candidate plays in a fresh game process. Writes a trace that
+    /// `gameplan replay` confirms.
+    Shrink {
+        #[arg(value_name = "TRACE")]
+        trace: PathBuf,
+        /// Where to write the shrunk trace.
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
+        /// Stop searching after this many seconds and keep the shortest found.
+        #[arg(long, value_name = "SECS", default_value_t = 120)]
+        time_limit: u64,
+        /// Seconds without an answer before the game counts as hung.
+        #[arg(long, value_name = "SECS", default_value_t = 10.0)]
+        action_timeout: f64,
+    },
+    /// Internal: set rlimits on this process, then exec the game (started by the stdio driver).
+    #[command(name = "__game-exec", hide = true)]
+    GameExec {
+        /// Address space limit in bytes.
+        #[arg(long = "as")]
+        address_space: Option<u64>,
+        /// CPU seconds.
+        #[arg(long)]
+        cpu: Option<u64>,
+        /// Open files.
+        #[arg(long)]
+        nofile: Option<u64>,
+        /// The game's argv.
+        #[arg(last = true, required = true)]
+        argv: Vec<String>,
+    },
+    /// Internal: play one cell of COMMAND into --out (what a `play` step does, without a plan).
+    #[command(name = "__play", hide = true)]
+    PlayCell {
+        #[arg(long, default_value = "tester")]
+        persona: String,
+        /// scripted, random or explorer.
+        #[arg(long, default_value = "explorer")]
+        player: String,
+        /// The scripted player's actions (repeatable).
+        #[arg(long = "action")]
+        actions: Vec<String>,
+        /// standard, jev or rune.
+        #[arg(long, default_value = "standard")]
+        controller: String,
+        #[arg(long, default_value_t = 1)]
+        seed: i64,
+        #[arg(long, default_value_t = 40)]
+        patience: u64,
+        #[arg(long)]
+        max_actions: Option<u64>,
+        #[arg(long)]
+        max_wall: Option<u64>,
+        #[arg(long, default_value_t = 10.0)]
+        action_timeout: f64,
+        #[arg(long, default_value_t = 8)]
+        stuck_after: u64,
+        /// Where the cell's files go.
+        #[arg(long)]
+        out: PathBuf,
+        /// The game command.
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
+    /// Internal: simulate many seeded games of COMMAND (the benchmark's entry).
+    #[command(name = "__simulate", hide = true)]
+    Simulate {
+        #[arg(long, default_value_t = 1000)]
+        games: u64,
+        #[arg(long, default_value_t = 2)]
+        workers: usize,
+        #[arg(long, default_value_t = 50)]
+        max_steps: u64,
+        #[arg(long, default_value_t = 1)]
+        seed: i64,
+        /// Player kinds, in turn: random, explorer.
+        #[arg(long, value_delimiter = ',', default_value = "random")]
+        strategies: Vec<String>,
+        /// Where the traces of crashed and hung games go.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        #[arg(long, default_value_t = 10.0)]
+        action_timeout: f64,
+        /// Start the game without rlimits (one exec less per process).
+        #[arg(long)]
+        no_limits: bool,
+        /// The game command.
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
+    /// Play a built-in game over bridge protocol v1 on stdin/stdout (maze, ...).
+    ///
+    /// One JSON request per line in, one reply per line out (shared/DESIGN.md §7).
+    /// Plans reach it as `game.command = "builtin:NAME"`.
+    Game {
+        /// The game: maze.
+        #[arg(value_name = "NAME")]
+        name: String,
     },
     /// Print a JSON Schema (for editors and API clients).
     Schema {
@@ -202,6 +316,10 @@ pub enum SchemaName {
     Plan,
     /// The report that plan run --json prints.
     Run,
+    /// Bridge protocol v1: the messages between gameplan and a game.
+    Bridge,
+    /// report.json of a play cell.
+    Report,
 }
 
 /// What a command may read from the outside world: captured once, here, so
@@ -304,6 +422,12 @@ pub fn dispatch(cli: Cli, cx: &Context) -> u8 {
             plan_runs::stop(cx, &run_id, state_dir.as_deref())
         }
         Command::Launch { slots } => crate::steps::launcher::serve(slots),
+        Command::Game { name } => game::run(cx, &name),
         Command::Schema { name } => schema::run(cx, name),
+        command @ (Command::Replay { .. }
+        | Command::Shrink { .. }
+        | Command::GameExec { .. }
+        | Command::PlayCell { .. }
+        | Command::Simulate { .. }) => play::dispatch(cx, command),
     }
 }

@@ -1,4 +1,4 @@
-//! `gameplan schema [plan|run]`, and the test that keeps `schemas/` current.
+//! `gameplan schema [plan|run|bridge|report]`, and the test that keeps `schemas/` current.
 
 use clap::ValueEnum;
 
@@ -11,6 +11,8 @@ impl SchemaName {
         match self {
             SchemaName::Plan => pretty(&crate::plan::schema::plan_schema()),
             SchemaName::Run => schema_json::<crate::report::run::RunReport>(),
+            SchemaName::Bridge => schema_json::<crate::play::protocol::BridgeMessage>(),
+            SchemaName::Report => schema_json::<crate::play::CellReport>(),
         }
     }
 

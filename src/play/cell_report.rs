@@ -1,0 +1,76 @@
+//! `report.json` of a play cell: the one document the aggregate, the lenses
+//! and the backend read about a cell. Its schema is `schemas/report.schema.json`
+//! (`gameplan schema report`). `report.md` is rendered from it by
+//! `crate::report::play_cell`.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::findings::Finding;
+use super::stdio::Leaked;
+use super::trace::QuitReason;
+
+/// The format version of `report.json`.
+pub const REPORT_FORMAT: u32 = 1;
+
+/// How a play cell ended, for the engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CellState {
+    /// The cell played to an end (finding bugs is a success of the cell).
+    Succeeded,
+    /// Stopped by a signal after the turn in flight; a resume plays it again.
+    Interrupted,
+}
+
+/// The game as the cell met it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct GameInfo {
+    pub command: Vec<String>,
+    /// What `hello` said (empty when the game never answered it).
+    pub name: String,
+    pub version: String,
+}
+
+/// Numbers about how the play went.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, Default)]
+pub struct Metrics {
+    /// Different observations seen, the first one included.
+    pub distinct_observations: u64,
+    /// Actions the game answered with `ok: false`.
+    pub refused_actions: u64,
+    /// The longest run of actions after which nothing changed.
+    pub longest_unchanged: u64,
+    /// `goal` events.
+    pub goals: u64,
+    /// Events by kind.
+    pub events: BTreeMap<String, u64>,
+    pub reward_total: f64,
+    pub final_score: f64,
+    /// Wall time of the cell, game start to game end.
+    pub wall_ms: u64,
+}
+
+/// `report.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[schemars(title = "gameplan play cell report")]
+pub struct CellReport {
+    /// The format version (1).
+    pub report: u32,
+    pub persona: String,
+    pub controller: String,
+    /// The player kind: scripted, random, explorer.
+    pub player: String,
+    pub seed: i64,
+    pub game: GameInfo,
+    pub state: CellState,
+    pub actions_taken: u64,
+    pub quit_reason: QuitReason,
+    pub findings: Vec<Finding>,
+    pub metrics: Metrics,
+    /// Processes of the game that escaped its process group (killed at the end).
+    #[serde(default)]
+    pub leaked: Vec<Leaked>,
+}

@@ -1,0 +1,314 @@
+//! One episode of a game: from `reset` to its end, every action recorded.
+//!
+//! Owns turning the driver's answers into what a play keeps: the trace
+//! steps, the history players read, and the findings (crash, hang, error,
+//! refused, stuck) with their evidence. Used alike by a cell, a simulated
+//! game, replay and shrink, so a finding means the same everywhere. It does
+//! not choose actions (players, controllers) or own the process's lifetime
+//! (the caller starts and ends it).
+
+use super::findings::{Category, Evidence, FindingSet, Spotted, last_actions, normalize};
+use super::players::History;
+use super::protocol::{Event, EventKind, Op};
+use super::stdio::{Failure, GameProcess, Seen};
+use super::trace::TraceStep;
+
+/// What one action did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Stepped {
+    /// The game answered; the new observation is [`Episode::current`].
+    Acted {
+        reward: f64,
+        done: bool,
+        events: Vec<Event>,
+    },
+    /// The game answered `ok: false`; the observation is unchanged.
+    Refused(String),
+    /// The game died, hung or broke the protocol: the episode is over.
+    Failed(Failure),
+}
+
+/// The state of an episode between actions.
+pub struct Episode {
+    pub current: Seen,
+    pub history: History,
+    pub findings: FindingSet,
+    pub steps: Vec<TraceStep>,
+    persona: String,
+    controller: String,
+    stuck_after: u64,
+    unchanged: u64,
+    /// Whether to keep trace steps (a simulated game that passes needs none).
+    keep_steps: bool,
+}
+
+impl Episode {
+    /// An episode that starts at `first` (the observation `reset` gave).
+    pub fn new(first: Seen, persona: &str, controller: &str, stuck_after: u64) -> Self {
+        Episode {
+            current: first,
+            history: History::default(),
+            findings: FindingSet::default(),
+            steps: Vec::new(),
+            persona: persona.to_owned(),
+            controller: controller.to_owned(),
+            stuck_after,
+            unchanged: 0,
+            keep_steps: true,
+        }
+    }
+
+    /// Starts over at `first`, keeping the allocations (simulate).
+    pub fn restart(&mut self, first: Seen, persona: &str) {
+        self.current = first;
+        self.history.clear();
+        self.findings = FindingSet::default();
+        self.steps.clear();
+        persona.clone_into(&mut self.persona);
+        self.unchanged = 0;
+    }
+
+    /// How many actions were taken.
+    pub fn step(&self) -> u64 {
+        self.history.actions().len() as u64
+    }
+
+    /// Takes `action` in `game` and records what happened.
+    pub async fn act(&mut self, game: &mut GameProcess, action: &str) -> Stepped {
+        let from = std::mem::take(&mut self.current.hash);
+        self.history.record(&from, action);
+        let step = self.step();
+        let listed = self.current.observation.actions.iter().any(|a| a == action);
+        match game.act(action).await {
+            Ok(Ok(acted)) => {
+                let changed = acted.seen.hash != from;
+                self.current = acted.seen;
+                for event in &acted.events {
+                    if matches!(event.kind, EventKind::Error | EventKind::Crash) {
+                        self.spot(Spotted {
+                            category: Category::Error,
+                            title: format!(
+                                "The game reported {} `{}` after `{action}`",
+                                if event.kind == EventKind::Crash {
+                                    "a crash"
+                                } else {
+                                    "an error"
+                                },
+                                cut(&event.message, 120)
+                            ),
+                            location: event.message.clone(),
+                            evidence: self.evidence(step, &from, Some(event.message.clone()), None),
+                        });
+                    }
+                }
+                if self.keep_steps {
+                    self.steps.push(TraceStep {
+                        step,
+                        action: action.to_owned(),
+                        obs: Some(self.current.hash.clone()),
+                        events: acted.events.clone(),
+                        refused: None,
+                    });
+                }
+                self.count_change(changed, step, &from);
+                Stepped::Acted {
+                    reward: acted.reward,
+                    done: acted.done,
+                    events: acted.events,
+                }
+            }
+            Ok(Err(refusal)) => {
+                if listed {
+                    self.spot(Spotted {
+                        category: Category::Refused,
+                        title: format!(
+                            "`{action}` was offered, then refused: {}",
+                            cut(&refusal.error, 120)
+                        ),
+                        location: format!("{action}\n{}", refusal.error),
+                        evidence: self.evidence(step, &from, Some(refusal.error.clone()), None),
+                    });
+                }
+                if self.keep_steps {
+                    self.steps.push(TraceStep {
+                        step,
+                        action: action.to_owned(),
+                        obs: Some(from.clone()),
+                        events: Vec::new(),
+                        refused: Some(refusal.error.clone()),
+                    });
+                }
+                self.current.hash.clone_from(&from);
+                self.count_change(false, step, &from);
+                Stepped::Refused(refusal.error)
+            }
+            Err(failure) => {
+                let spotted =
+                    failure_finding(&failure, step, &from, Some(action), self.history.actions());
+                self.spot(spotted);
+                if self.keep_steps {
+                    self.steps.push(TraceStep {
+                        step,
+                        action: action.to_owned(),
+                        obs: None,
+                        events: Vec::new(),
+                        refused: None,
+                    });
+                }
+                self.current.hash = from;
+                Stepped::Failed(failure)
+            }
+        }
+    }
+
+    fn count_change(&mut self, changed: bool, step: u64, from: &str) {
+        if changed {
+            self.unchanged = 0;
+            return;
+        }
+        self.unchanged += 1;
+        if self.stuck_after > 0 && self.unchanged == self.stuck_after {
+            let place = self
+                .current
+                .observation
+                .text
+                .lines()
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_owned();
+            self.spot(Spotted {
+                category: Category::Stuck,
+                title: format!(
+                    "Nothing changed for {} actions at \"{}\"",
+                    self.stuck_after,
+                    cut(&place, 80)
+                ),
+                location: self.current.observation.text.clone(),
+                evidence: self.evidence(
+                    step,
+                    from,
+                    Some(format!("at: {}", cut(&place, 200))),
+                    None,
+                ),
+            });
+        }
+    }
+
+    fn evidence(
+        &self,
+        step: u64,
+        from: &str,
+        detail: Option<String>,
+        stderr: Option<String>,
+    ) -> Evidence {
+        Evidence {
+            step,
+            observation: from.to_owned(),
+            last_actions: last_actions(self.history.actions()),
+            detail,
+            stderr_tail: stderr,
+        }
+    }
+
+    fn spot(&mut self, spotted: Spotted) {
+        self.findings.add(spotted, &self.persona, &self.controller);
+    }
+
+    /// Records a finding made outside an action (a failure at hello or reset).
+    pub fn add_finding(&mut self, spotted: Spotted) {
+        self.spot(spotted);
+    }
+
+    /// Keeps no trace steps from now on (simulate keeps them only for failed games).
+    pub fn set_keep_steps(&mut self, keep: bool) {
+        self.keep_steps = keep;
+    }
+}
+
+/// The finding for a failure at `step` (0 = at hello or reset), taken from
+/// the observation `from` with `action`.
+pub fn failure_finding(
+    failure: &Failure,
+    step: u64,
+    from: &str,
+    action: Option<&str>,
+    actions: &[String],
+) -> Spotted {
+    let what = match (failure.during(), action) {
+        (Op::Act, Some(action)) => format!("`{action}`"),
+        (op, _) => format!("`{}`", op.name()),
+    };
+    let (category, title, location) = match failure {
+        Failure::Hang { waited, .. } => (
+            Category::Hang,
+            format!(
+                "The game hung on {what}: no answer within {:.1} s",
+                waited.as_secs_f64()
+            ),
+            what.clone(),
+        ),
+        Failure::Exited {
+            status,
+            stderr_tail,
+            ..
+        } => {
+            let last = last_line(stderr_tail);
+            let title = if last.is_empty() {
+                format!("The game {status} on {what}")
+            } else {
+                format!("The game {status} on {what}: {}", cut(last, 120))
+            };
+            (
+                Category::Crash,
+                title,
+                format!("{what}\n{status}\n{}", normalize(last)),
+            )
+        }
+        Failure::Violation { reason, .. } => (
+            Category::Crash,
+            format!(
+                "The game broke the protocol on {what}: {}",
+                cut(reason, 160)
+            ),
+            format!("{what}\n{reason}"),
+        ),
+    };
+    Spotted {
+        category,
+        title,
+        location,
+        evidence: Evidence {
+            step,
+            observation: from.to_owned(),
+            last_actions: last_actions(actions),
+            detail: failure
+                .evidence()
+                .map(str::to_owned)
+                .or_else(|| Some(failure.describe())),
+            stderr_tail: failure
+                .stderr_tail()
+                .filter(|t| !t.is_empty())
+                .map(str::to_owned),
+        },
+    }
+}
+
+fn last_line(text: &str) -> &str {
+    text.lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("")
+}
+
+/// `text` cut to `max` characters, with an ellipsis when cut.
+pub fn cut(text: &str, max: usize) -> String {
+    let mut chars = text.chars();
+    let head: String = chars.by_ref().take(max).collect();
+    if chars.next().is_some() {
+        format!("{head}…")
+    } else {
+        head
+    }
+}

@@ -1,0 +1,277 @@
+//! Findings: what went wrong in a play, with a stable fingerprint.
+//!
+//! Owns the categories (DESIGN §7), severities, the fingerprint, and the
+//! per-cell set that dedupes by fingerprint. Findings come from what
+//! happened (the process died, did not answer, refused a listed action, did
+//! not change), not from what the game says alone; the `error` category is
+//! the one that takes the game's word (an `error` or `crash` event).
+//!
+//! # The fingerprint
+//!
+//! `id` = the first 16 hex digits of sha256 over the category and a
+//! normalized *location* (which action, which message, which place): never
+//! the persona, controller or seed, so the same bug found by two personas
+//! or two controllers has the same id and the aggregate can merge them.
+//! Normalizing masks numbers and long hex runs and collapses whitespace, so
+//! a pid or an address in a message does not make a new bug.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// How many of the last actions a finding's evidence quotes.
+pub const EVIDENCE_ACTIONS: usize = 10;
+
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Category {
+    /// The game process died, or wrote something that is not the protocol.
+    Crash,
+    /// No answer within `action_timeout`; the game was killed.
+    Hang,
+    /// The game reported an `error` or `crash` event.
+    Error,
+    /// An action the game listed, then refused.
+    Refused,
+    /// No change in observation for `stuck_after` actions.
+    Stuck,
+    /// A browser console error or page crash (webdriver driver).
+    Console,
+}
+
+impl Category {
+    pub const ALL: [Category; 6] = [
+        Category::Crash,
+        Category::Hang,
+        Category::Error,
+        Category::Refused,
+        Category::Stuck,
+        Category::Console,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Category::Crash => "crash",
+            Category::Hang => "hang",
+            Category::Error => "error",
+            Category::Refused => "refused",
+            Category::Stuck => "stuck",
+            Category::Console => "console",
+        }
+    }
+
+    /// How bad a finding of this category is, by default.
+    pub fn severity(self) -> Severity {
+        match self {
+            Category::Crash => Severity::Critical,
+            Category::Hang => Severity::High,
+            Category::Error | Category::Console => Severity::Medium,
+            Category::Refused | Category::Stuck => Severity::Low,
+        }
+    }
+}
+
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Severity {
+    Critical,
+    High,
+    Medium,
+    Low,
+}
+
+/// What shows where a finding happened.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Evidence {
+    /// The action number (1 = the first action; 0 = before any, at hello or reset).
+    pub step: u64,
+    /// The sha256 of the observation the action was taken from.
+    pub observation: String,
+    /// The last actions up to and including this one, oldest first.
+    pub last_actions: Vec<String>,
+    /// What the game said or sent (an event message, the refusal, a quoted bad line).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    /// The end of the game's stderr (crash only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr_tail: Option<String>,
+}
+
+/// One thing wrong with the game.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Finding {
+    /// Stable fingerprint: the same bug has the same id whoever found it.
+    pub id: String,
+    pub title: String,
+    pub category: Category,
+    pub severity: Severity,
+    pub persona: String,
+    pub controller: String,
+    pub evidence: Evidence,
+    /// How many times the cell met it (the evidence is of the first).
+    pub occurrences: u64,
+}
+
+/// What a finding is about, before persona and controller are attached.
+#[derive(Debug, Clone)]
+pub struct Spotted {
+    pub category: Category,
+    pub title: String,
+    /// What the fingerprint is made of, besides the category.
+    pub location: String,
+    pub evidence: Evidence,
+}
+
+impl Spotted {
+    pub fn id(&self) -> String {
+        fingerprint(self.category, &self.location)
+    }
+}
+
+/// The fingerprint of a finding: category + normalized location.
+pub fn fingerprint(category: Category, location: &str) -> String {
+    let text = format!("{}\n{}", category.name(), normalize(location));
+    crate::reuse::sha256_hex(text.as_bytes())[..16].to_owned()
+}
+
+/// Lowercase, numbers and long hex runs masked as `#`, whitespace collapsed,
+/// at most 200 characters: what stays the same when the same bug recurs.
+pub fn normalize(text: &str) -> String {
+    let mut out = String::with_capacity(text.len().min(200));
+    let mut words = text.split_whitespace().peekable();
+    while let Some(word) = words.next() {
+        let mut masked = String::with_capacity(word.len());
+        let mut in_number = false;
+        let hexish = word.len() >= 8
+            && word
+                .trim_start_matches("0x")
+                .chars()
+                .all(|c| c.is_ascii_hexdigit());
+        if hexish {
+            masked.push('#');
+        } else {
+            for c in word.chars() {
+                if c.is_ascii_digit() {
+                    if !in_number {
+                        masked.push('#');
+                    }
+                    in_number = true;
+                } else {
+                    in_number = false;
+                    masked.extend(c.to_lowercase());
+                }
+            }
+        }
+        out.push_str(&masked);
+        if words.peek().is_some() {
+            out.push(' ');
+        }
+        if out.chars().count() >= 200 {
+            break;
+        }
+    }
+    out.chars().take(200).collect()
+}
+
+/// The findings of one cell, deduplicated by id, in the order first met.
+#[derive(Debug, Clone, Default)]
+pub struct FindingSet {
+    findings: Vec<Finding>,
+}
+
+impl FindingSet {
+    /// Records a finding; a second one with the same id only counts.
+    pub fn add(&mut self, spotted: Spotted, persona: &str, controller: &str) {
+        let id = spotted.id();
+        if let Some(known) = self.findings.iter_mut().find(|f| f.id == id) {
+            known.occurrences += 1;
+            return;
+        }
+        self.findings.push(Finding {
+            id,
+            title: spotted.title,
+            category: spotted.category,
+            severity: spotted.category.severity(),
+            persona: persona.to_owned(),
+            controller: controller.to_owned(),
+            evidence: spotted.evidence,
+            occurrences: 1,
+        });
+    }
+
+    pub fn as_slice(&self) -> &[Finding] {
+        &self.findings
+    }
+
+    pub fn into_vec(self) -> Vec<Finding> {
+        self.findings
+    }
+
+    pub fn categories(&self) -> impl Iterator<Item = Category> + '_ {
+        self.findings.iter().map(|f| f.category)
+    }
+}
+
+/// The last [`EVIDENCE_ACTIONS`] of `actions`.
+pub fn last_actions(actions: &[String]) -> Vec<String> {
+    actions[actions.len().saturating_sub(EVIDENCE_ACTIONS)..].to_vec()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spotted(category: Category, location: &str) -> Spotted {
+        Spotted {
+            category,
+            title: "t".into(),
+            location: location.into(),
+            evidence: Evidence {
+                step: 1,
+                observation: "h".into(),
+                last_actions: vec![],
+                detail: None,
+                stderr_tail: None,
+            },
+        }
+    }
+
+    #[test]
+    fn the_same_bug_has_the_same_id_for_every_persona_and_a_pid_does_not_matter() {
+        let a = spotted(
+            Category::Crash,
+            "pull lever: exited with code 3: panic at pid 4711",
+        );
+        let b = spotted(
+            Category::Crash,
+            "pull  lever: exited with code 3: Panic at pid 99",
+        );
+        let c = spotted(
+            Category::Error,
+            "pull lever: exited with code 3: panic at pid 4711",
+        );
+        assert_eq!(a.id(), b.id());
+        assert_ne!(a.id(), c.id(), "the category is part of the id");
+        let mut set = FindingSet::default();
+        set.add(a, "kid", "standard");
+        set.add(b, "veteran", "jev");
+        assert_eq!(set.as_slice().len(), 1);
+        assert_eq!(set.as_slice()[0].occurrences, 2);
+        assert_eq!(
+            set.as_slice()[0].persona,
+            "kid",
+            "the first finder's evidence stays"
+        );
+    }
+
+    #[test]
+    fn normalize_masks_numbers_and_addresses() {
+        assert_eq!(
+            normalize("At 0xdeadbeef12 step 12 of 40"),
+            "at # step # of #"
+        );
+    }
+}

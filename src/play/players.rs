@@ -1,0 +1,288 @@
+//! Players: who proposes the next action.
+//!
+//! Owns the [`Player`] trait and the deterministic players `scripted`,
+//! `random` (seeded) and `explorer` (least tried from this observation,
+//! seeded ties). A controller (`controllers`) asks a player for proposals
+//! and picks one; the player never sees the game process.
+//!
+//! The trait is asynchronous and object-safe (a boxed future), so a player
+//! that waits on a model endpoint (the `llm` player) implements the same
+//! trait as the ones here: given the observation, the history and how many
+//! proposals are wanted, it returns proposals.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+
+use super::protocol::Observation;
+use super::rng::Rng;
+
+/// What a player is, as configured (the cell's seed seeds it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PlayerSpec {
+    /// Plays these actions in order, then stops.
+    Scripted { actions: Vec<String> },
+    /// Picks uniformly among the listed actions.
+    Random,
+    /// Picks an action least tried from the current observation.
+    Explorer,
+}
+
+impl PlayerSpec {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            PlayerSpec::Scripted { .. } => "scripted",
+            PlayerSpec::Random => "random",
+            PlayerSpec::Explorer => "explorer",
+        }
+    }
+
+    /// The player, seeded by the cell's `seed`.
+    pub fn build(&self, seed: i64) -> Box<dyn Player> {
+        match self {
+            PlayerSpec::Scripted { actions } => Box::new(Scripted {
+                actions: actions.clone(),
+                next: 0,
+            }),
+            PlayerSpec::Random => Box::new(RandomPlayer {
+                rng: Rng::new(seed, "player"),
+            }),
+            PlayerSpec::Explorer => Box::new(Explorer {
+                rng: Rng::new(seed, "player"),
+            }),
+        }
+    }
+}
+
+/// Why a player could not propose (a model endpoint down, say).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{0}")]
+pub struct PlayerError(pub String);
+
+/// What a player answers: proposals, best first. None means the player is
+/// done (a script ran out).
+pub type Proposals<'a> =
+    Pin<Box<dyn Future<Output = Result<Vec<String>, PlayerError>> + Send + 'a>>;
+
+/// What a player is shown each turn.
+pub struct Turn<'a> {
+    pub observation: &'a Observation,
+    /// The sha256 of the observation.
+    pub hash: &'a str,
+    pub history: &'a History,
+    /// How many alternatives the controller wants (1 for `standard` and
+    /// each `rune` vote, up to 3 for `jev`); fewer is fine.
+    pub wanted: usize,
+}
+
+pub trait Player: Send {
+    /// Proposes up to `turn.wanted` actions.
+    fn propose<'a>(&'a mut self, turn: &'a Turn<'a>) -> Proposals<'a>;
+}
+
+/// What happened so far in a cell: the actions taken, and how often each
+/// action was tried from each observation.
+#[derive(Debug, Default)]
+pub struct History {
+    actions: Vec<String>,
+    tried: HashMap<String, HashMap<String, u32>>,
+}
+
+impl History {
+    pub fn actions(&self) -> &[String] {
+        &self.actions
+    }
+
+    /// How many times `action` was taken from the observation `hash`.
+    pub fn tried(&self, hash: &str, action: &str) -> u32 {
+        self.tried
+            .get(hash)
+            .and_then(|m| m.get(action))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    pub fn record(&mut self, hash: &str, action: &str) {
+        self.actions.push(action.to_owned());
+        let from = match self.tried.get_mut(hash) {
+            Some(from) => from,
+            None => self.tried.entry(hash.to_owned()).or_default(),
+        };
+        match from.get_mut(action) {
+            Some(n) => *n += 1,
+            None => {
+                from.insert(action.to_owned(), 1);
+            }
+        }
+    }
+
+    /// Forgets everything (a new game in the same worker).
+    pub fn clear(&mut self) {
+        self.actions.clear();
+        self.tried.clear();
+    }
+}
+
+struct Scripted {
+    actions: Vec<String>,
+    next: usize,
+}
+
+impl Player for Scripted {
+    fn propose<'a>(&'a mut self, _turn: &'a Turn<'a>) -> Proposals<'a> {
+        let proposal = self.actions.get(self.next).cloned();
+        self.next += 1;
+        Box::pin(std::future::ready(Ok(proposal.into_iter().collect())))
+    }
+}
+
+struct RandomPlayer {
+    rng: Rng,
+}
+
+impl Player for RandomPlayer {
+    fn propose<'a>(&'a mut self, turn: &'a Turn<'a>) -> Proposals<'a> {
+        let actions = &turn.observation.actions;
+        let proposals = if turn.wanted <= 1 || actions.len() <= 1 {
+            actions
+                .get(self.rng.below(actions.len()))
+                .cloned()
+                .into_iter()
+                .collect()
+        } else {
+            // Distinct picks: a partial Fisher–Yates shuffle.
+            let mut order: Vec<usize> = (0..actions.len()).collect();
+            let take = turn.wanted.min(order.len());
+            for i in 0..take {
+                let j = i + self.rng.below(order.len() - i);
+                order.swap(i, j);
+            }
+            order[..take].iter().map(|&i| actions[i].clone()).collect()
+        };
+        Box::pin(std::future::ready(Ok(proposals)))
+    }
+}
+
+struct Explorer {
+    rng: Rng,
+}
+
+impl Player for Explorer {
+    fn propose<'a>(&'a mut self, turn: &'a Turn<'a>) -> Proposals<'a> {
+        let proposals = least_tried(
+            &turn.observation.actions,
+            turn.hash,
+            turn.history,
+            turn.wanted,
+            &mut self.rng,
+        );
+        Box::pin(std::future::ready(Ok(proposals)))
+    }
+}
+
+/// Up to `wanted` of `actions`, least tried from `hash` first; ties are
+/// broken by `rng`, so two seeds explore differently.
+pub fn least_tried(
+    actions: &[String],
+    hash: &str,
+    history: &History,
+    wanted: usize,
+    rng: &mut Rng,
+) -> Vec<String> {
+    let mut ranked: Vec<(u32, u64, &String)> = actions
+        .iter()
+        .map(|a| (history.tried(hash, a), rng.next_u64(), a))
+        .collect();
+    ranked.sort_unstable();
+    let mut picked: Vec<String> = Vec::with_capacity(wanted.max(1));
+    for (_, _, action) in ranked {
+        if picked.len() >= wanted.max(1) {
+            break;
+        }
+        if !picked.contains(action) {
+            picked.push(action.clone());
+        }
+    }
+    picked
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn observation(actions: &[&str]) -> Observation {
+        Observation {
+            text: String::new(),
+            actions: actions.iter().map(|a| (*a).to_owned()).collect(),
+            state: serde_json::Value::Null,
+            score: 0.0,
+        }
+    }
+
+    fn ask(
+        player: &mut dyn Player,
+        obs: &Observation,
+        history: &History,
+        wanted: usize,
+    ) -> Vec<String> {
+        let turn = Turn {
+            observation: obs,
+            hash: "h",
+            history,
+            wanted,
+        };
+        futures_lite(player.propose(&turn))
+    }
+
+    /// The players here answer at once; no runtime needed.
+    fn futures_lite(future: Proposals<'_>) -> Vec<String> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        runtime.block_on(future).expect("proposals")
+    }
+
+    #[test]
+    fn explorer_tries_every_action_before_repeating_one() {
+        let obs = observation(&["n", "s", "e", "w"]);
+        let mut history = History::default();
+        let mut player = PlayerSpec::Explorer.build(3);
+        let mut seen = Vec::new();
+        for _ in 0..4 {
+            let action = ask(player.as_mut(), &obs, &history, 1).remove(0);
+            history.record("h", &action);
+            seen.push(action);
+        }
+        seen.sort();
+        assert_eq!(seen, ["e", "n", "s", "w"]);
+    }
+
+    #[test]
+    fn random_is_seeded_and_scripted_runs_out() {
+        let obs = observation(&["a", "b", "c", "d", "e"]);
+        let history = History::default();
+        let run = |seed| {
+            let mut p = PlayerSpec::Random.build(seed);
+            (0..20)
+                .map(|_| ask(p.as_mut(), &obs, &history, 1).remove(0))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(run(1), run(1));
+        assert_ne!(run(1), run(2));
+        let mut p = PlayerSpec::Random.build(1);
+        let three = ask(p.as_mut(), &obs, &history, 3);
+        assert_eq!(three.len(), 3);
+        assert!(
+            three
+                .iter()
+                .all(|a| !three.iter().filter(|b| *b == a).skip(1).any(|_| true))
+        );
+
+        let mut s = PlayerSpec::Scripted {
+            actions: vec!["x".into()],
+        }
+        .build(0);
+        assert_eq!(ask(s.as_mut(), &obs, &history, 1), ["x"]);
+        assert!(ask(s.as_mut(), &obs, &history, 1).is_empty());
+    }
+}

@@ -1,0 +1,133 @@
+//! Shrink: the shortest action sequence that still ends a game the same way.
+//!
+//! Owns the reduction of a trace that ends in `crash` or `hang`: delta
+//! debugging (Zeller's ddmin) over its actions, each candidate played in a
+//! fresh game process. A candidate "still fails" when it ends in the same
+//! category with the same fingerprint, so shrinking cannot slide from one
+//! bug to another. A candidate that fails earlier than its last action is
+//! cut there (a free reduction). The result is the trace of the last run
+//! that failed, so `replay` confirms it. Bounded by a time limit: when it
+//! runs out, the shortest sequence found so far is the answer.
+
+use std::time::{Duration, Instant};
+
+use super::cell::PlayError;
+use super::replay::{ReplayOptions, Run, run_actions};
+use super::trace::{QuitReason, Trace};
+
+#[derive(Debug, Clone)]
+pub struct ShrinkOptions {
+    pub replay: ReplayOptions,
+    pub time_limit: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub enum ShrinkOutcome {
+    /// The shortest failing trace found.
+    Shrunk {
+        trace: Trace,
+        original: usize,
+        /// Game runs it took.
+        runs: u64,
+        /// Whether the time limit cut the search short.
+        timed_out: bool,
+    },
+    /// The trace does not end in a crash or a hang: nothing to shrink.
+    NotAFailure(Option<QuitReason>),
+    /// Playing the trace's actions again did not fail the same way.
+    NotReproduced { got: String },
+}
+
+pub async fn shrink(trace: &Trace, options: &ShrinkOptions) -> Result<ShrinkOutcome, PlayError> {
+    let Some(target) = trace.end.filter(|e| e.is_failure()) else {
+        return Ok(ShrinkOutcome::NotAFailure(trace.end));
+    };
+    let started = Instant::now();
+    let actions: Vec<String> = trace.actions().map(str::to_owned).collect();
+    let original = actions.len();
+    let first = run_actions(trace, &options.replay, actions.iter().map(String::as_str)).await?;
+    let mut runs = 1u64;
+    if first.end != Some(target) {
+        return Ok(ShrinkOutcome::NotReproduced {
+            got: first.failure.as_ref().map_or_else(
+                || format!("the end `{}`", first.end.map_or("none", QuitReason::name)),
+                super::stdio::Failure::describe,
+            ),
+        });
+    }
+    let fingerprint = first.failure_id.clone();
+    let mut best = first;
+    let mut current: Vec<String> = best.steps.iter().map(|s| s.action.clone()).collect();
+    let mut timed_out = false;
+    let mut n = 2usize;
+    'search: while current.len() >= 2 {
+        let chunks = split(current.len(), n);
+        let mut reduced = false;
+        // Complements first (drop one chunk), then each chunk alone: on
+        // long traces of one crash, dropping is what finds the short path.
+        let candidates = chunks
+            .iter()
+            .map(|&(from, to)| {
+                current[..from]
+                    .iter()
+                    .chain(&current[to..])
+                    .cloned()
+                    .collect::<Vec<_>>()
+            })
+            .chain(chunks.iter().map(|&(from, to)| current[from..to].to_vec()));
+        for candidate in candidates {
+            if started.elapsed() >= options.time_limit {
+                timed_out = true;
+                break 'search;
+            }
+            if candidate.is_empty() {
+                continue;
+            }
+            let run =
+                run_actions(trace, &options.replay, candidate.iter().map(String::as_str)).await?;
+            runs += 1;
+            if still_fails(&run, target, fingerprint.as_deref()) {
+                current = run.steps.iter().map(|s| s.action.clone()).collect();
+                best = run;
+                n = n.saturating_sub(1).max(2);
+                reduced = true;
+                break;
+            }
+        }
+        if !reduced {
+            if n >= current.len() {
+                break;
+            }
+            n = (n * 2).min(current.len());
+        }
+    }
+    let mut shrunk = Trace::new(trace.header.clone());
+    shrunk.steps = best.steps;
+    shrunk.end = Some(target);
+    Ok(ShrinkOutcome::Shrunk {
+        trace: shrunk,
+        original,
+        runs,
+        timed_out,
+    })
+}
+
+fn still_fails(run: &Run, target: QuitReason, fingerprint: Option<&str>) -> bool {
+    run.end == Some(target) && (fingerprint.is_none() || run.failure_id.as_deref() == fingerprint)
+}
+
+/// `len` split into `n` nearly equal chunks, as (from, to) ranges.
+fn split(len: usize, n: usize) -> Vec<(usize, usize)> {
+    let n = n.clamp(1, len.max(1));
+    (0..n).map(|i| (i * len / n, (i + 1) * len / n)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn split_covers_everything_once() {
+        assert_eq!(super::split(5, 2), [(0, 2), (2, 5)]);
+        assert_eq!(super::split(3, 3), [(0, 1), (1, 2), (2, 3)]);
+        assert_eq!(super::split(2, 8), [(0, 1), (1, 2)]);
+    }
+}

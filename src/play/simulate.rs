@@ -1,0 +1,439 @@
+//! Simulate: many seeded games, no model, to test a game's mechanics.
+//!
+//! Owns spreading `games` over `workers` game processes, the per-game bound
+//! (`max_steps`), progress every 100 games, the summary, and writing the
+//! traces of games that crashed or hung.
+//!
+//! # Design
+//!
+//! Game `i` is played by `strategies[i % len]` with seed `seed + i`, so the
+//! summary does not depend on which worker took which game. A worker keeps
+//! its game process across games (`reset` starts the next one) and starts a
+//! fresh process only after a crash or a hang: a process per game would
+//! cost more than the games. The per-action path allocates little (reused
+//! request and line buffers, one JSON parse, one hash) and touches no disk;
+//! only failed games are written out, without fsync (a trace is evidence,
+//! not a checkpoint).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::cell::{PlayError, quit_for};
+use super::controllers::{Controller, ControllerKind};
+use super::episode::{Episode, Stepped, failure_finding};
+use super::findings::Category;
+use super::players::PlayerSpec;
+use super::stdio::{GameProcess, GameSpec, Leaked};
+use super::trace::{QuitReason, Trace};
+
+/// Progress is reported after every this many games.
+pub const PROGRESS_EVERY: u64 = 100;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct SimulateSpec {
+    pub game: GameSpec,
+    pub games: u64,
+    /// Player kinds, used in turn (game `i` plays `strategies[i % len]`).
+    pub strategies: Vec<PlayerSpec>,
+    /// Game processes in parallel.
+    pub workers: usize,
+    /// Actions per game before it counts as truncated.
+    pub max_steps: u64,
+    /// Game `i` plays seed `seed + i`.
+    pub seed: i64,
+    /// Where the traces of crashed and hung games go (none written without).
+    pub out_dir: Option<PathBuf>,
+}
+
+/// What a simulation found.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize)]
+pub struct SimulateSummary {
+    /// Games played (fewer than asked when interrupted).
+    pub games: u64,
+    /// Games the game declared done.
+    pub completed: u64,
+    pub crashed: u64,
+    pub hung: u64,
+    /// Games stopped at `max_steps`.
+    pub truncated: u64,
+    /// Games that ended otherwise (no action offered).
+    pub other: u64,
+    /// Actions taken in all games.
+    pub steps: u64,
+    /// Distinct findings (by fingerprint) by category.
+    pub findings: BTreeMap<String, u64>,
+    /// The traces written, one per crashed or hung game.
+    pub failed_traces: Vec<PathBuf>,
+    /// Game processes started.
+    pub processes: u64,
+    pub leaked: Vec<Leaked>,
+    pub interrupted: bool,
+}
+
+#[derive(Default)]
+struct Tally {
+    games: u64,
+    completed: u64,
+    crashed: u64,
+    hung: u64,
+    truncated: u64,
+    other: u64,
+    steps: u64,
+    findings: BTreeMap<String, Category>,
+    failed: Vec<(u64, Trace)>,
+    processes: u64,
+    leaked: Vec<Leaked>,
+}
+
+/// Runs the simulation. `progress(done, total)` is called every
+/// [`PROGRESS_EVERY`] games; after `cancel` turns true no game starts.
+pub async fn simulate(
+    spec: &SimulateSpec,
+    progress: Arc<dyn Fn(u64, u64) + Send + Sync>,
+    cancel: tokio::sync::watch::Receiver<bool>,
+) -> Result<SimulateSummary, PlayError> {
+    let next = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicU64::new(0));
+    let spec = Arc::new(spec.clone());
+    let mut workers = tokio::task::JoinSet::new();
+    for _ in 0..spec.workers.max(1) {
+        let (spec, next, done, progress, cancel) = (
+            Arc::clone(&spec),
+            Arc::clone(&next),
+            Arc::clone(&done),
+            Arc::clone(&progress),
+            cancel.clone(),
+        );
+        workers.spawn(async move { worker(&spec, &next, &done, progress.as_ref(), &cancel).await });
+    }
+    let mut tally = Tally::default();
+    let mut first_error = None;
+    while let Some(joined) = workers.join_next().await {
+        match joined {
+            Ok(Ok(t)) => merge(&mut tally, t),
+            Ok(Err(e)) => {
+                first_error.get_or_insert(e);
+            }
+            Err(e) => {
+                first_error.get_or_insert(PlayError::Player(super::players::PlayerError(format!(
+                    "a simulate worker failed: {e}"
+                ))));
+            }
+        }
+    }
+    if let Some(e) = first_error {
+        return Err(e);
+    }
+    tally.failed.sort_by_key(|(i, _)| *i);
+    let mut failed_traces = Vec::new();
+    if let Some(dir) = &spec.out_dir {
+        if !tally.failed.is_empty() {
+            std::fs::create_dir_all(dir).map_err(|source| PlayError::Write {
+                path: dir.display().to_string(),
+                source,
+            })?;
+        }
+        for (i, trace) in &tally.failed {
+            let path = dir.join(format!("game-{i}.trace.jsonl"));
+            std::fs::write(&path, trace.to_jsonl()).map_err(|source| PlayError::Write {
+                path: path.display().to_string(),
+                source,
+            })?;
+            failed_traces.push(path);
+        }
+    }
+    let mut findings: BTreeMap<String, u64> = Category::ALL
+        .iter()
+        .map(|c| (c.name().to_owned(), 0))
+        .collect();
+    for category in tally.findings.values() {
+        *findings.entry(category.name().to_owned()).or_default() += 1;
+    }
+    Ok(SimulateSummary {
+        games: tally.games,
+        completed: tally.completed,
+        crashed: tally.crashed,
+        hung: tally.hung,
+        truncated: tally.truncated,
+        other: tally.other,
+        steps: tally.steps,
+        findings,
+        failed_traces,
+        processes: tally.processes,
+        leaked: tally.leaked,
+        interrupted: *cancel.borrow() && tally.games < spec.games,
+    })
+}
+
+fn merge(into: &mut Tally, t: Tally) {
+    into.games += t.games;
+    into.completed += t.completed;
+    into.crashed += t.crashed;
+    into.hung += t.hung;
+    into.truncated += t.truncated;
+    into.other += t.other;
+    into.steps += t.steps;
+    into.findings.extend(t.findings);
+    into.failed.extend(t.failed);
+    into.processes += t.processes;
+    into.leaked.extend(t.leaked);
+}
+
+async fn worker(
+    spec: &SimulateSpec,
+    next: &AtomicU64,
+    done: &AtomicU64,
+    progress: &(dyn Fn(u64, u64) + Send + Sync),
+    cancel: &tokio::sync::watch::Receiver<bool>,
+) -> Result<Tally, PlayError> {
+    let mut tally = Tally::default();
+    let marker = super::stdio::new_marker();
+    let mut game: Option<GameProcess> = None;
+    let mut episode: Option<Episode> = None;
+    let strategies = if spec.strategies.is_empty() {
+        vec![PlayerSpec::Random]
+    } else {
+        spec.strategies.clone()
+    };
+    loop {
+        if *cancel.borrow() {
+            break;
+        }
+        let i = next.fetch_add(1, Ordering::Relaxed);
+        if i >= spec.games {
+            break;
+        }
+        let strategy = &strategies[usize::try_from(i).unwrap_or(0) % strategies.len()];
+        let seed = spec.seed.wrapping_add_unsigned(i);
+        let end = play_one(
+            spec,
+            &marker,
+            &mut game,
+            &mut episode,
+            &mut tally,
+            strategy,
+            seed,
+            i,
+        )
+        .await?;
+        tally.games += 1;
+        match end {
+            QuitReason::Done => tally.completed += 1,
+            QuitReason::Crash => tally.crashed += 1,
+            QuitReason::Hang => tally.hung += 1,
+            QuitReason::Budget => tally.truncated += 1,
+            _ => tally.other += 1,
+        }
+        if end.is_failure()
+            && let Some(process) = game.take()
+        {
+            process.shutdown(false, false).await;
+        }
+        let finished = done.fetch_add(1, Ordering::Relaxed) + 1;
+        if finished.is_multiple_of(PROGRESS_EVERY) {
+            progress(finished, spec.games);
+        }
+    }
+    if let Some(process) = game.take() {
+        process.shutdown(true, false).await;
+    }
+    // Every game of this worker carried the marker: one scan finds what
+    // any of them left behind.
+    tally.leaked = super::stdio::kill_marked(&marker);
+    Ok(tally)
+}
+
+/// Plays game `index`; the process is kept in `game` unless it failed.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the worker's state, passed apart so each piece is borrowed as it needs"
+)]
+async fn play_one(
+    spec: &SimulateSpec,
+    marker: &str,
+    game: &mut Option<GameProcess>,
+    episode: &mut Option<Episode>,
+    tally: &mut Tally,
+    strategy: &PlayerSpec,
+    seed: i64,
+    index: u64,
+) -> Result<QuitReason, PlayError> {
+    let kind = strategy.kind();
+    let header = || {
+        Trace::header(
+            &spec.game.command,
+            seed,
+            kind,
+            ControllerKind::Standard.name(),
+        )
+    };
+    if game.is_none() {
+        let mut process = GameProcess::spawn_marked(&spec.game, marker)?;
+        tally.processes += 1;
+        if let Err(failure) = process.hello().await.map(|r| r.map(|_| ())) {
+            return Ok(fail_at_start(tally, &failure, header(), index, &mut Some(process)).await);
+        }
+        *game = Some(process);
+    }
+    let Some(process) = game.as_mut() else {
+        return Ok(QuitReason::Crash);
+    };
+    let first = match process.reset(seed).await {
+        Ok(Ok(first)) => first,
+        Ok(Err(refusal)) => {
+            let failure = super::stdio::Failure::Violation {
+                during: super::protocol::Op::Reset,
+                reason: format!("the game refused `reset`: {}", refusal.error),
+                evidence: String::new(),
+                stderr_tail: process.stderr_tail(),
+            };
+            return Ok(fail_at_start(tally, &failure, header(), index, game).await);
+        }
+        Err(failure) => return Ok(fail_at_start(tally, &failure, header(), index, game).await),
+    };
+    let ep = match episode {
+        Some(ep) => {
+            ep.restart(first, kind);
+            ep
+        }
+        None => episode.insert(Episode::new(
+            first,
+            kind,
+            ControllerKind::Standard.name(),
+            spec.game.stuck_after,
+        )),
+    };
+    let mut player = strategy.build(seed);
+    let mut controller = Controller::new(ControllerKind::Standard, seed);
+    let end = loop {
+        if ep.step() >= spec.max_steps {
+            break QuitReason::Budget;
+        }
+        if ep.current.observation.actions.is_empty() {
+            break QuitReason::NoActions;
+        }
+        let choice = controller
+            .choose(
+                player.as_mut(),
+                &ep.current.observation,
+                &ep.current.hash,
+                &ep.history,
+            )
+            .await?;
+        let Some(action) = choice.action else {
+            break QuitReason::ScriptEnd;
+        };
+        match ep.act(process, &action).await {
+            Stepped::Acted { done: true, .. } => break QuitReason::Done,
+            Stepped::Failed(failure) => break quit_for(&failure),
+            _ => {}
+        }
+    };
+    tally.steps += ep.step();
+    for finding in ep.findings.as_slice() {
+        tally.findings.insert(finding.id.clone(), finding.category);
+    }
+    if end.is_failure() {
+        let mut trace = Trace::new(header());
+        trace.steps = std::mem::take(&mut ep.steps);
+        trace.end = Some(end);
+        tally.failed.push((index, trace));
+    }
+    Ok(end)
+}
+
+/// A game that failed at hello or reset: counted, its trace kept, the process dropped.
+async fn fail_at_start(
+    tally: &mut Tally,
+    failure: &super::stdio::Failure,
+    header: super::trace::TraceHeader,
+    index: u64,
+    game: &mut Option<GameProcess>,
+) -> QuitReason {
+    let end = quit_for(failure);
+    let spotted = failure_finding(failure, 0, "", None, &[]);
+    tally.findings.insert(spotted.id(), spotted.category);
+    let mut trace = Trace::new(header);
+    trace.end = Some(end);
+    tally.failed.push((index, trace));
+    if let Some(process) = game.take() {
+        process.shutdown(false, false).await;
+    }
+    end
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::play::stdio::ResourceLimits;
+
+    /// The example game, started directly (a unit test's executable is not
+    /// gameplan, so no `__game-exec` wrapper).
+    fn coins() -> GameSpec {
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+        let env: BTreeMap<String, String> = std::env::vars().collect();
+        let mut game = GameSpec::new(
+            vec!["python3".into(), "examples/games/coins.py".into()],
+            root,
+            &env,
+        );
+        game.limits = ResourceLimits::NONE;
+        game
+    }
+
+    #[tokio::test]
+    async fn progress_comes_every_hundred_games_and_the_summary_adds_up() {
+        let calls = Arc::new(Mutex::new(Vec::new()));
+        let seen = Arc::clone(&calls);
+        let spec = SimulateSpec {
+            game: coins(),
+            games: 250,
+            strategies: vec![PlayerSpec::Random, PlayerSpec::Explorer],
+            workers: 2,
+            max_steps: 6,
+            seed: 1,
+            out_dir: None,
+        };
+        let (_stop, cancel) = tokio::sync::watch::channel(false);
+        let summary = simulate(
+            &spec,
+            Arc::new(move |done, total| seen.lock().expect("lock").push((done, total))),
+            cancel,
+        )
+        .await
+        .expect("simulate");
+        assert_eq!(*calls.lock().expect("lock"), [(100, 250), (200, 250)]);
+        assert_eq!(summary.games, 250);
+        assert_eq!(summary.completed + summary.truncated + summary.other, 250);
+        assert!(
+            summary.truncated > 0,
+            "six steps cannot finish every game: {summary:?}"
+        );
+        assert_eq!(summary.processes, 2, "one game process per worker");
+        assert!(summary.steps <= 250 * 6);
+    }
+
+    #[tokio::test]
+    async fn a_canceled_simulation_starts_no_game() {
+        let spec = SimulateSpec {
+            game: coins(),
+            games: 50,
+            strategies: vec![PlayerSpec::Random],
+            workers: 1,
+            max_steps: 5,
+            seed: 1,
+            out_dir: None,
+        };
+        let (stop, cancel) = tokio::sync::watch::channel(false);
+        stop.send(true).expect("send");
+        let summary = simulate(&spec, Arc::new(|_, _| {}), cancel)
+            .await
+            .expect("simulate");
+        assert_eq!(summary.games, 0);
+        assert!(summary.interrupted);
+    }
+}

@@ -1,0 +1,873 @@
+//! The `stdio` driver: one game process, spoken to in bridge protocol v1.
+//!
+//! Owns starting a game (its own process group, cwd the repo root, a cleared
+//! environment, rlimits), every request's deadline, the 1 MiB line cap, the
+//! stderr tail kept for crash evidence, and making sure no process of the
+//! game survives it. It does not decide what a failure means for a finding
+//! (`findings` does) or what to play (`cell`, `simulate`).
+//!
+//! # Design
+//!
+//! - The game leads a new process group, so a kill of the group reaches the
+//!   grandchildren it forked. The group is killed *before* the leader is
+//!   reaped: while the leader is an unreaped zombie its pid (the group id)
+//!   cannot be reused, so the kill cannot hit a stranger.
+//! - rlimits cannot be set between fork and exec without `unsafe`
+//!   (`pre_exec`), and the crate forbids `unsafe`. So a limited game is
+//!   started as `gameplan __game-exec --as … -- PROGRAM ARGS`, which sets the
+//!   limits on itself and then execs the game in place (same pid, same
+//!   group).
+//! - Every game process carries `GAMEPLAN_GAME_CELL=<unique id>` in its
+//!   environment. A process that escaped the group (`setsid`) is found after
+//!   the group is killed by scanning `/proc/*/environ` for that marker; it is
+//!   killed and named as leaked.
+//! - Lines are read through a fixed buffer and appended to one reused line
+//!   buffer that refuses to grow past [`MAX_LINE`]: a game flooding output
+//!   without a newline costs 1 MiB, not all memory.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, killpg};
+use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
+use nix::unistd::Pid;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdin, ChildStdout};
+
+use super::protocol::{
+    self, Event, MAX_LINE, Observation, Op, PROTOCOL, RequestArg, observation_hash,
+};
+
+/// The environment variables a game inherits from gameplan; everything else
+/// it sees is declared (DESIGN §7).
+pub const KEPT_ENV: [&str; 4] = ["PATH", "HOME", "LANG", "TMPDIR"];
+
+/// The variable that marks every process of one game, to find leaked ones.
+pub const MARKER_ENV: &str = "GAMEPLAN_GAME_CELL";
+
+/// How much of the game's stderr is kept for a crash's evidence.
+const STDERR_TAIL: usize = 8 * 1024;
+
+/// How long a game gets to exit after `close`, and after SIGTERM, before
+/// the next, harder step.
+const GRACE: Duration = Duration::from_millis(300);
+
+/// Quoted evidence (a line that is not JSON, say) is cut to this many bytes.
+const EVIDENCE_MAX: usize = 300;
+
+/// How to start a game.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GameSpec {
+    /// The argv: a program on `PATH`, a repo-relative path, an absolute path,
+    /// or `builtin:NAME` (this gameplan as `gameplan game NAME`).
+    pub command: Vec<String>,
+    /// The game's whole environment (cleared, then this). [`GameSpec::new`]
+    /// fills in [`KEPT_ENV`] from the caller's; add `game.env` to it.
+    pub env: BTreeMap<String, String>,
+    /// The repo root: the game's cwd, and what relative paths are relative to.
+    pub root: PathBuf,
+    /// How long any one request may take before the game is declared hung.
+    pub action_timeout: Duration,
+    /// Actions with no change in observation before a `stuck` finding.
+    pub stuck_after: u64,
+    /// Any limit makes the game start through `gameplan __game-exec`, and
+    /// `builtin:NAME` runs `gameplan game NAME`: both re-run the current
+    /// executable, so a caller that is not gameplan (a unit test's harness)
+    /// uses [`ResourceLimits::NONE`] and no builtin.
+    pub limits: ResourceLimits,
+}
+
+impl GameSpec {
+    /// A spec with the defaults of DESIGN §2 (`action_timeout` 10 s,
+    /// `stuck_after` 8), the default limits, and the kept variables of
+    /// `parent_env` (the caller's environment, as captured in its context).
+    pub fn new(command: Vec<String>, root: PathBuf, parent_env: &BTreeMap<String, String>) -> Self {
+        let env = KEPT_ENV
+            .iter()
+            .filter_map(|k| Some(((*k).to_owned(), parent_env.get(*k)?.clone())))
+            .collect();
+        GameSpec {
+            command,
+            env,
+            root,
+            action_timeout: Duration::from_secs(10),
+            stuck_after: 8,
+            limits: ResourceLimits::default(),
+        }
+    }
+
+    /// The command as written in traces (`builtin:NAME` stays as is).
+    pub fn command_text(&self) -> String {
+        self.command.join(" ")
+    }
+}
+
+/// rlimits of a game process; `None` leaves the limit as inherited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResourceLimits {
+    /// Address space in bytes (`RLIMIT_AS`).
+    pub address_space: Option<u64>,
+    /// CPU seconds (`RLIMIT_CPU`): a game spinning forever is stopped by the kernel.
+    pub cpu_seconds: Option<u64>,
+    /// Open files (`RLIMIT_NOFILE`).
+    pub open_files: Option<u64>,
+}
+
+impl Default for ResourceLimits {
+    /// Generous for a game, small enough that a runaway one cannot take the
+    /// machine: 4 GiB of address space, 10 CPU minutes, 1024 files.
+    fn default() -> Self {
+        ResourceLimits {
+            address_space: Some(4 << 30),
+            cpu_seconds: Some(600),
+            open_files: Some(1024),
+        }
+    }
+}
+
+impl ResourceLimits {
+    /// No limits: the game is started directly, one exec less.
+    pub const NONE: ResourceLimits = ResourceLimits {
+        address_space: None,
+        cpu_seconds: None,
+        open_files: None,
+    };
+
+    fn any(self) -> bool {
+        self.address_space.is_some() || self.cpu_seconds.is_some() || self.open_files.is_some()
+    }
+}
+
+/// Why a game could not be started at all (an environment error, not a finding).
+#[derive(Debug, thiserror::Error)]
+pub enum SpawnError {
+    #[error("the game command is empty")]
+    Empty,
+    #[error("cannot find the game program `{program}` ({looked})")]
+    NotFound { program: String, looked: String },
+    #[error("cannot start the game `{command}`: {source}")]
+    Start {
+        command: String,
+        source: std::io::Error,
+    },
+}
+
+/// How a request failed for good: the session is over and the process must go.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Failure {
+    /// The game died, or closed its stdout.
+    Exited {
+        during: Op,
+        status: String,
+        stderr_tail: String,
+    },
+    /// No whole answer within the deadline.
+    Hang { during: Op, waited: Duration },
+    /// An answer that is not the protocol (not JSON, another id, too long).
+    Violation {
+        during: Op,
+        reason: String,
+        evidence: String,
+        stderr_tail: String,
+    },
+}
+
+impl Failure {
+    /// `crash` or `hang`: the finding category and the trace's end.
+    pub fn category_name(&self) -> &'static str {
+        match self {
+            Failure::Hang { .. } => "hang",
+            Failure::Exited { .. } | Failure::Violation { .. } => "crash",
+        }
+    }
+
+    pub fn during(&self) -> Op {
+        match self {
+            Failure::Exited { during, .. }
+            | Failure::Hang { during, .. }
+            | Failure::Violation { during, .. } => *during,
+        }
+    }
+
+    /// One line for people: what happened.
+    pub fn describe(&self) -> String {
+        match self {
+            Failure::Exited { during, status, .. } => {
+                format!("the game {status} during `{}`", during.name())
+            }
+            Failure::Hang { during, waited } => format!(
+                "the game did not answer `{}` within {:.1} s",
+                during.name(),
+                waited.as_secs_f64()
+            ),
+            Failure::Violation { during, reason, .. } => {
+                format!("protocol violation answering `{}`: {reason}", during.name())
+            }
+        }
+    }
+
+    pub fn stderr_tail(&self) -> Option<&str> {
+        match self {
+            Failure::Exited { stderr_tail, .. } | Failure::Violation { stderr_tail, .. } => {
+                Some(stderr_tail)
+            }
+            Failure::Hang { .. } => None,
+        }
+    }
+
+    pub fn evidence(&self) -> Option<&str> {
+        match self {
+            Failure::Violation { evidence, .. } => Some(evidence),
+            _ => None,
+        }
+    }
+}
+
+/// A request the game answered with `ok: false`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub error: String,
+}
+
+/// A game's observation, with its hash.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Seen {
+    pub observation: Observation,
+    /// The observation exactly as sent (for the transcript).
+    pub raw: serde_json::Value,
+    pub hash: String,
+}
+
+/// The answer to `act`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Acted {
+    pub seen: Seen,
+    pub reward: f64,
+    pub done: bool,
+    pub events: Vec<Event>,
+}
+
+/// What `hello` told.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Hello {
+    pub name: String,
+    pub version: String,
+}
+
+/// A process that outlived its group's kill (it called `setsid`), killed now.
+#[derive(
+    Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+pub struct Leaked {
+    pub pid: i32,
+    pub command: String,
+}
+
+/// The response fields gameplan reads; the observation stays a JSON value
+/// until it is hashed.
+#[derive(serde::Deserialize)]
+struct Wire {
+    id: u64,
+    ok: bool,
+    #[serde(default)]
+    error: Option<String>,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    version: Option<String>,
+    #[serde(default)]
+    protocol: Option<u32>,
+    #[serde(default)]
+    observation: Option<serde_json::Value>,
+    #[serde(default)]
+    reward: Option<f64>,
+    #[serde(default)]
+    done: Option<bool>,
+    #[serde(default)]
+    events: Vec<Event>,
+}
+
+static NEXT_GAME: AtomicU64 = AtomicU64::new(0);
+
+/// One running game.
+pub struct GameProcess {
+    child: Child,
+    pid: Pid,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    stderr: Arc<Mutex<Vec<u8>>>,
+    stderr_task: Option<tokio::task::JoinHandle<()>>,
+    timeout: Duration,
+    marker: String,
+    next_id: u64,
+    out: Vec<u8>,
+    line: Vec<u8>,
+    /// Set once the group was killed and the leader reaped.
+    finished: bool,
+}
+
+impl Drop for GameProcess {
+    /// A session dropped without [`GameProcess::shutdown`] (a canceled task)
+    /// still kills the whole group; the leader is not reaped yet, so the
+    /// group id is still ours.
+    fn drop(&mut self) {
+        if !self.finished {
+            let _ = killpg(self.pid, Signal::SIGKILL);
+        }
+    }
+}
+
+/// Where a program name leads: a repo path, an absolute path, or the first
+/// executable of that name on the game's `PATH`.
+fn resolve_program(program: &str, spec: &GameSpec) -> Result<PathBuf, SpawnError> {
+    use std::os::unix::fs::PermissionsExt;
+    let executable = |p: &Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if program.contains('/') {
+        let path = spec.root.join(program);
+        return if executable(&path) {
+            Ok(path)
+        } else {
+            Err(SpawnError::NotFound {
+                program: program.to_owned(),
+                looked: format!("{} is not an executable file", path.display()),
+            })
+        };
+    }
+    let path_var = spec.env.get("PATH").map_or("", String::as_str);
+    std::env::split_paths(path_var)
+        .map(|dir| spec.root.join(dir).join(program))
+        .find(|p| executable(p))
+        .ok_or_else(|| SpawnError::NotFound {
+            program: program.to_owned(),
+            looked: format!("not on the game's PATH {path_var:?}"),
+        })
+}
+
+/// The argv that actually starts the game: builtins and limits resolved.
+fn argv(spec: &GameSpec) -> Result<Vec<std::ffi::OsString>, SpawnError> {
+    let (first, rest) = spec.command.split_first().ok_or(SpawnError::Empty)?;
+    let exe = || {
+        std::env::current_exe().map_err(|source| SpawnError::Start {
+            command: spec.command_text(),
+            source,
+        })
+    };
+    let mut game: Vec<std::ffi::OsString> = Vec::with_capacity(spec.command.len() + 2);
+    if let Some(name) = first.strip_prefix("builtin:") {
+        game.push(exe()?.into_os_string());
+        game.push("game".into());
+        game.push(name.into());
+    } else {
+        game.push(resolve_program(first, spec)?.into_os_string());
+    }
+    game.extend(rest.iter().map(Into::into));
+    if !spec.limits.any() {
+        return Ok(game);
+    }
+    let mut wrapped: Vec<std::ffi::OsString> = vec![exe()?.into_os_string(), "__game-exec".into()];
+    let limits = spec.limits;
+    for (flag, value) in [
+        ("--as", limits.address_space),
+        ("--cpu", limits.cpu_seconds),
+        ("--nofile", limits.open_files),
+    ] {
+        if let Some(value) = value {
+            wrapped.push(flag.into());
+            wrapped.push(value.to_string().into());
+        }
+    }
+    wrapped.push("--".into());
+    wrapped.extend(game);
+    Ok(wrapped)
+}
+
+/// Quotes `bytes` for evidence: lossy UTF-8, cut at [`EVIDENCE_MAX`] bytes.
+pub fn quote(bytes: &[u8]) -> String {
+    let cut = bytes.len().min(EVIDENCE_MAX);
+    let mut text = format!("{:?}", String::from_utf8_lossy(&bytes[..cut]));
+    if bytes.len() > cut {
+        let _ = write!(text, " … ({} bytes in all)", bytes.len());
+    }
+    text
+}
+
+enum LineError {
+    Closed,
+    TooLong,
+    /// The pipe broke (the game is gone).
+    Broken,
+}
+
+impl GameProcess {
+    /// Starts the game with a marker of its own. Nothing is sent yet.
+    pub fn spawn(spec: &GameSpec) -> Result<GameProcess, SpawnError> {
+        GameProcess::spawn_marked(spec, &new_marker())
+    }
+
+    /// Starts the game with `marker` (from [`new_marker`]), which several
+    /// games may share: simulate scans for leaks once per worker, not once
+    /// per crashed game (a scan reads every process's environment).
+    pub fn spawn_marked(spec: &GameSpec, marker: &str) -> Result<GameProcess, SpawnError> {
+        let argv = argv(spec)?;
+        let marker = marker.to_owned();
+        let mut command = tokio::process::Command::new(&argv[0]);
+        command
+            .args(&argv[1..])
+            .current_dir(&spec.root)
+            .env_clear()
+            .envs(&spec.env)
+            .env(MARKER_ENV, &marker)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+        let mut child = command.spawn().map_err(|source| SpawnError::Start {
+            command: spec.command_text(),
+            source,
+        })?;
+        let start_error = |what: &str| SpawnError::Start {
+            command: spec.command_text(),
+            source: std::io::Error::other(format!("the game has no {what}")),
+        };
+        let pid = child
+            .id()
+            .and_then(|id| i32::try_from(id).ok())
+            .ok_or_else(|| start_error("pid"))?;
+        let stdin = child.stdin.take().ok_or_else(|| start_error("stdin"))?;
+        let stdout = child.stdout.take().ok_or_else(|| start_error("stdout"))?;
+        let stderr_pipe = child.stderr.take().ok_or_else(|| start_error("stderr"))?;
+        let stderr: Arc<Mutex<Vec<u8>>> = Arc::default();
+        let tail = Arc::clone(&stderr);
+        let stderr_task = tokio::spawn(async move {
+            let mut pipe = stderr_pipe;
+            let mut chunk = vec![0u8; 4096];
+            while let Ok(n) = pipe.read(&mut chunk).await {
+                if n == 0 {
+                    break;
+                }
+                let mut tail = tail.lock().unwrap_or_else(PoisonError::into_inner);
+                tail.extend_from_slice(&chunk[..n]);
+                if tail.len() > STDERR_TAIL {
+                    let excess = tail.len() - STDERR_TAIL;
+                    tail.drain(..excess);
+                }
+            }
+        });
+        Ok(GameProcess {
+            child,
+            pid: Pid::from_raw(pid),
+            stdin,
+            stdout: BufReader::with_capacity(64 * 1024, stdout),
+            stderr,
+            stderr_task: Some(stderr_task),
+            timeout: spec.action_timeout,
+            marker,
+            next_id: 0,
+            out: Vec::with_capacity(256),
+            line: Vec::with_capacity(4096),
+            finished: false,
+        })
+    }
+
+    /// The game's process id (and process group id).
+    pub fn pid(&self) -> i32 {
+        self.pid.as_raw()
+    }
+
+    /// The marker value in this game's environment.
+    pub fn marker(&self) -> &str {
+        &self.marker
+    }
+
+    /// The last bytes the game wrote to stderr, as text.
+    pub fn stderr_tail(&self) -> String {
+        let tail = self.stderr.lock().unwrap_or_else(PoisonError::into_inner);
+        String::from_utf8_lossy(&tail).into_owned()
+    }
+
+    /// `hello`: checks the game speaks protocol 1.
+    pub async fn hello(&mut self) -> Result<Result<Hello, Refusal>, Failure> {
+        let wire = self
+            .request(Op::Hello, RequestArg::Protocol(PROTOCOL))
+            .await?;
+        if !wire.ok {
+            return Ok(Err(refusal(wire)));
+        }
+        if wire.protocol.is_some_and(|p| p != PROTOCOL) {
+            return Err(self
+                .violation(
+                    Op::Hello,
+                    format!(
+                        "the game speaks protocol {}, gameplan speaks {PROTOCOL}",
+                        wire.protocol.unwrap_or_default()
+                    ),
+                    String::new(),
+                )
+                .await);
+        }
+        Ok(Ok(Hello {
+            name: wire.name.unwrap_or_default(),
+            version: wire.version.unwrap_or_default(),
+        }))
+    }
+
+    /// `reset`: starts an episode; its first observation.
+    pub async fn reset(&mut self, seed: i64) -> Result<Result<Seen, Refusal>, Failure> {
+        let wire = self.request(Op::Reset, RequestArg::Seed(seed)).await?;
+        if !wire.ok {
+            return Ok(Err(refusal(wire)));
+        }
+        let Some(raw) = wire.observation else {
+            return Err(self
+                .violation(
+                    Op::Reset,
+                    "the answer has no observation".into(),
+                    String::new(),
+                )
+                .await);
+        };
+        self.seen(Op::Reset, raw).await.map(Ok)
+    }
+
+    /// `act`: one action; the observation after it.
+    pub async fn act(&mut self, action: &str) -> Result<Result<Acted, Refusal>, Failure> {
+        let wire = self.request(Op::Act, RequestArg::Action(action)).await?;
+        if !wire.ok {
+            return Ok(Err(refusal(wire)));
+        }
+        let Some(raw) = wire.observation else {
+            return Err(self
+                .violation(
+                    Op::Act,
+                    "the answer has no observation".into(),
+                    String::new(),
+                )
+                .await);
+        };
+        let seen = self.seen(Op::Act, raw).await?;
+        Ok(Ok(Acted {
+            seen,
+            reward: wire.reward.unwrap_or(0.0),
+            done: wire.done.unwrap_or(false),
+            events: wire.events,
+        }))
+    }
+
+    async fn seen(&mut self, during: Op, raw: serde_json::Value) -> Result<Seen, Failure> {
+        match <Observation as serde::Deserialize>::deserialize(&raw) {
+            Ok(observation) => Ok(Seen {
+                observation,
+                hash: observation_hash(&raw),
+                raw,
+            }),
+            Err(e) => {
+                let evidence = quote(raw.to_string().as_bytes());
+                Err(self
+                    .violation(
+                        during,
+                        format!("the observation is malformed: {e}"),
+                        evidence,
+                    )
+                    .await)
+            }
+        }
+    }
+
+    async fn violation(&mut self, during: Op, reason: String, evidence: String) -> Failure {
+        self.settle_stderr().await;
+        Failure::Violation {
+            during,
+            reason,
+            evidence,
+            stderr_tail: self.stderr_tail(),
+        }
+    }
+
+    /// Sends one request and reads its answer, all within the deadline.
+    async fn request(&mut self, op: Op, arg: RequestArg<'_>) -> Result<Wire, Failure> {
+        self.next_id += 1;
+        let id = self.next_id;
+        self.out.clear();
+        protocol::write_request(&mut self.out, id, op, arg);
+        let timeout = self.timeout;
+        let exchanged = tokio::time::timeout(timeout, async {
+            self.stdin
+                .write_all(&self.out)
+                .await
+                .map_err(|_| LineError::Broken)?;
+            self.stdin.flush().await.map_err(|_| LineError::Broken)?;
+            loop {
+                read_line(&mut self.stdout, &mut self.line).await?;
+                // A blank line says nothing; anything else must be the answer.
+                if !self.line.iter().all(u8::is_ascii_whitespace) {
+                    return Ok(());
+                }
+            }
+        })
+        .await;
+        match exchanged {
+            Err(_) => Err(Failure::Hang {
+                during: op,
+                waited: timeout,
+            }),
+            Ok(Err(LineError::TooLong)) => {
+                let evidence = quote(&self.line);
+                Err(self
+                    .violation(
+                        op,
+                        format!("a line longer than {} KiB", MAX_LINE / 1024),
+                        evidence,
+                    )
+                    .await)
+            }
+            Ok(Err(LineError::Closed | LineError::Broken)) => Err(self.exited(op).await),
+            Ok(Ok(())) => match serde_json::from_slice::<Wire>(&self.line) {
+                Ok(wire) if wire.id == id => Ok(wire),
+                Ok(wire) => {
+                    let evidence = quote(&self.line);
+                    Err(self
+                        .violation(
+                            op,
+                            format!("the answer names id {} instead of {id}", wire.id),
+                            evidence,
+                        )
+                        .await)
+                }
+                Err(e) => {
+                    let evidence = quote(&self.line);
+                    Err(self
+                        .violation(
+                            op,
+                            format!("the answer is not a protocol message: {e}"),
+                            evidence,
+                        )
+                        .await)
+                }
+            },
+        }
+    }
+
+    /// The game closed its stdout: how it ended, if it did.
+    async fn exited(&mut self, during: Op) -> Failure {
+        let status = if self.wait_leader(GRACE).await {
+            self.leader_status().unwrap_or_default()
+        } else {
+            "closed its stdout".to_owned()
+        };
+        self.settle_stderr().await;
+        Failure::Exited {
+            during,
+            status,
+            stderr_tail: self.stderr_tail(),
+        }
+    }
+
+    /// Gives the stderr reader a moment to take in what a dying game said.
+    async fn settle_stderr(&mut self) {
+        if let Some(task) = self.stderr_task.as_mut() {
+            let _ = tokio::time::timeout(Duration::from_millis(200), task).await;
+        }
+    }
+
+    /// How the leader ended, without reaping it (so its group id stays ours);
+    /// `None` while it lives.
+    fn leader_status(&self) -> Option<String> {
+        let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
+        match waitid(Id::Pid(self.pid), flags) {
+            Ok(WaitStatus::Exited(_, code)) => Some(format!("exited with code {code}")),
+            Ok(WaitStatus::Signaled(_, signal, _)) => Some(format!("was killed by {signal}")),
+            Ok(_) => None,
+            // Already reaped (cannot happen before shutdown) or not our child.
+            Err(_) => Some("ended".to_owned()),
+        }
+    }
+
+    /// Ends the game: `close` (when `polite`), SIGTERM to the group, a grace,
+    /// SIGKILL to the group, reap; then finds and kills any process that
+    /// escaped the group (when `find_leaks`). Returns the leaked ones.
+    pub async fn shutdown(mut self, polite: bool, find_leaks: bool) -> Vec<Leaked> {
+        if polite {
+            let short = self.timeout.min(Duration::from_secs(1));
+            self.timeout = short;
+            let _ = self.request(Op::Close, RequestArg::None).await;
+            self.wait_leader(GRACE).await;
+        }
+        let _ = killpg(self.pid, Signal::SIGTERM);
+        self.wait_leader(GRACE).await;
+        let _ = killpg(self.pid, Signal::SIGKILL);
+        let _ = self.child.wait().await;
+        self.finished = true;
+        if let Some(task) = self.stderr_task.take() {
+            task.abort();
+        }
+        if find_leaks {
+            kill_marked(&self.marker)
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// Waits up to `within` for the leader to exit (without reaping it);
+    /// whether it did. A dying game closes its pipes a few microseconds
+    /// before it becomes a zombie, so the first checks only yield: a
+    /// millisecond's sleep per crash was most of a crash-heavy simulation.
+    async fn wait_leader(&self, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        for round in 0u32.. {
+            if self.leader_status().is_some() {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            if round < 64 {
+                tokio::task::yield_now().await;
+            } else {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
+        false
+    }
+}
+
+/// A marker no other game of this machine carries: gameplan's pid, a
+/// counter, the clock's nanoseconds.
+pub fn new_marker() -> String {
+    format!(
+        "{}-{}-{}",
+        std::process::id(),
+        NEXT_GAME.fetch_add(1, Ordering::Relaxed),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos())
+    )
+}
+
+fn refusal(wire: Wire) -> Refusal {
+    Refusal {
+        error: wire
+            .error
+            .unwrap_or_else(|| "refused without a reason".to_owned()),
+    }
+}
+
+/// Reads one line (newline dropped) into `line`, refusing to hold more than
+/// [`MAX_LINE`] bytes of it.
+async fn read_line(
+    reader: &mut BufReader<ChildStdout>,
+    line: &mut Vec<u8>,
+) -> Result<(), LineError> {
+    line.clear();
+    loop {
+        let available = reader.fill_buf().await.map_err(|_| LineError::Broken)?;
+        if available.is_empty() {
+            return Err(LineError::Closed);
+        }
+        if let Some(end) = available.iter().position(|&b| b == b'\n') {
+            if line.len() + end > MAX_LINE {
+                return Err(LineError::TooLong);
+            }
+            line.extend_from_slice(&available[..end]);
+            reader.consume(end + 1);
+            if line.last() == Some(&b'\r') {
+                line.pop();
+            }
+            return Ok(());
+        }
+        let n = available.len();
+        if line.len() + n > MAX_LINE {
+            // Keep only a prefix, for the evidence.
+            let room = EVIDENCE_MAX.saturating_sub(line.len()).min(n);
+            line.extend_from_slice(&available[..room]);
+            return Err(LineError::TooLong);
+        }
+        line.extend_from_slice(available);
+        reader.consume(n);
+    }
+}
+
+/// Kills every process whose environment holds `GAMEPLAN_GAME_CELL=marker`
+/// (it escaped its group) and names it.
+pub fn kill_marked(marker: &str) -> Vec<Leaked> {
+    let needle = format!("{MARKER_ENV}={marker}\0");
+    let mut leaked = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return leaked;
+    };
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(environ) = std::fs::read(entry.path().join("environ")) else {
+            continue;
+        };
+        if !environ
+            .windows(needle.len())
+            .any(|w| w == needle.as_bytes())
+        {
+            continue;
+        }
+        // Named before it is killed: a dead process has no command line.
+        let command = std::fs::read(entry.path().join("cmdline"))
+            .map(|c| {
+                String::from_utf8_lossy(&c)
+                    .split('\0')
+                    .filter(|s| !s.is_empty())
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .unwrap_or_default();
+        let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
+        leaked.push(Leaked { pid, command });
+    }
+    leaked
+}
+
+/// The first half of `gameplan __game-exec`: sets the limits on this
+/// process (hard limits too: the game must not raise them back).
+pub fn set_limits(limits: ResourceLimits) -> Result<(), String> {
+    use nix::sys::resource::{Resource, setrlimit};
+    for (resource, value) in [
+        (Resource::RLIMIT_AS, limits.address_space),
+        (Resource::RLIMIT_CPU, limits.cpu_seconds),
+        (Resource::RLIMIT_NOFILE, limits.open_files),
+    ] {
+        if let Some(value) = value {
+            setrlimit(resource, value, value)
+                .map_err(|e| format!("cannot set {resource:?} to {value}: {e}"))?;
+        }
+    }
+    Ok(())
+}
+
+/// The second half: becomes the game (same pid, same group, same
+/// environment). Returns only on failure, saying why.
+pub fn exec(argv: &[String]) -> String {
+    let c_argv = match argv
+        .iter()
+        .map(|a| std::ffi::CString::new(a.as_bytes()))
+        .collect::<Result<Vec<_>, _>>()
+    {
+        Ok(c_argv) => c_argv,
+        Err(e) => return format!("the game command holds a NUL byte: {e}"),
+    };
+    let Some(program) = c_argv.first() else {
+        return "no game command after `--`".to_owned();
+    };
+    match nix::unistd::execvp(program, &c_argv) {
+        Err(e) => format!("cannot run `{}`: {e}", argv.join(" ")),
+        Ok(never) => match never {},
+    }
+}

@@ -1,0 +1,157 @@
+//! `report.md` of a play cell: Summary, Findings, How it felt, Evidence.
+//!
+//! Rendered from the cell's `report.json` alone, so a report read back from
+//! disk renders the same as a fresh one.
+
+use std::fmt::Write;
+
+use crate::play::cell_report::{CellReport, CellState};
+use crate::play::trace::QuitReason;
+
+pub fn markdown(report: &CellReport) -> String {
+    let mut md = String::with_capacity(4096);
+    let _ = writeln!(
+        md,
+        "# Playtest: {} with {} (seed {})\n",
+        report.persona, report.controller, report.seed
+    );
+    md.push_str("## Summary\n\n");
+    let game = if report.game.name.is_empty() {
+        report.game.command.join(" ")
+    } else {
+        format!("{} {}", report.game.name, report.game.version)
+            .trim()
+            .to_owned()
+    };
+    let _ = writeln!(md, "- Game: {game}");
+    let _ = writeln!(md, "- Player: {}", report.player);
+    let _ = writeln!(
+        md,
+        "- State: {}",
+        match report.state {
+            CellState::Succeeded => "played",
+            CellState::Interrupted => "interrupted",
+        }
+    );
+    let _ = writeln!(md, "- Actions taken: {}", report.actions_taken);
+    let _ = writeln!(md, "- Quit reason: {}", report.quit_reason.name());
+    let _ = writeln!(md, "- Findings: {}", report.findings.len());
+    if !report.leaked.is_empty() {
+        let _ = writeln!(
+            md,
+            "- Leaked processes (escaped the game's process group, killed): {}",
+            report
+                .leaked
+                .iter()
+                .map(|l| format!("{} `{}`", l.pid, l.command))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    md.push_str("\n## Findings\n\n");
+    if report.findings.is_empty() {
+        md.push_str("None.\n");
+    }
+    for f in &report.findings {
+        let times = if f.occurrences > 1 {
+            format!(" (×{})", f.occurrences)
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            md,
+            "- **{}** [{}, {}] {}{times}",
+            f.id,
+            f.category.name(),
+            severity(f.severity),
+            f.title
+        );
+    }
+    md.push_str("\n## How it felt\n\n");
+    md.push_str(&felt(report));
+    md.push_str("\n## Evidence\n\n");
+    if report.findings.is_empty() {
+        md.push_str("Nothing to show.\n");
+    }
+    for f in &report.findings {
+        let e = &f.evidence;
+        let _ = writeln!(md, "### {} {}\n", f.id, f.title);
+        let _ = writeln!(md, "- Step: {}", e.step);
+        if !e.observation.is_empty() {
+            let _ = writeln!(md, "- Observation: `{}`", e.observation);
+        }
+        if !e.last_actions.is_empty() {
+            let _ = writeln!(md, "- Last actions: {}", quoted_list(&e.last_actions));
+        }
+        if let Some(detail) = &e.detail {
+            let _ = writeln!(md, "- Detail: {}", detail.replace('\n', " "));
+        }
+        if let Some(tail) = &e.stderr_tail {
+            let _ = writeln!(md, "\nstderr (tail):\n\n```text\n{}\n```", tail.trim_end());
+        }
+        md.push('\n');
+    }
+    md
+}
+
+fn severity(s: crate::play::findings::Severity) -> &'static str {
+    use crate::play::findings::Severity;
+    match s {
+        Severity::Critical => "critical",
+        Severity::High => "high",
+        Severity::Medium => "medium",
+        Severity::Low => "low",
+    }
+}
+
+fn quoted_list(items: &[String]) -> String {
+    items
+        .iter()
+        .map(|a| format!("`{a}`"))
+        .collect::<Vec<_>>()
+        .join(" → ")
+}
+
+/// A few plain sentences on the play, from the metrics.
+fn felt(report: &CellReport) -> String {
+    let n = report.actions_taken;
+    let m = &report.metrics;
+    let mut text = match report.quit_reason {
+        QuitReason::Done => format!("Reached the end of the game after {n} actions."),
+        QuitReason::Patience => format!("Gave up bored after {n} actions: patience ran out."),
+        QuitReason::Budget => format!("The budget stopped the play after {n} actions."),
+        QuitReason::Crash => format!("The game crashed after {n} actions."),
+        QuitReason::Hang => format!("The game stopped answering after {n} actions."),
+        QuitReason::Interrupted => format!(
+            "Interrupted after {n} actions; a resume plays this cell again from seed {}.",
+            report.seed
+        ),
+        QuitReason::ScriptEnd => format!("The script ran out after {n} actions."),
+        QuitReason::NoActions => format!("After {n} actions the game offered nothing to do."),
+    };
+    let _ = write!(text, " Saw {} different screens", m.distinct_observations);
+    if n > 0 {
+        #[expect(
+            clippy::cast_precision_loss,
+            reason = "a ratio for people; action counts are far below 2^52"
+        )]
+        let novelty = m.distinct_observations as f64 / (n as f64 + 1.0) * 100.0;
+        let _ = write!(text, " ({novelty:.0}% of the moments were new)");
+    }
+    text.push('.');
+    if m.goals > 0 {
+        let _ = write!(text, " Reached {} goal(s).", m.goals);
+    }
+    if m.refused_actions > 0 {
+        let _ = write!(text, " {} action(s) were refused.", m.refused_actions);
+    }
+    if m.longest_unchanged > 1 {
+        let _ = write!(
+            text,
+            " The longest stretch where nothing changed: {} actions.",
+            m.longest_unchanged
+        );
+    }
+    let _ = writeln!(text, " Final score {}.", m.final_score);
+    text
+}
