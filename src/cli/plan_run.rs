@@ -268,6 +268,10 @@ fn execute(
     } else {
         cx.console
             .out(&redactor.redact(&run_summary::text(&report)));
+        if let Some(playtest) = &report.playtest {
+            cx.console
+                .out(&redactor.redact(&crate::report::playtest::text(playtest)));
+        }
     }
     report.exit_code
 }

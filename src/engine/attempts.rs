@@ -248,8 +248,11 @@ pub fn try_reuse(
     }
     let digest = key.digest();
     let entry = keeper.store.lookup(&digest)?;
-    // A damaged entry is a miss: the step runs.
-    keeper.store.restore(&entry, &kind.restore_base(cx)).ok()?;
+    // A damaged entry is a miss: the step runs. A kind that keeps its
+    // files in the step's directory gets it made first.
+    let base = kind.restore_base(cx);
+    std::fs::create_dir_all(&base).ok()?;
+    keeper.store.restore(&entry, &base).ok()?;
     Some(Finished {
         node,
         state: StepState::Reused,

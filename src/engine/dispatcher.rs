@@ -277,7 +277,8 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
                 pool_full.push(node);
                 break;
             };
-            let pool_permit = match cx.step.pool.as_ref().and_then(|p| pools.get(p)) {
+            let pool = cx.step.pool.as_deref().or_else(|| kind.resource(&cx.plan));
+            let pool_permit = match pool.and_then(|p| pools.get(p)) {
                 None => None,
                 Some(pool) => {
                     if let Ok(permit) = Arc::clone(pool).try_acquire_owned() {
@@ -376,6 +377,11 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
         root_cause: run.root_cause,
         steps,
         resume_command: resumable.then_some(resume_hint),
+        playtest: None,
+    };
+    let report = RunReport {
+        playtest: crate::report::playtest::collect(&report.steps, |id| run_dir.step(id)),
+        ..report
     };
     if !resumable {
         let summary = serde_json::to_vec_pretty(&report).unwrap_or_default();
@@ -567,7 +573,11 @@ impl Run {
             Arc::clone(&self.shared.confirm),
             self.shared.dry_upload,
         )
-        .on_start(move |attempt| progress.step_started(&started_id, attempt))
+        .on_start({
+            let progress = progress.clone();
+            move |attempt| progress.step_started(&started_id, attempt)
+        })
+        .on_progress(move |text| progress.step_progress(text))
     }
 
     fn abort(&mut self, cause: String) {

@@ -48,7 +48,7 @@ pub struct SimulateSpec {
 }
 
 /// What a simulation found.
-#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct SimulateSummary {
     /// Games played (fewer than asked when interrupted).
     pub games: u64,

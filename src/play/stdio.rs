@@ -797,7 +797,18 @@ async fn read_line(
 /// Kills every process whose environment holds `GAMEPLAN_GAME_CELL=marker`
 /// (it escaped its group) and names it.
 pub fn kill_marked(marker: &str) -> Vec<Leaked> {
-    let needle = format!("{MARKER_ENV}={marker}\0");
+    kill_carrying(&format!("{MARKER_ENV}={marker}\0"))
+}
+
+/// Kills every game this gameplan process started, in its group or out of
+/// it: a second Ctrl-C exits at once, and a game's own process group does
+/// not get the terminal's signal. Every marker starts with our pid.
+pub fn kill_games_of_this_process() -> Vec<Leaked> {
+    kill_carrying(&format!("{MARKER_ENV}={}-", std::process::id()))
+}
+
+/// Kills every process whose environment block contains `needle`.
+fn kill_carrying(needle: &str) -> Vec<Leaked> {
     let mut leaked = Vec::new();
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return leaked;

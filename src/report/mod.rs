@@ -8,6 +8,7 @@ pub mod diagnostics;
 pub mod explain;
 pub mod play_cell;
 pub mod play_results;
+pub mod playtest;
 pub mod progress;
 pub mod run;
 pub mod run_summary;

@@ -125,6 +125,14 @@ impl Progress {
         }
     }
 
+    /// How far a long step has come (`simulate`'s games), on the terminal's
+    /// progress display only: a log gets the step's end, not a line per 100 games.
+    pub fn step_progress(&self, text: &str) {
+        if let Some(bar) = &self.inner.bar {
+            bar.set_message(self.inner.redactor.redact(text));
+        }
+    }
+
     /// Something the user must see (stopping, retrying), whatever the mode.
     pub fn note(&self, text: &str) {
         self.line(text);

@@ -46,4 +46,7 @@ pub struct RunReport {
     /// How to continue an interrupted run.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resume_command: Option<String>,
+    /// What the play and simulate steps found, when the plan has any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub playtest: Option<super::playtest::Playtest>,
 }

@@ -29,7 +29,10 @@
 //!   the terminal.
 
 pub mod command;
+pub mod game;
 pub mod launcher;
+pub mod play;
+pub mod simulate;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -94,6 +97,12 @@ pub trait Kind: Send + Sync {
     /// pattern that matches no file), for `plan explain`.
     fn warnings(&self, _root: &Path, _step: &Step) -> Vec<String> {
         Vec::new()
+    }
+
+    /// The `[pools]` entry its steps take a slot of when they name no
+    /// `pool` (a play cell: `play`, or `browser` for the webdriver driver).
+    fn resource(&self, _plan: &Plan) -> Option<&'static str> {
+        None
     }
 
     /// Whether the kind keeps started work queued itself (the command
@@ -224,7 +233,11 @@ impl Kinds {
     /// Every kind this gameplan runs.
     pub fn for_run(settings: RunSettings) -> Kinds {
         Kinds {
-            kinds: vec![Box::new(command::Command::new(settings.concurrency))],
+            kinds: vec![
+                Box::new(command::Command::new(settings.concurrency)),
+                Box::new(play::Play),
+                Box::new(simulate::Simulate),
+            ],
         }
     }
 
@@ -278,7 +291,11 @@ pub struct StepIo {
     /// queued), and who hears of it.
     started: Mutex<Option<std::time::Instant>>,
     on_start: Option<Box<dyn Fn(u32) + Send + Sync>>,
+    on_progress: Option<ProgressFn>,
 }
+
+/// Where a step's progress lines go (the terminal's progress display).
+pub type ProgressFn = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// Where checkpoints go: the run's journal writer (a test double in tests).
 pub trait CheckpointSink: Send + Sync {
@@ -311,6 +328,7 @@ impl StepIo {
             dry_upload,
             started: Mutex::new(None),
             on_start: None,
+            on_progress: None,
         }
     }
 
@@ -319,6 +337,21 @@ impl StepIo {
     pub fn on_start(mut self, on_start: impl Fn(u32) + Send + Sync + 'static) -> StepIo {
         self.on_start = Some(Box::new(on_start));
         self
+    }
+
+    /// Sends the step's progress (`simulate`'s games so far) to `on_progress`.
+    #[must_use]
+    pub fn on_progress(mut self, on_progress: impl Fn(&str) + Send + Sync + 'static) -> StepIo {
+        self.on_progress = Some(Arc::new(on_progress));
+        self
+    }
+
+    /// Where this step's progress goes, for a task of its own to hold
+    /// (nowhere when nobody listens).
+    pub fn progress_sink(&self) -> ProgressFn {
+        self.on_progress
+            .clone()
+            .unwrap_or_else(|| Arc::new(|_: &str| {}))
     }
 
     pub(crate) fn set_attempt(&self, attempt: u32) {

@@ -1,0 +1,145 @@
+//! What the `play` and `simulate` kinds share: the plan's `[game]` as a
+//! [`GameSpec`], and the build hash their keys are made of.
+//!
+//! The build hash is everything that decides how the game behaves: the
+//! content of `game.inputs`, the command, any repo file the command names
+//! (`python3 examples/games/coins.py` keys on the script even when `inputs`
+//! forgets it), the game's environment and timeouts, and for a built-in game
+//! its version and gameplan's.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::{KeyContext, StepContext, StepError, Upstream, expand};
+use crate::plan::model::{Driver, Game, Plan};
+use crate::play::GameSpec;
+use crate::reuse::ReuseKey;
+
+/// The plan's game, or why a playing step cannot run without one.
+pub fn game_of(plan: &Plan) -> Result<&Game, StepError> {
+    plan.game.as_ref().ok_or_else(|| {
+        StepError("the plan has no `[game]`: add one with `command` (a stdio game) to play".into())
+    })
+}
+
+/// The stdio game to start, or why it cannot be started by this gameplan.
+pub fn spec(cx: &StepContext) -> Result<GameSpec, StepError> {
+    let game = game_of(&cx.plan)?;
+    if game.driver == Driver::Webdriver {
+        return Err(StepError(
+            "the `webdriver` driver is not built in this gameplan yet; only `stdio` games can be \
+             played"
+                .into(),
+        ));
+    }
+    let mut spec = GameSpec::new(game.command.clone(), cx.root.clone(), &cx.env);
+    spec.env.extend(game.env.clone());
+    spec.action_timeout = Duration::from_secs(game.action_timeout_secs.max(1));
+    spec.stuck_after = game.stuck_after;
+    Ok(spec)
+}
+
+/// A key of `kind` over the build hash and `settings`, with the digests of
+/// the steps it needs that are not money steps (a paid cell keys on what it
+/// plays, not on the purchase before it), or why it waits for them.
+pub fn key(cx: &KeyContext<'_>, kind: &str, settings: &Value) -> Result<KeyOrWait, StepError> {
+    let game = game_of(cx.plan)?;
+    let upstream: Vec<&Upstream> = cx
+        .upstream
+        .iter()
+        .filter(|u| !crate::plan::kinds::row(u.kind).moves_money)
+        .collect();
+    if let Some(pending) = upstream.iter().find(|u| u.outputs.is_none()) {
+        return Ok(KeyOrWait::Wait(format!(
+            "`{}` runs first; reused if its outputs come out the same",
+            pending.id
+        )));
+    }
+    let builtin = game
+        .command
+        .first()
+        .and_then(|c| c.strip_prefix("builtin:"))
+        .map(|name| {
+            json!({
+                "name": name,
+                "version": crate::games::find(name).map(|b| b.version),
+                "gameplan": env!("CARGO_PKG_VERSION"),
+            })
+        });
+    let mut key = ReuseKey::new(
+        kind,
+        json!({
+            "game": {
+                "driver": game.driver,
+                "command": game.command,
+                "url": game.url,
+                "env": game.env,
+                "action_timeout": game.action_timeout_secs,
+                "stuck_after": game.stuck_after,
+                "builtin": builtin,
+            },
+            "step": settings.clone(),
+        }),
+    );
+    let mut files = expand(cx.root, &game.inputs)?;
+    // Repo files the command names are part of the build, listed or not.
+    for word in game.command.iter().filter(|w| !w.starts_with("builtin:")) {
+        let relative = word.strip_prefix("./").unwrap_or(word);
+        let path = cx.root.join(relative);
+        if !relative.is_empty()
+            && !std::path::Path::new(relative).is_absolute()
+            && path.is_file()
+            && path
+                .canonicalize()
+                .is_ok_and(|p| p.starts_with(cx.root.canonicalize().unwrap_or_default()))
+        {
+            files.push(relative.to_owned());
+        }
+    }
+    files.sort();
+    files.dedup();
+    let mut hashes = cx
+        .hashes
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    key.inputs = hashes
+        .hash_all(cx.root, &files)
+        .map_err(|e| StepError(e.to_string()))?;
+    key.upstream = upstream
+        .iter()
+        .map(|u| (u.id.clone(), u.outputs.clone().unwrap_or_default()))
+        .collect();
+    Ok(KeyOrWait::Key(key))
+}
+
+/// A key, or the step it must wait for.
+pub enum KeyOrWait {
+    Key(ReuseKey),
+    Wait(String),
+}
+
+/// The files of `dir`, relative to it, sorted (a step's artifacts).
+pub fn files_under(dir: &std::path::Path) -> Result<Vec<String>, StepError> {
+    let mut files = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(at) = stack.pop() {
+        let entries = std::fs::read_dir(&at)
+            .map_err(|e| StepError(format!("cannot list {}: {e}", at.display())))?;
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
+            if kind.is_dir() {
+                stack.push(path);
+            } else if kind.is_file()
+                && let Ok(relative) = path.strip_prefix(dir)
+            {
+                files.push(relative.to_string_lossy().replace('\\', "/"));
+            }
+        }
+    }
+    files.sort();
+    Ok(files)
+}

@@ -1,0 +1,260 @@
+//! The `play` step kind: one cell, a persona playing a fresh game process
+//! with one controller and one seed (DESIGN §3, §7).
+//!
+//! Owns turning a plan's cell into a [`CellSpec`] (which persona, player,
+//! controller, seed and bounds), the cell's reuse key, and how a cell's end
+//! maps to a step outcome. Playing itself is `crate::play`'s.
+//!
+//! - **Key**: the build hash (see `steps::game`), persona, player settings,
+//!   patience, controller, seed and the budget's bounds; the money steps
+//!   before it do not enter it, so a paid cell is reused like a free one.
+//!   A persona with an `llm` player is never reused: the same seed does not
+//!   give the same play.
+//! - **Artifacts** live in the step's own directory (`report.json`,
+//!   `report.md`, `transcript.jsonl`, `trace.jsonl`); a reused cell's are
+//!   restored there.
+//! - **Interrupt**: the first Ctrl-C lets the turn in flight finish, then the
+//!   cell ends `interrupted`; a resume plays it again from its seed (the
+//!   default for an attempt a dead gameplan left running, too). A second
+//!   Ctrl-C kills every game this gameplan started, at once.
+//! - **Findings are not failures**: a cell that found a crash played well.
+//!   The step fails only when the cell could not be played (no game, a
+//!   command that does not start, an artifact that cannot be written).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::json;
+
+use super::game::{self, KeyOrWait};
+use super::{
+    BoxFuture, KeyContext, Kind, Outputs, Reuse, StepContext, StepError, StepIo, StepOutcome,
+};
+use crate::graph::Instance;
+use crate::plan::model::{Controller, Params, Persona, Plan, Player, Step, StepKind};
+use crate::play::{CellSpec, CellState, ControllerKind, PlayerSpec, play_cell};
+
+/// Actions a persona that sets no `patience` takes before it quits bored.
+pub const DEFAULT_PATIENCE: u64 = 40;
+
+/// The seed of a cell whose step and matrix give none.
+const DEFAULT_SEED: i64 = 1;
+
+pub struct Play;
+
+impl Kind for Play {
+    fn kind(&self) -> StepKind {
+        StepKind::Play
+    }
+
+    fn reuse(&self, cx: &KeyContext<'_>) -> Result<Reuse, StepError> {
+        let cell = Cell::of(cx.plan, cx.step, cx.instance)?;
+        if !cell.persona.player.is_deterministic() {
+            return Ok(Reuse::Never(format!(
+                "persona `{}` plays with an `llm` player, which does not play the same twice",
+                cell.persona.slug
+            )));
+        }
+        let settings = json!({
+            "persona": cell.persona.slug,
+            "player": cell.persona.player,
+            "patience": cell.patience(),
+            "controller": cell.controller.name(),
+            "seed": cell.seed,
+            "max_actions": cx.plan.budget.max_actions,
+            "max_wall_seconds": Cell::max_wall(cx.plan, cx.step).map(|d| d.as_secs()),
+        });
+        Ok(match game::key(cx, "play", &settings)? {
+            KeyOrWait::Key(key) => Reuse::Key(key),
+            KeyOrWait::Wait(why) => Reuse::AfterUpstream(why),
+        })
+    }
+
+    fn run<'a>(&'a self, cx: &'a StepContext, io: &'a StepIo) -> BoxFuture<'a, StepOutcome> {
+        Box::pin(async move {
+            let spec = match cell_spec(cx) {
+                Ok(spec) => spec,
+                Err(e) => {
+                    return StepOutcome::Failed {
+                        exit_code: None,
+                        message: e.0,
+                    };
+                }
+            };
+            if *cx.cancel.borrow() {
+                return StepOutcome::Interrupted {
+                    message: "stopped before the cell started".into(),
+                };
+            }
+            // A retry plays a fresh cell: last attempt's files must not mix in.
+            for name in crate::play::cell::CELL_FILES {
+                let _ = std::fs::remove_file(cx.step_dir.join(name));
+            }
+            io.mark_started();
+            match play_cell(&spec, &cx.step_dir, cx.cancel.clone()).await {
+                Ok(result) if result.report.state == CellState::Interrupted => {
+                    StepOutcome::Interrupted {
+                        message: format!(
+                            "stopped after {} actions; a resume plays the cell again from seed {}",
+                            result.report.actions_taken, spec.seed
+                        ),
+                    }
+                }
+                Ok(_) => StepOutcome::Succeeded,
+                Err(e) => StepOutcome::Failed {
+                    exit_code: None,
+                    message: format!("the cell could not be played: {e}"),
+                },
+            }
+        })
+    }
+
+    fn outputs(&self, cx: &StepContext) -> Result<Outputs, StepError> {
+        let files: Vec<String> = crate::play::cell::CELL_FILES
+            .iter()
+            .filter(|name| cx.step_dir.join(name).is_file())
+            .map(|name| (*name).to_owned())
+            .collect();
+        if !files.iter().any(|f| f == "report.json") {
+            return Err(StepError(format!(
+                "the cell ended without writing {}",
+                cx.step_dir.join("report.json").display()
+            )));
+        }
+        Ok(Outputs {
+            base: cx.step_dir.clone(),
+            files,
+        })
+    }
+
+    fn restore_base(&self, cx: &StepContext) -> PathBuf {
+        cx.step_dir.clone()
+    }
+
+    fn log(&self, step_dir: &Path) -> Option<PathBuf> {
+        Some(step_dir.join("report.md"))
+    }
+
+    fn kill_now(&self) {
+        crate::play::stdio::kill_games_of_this_process();
+    }
+
+    fn resource(&self, plan: &Plan) -> Option<&'static str> {
+        Some(match plan.game.as_ref().map(|g| g.driver) {
+            Some(crate::plan::model::Driver::Webdriver) => "browser",
+            _ => "play",
+        })
+    }
+}
+
+/// One cell of a play step, resolved against the plan.
+struct Cell<'p> {
+    persona: &'p Persona,
+    controller: Controller,
+    seed: i64,
+}
+
+impl<'p> Cell<'p> {
+    /// The persona, controller and seed of `instance`: its matrix values
+    /// first, then the step's own keys, then the defaults (the plan's only
+    /// persona, `standard`, the persona player's seed or 1).
+    fn of(plan: &'p Plan, step: &Step, instance: &Instance) -> Result<Cell<'p>, StepError> {
+        let axis = |name: &str| {
+            instance
+                .cell
+                .iter()
+                .find(|(axis, _)| axis == name)
+                .map(|(_, value)| value.as_str())
+        };
+        let (persona, controller, seed) = match &step.params {
+            Params::Play {
+                persona,
+                controller,
+                seed,
+            } => (persona.as_deref(), *controller, *seed),
+            _ => (None, None, None),
+        };
+        let slug = match axis("persona").or(persona) {
+            Some(slug) => slug,
+            None if plan.personas.len() == 1 => plan.personas[0].slug.as_str(),
+            None => {
+                return Err(StepError(format!(
+                    "play step `{}` names no persona and the plan has {}: add `persona = \"…\"` \
+                     or `matrix = {{ persona = \"*\" }}`",
+                    step.id,
+                    plan.personas.len()
+                )));
+            }
+        };
+        let persona = plan.persona(slug).ok_or_else(|| {
+            StepError(format!(
+                "play step `{}` names persona `{slug}`, which the plan does not define",
+                step.id
+            ))
+        })?;
+        let controller = match axis("controller") {
+            Some(name) => Controller::from_name(name).ok_or_else(|| {
+                StepError(format!("unknown controller `{name}` (standard, jev, rune)"))
+            })?,
+            None => controller.unwrap_or(Controller::Standard),
+        };
+        let seed = match axis("seed") {
+            Some(text) => text.parse::<i64>().map_err(|_| {
+                StepError(format!("the matrix seed `{text}` is not a whole number"))
+            })?,
+            None => seed
+                .or(match persona.player {
+                    Player::Random { seed } | Player::Explorer { seed } => seed,
+                    _ => None,
+                })
+                .unwrap_or(DEFAULT_SEED),
+        };
+        Ok(Cell {
+            persona,
+            controller,
+            seed,
+        })
+    }
+
+    fn patience(&self) -> u64 {
+        self.persona.patience.unwrap_or(DEFAULT_PATIENCE)
+    }
+
+    /// The cell's wall-clock bound: the budget's or the step's timeout,
+    /// whichever is shorter.
+    fn max_wall(plan: &Plan, step: &Step) -> Option<Duration> {
+        [plan.budget.max_wall_seconds, step.timeout_secs]
+            .into_iter()
+            .flatten()
+            .min()
+            .map(Duration::from_secs)
+    }
+}
+
+fn cell_spec(cx: &StepContext) -> Result<CellSpec, StepError> {
+    let cell = Cell::of(&cx.plan, &cx.step, &cx.instance)?;
+    let player = match &cell.persona.player {
+        Player::Scripted { actions } => PlayerSpec::Scripted {
+            actions: actions.clone(),
+        },
+        Player::Random { .. } => PlayerSpec::Random,
+        Player::Explorer { .. } => PlayerSpec::Explorer,
+        Player::Llm { .. } => {
+            return Err(StepError(format!(
+                "persona `{}` plays with an `llm` player, which is not built in this gameplan \
+                 yet (scripted, random and explorer are)",
+                cell.persona.slug
+            )));
+        }
+    };
+    Ok(CellSpec {
+        game: game::spec(cx)?,
+        persona: cell.persona.slug.clone(),
+        player,
+        controller: ControllerKind::from(cell.controller),
+        seed: cell.seed,
+        patience: cell.patience(),
+        max_actions: cx.plan.budget.max_actions,
+        max_wall: Cell::max_wall(&cx.plan, &cx.step),
+    })
+}

@@ -1,0 +1,216 @@
+//! The `simulate` step kind: many seeded games across player strategies, a
+//! mechanics test with no model (DESIGN §3).
+//!
+//! Owns turning the step's keys into a [`SimulateSpec`], its reuse key
+//! (build hash and config; `workers` is left out, since game `i` plays seed
+//! `seed + i` whichever worker plays it), and the step's files in its own
+//! directory: `summary.json` and the traces of the games that crashed or
+//! hung under `traces/`, each one `gameplan replay` and `gameplan shrink`
+//! take as is.
+//!
+//! Unlike a play cell, a simulation is a test: a game that crashed or hung
+//! fails the step, naming the traces to replay.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde_json::json;
+
+use super::game::{self, KeyOrWait};
+use super::{
+    BoxFuture, KeyContext, Kind, Outputs, Reuse, StepContext, StepError, StepIo, StepOutcome,
+};
+use crate::plan::model::{Params, Plan, Step, StepKind};
+use crate::play::{PlayerSpec, SimulateSpec, SimulateSummary, simulate};
+
+pub struct Simulate;
+
+/// The step's settings, from its keys.
+struct Settings {
+    games: u64,
+    strategies: Vec<String>,
+    workers: u64,
+    max_steps: u64,
+    seed: i64,
+}
+
+fn settings(step: &Step) -> Result<Settings, StepError> {
+    match &step.params {
+        Params::Simulate {
+            games,
+            strategies,
+            workers,
+            max_steps,
+            seed,
+        } => Ok(Settings {
+            games: *games,
+            strategies: strategies.clone(),
+            workers: *workers,
+            max_steps: *max_steps,
+            seed: seed.unwrap_or(0),
+        }),
+        _ => Err(StepError(format!(
+            "step `{}` is not a simulate step",
+            step.id
+        ))),
+    }
+}
+
+fn strategies(names: &[String]) -> Result<Vec<PlayerSpec>, StepError> {
+    names
+        .iter()
+        .map(|name| match name.as_str() {
+            "random" => Ok(PlayerSpec::Random),
+            "explorer" => Ok(PlayerSpec::Explorer),
+            other => Err(StepError(format!(
+                "unknown strategy `{other}` (random, explorer)"
+            ))),
+        })
+        .collect()
+}
+
+impl Kind for Simulate {
+    fn kind(&self) -> StepKind {
+        StepKind::Simulate
+    }
+
+    fn reuse(&self, cx: &KeyContext<'_>) -> Result<Reuse, StepError> {
+        let s = settings(cx.step)?;
+        let config = json!({
+            "games": s.games,
+            "strategies": s.strategies,
+            "max_steps": s.max_steps,
+            "seed": s.seed,
+        });
+        Ok(match game::key(cx, "simulate", &config)? {
+            KeyOrWait::Key(key) => Reuse::Key(key),
+            KeyOrWait::Wait(why) => Reuse::AfterUpstream(why),
+        })
+    }
+
+    fn run<'a>(&'a self, cx: &'a StepContext, io: &'a StepIo) -> BoxFuture<'a, StepOutcome> {
+        Box::pin(async move {
+            match run(cx, io).await {
+                Ok(outcome) => outcome,
+                Err(e) => StepOutcome::Failed {
+                    exit_code: None,
+                    message: e.0,
+                },
+            }
+        })
+    }
+
+    fn outputs(&self, cx: &StepContext) -> Result<Outputs, StepError> {
+        Ok(Outputs {
+            base: cx.step_dir.clone(),
+            files: game::files_under(&cx.step_dir)?
+                .into_iter()
+                .filter(|f| f == SUMMARY || f.starts_with("traces/"))
+                .collect(),
+        })
+    }
+
+    fn restore_base(&self, cx: &StepContext) -> PathBuf {
+        cx.step_dir.clone()
+    }
+
+    fn log(&self, step_dir: &Path) -> Option<PathBuf> {
+        Some(step_dir.join(SUMMARY))
+    }
+
+    fn kill_now(&self) {
+        crate::play::stdio::kill_games_of_this_process();
+    }
+
+    fn resource(&self, plan: &Plan) -> Option<&'static str> {
+        Some(match plan.game.as_ref().map(|g| g.driver) {
+            Some(crate::plan::model::Driver::Webdriver) => "browser",
+            _ => "play",
+        })
+    }
+}
+
+/// The summary's file name in the step's directory.
+pub const SUMMARY: &str = "summary.json";
+
+async fn run(cx: &StepContext, io: &StepIo) -> Result<StepOutcome, StepError> {
+    let s = settings(&cx.step)?;
+    let traces = cx.step_dir.join("traces");
+    // A retry starts clean: traces of an earlier attempt are not this one's.
+    let _ = std::fs::remove_dir_all(&traces);
+    let _ = std::fs::remove_file(cx.step_dir.join(SUMMARY));
+    let spec = SimulateSpec {
+        game: game::spec(cx)?,
+        games: s.games,
+        strategies: strategies(&s.strategies)?,
+        workers: usize::try_from(s.workers).unwrap_or(usize::MAX).max(1),
+        max_steps: s.max_steps,
+        seed: s.seed,
+        out_dir: Some(traces),
+    };
+    std::fs::create_dir_all(&cx.step_dir)
+        .map_err(|e| StepError(format!("cannot create {}: {e}", cx.step_dir.display())))?;
+    io.mark_started();
+    let step_id = cx.instance.id.clone();
+    let progress_io = io.progress_sink();
+    let progress = Arc::new(move |done: u64, total: u64| {
+        progress_io(&format!("{step_id}: {done}/{total} games"));
+    });
+    let summary = simulate(&spec, progress, cx.cancel.clone())
+        .await
+        .map_err(|e| StepError(format!("the simulation could not run: {e}")))?;
+    write_summary(&cx.step_dir, &summary)?;
+    Ok(outcome(&cx.root, &summary))
+}
+
+fn write_summary(dir: &Path, summary: &SimulateSummary) -> Result<(), StepError> {
+    let path = dir.join(SUMMARY);
+    // Trace paths relative to the step's directory: a reused result is
+    // restored into another run's directory.
+    let mut summary = summary.clone();
+    for trace in &mut summary.failed_traces {
+        if let Ok(relative) = trace.strip_prefix(dir) {
+            *trace = relative.to_path_buf();
+        }
+    }
+    let mut text = serde_json::to_string_pretty(&summary).unwrap_or_default();
+    text.push('\n');
+    std::fs::write(&path, text)
+        .map_err(|e| StepError(format!("cannot write {}: {e}", path.display())))
+}
+
+fn outcome(root: &Path, summary: &SimulateSummary) -> StepOutcome {
+    if summary.interrupted {
+        return StepOutcome::Interrupted {
+            message: format!(
+                "stopped after {} games; a resume plays the simulation again",
+                summary.games
+            ),
+        };
+    }
+    let failed = summary.crashed + summary.hung;
+    if failed == 0 {
+        return StepOutcome::Succeeded;
+    }
+    let first = summary
+        .failed_traces
+        .first()
+        .map(|p| p.strip_prefix(root).unwrap_or(p).display().to_string());
+    StepOutcome::Failed {
+        exit_code: None,
+        message: format!(
+            "{failed} of {} games failed ({} crashed, {} hung); traces in {}{}",
+            summary.games,
+            summary.crashed,
+            summary.hung,
+            summary
+                .failed_traces
+                .first()
+                .and_then(|p| p.parent())
+                .map_or_else(String::new, |d| d.display().to_string()),
+            first.map_or_else(String::new, |t| format!(
+                "; see the first with `gameplan replay {t}` and cut it down with `gameplan shrink {t} --out min.jsonl`"
+            ))
+        ),
+    }
+}
