@@ -304,23 +304,31 @@ impl RunDir {
     }
 }
 
-/// Maps a step id to a file name: anything outside a conservative set becomes `_`.
+/// Maps a step id to a file name, one to one (issue 8, item 24): an id made
+/// only of a conservative set of characters is its own name; any other id
+/// gets its characters outside the set replaced by `_` (so it stays
+/// readable) and `~` plus a short hash of the whole id appended, so `x[a/b]`,
+/// `x[a_b]` and `x[a b]` get three directories. `~` is outside the set, so a
+/// hashed name never equals a plain one. Very long ids are cut and hashed
+/// too, to stay under file-name length limits.
 pub fn file_name(id: &str) -> String {
-    let name: String = id
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || "-_.,=[]".contains(c) {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    if name.chars().all(|c| c == '.') {
-        format!("_{name}")
-    } else {
-        name
+    const MAX_PLAIN: usize = 120;
+    let plain = |c: char| c.is_ascii_alphanumeric() || "-_.,=[]".contains(c);
+    let is_plain = !id.is_empty()
+        && id.len() <= MAX_PLAIN
+        && id.chars().all(plain)
+        && !id.chars().all(|c| c == '.');
+    if is_plain {
+        return id.to_owned();
     }
+    let readable: String = id
+        .chars()
+        .take(MAX_PLAIN)
+        .map(|c| if plain(c) { c } else { '_' })
+        .collect();
+    let hash = crate::reuse::sha256_hex(id.as_bytes());
+    // 48 bits: no two ids of one run share a directory by accident.
+    format!("{readable}~{}", &hash[..12])
 }
 
 /// Run ids under `state_dir/runs`, oldest first (ids sort by start time).
@@ -400,7 +408,37 @@ mod tests {
     #[test]
     fn step_ids_become_safe_file_names() {
         assert_eq!(file_name("play[kid,jev,1]"), "play[kid,jev,1]");
-        assert_eq!(file_name("x[a/b]"), "x[a_b]");
-        assert_eq!(file_name(".."), "_..");
+        assert!(file_name("x[a/b]").starts_with("x[a_b]~"));
+        assert!(file_name("..").starts_with("..~"));
+        for id in ["..", ".", "", "a/../../b", "x y", "é", &"z".repeat(300)] {
+            let name = file_name(id);
+            assert!(!name.is_empty() && name.len() < 140, "{id:?}: {name:?}");
+            assert!(!name.contains('/') && name != "." && name != "..", "{id:?}");
+        }
+    }
+
+    /// Issue 8, item 24: matrix values `a/b`, `a_b` and `a b` must not share
+    /// one step directory.
+    #[test]
+    fn issue8_item24_step_directories_are_collision_free() {
+        let run = RunDir::new(Path::new("/state"), "r1");
+        let ids = [
+            "build[a/b]",
+            "build[a_b]",
+            "build[a b]",
+            "build[a\\b]",
+            "build[a_b]~0",
+            "x",
+            ".",
+            "_.",
+        ];
+        let dirs: std::collections::BTreeSet<PathBuf> = ids.iter().map(|id| run.step(id)).collect();
+        assert_eq!(dirs.len(), ids.len(), "{dirs:?}");
+        // Normal ids stay readable, and what needed escaping still reads.
+        assert_eq!(
+            run.step("build[a_b]"),
+            Path::new("/state/runs/r1/steps/build[a_b]")
+        );
+        assert!(file_name("build[a/b]").starts_with("build[a_b]~"));
     }
 }
