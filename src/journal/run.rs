@@ -167,7 +167,22 @@ pub enum HistoryError {
     )]
     #[diagnostic(code(journal::events_version))]
     EventsVersion { path: PathBuf, found: u32 },
+    #[error(
+        "{path} records attempt {attempt} of step `{step}`, more than any run makes ({MAX_ATTEMPT}); the journal is damaged or was edited. Nothing was run or charged; start a new run with `gameplan plan run PLAN --new`"
+    )]
+    #[diagnostic(code(journal::impossible_attempt))]
+    ImpossibleAttempt {
+        path: PathBuf,
+        step: String,
+        attempt: u32,
+    },
 }
+
+/// The highest attempt number a journal may record. A run makes one attempt
+/// per try and retry, so this is never reached in earnest; a record beyond
+/// it is damaged or crafted, and refusing it keeps every `attempt + 1` and
+/// `base + retries` downstream far from overflow (issue 8, item 15).
+pub const MAX_ATTEMPT: u32 = 1_000_000;
 
 impl RunHistory {
     pub fn from_events(
@@ -212,6 +227,16 @@ impl RunHistory {
             torn_tail,
         };
         for event in events {
+            if let Event::StepStarted { step, attempt, .. }
+            | Event::StepFinished { step, attempt, .. } = &event
+                && *attempt > MAX_ATTEMPT
+            {
+                return Err(HistoryError::ImpossibleAttempt {
+                    path: path.to_path_buf(),
+                    step: step.clone(),
+                    attempt: *attempt,
+                });
+            }
             history.apply(event);
         }
         Ok(history)
@@ -403,6 +428,48 @@ mod tests {
             RunHistory::from_events(Path::new("j"), events, false),
             Err(HistoryError::NoHeader { .. })
         ));
+    }
+
+    /// Issue 8, item 15: a crafted `attempt: 4294967295` is refused as a
+    /// damaged journal instead of overflowing `attempt + 1` on resume.
+    #[test]
+    fn issue8_item15_an_impossible_attempt_is_refused_not_overflowed() {
+        for (attempt, finished) in [
+            (u32::MAX, false),
+            (u32::MAX, true),
+            (MAX_ATTEMPT + 1, false),
+        ] {
+            let step = if finished {
+                Event::StepFinished {
+                    step: "a".into(),
+                    state: StepState::Failed,
+                    attempt,
+                    key: None,
+                    duration_ms: 0,
+                    exit_code: Some(1),
+                    message: None,
+                }
+            } else {
+                Event::StepStarted {
+                    step: "a".into(),
+                    attempt,
+                    at: String::new(),
+                }
+            };
+            let error = RunHistory::from_events(Path::new("j"), vec![started(), step], false)
+                .expect_err("refused");
+            assert!(
+                matches!(&error, HistoryError::ImpossibleAttempt { step, attempt: a, .. } if step == "a" && *a == attempt),
+                "{error}"
+            );
+            assert!(error.to_string().contains("--new"), "{error}");
+        }
+        let fine = Event::StepStarted {
+            step: "a".into(),
+            attempt: MAX_ATTEMPT,
+            at: String::new(),
+        };
+        assert!(RunHistory::from_events(Path::new("j"), vec![started(), fine], false).is_ok());
     }
 
     #[test]

@@ -49,3 +49,32 @@ matrix = { v = ["a/b", "a_b", "a b"] }
         "a plain id keeps its plain name: {dirs:?}"
     );
 }
+
+/// One journal line as gameplan writes it: the event and its CRC32C.
+fn journal_line(event: &str) -> String {
+    format!(
+        "{{\"format\":1,\"crc32c\":{},\"event\":{event}}}\n",
+        crc32c::crc32c(event.as_bytes())
+    )
+}
+
+/// Item 15: a crafted record with `attempt: 4294967295` panicked a debug
+/// build on resume (`attempt to add with overflow`).
+#[test]
+fn issue8_item15_a_crafted_attempt_number_does_not_panic_a_resume() {
+    let plan =
+        "version = 1\nname = \"m\"\n\n[[steps]]\nid = \"a\"\nkind = \"command\"\nrun = \"true\"\n";
+    let t = Test::new().file("plan.toml", plan);
+    t.run(&["plan", "run", "plan.toml", "--yes"]).code(0);
+    let id = t.run_ids().remove(0);
+    let journal = format!(".gameplan/runs/{id}/journal.jsonl");
+    let header = t.read(&journal).lines().next().expect("header").to_owned();
+    let crafted = journal_line(
+        r#"{"event":"step_started","step":"a","attempt":4294967295,"at":"2026-01-01T00:00:00Z"}"#,
+    );
+    t.write(&journal, format!("{header}\n{crafted}"));
+    // `wait` fails the test on a panic message or a death by signal.
+    let resume = t.run(&["plan", "resume", &id, "--yes"]);
+    assert_ne!(resume.code, Some(0), "{resume}");
+    resume.stderr_has("4294967295");
+}
