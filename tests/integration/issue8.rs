@@ -1,7 +1,9 @@
 //! Regression tests for issue 8 items whose defect shows only through the
 //! real binary (the others are unit tests beside the code they fix).
 
-use crate::support::{Test, by_step, expect_steps};
+use std::time::Duration;
+
+use crate::support::{Test, by_step, expect_steps, wait_until};
 
 /// Item 24: matrix values `a/b`, `a_b` and `a b` shared one step directory,
 /// and two of the three cells failed with "this step is busy".
@@ -77,4 +79,56 @@ fn issue8_item15_a_crafted_attempt_number_does_not_panic_a_resume() {
     let resume = t.run(&["plan", "resume", &id, "--yes"]);
     assert_ne!(resume.code, Some(0), "{resume}");
     resume.stderr_has("4294967295");
+}
+
+/// Item 11: `plan stop` signalled the pid in the lock file without checking
+/// the host beside it, and a pid it could not use became `kill(0)` (its own
+/// process group).
+#[test]
+fn issue8_item11_plan_stop_refuses_a_run_on_another_host_or_an_unusable_pid() {
+    let plan = "version = 1\nname = \"m\"\n\n[[steps]]\nid = \"long\"\nkind = \"command\"\nrun = \"touch started && sleep 30\"\n";
+    let t = Test::new().file("plan.toml", plan);
+    let mut gameplan = t.spawn(&["plan", "run", "plan.toml", "--yes"]);
+    wait_until("the step to start", Duration::from_secs(30), || {
+        t.path("started").exists()
+    });
+    let run_id = t.run_ids().pop().expect("a run");
+    let locks = t.path(".gameplan/locks");
+    let lock = std::fs::read_dir(&locks)
+        .expect("locks dir")
+        .map(|e| e.expect("entry").path())
+        .find(|p| p.extension().is_some_and(|e| e == "lock"))
+        .expect("a lock file");
+    let original = std::fs::read_to_string(&lock).expect("lock content");
+    let mut holder: serde_json::Value = serde_json::from_str(&original).expect("holder JSON");
+
+    // The content is only a message: rewriting it keeps the OS lock held.
+    holder["host"] = "elsewhere.example".into();
+    std::fs::write(&lock, holder.to_string()).expect("rewrite lock");
+    t.run(&["plan", "stop", &run_id])
+        .code(3)
+        .stderr_has("runs on host `elsewhere.example`")
+        .stderr_has("nothing was signalled");
+    assert!(
+        gameplan.is_running(),
+        "a run on another host is not signalled"
+    );
+
+    holder["host"] =
+        serde_json::from_str::<serde_json::Value>(&original).expect("json")["host"].clone();
+    for pid in [0u64, 4_294_967_295] {
+        holder["pid"] = pid.into();
+        std::fs::write(&lock, holder.to_string()).expect("rewrite lock");
+        // In a group of its own: had it signalled group 0, it would have
+        // killed itself, not the test runner.
+        t.spawn_in_group(&["plan", "stop", &run_id])
+            .wait()
+            .code(3)
+            .stderr_has(&format!("names pid {pid}"));
+        assert!(gameplan.is_running(), "pid {pid} signalled something");
+    }
+
+    std::fs::write(&lock, &original).expect("restore lock");
+    t.run(&["plan", "stop", &run_id]).code(0);
+    gameplan.wait().code(10);
 }
