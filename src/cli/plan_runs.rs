@@ -9,7 +9,7 @@ use super::Context;
 use crate::engine;
 use crate::exit_code;
 use crate::journal::run::{RunDir, RunHistory, StepState, run_ids};
-use crate::journal::{LockHolder, RunLock};
+use crate::journal::{LockHolder, LockStatus, RunLock, this_host};
 
 /// The state dir for commands that take no plan: `--state-dir`, or `.gameplan`
 /// at the repo root above the current directory.
@@ -151,14 +151,33 @@ pub fn stop(cx: &Context, run_id: &str, flag: Option<&Path>) -> u8 {
             return exit_code::PLAN_ERROR;
         }
     };
-    let Some(holder) = live_holder(&state_dir, &history) else {
-        cx.console.err(&format!(
-            "run {run_id} is not running ({}); nothing to stop\n",
-            status_word(&state_dir, &history)
-        ));
-        return exit_code::SUCCESS;
+    let holder = match RunLock::status(&state_dir.join("locks"), &history.plan_hash) {
+        Ok(LockStatus::Held {
+            holder: Some(holder),
+        }) if holder.run_id == history.run_id => holder,
+        // Held, but the lock file does not say by whom: maybe this run,
+        // maybe another of the same plan; no pid to trust either way.
+        Ok(LockStatus::Held { holder: None }) => {
+            cx.console.err(&format!(
+                "error: a run of this plan holds its lock, but the lock file does not say which run or pid, so nothing was signalled; stop run {run_id} where it runs (Ctrl-C)\n"
+            ));
+            return exit_code::PLAN_ERROR;
+        }
+        _ => {
+            cx.console.err(&format!(
+                "run {run_id} is not running ({}); nothing to stop\n",
+                status_word(&state_dir, &history)
+            ));
+            return exit_code::SUCCESS;
+        }
     };
-    let pid = nix::unistd::Pid::from_raw(i32::try_from(holder.pid).unwrap_or(0));
+    let pid = match holder.signal_target(&this_host()) {
+        Ok(pid) => pid,
+        Err(refusal) => {
+            cx.console.err(&format!("error: {refusal}\n"));
+            return exit_code::PLAN_ERROR;
+        }
+    };
     match nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM) {
         Ok(()) => {
             cx.console.err(&format!(

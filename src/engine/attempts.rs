@@ -251,8 +251,9 @@ pub fn try_reuse(
     // A damaged entry is a miss: the step runs. A kind that keeps its
     // files in the step's directory gets it made first.
     let base = kind.restore_base(cx);
+    let scope = kind.restore_scope(cx).ok()?;
     std::fs::create_dir_all(&base).ok()?;
-    keeper.store.restore(&entry, &base).ok()?;
+    keeper.store.restore_within(&entry, &base, &scope).ok()?;
     Some(Finished {
         node,
         state: StepState::Reused,

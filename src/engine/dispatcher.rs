@@ -35,6 +35,8 @@ use crate::steps::{Confirm, Kinds, Reuse, StepContext, StepIo};
 #[derive(Clone)]
 struct Shared {
     root: PathBuf,
+    /// The plan file, repo-relative: a restore never writes over it.
+    plan_file: Option<String>,
     run_id: String,
     run_dir: RunDir,
     plan: Arc<Plan>,
@@ -187,8 +189,20 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
         Arc::clone(&kinds),
     );
     let journal = JournalWriter::start(journal);
+    let plan_file = std::fs::canonicalize(&loaded.source.path)
+        .ok()
+        .and_then(|p| {
+            let root = std::fs::canonicalize(&loaded.root).ok()?;
+            Some(
+                p.strip_prefix(root)
+                    .ok()?
+                    .to_string_lossy()
+                    .replace('\\', "/"),
+            )
+        });
     let shared = Shared {
         root: loaded.root.clone(),
+        plan_file,
         run_id: run_id.clone(),
         run_dir: run_dir.clone(),
         plan: Arc::new(loaded.plan),
@@ -549,6 +563,7 @@ impl Run {
         };
         StepContext {
             root: self.shared.root.clone(),
+            plan_file: self.shared.plan_file.clone(),
             run_id: self.shared.run_id.clone(),
             step_dir: self.shared.run_dir.step(&instance.id),
             plan: Arc::clone(&self.shared.plan),

@@ -20,6 +20,65 @@ pub struct LockHolder {
     pub run_id: String,
 }
 
+/// Why `plan stop` will not signal the process a lock file names (issue 8,
+/// item 11). The lock file's content is only a message, so nothing in it is
+/// trusted to pick a process to signal without these checks.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SignalRefusal {
+    #[error(
+        "run {run_id} runs on host `{host}`, and this is `{this_host}`; a pid means nothing on another host, so nothing was signalled. Run `gameplan plan stop {run_id}` on `{host}`"
+    )]
+    OtherHost {
+        run_id: String,
+        host: String,
+        this_host: String,
+    },
+    #[error(
+        "the lock file of run {run_id} does not say which host runs it, so nothing was signalled; stop the run where it runs (Ctrl-C or `gameplan plan stop {run_id}` there)"
+    )]
+    UnknownHost { run_id: String },
+    #[error(
+        "the lock file of run {run_id} names pid {pid}, which is not a single process (0 or beyond the pid range would signal a whole process group), so nothing was signalled; stop the run where it runs (Ctrl-C)"
+    )]
+    BadPid { run_id: String, pid: u32 },
+}
+
+/// This host's name as run locks record it (empty when it cannot be read).
+pub fn this_host() -> String {
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_default()
+}
+
+impl LockHolder {
+    /// The process to signal to stop this holder's run, when that is safe
+    /// from `this_host`: the holder runs here, and its pid names one process
+    /// (never 0, which `kill` takes as "my own process group", nor a value
+    /// that turns negative as an `i32`, which names a group too).
+    pub fn signal_target(&self, this_host: &str) -> Result<nix::unistd::Pid, SignalRefusal> {
+        if self.host.is_empty() || this_host.is_empty() {
+            return Err(SignalRefusal::UnknownHost {
+                run_id: self.run_id.clone(),
+            });
+        }
+        if self.host != this_host {
+            return Err(SignalRefusal::OtherHost {
+                run_id: self.run_id.clone(),
+                host: self.host.clone(),
+                this_host: this_host.to_owned(),
+            });
+        }
+        match i32::try_from(self.pid) {
+            Ok(pid) if pid > 0 => Ok(nix::unistd::Pid::from_raw(pid)),
+            _ => Err(SignalRefusal::BadPid {
+                run_id: self.run_id.clone(),
+                pid: self.pid,
+            }),
+        }
+    }
+}
+
 /// Whether a plan's run lock is taken right now.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LockStatus {
@@ -212,6 +271,46 @@ mod tests {
             host: "test-host".into(),
             started_at: "2026-01-02T03:04:05Z".into(),
             run_id: run_id.into(),
+        }
+    }
+
+    /// Issue 8, item 11: `plan stop` signalled the pid in the lock file
+    /// without checking the host, and a pid it could not use became
+    /// `kill(0)`, which signals the caller's own process group.
+    #[test]
+    fn issue8_item11_only_a_single_local_pid_is_ever_a_signal_target() {
+        let here = holder("r1");
+        assert_eq!(
+            here.signal_target("test-host"),
+            Ok(nix::unistd::Pid::from_raw(
+                i32::try_from(std::process::id()).expect("pid")
+            ))
+        );
+        let elsewhere = here.signal_target("another-host").expect_err("other host");
+        assert!(matches!(elsewhere, SignalRefusal::OtherHost { .. }));
+        assert!(elsewhere.to_string().contains("test-host"), "{elsewhere}");
+        for host in ["", "test-host"] {
+            let unknown = LockHolder {
+                host: String::new(),
+                ..holder("r1")
+            };
+            assert!(matches!(
+                unknown.signal_target(host),
+                Err(SignalRefusal::UnknownHost { .. })
+            ));
+        }
+        for pid in [0, u32::MAX, 1 << 31] {
+            let bad = LockHolder {
+                pid,
+                ..holder("r1")
+            };
+            assert_eq!(
+                bad.signal_target("test-host"),
+                Err(SignalRefusal::BadPid {
+                    run_id: "r1".into(),
+                    pid
+                })
+            );
         }
     }
 

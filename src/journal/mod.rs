@@ -46,5 +46,5 @@ pub mod run;
 pub use atomic::atomic_write;
 pub use error::{Corruption, JournalError, LockError};
 pub use file::{Journal, PendingCommit, Replay, Seq, SyncFn, TornTail};
-pub use lock::{LockHolder, LockStatus, RunLock};
+pub use lock::{LockHolder, LockStatus, RunLock, SignalRefusal, this_host};
 pub use record::{FORMAT_VERSION, MAX_RECORD_BYTES};

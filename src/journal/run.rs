@@ -227,7 +227,22 @@ pub enum HistoryError {
     )]
     #[diagnostic(code(journal::events_version))]
     EventsVersion { path: PathBuf, found: u32 },
+    #[error(
+        "{path} records attempt {attempt} of step `{step}`, more than any run makes ({MAX_ATTEMPT}); the journal is damaged or was edited. Nothing was run or charged; start a new run with `gameplan plan run PLAN --new`"
+    )]
+    #[diagnostic(code(journal::impossible_attempt))]
+    ImpossibleAttempt {
+        path: PathBuf,
+        step: String,
+        attempt: u32,
+    },
 }
+
+/// The highest attempt number a journal may record. A run makes one attempt
+/// per try and retry, so this is never reached in earnest; a record beyond
+/// it is damaged or crafted, and refusing it keeps every `attempt + 1` and
+/// `base + retries` downstream far from overflow (issue 8, item 15).
+pub const MAX_ATTEMPT: u32 = 1_000_000;
 
 impl RunHistory {
     pub fn from_events(
@@ -275,6 +290,16 @@ impl RunHistory {
             torn_tail,
         };
         for event in events {
+            if let Event::StepStarted { step, attempt, .. }
+            | Event::StepFinished { step, attempt, .. } = &event
+                && *attempt > MAX_ATTEMPT
+            {
+                return Err(HistoryError::ImpossibleAttempt {
+                    path: path.to_path_buf(),
+                    step: step.clone(),
+                    attempt: *attempt,
+                });
+            }
             history.apply(event);
         }
         Ok(history)
@@ -378,23 +403,31 @@ impl RunDir {
     }
 }
 
-/// Maps a step id to a file name: anything outside a conservative set becomes `_`.
+/// Maps a step id to a file name, one to one (issue 8, item 24): an id made
+/// only of a conservative set of characters is its own name; any other id
+/// gets its characters outside the set replaced by `_` (so it stays
+/// readable) and `~` plus a short hash of the whole id appended, so `x[a/b]`,
+/// `x[a_b]` and `x[a b]` get three directories. `~` is outside the set, so a
+/// hashed name never equals a plain one. Very long ids are cut and hashed
+/// too, to stay under file-name length limits.
 pub fn file_name(id: &str) -> String {
-    let name: String = id
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || "-_.,=[]".contains(c) {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    if name.chars().all(|c| c == '.') {
-        format!("_{name}")
-    } else {
-        name
+    const MAX_PLAIN: usize = 120;
+    let plain = |c: char| c.is_ascii_alphanumeric() || "-_.,=[]".contains(c);
+    let is_plain = !id.is_empty()
+        && id.len() <= MAX_PLAIN
+        && id.chars().all(plain)
+        && !id.chars().all(|c| c == '.');
+    if is_plain {
+        return id.to_owned();
     }
+    let readable: String = id
+        .chars()
+        .take(MAX_PLAIN)
+        .map(|c| if plain(c) { c } else { '_' })
+        .collect();
+    let hash = crate::reuse::sha256_hex(id.as_bytes());
+    // 48 bits: no two ids of one run share a directory by accident.
+    format!("{readable}~{}", &hash[..12])
 }
 
 /// Run ids under `state_dir/runs`, oldest first (ids sort by start time).
@@ -473,10 +506,83 @@ mod tests {
         ));
     }
 
+    /// Issue 8, item 15: a crafted `attempt: 4294967295` is refused as a
+    /// damaged journal instead of overflowing `attempt + 1` on resume.
+    #[test]
+    fn issue8_item15_an_impossible_attempt_is_refused_not_overflowed() {
+        for (attempt, finished) in [
+            (u32::MAX, false),
+            (u32::MAX, true),
+            (MAX_ATTEMPT + 1, false),
+        ] {
+            let step = if finished {
+                Event::StepFinished {
+                    step: "a".into(),
+                    state: StepState::Failed,
+                    attempt,
+                    key: None,
+                    outputs: None,
+                    duration_ms: 0,
+                    exit_code: Some(1),
+                    message: None,
+                }
+            } else {
+                Event::StepStarted {
+                    step: "a".into(),
+                    attempt,
+                    at: String::new(),
+                }
+            };
+            let error = RunHistory::from_events(Path::new("j"), vec![started(), step], false)
+                .expect_err("refused");
+            assert!(
+                matches!(&error, HistoryError::ImpossibleAttempt { step, attempt: a, .. } if step == "a" && *a == attempt),
+                "{error}"
+            );
+            assert!(error.to_string().contains("--new"), "{error}");
+        }
+        let fine = Event::StepStarted {
+            step: "a".into(),
+            attempt: MAX_ATTEMPT,
+            at: String::new(),
+        };
+        assert!(RunHistory::from_events(Path::new("j"), vec![started(), fine], false).is_ok());
+    }
+
     #[test]
     fn step_ids_become_safe_file_names() {
         assert_eq!(file_name("play[kid,jev,1]"), "play[kid,jev,1]");
-        assert_eq!(file_name("x[a/b]"), "x[a_b]");
-        assert_eq!(file_name(".."), "_..");
+        assert!(file_name("x[a/b]").starts_with("x[a_b]~"));
+        assert!(file_name("..").starts_with("..~"));
+        for id in ["..", ".", "", "a/../../b", "x y", "é", &"z".repeat(300)] {
+            let name = file_name(id);
+            assert!(!name.is_empty() && name.len() < 140, "{id:?}: {name:?}");
+            assert!(!name.contains('/') && name != "." && name != "..", "{id:?}");
+        }
+    }
+
+    /// Issue 8, item 24: matrix values `a/b`, `a_b` and `a b` must not share
+    /// one step directory.
+    #[test]
+    fn issue8_item24_step_directories_are_collision_free() {
+        let run = RunDir::new(Path::new("/state"), "r1");
+        let ids = [
+            "build[a/b]",
+            "build[a_b]",
+            "build[a b]",
+            "build[a\\b]",
+            "build[a_b]~0",
+            "x",
+            ".",
+            "_.",
+        ];
+        let dirs: std::collections::BTreeSet<PathBuf> = ids.iter().map(|id| run.step(id)).collect();
+        assert_eq!(dirs.len(), ids.len(), "{dirs:?}");
+        // Normal ids stay readable, and what needed escaping still reads.
+        assert_eq!(
+            run.step("build[a_b]"),
+            Path::new("/state/runs/r1/steps/build[a_b]")
+        );
+        assert!(file_name("build[a/b]").starts_with("build[a_b]~"));
     }
 }

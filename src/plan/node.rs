@@ -21,9 +21,26 @@ use super::source::{CharIndex, Span};
 /// How deep tables and arrays may nest. Real plans use about 5 levels.
 pub const MAX_DEPTH: usize = 64;
 
-/// How many nodes a YAML document may hold once aliases are expanded: a
-/// "billion laughs" file is refused long before it costs memory.
-pub const MAX_NODES: usize = 100_000;
+/// How many values YAML aliases may add to a document beyond the values
+/// written in it, at least (see [`MAX_ALIAS_RATIO`]): a "billion laughs"
+/// file is refused long before it costs memory.
+///
+/// What is bounded is what aliases add, not the size of the plan: a
+/// generated plan of 100,000 steps writes every value out and costs memory
+/// in proportion to its text, which the text already paid for; only
+/// aliases repeated inside aliases make a small text expand without bound
+/// (issue 8, item 21).
+pub const MAX_ALIAS_NODES: usize = 100_000;
+
+/// Aliases may also add up to this many values per value written, so a big
+/// plan that shares a few anchors in every step is not an alias bomb.
+pub const MAX_ALIAS_RATIO: usize = 10;
+
+/// Whether aliases adding `added` values to a document of `written` values
+/// stay within bounds.
+fn alias_expansion_allowed(added: usize, written: usize) -> bool {
+    added <= MAX_ALIAS_NODES.max(written.saturating_mul(MAX_ALIAS_RATIO))
+}
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Node {
@@ -281,7 +298,9 @@ pub fn from_yaml(text: &str, diags: &mut Diagnostics) -> Option<Node> {
     let mut stack: Vec<Frame> = Vec::new();
     let mut anchors: HashMap<usize, (Node, usize)> = HashMap::new();
     let mut root: Option<Node> = None;
-    let mut nodes = 0usize;
+    // Values written in the text, and values added by aliases.
+    let mut written = 0usize;
+    let mut added = 0usize;
     let mut documents = 0usize;
 
     for event in Parser::new_from_str(text) {
@@ -301,6 +320,7 @@ pub fn from_yaml(text: &str, diags: &mut Diagnostics) -> Option<Node> {
             chars.byte(marker_span.start.index()),
             chars.byte(marker_span.end.index()),
         );
+        let mut from_alias = false;
         let (node, anchor) = match event {
             Event::DocumentStart(_) => {
                 documents += 1;
@@ -407,21 +427,20 @@ pub fn from_yaml(text: &str, diags: &mut Diagnostics) -> Option<Node> {
                     diags.push(Diagnostic::new("plan::syntax", "unknown YAML alias").at(span));
                     return None;
                 };
-                nodes += size;
-                if nodes > MAX_NODES {
+                added = added.saturating_add(*size);
+                if !alias_expansion_allowed(added, written) {
                     diags.push(alias_bomb(span));
                     return None;
                 }
                 let mut node = node.clone();
                 // Point at the alias itself: that is where the value was used.
                 node.span = span;
+                from_alias = true;
                 (node, 0)
             }
         };
-        nodes += 1;
-        if nodes > MAX_NODES {
-            diags.push(alias_bomb(span));
-            return None;
+        if !from_alias {
+            written += 1;
         }
         if anchor != 0 {
             let size = count_nodes(&node);
@@ -485,7 +504,7 @@ fn alias_bomb(span: Span) -> Diagnostic {
     Diagnostic::new(
         "plan::too_large",
         format!(
-            "the YAML expands to more than {MAX_NODES} values (aliases repeated inside aliases)"
+            "YAML aliases add more than {MAX_ALIAS_NODES} values (or {MAX_ALIAS_RATIO} per value written) to the plan (aliases repeated inside aliases)"
         ),
     )
     .at(span)
@@ -564,6 +583,64 @@ mod tests {
         for i in 1..10 {
             let refs = vec![format!("*a{}", i - 1); 10].join(", ");
             writeln!(text, "a{i}: &a{i} [{refs}]").unwrap();
+        }
+        let (node, diags) = yaml(&text);
+        assert!(node.is_none());
+        assert_eq!(diags[0].code, "plan::too_large");
+    }
+
+    /// A generated plan of `steps` steps, each written out in full.
+    fn generated_plan(steps: usize) -> String {
+        let mut text = String::from("version: 1\nname: big\nsteps:\n");
+        for i in 0..steps {
+            writeln!(
+                text,
+                "  - id: s{i}\n    kind: command\n    run: echo {i}\n    inputs: [src/{i}.txt]"
+            )
+            .unwrap();
+        }
+        text
+    }
+
+    /// Issue 8, item 21: plan size is not an alias bomb.
+    #[test]
+    fn issue8_item21_big_generated_plans_are_not_alias_bombs() {
+        for steps in [10_000, 100_000] {
+            let (node, diags) = yaml(&generated_plan(steps));
+            assert!(diags.is_empty(), "{steps} steps: {diags:?}");
+            let node = node.unwrap();
+            let Value::Array(items) = &node.get("steps").unwrap().value.value else {
+                panic!()
+            };
+            assert_eq!(items.len(), steps);
+        }
+    }
+
+    /// Issue 8, item 21: a big plan may share an anchor in every step.
+    #[test]
+    fn issue8_item21_a_big_plan_sharing_an_anchor_in_every_step_is_fine() {
+        let mut text = String::from(
+            "version: 1\nname: big\nvars:\n  env: &env {A: '1', B: '2', C: '3', D: '4'}\nsteps:\n",
+        );
+        for i in 0..30_000 {
+            writeln!(
+                text,
+                "  - {{id: s{i}, kind: command, run: 'true', env: *env}}"
+            )
+            .unwrap();
+        }
+        let (node, diags) = yaml(&text);
+        assert!(diags.is_empty(), "{diags:?}");
+        assert!(node.is_some());
+    }
+
+    #[test]
+    fn yaml_alias_bomb_inside_a_big_plan_is_still_refused() {
+        let mut text = generated_plan(1_000);
+        text.push_str("vars:\n  a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
+        for i in 1..10 {
+            let refs = vec![format!("*a{}", i - 1); 10].join(", ");
+            writeln!(text, "  a{i}: &a{i} [{refs}]").unwrap();
         }
         let (node, diags) = yaml(&text);
         assert!(node.is_none());

@@ -80,6 +80,12 @@ pub enum ReuseError {
     StoreCorrupt { path: String, entry: String },
 
     #[error(
+        "store entry `{entry}` names `{path}`, which the step's declared outputs do not match; nothing was restored and the step runs again (delete `{entry}` if it keeps happening)"
+    )]
+    #[diagnostic(code(reuse::restore_outside_outputs))]
+    RestoreOutsideOutputs { path: String, entry: String },
+
+    #[error(
         "cannot restore `{path}`: something that is not a regular file is in the way; remove it and run again"
     )]
     #[diagnostic(code(reuse::restore_blocked))]

@@ -25,10 +25,11 @@ use super::write::{hash_file, write_atomically};
 pub const RACY_MARGIN: Duration = Duration::from_secs(2);
 
 const CACHE_FILE: &str = "hash-cache.json";
-const CACHE_FORMAT: u32 = 1;
+/// 2: the stat holds ctime and device too (issue 8, item 4).
+const CACHE_FORMAT: u32 = 2;
 
-/// sha256 of file contents, cached by (repo-relative path, size, mtime in ns,
-/// inode) and persisted as `<state>/hash-cache.json`, so an unchanged tree is
+/// sha256 of file contents, cached by (repo-relative path, size, mtime and
+/// ctime in ns, inode, device), as git's index does, and persisted as `<state>/hash-cache.json`, so an unchanged tree is
 /// not re-read. The content hash is what counts: a touched file is read again
 /// and gives the same hash.
 ///
@@ -48,11 +49,17 @@ struct CacheFile {
     entries: BTreeMap<String, CachedHash>,
 }
 
+/// What must be unchanged for a cached hash to be trusted. mtime alone can
+/// be put back (`touch -r`, `rsync --inplace -t`) after an in-place rewrite
+/// of the same size; ctime cannot be set by a user, and the device tells a
+/// file on another mount with the same inode apart.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct Stat {
     size: u64,
     mtime_ns: i64,
+    ctime_ns: i64,
     inode: u64,
+    device: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -66,6 +73,10 @@ struct CachedHash {
 impl CachedHash {
     fn is_trusted_for(&self, stat: &Stat) -> bool {
         let margin = i64::try_from(RACY_MARGIN.as_nanos()).unwrap_or(i64::MAX);
+        // As git: the whole stat must be equal, and only the mtime decides
+        // whether it is racily clean (a ctime as new as the hash would make
+        // every freshly checked-out file a re-read for no gain; a rewrite
+        // after the hash always moves the ctime past the recorded one).
         self.stat == *stat && self.stat.mtime_ns < self.hashed_at_ns.saturating_sub(margin)
     }
 }
@@ -200,13 +211,23 @@ fn read_entries(file: &Path) -> BTreeMap<String, CachedHash> {
 fn stat_of(metadata: &Metadata) -> Option<Stat> {
     let mtime_ns = nanos_since_epoch(metadata.modified().ok()?);
     #[cfg(unix)]
-    let inode = std::os::unix::fs::MetadataExt::ino(metadata);
+    let (ctime_ns, inode, device) = {
+        use std::os::unix::fs::MetadataExt;
+        let ctime_ns = metadata
+            .ctime()
+            .saturating_mul(1_000_000_000)
+            .saturating_add(metadata.ctime_nsec());
+        (ctime_ns, metadata.ino(), metadata.dev())
+    };
+    // Without a ctime the mtime stands in for it (the racy check still holds).
     #[cfg(not(unix))]
-    let inode = 0;
+    let (ctime_ns, inode, device) = (mtime_ns, 0, 0);
     Some(Stat {
         size: metadata.len(),
         mtime_ns,
+        ctime_ns,
         inode,
+        device,
     })
 }
 
@@ -276,16 +297,62 @@ mod tests {
         let mut reloaded = FileHashCache::load(f.state.path());
         assert_eq!(reloaded.hash(f.root.path(), "a.txt").expect("hash"), first);
         assert_eq!(reloaded.files_read(), 0);
+    }
 
-        // Same inode, same size, same mtime, other bytes: only a cache that
-        // never opened the file answers with the old hash. (This is why
-        // the stat must be trusted only when not racy.)
+    /// Issue 8, item 4: same inode, same size, mtime put back, other bytes.
+    /// The ctime moved, so the file is read again and the new bytes count.
+    #[test]
+    fn issue8_item4_in_place_rewrite_with_mtime_put_back_is_read_again() {
+        let f = fixture();
+        let file = f.root.path().join("a.txt");
+        let old = an_hour_ago();
+        write_old(&file, b"aaaa", old);
+        let mut cache = FileHashCache::load(f.state.path());
+        assert_eq!(
+            cache.hash(f.root.path(), "a.txt").expect("hash"),
+            sha256_hex(b"aaaa")
+        );
+        cache.save().expect("save");
+        // The ctime of the first write must be older than the rewrite's.
+        std::thread::sleep(Duration::from_millis(20));
+
         let mut handle = OpenOptions::new().write(true).open(&file).expect("open");
         handle.write_all(b"bbbb").expect("overwrite in place");
-        handle.set_modified(old).expect("restore mtime");
+        handle.set_modified(old).expect("put the mtime back");
         drop(handle);
-        assert_eq!(reloaded.hash(f.root.path(), "a.txt").expect("hash"), first);
-        assert_eq!(reloaded.files_read(), 0);
+        let mut reloaded = FileHashCache::load(f.state.path());
+        assert_eq!(
+            reloaded.hash(f.root.path(), "a.txt").expect("hash"),
+            sha256_hex(b"bbbb")
+        );
+        assert_eq!(reloaded.files_read(), 1);
+    }
+
+    /// Issue 8, item 4: a stat from another device (same inode number) is
+    /// not the cached file's.
+    #[test]
+    fn issue8_item4_another_device_or_ctime_is_not_trusted() {
+        let stat = Stat {
+            size: 4,
+            mtime_ns: 1,
+            ctime_ns: 2,
+            inode: 7,
+            device: 1,
+        };
+        let cached = CachedHash {
+            stat: stat.clone(),
+            hashed_at_ns: now_ns(),
+            sha256: sha256_hex(b"x"),
+        };
+        assert!(cached.is_trusted_for(&stat));
+        assert!(!cached.is_trusted_for(&Stat {
+            device: 2,
+            ..stat.clone()
+        }));
+        assert!(!cached.is_trusted_for(&Stat {
+            ctime_ns: 3,
+            ..stat.clone()
+        }));
     }
 
     #[test]

@@ -40,6 +40,29 @@ pub fn expand_inputs<S: AsRef<str>>(
     Ok(found.into_iter().collect())
 }
 
+/// Parsed patterns, to ask whether they name a given path without walking
+/// the tree (what a store entry may restore: only what the step's declared
+/// `outputs` could have stored).
+pub struct PatternSet(Vec<InputPattern>);
+
+impl PatternSet {
+    pub fn parse<S: AsRef<str>>(patterns: &[S]) -> Result<Self, ReuseError> {
+        patterns
+            .iter()
+            .map(|p| InputPattern::parse(p.as_ref()))
+            .collect::<Result<_, _>>()
+            .map(Self)
+    }
+
+    /// Whether [`expand_inputs`] with these patterns could yield `rel` (a
+    /// normalized repo-relative path): it matches a pattern and lies in no
+    /// skipped directory (`.git/`, `.gameplan/`).
+    pub fn matches(&self, rel: &str) -> bool {
+        !rel.split('/').any(|part| is_skipped(OsStr::new(part)))
+            && self.0.iter().any(|pattern| pattern.covers(rel))
+    }
+}
+
 struct InputPattern {
     /// The leading parts without glob characters: the only directory walked.
     prefix: Vec<String>,
@@ -94,6 +117,17 @@ impl InputPattern {
 
     fn matches(&self, rel: &str) -> bool {
         self.glob.as_ref().is_none_or(|glob| glob.is_match(rel))
+    }
+
+    /// [`Self::matches`] for any path, not only one found under the prefix.
+    fn covers(&self, rel: &str) -> bool {
+        match &self.glob {
+            Some(glob) => glob.is_match(rel),
+            None => rel
+                .split('/')
+                .take(self.prefix.len())
+                .eq(self.prefix.iter().map(String::as_str)),
+        }
     }
 
     fn collect(

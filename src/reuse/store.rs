@@ -4,12 +4,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, OpenOptions};
 use std::io::{self, Write as _};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Once};
 use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::error::{ReuseError, io_error};
+use super::inputs::PatternSet;
 use super::key::{ReuseKey, is_sha256_hex, sha256_hex};
 use super::paths::{canonical_root, check_rel_path, join_rel, resolve_inside};
 use super::write::{copy_hashing, hash_file, unique_suffix, write_atomically};
@@ -29,6 +31,17 @@ const LAST_DIR: &str = "last";
 const TEMP_PREFIX: &str = ".tmp-";
 /// How often `put` retries publishing when a damaged entry is in the way.
 const PUBLISH_ATTEMPTS: usize = 3;
+/// A temporary entry this old is abandoned whoever wrote it: storing one
+/// result takes seconds, not an hour.
+pub const STALE_TEMP_AGE: Duration = Duration::from_secs(3600);
+/// A temporary entry whose writer's pid is not alive on this host is
+/// abandoned once this old (the margin keeps a state directory shared over
+/// the network from losing another host's entry mid-write to a pid that
+/// only happens to be free here).
+const DEAD_WRITER_TEMP_AGE: Duration = Duration::from_secs(60);
+/// At most this many abandoned temporary entries are removed per sweep, so
+/// the first store of a run never waits on a big backlog.
+const SWEEP_MAX: usize = 64;
 
 /// Stored results under `<state>/store/`:
 ///
@@ -45,6 +58,33 @@ const PUBLISH_ATTEMPTS: usize = 3;
 #[derive(Debug, Clone)]
 pub struct Store {
     dir: PathBuf,
+    /// Abandoned temporary entries are swept once per opened store, at its
+    /// first write (issue 8, item 16); clones share it.
+    swept: Arc<Once>,
+}
+
+/// What a store entry may write when restored (issue 8, item 5): only paths
+/// that the step's declared `outputs` match, and never one of `keep`
+/// (the step's own inputs and the plan file), which a restore leaves as it
+/// is in the working tree.
+#[derive(Default)]
+pub struct RestoreScope {
+    outputs: Option<PatternSet>,
+    keep: BTreeSet<String>,
+}
+
+impl RestoreScope {
+    /// `output_patterns` are the step's declared `outputs`; `keep` are
+    /// repo-relative paths never written (its expanded inputs, the plan file).
+    pub fn new<S: AsRef<str>>(
+        output_patterns: &[S],
+        keep: impl IntoIterator<Item = String>,
+    ) -> Result<Self, ReuseError> {
+        Ok(Self {
+            outputs: Some(PatternSet::parse(output_patterns)?),
+            keep: keep.into_iter().collect(),
+        })
+    }
 }
 
 /// A stored result, as recorded in `entry.json`.
@@ -95,6 +135,7 @@ impl Store {
     pub fn open(state_dir: &Path) -> Self {
         Self {
             dir: state_dir.join("store"),
+            swept: Arc::new(Once::new()),
         }
     }
 
@@ -142,6 +183,9 @@ impl Store {
         if let Some(existing) = self.lookup(&digest) {
             return Ok(existing);
         }
+        self.swept.call_once(|| {
+            self.sweep_abandoned_temp_dirs();
+        });
 
         let temp = self.dir.join(format!("{TEMP_PREFIX}{}", unique_suffix()));
         // The store exists after the first entry: try first, create on demand.
@@ -264,7 +308,23 @@ impl Store {
     /// file. Parent directories are created, but never through a symlink
     /// leading outside `root`. A stored file whose content no longer matches
     /// its record is refused rather than restored.
+    ///
+    /// This trusts the entry's paths (checked only to stay inside `root`);
+    /// [`Self::restore_within`] also checks them against the step.
     pub fn restore(&self, entry: &Entry, root: &Path) -> Result<(), ReuseError> {
+        self.restore_within(entry, root, &RestoreScope::default())
+    }
+
+    /// [`Self::restore`], writing only what `scope` allows: an entry naming a
+    /// path outside the step's declared outputs (an edited or foreign
+    /// `entry.json`) is refused before anything is written, and a path
+    /// `scope` keeps (an input, the plan file) is left alone.
+    pub fn restore_within(
+        &self,
+        entry: &Entry,
+        root: &Path,
+        scope: &RestoreScope,
+    ) -> Result<(), ReuseError> {
         let entry_dir = self.entry_dir(&entry.key);
         let shown_entry = entry_dir.display().to_string();
         if !is_sha256_hex(&entry.key) {
@@ -273,10 +333,25 @@ impl Store {
                 entry: shown_entry,
             });
         }
+        for output in &entry.outputs {
+            check_rel_path(&output.path)?;
+            if scope
+                .outputs
+                .as_ref()
+                .is_some_and(|outputs| !outputs.matches(&output.path))
+            {
+                return Err(ReuseError::RestoreOutsideOutputs {
+                    path: output.path.clone(),
+                    entry: shown_entry,
+                });
+            }
+        }
         let canonical_root = canonical_root(root)?;
         let outputs_dir = entry_dir.join(OUTPUTS_DIR);
         for (index, output) in entry.outputs.iter().enumerate() {
-            check_rel_path(&output.path)?;
+            if scope.keep.contains(&output.path) {
+                continue;
+            }
             let target = join_rel(root, &output.path);
             let parent = target.parent().unwrap_or(root);
             // Checked first, so not even a comparison reads outside the root.
@@ -373,12 +448,67 @@ impl Store {
         removed
     }
 
+    /// Removes temporary entries abandoned by killed writes: older than
+    /// [`STALE_TEMP_AGE`], or older than a minute with a writer pid (from
+    /// the `.tmp-<pid>-<n>` name) that is not alive here. At most
+    /// [`SWEEP_MAX`] per call; one listing of the store's top directory.
+    /// Returns how many were removed.
+    pub fn sweep_abandoned_temp_dirs(&self) -> usize {
+        let Ok(listing) = fs::read_dir(&self.dir) else {
+            return 0;
+        };
+        let now = SystemTime::now();
+        let mut removed = 0;
+        for item in listing.filter_map(Result::ok) {
+            if removed == SWEEP_MAX {
+                break;
+            }
+            let name = item.file_name();
+            let Some(suffix) = name.to_str().and_then(|n| n.strip_prefix(TEMP_PREFIX)) else {
+                continue;
+            };
+            let Some(age) = item
+                .metadata()
+                .and_then(|metadata| metadata.modified())
+                .ok()
+                .and_then(|modified| now.duration_since(modified).ok())
+            else {
+                continue;
+            };
+            let abandoned =
+                age >= STALE_TEMP_AGE || (age >= DEAD_WRITER_TEMP_AGE && writer_is_dead(suffix));
+            if abandoned && fs::remove_dir_all(item.path()).is_ok() {
+                removed += 1;
+            }
+        }
+        removed
+    }
+
     fn last_path(&self, plan: &str) -> PathBuf {
         // Hashed so any plan name is a safe file name.
         self.dir
             .join(LAST_DIR)
             .join(format!("{}.json", sha256_hex(plan.as_bytes())))
     }
+}
+
+/// Whether the writer named by a temp entry's `<pid>-<n>` suffix is known
+/// to be gone. Never signals anything (signal 0 only asks), and a pid that
+/// does not parse, or is 0 or negative (which would name a process group),
+/// is not known to be dead.
+fn writer_is_dead(suffix: &str) -> bool {
+    let Some(pid) = suffix
+        .split('-')
+        .next()
+        .and_then(|pid| pid.parse::<i32>().ok())
+        .filter(|&pid| pid > 0)
+    else {
+        return false;
+    };
+    matches!(
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None),
+        Err(nix::errno::Errno::ESRCH)
+    )
 }
 
 /// Fills the temporary entry directory: `key.json`, the outputs, then
@@ -1038,5 +1168,151 @@ mod tests {
         assert_eq!(f.store.remove_stale_temp_dirs(Duration::ZERO), 1);
         assert!(!stale.exists());
         assert!(f.store.lookup(&key.digest()).is_some());
+    }
+
+    /// Issue 8, item 5: an `entry.json` edited to name the step's script is
+    /// refused whole; nothing is written over the script or anywhere else.
+    #[test]
+    fn issue8_item5_an_entry_naming_a_path_outside_the_outputs_is_refused() {
+        let f = built();
+        write_file(f.root.path(), "step.sh", "echo the real step\n");
+        let mut entry = f
+            .store
+            .put(&key("make"), f.root.path(), &OUTPUTS, Value::Null)
+            .expect("put");
+        // The edit: top.txt's record now names step.sh.
+        let top = entry
+            .outputs
+            .iter_mut()
+            .find(|o| o.path == "top.txt")
+            .expect("top.txt stored");
+        top.path = "step.sh".to_owned();
+        fs::remove_file(f.root.path().join("build/bin/app")).expect("rm");
+
+        let scope =
+            RestoreScope::new(&["build/**", "top.txt"], ["step.sh".to_owned()]).expect("scope");
+        let error = f
+            .store
+            .restore_within(&entry, f.root.path(), &scope)
+            .expect_err("refused");
+        assert!(
+            matches!(&error, ReuseError::RestoreOutsideOutputs { path, .. } if path == "step.sh"),
+            "{error}"
+        );
+        assert_eq!(read(f.root.path(), "step.sh"), "echo the real step\n");
+        assert!(
+            !f.root.path().join("build/bin/app").exists(),
+            "nothing is restored from a refused entry"
+        );
+        // The plain restore (today's call site) still trusts the entry.
+        f.store.restore(&entry, f.root.path()).expect("restore");
+        assert_eq!(read(f.root.path(), "step.sh"), "top");
+    }
+
+    /// Issue 8, item 5: `outputs = ["**"]` stores the plan and the inputs
+    /// too; a restore leaves them as they are in the working tree (a hand
+    /// edit to the plan is not reverted).
+    #[test]
+    fn issue8_item5_a_restore_never_writes_over_an_input_or_the_plan() {
+        let f = fixture(&[
+            ("plan.toml", "# the plan\n"),
+            ("src/in.txt", "input"),
+            ("out/o.txt", "output"),
+        ]);
+        let all = ["out/o.txt", "plan.toml", "src/in.txt"];
+        let entry = f
+            .store
+            .put(&key("make"), f.root.path(), &all, Value::Null)
+            .expect("put");
+        write_file(f.root.path(), "plan.toml", "# edited by hand\n");
+        write_file(f.root.path(), "out/o.txt", "stale");
+        let scope = RestoreScope::new(&["**"], ["plan.toml".to_owned(), "src/in.txt".to_owned()])
+            .expect("scope");
+        f.store
+            .restore_within(&entry, f.root.path(), &scope)
+            .expect("restore");
+        assert_eq!(read(f.root.path(), "plan.toml"), "# edited by hand\n");
+        assert_eq!(read(f.root.path(), "out/o.txt"), "output");
+    }
+
+    #[test]
+    fn restore_scope_matches_like_the_expansion() {
+        let set = PatternSet::parse(&["build", "reports/*.json", "**/*.o"]).expect("parse");
+        for yes in ["build/x", "build/a/b", "reports/r.json", "a/b/c.o", "c.o"] {
+            assert!(set.matches(yes), "{yes}");
+        }
+        for no in [
+            "buildx",
+            "reports/a/r.json",
+            "step.sh",
+            ".git/hooks/x.o",
+            "a/.gameplan/x.o",
+        ] {
+            assert!(!set.matches(no), "{no}");
+        }
+        assert!(
+            PatternSet::parse(&["."])
+                .expect("parse")
+                .matches("any/thing")
+        );
+    }
+
+    fn set_dir_mtime(dir: &Path, age: Duration) {
+        fs::File::open(dir)
+            .expect("open dir")
+            .set_modified(SystemTime::now() - age)
+            .expect("set mtime");
+    }
+
+    /// A pid that was alive a moment ago and is not any more.
+    fn dead_pid() -> u32 {
+        let mut child = std::process::Command::new("true")
+            .spawn()
+            .expect("spawn true");
+        let pid = child.id();
+        child.wait().expect("wait");
+        pid
+    }
+
+    /// Issue 8, item 16: a store's first write sweeps the temporary entries
+    /// of killed writes: an hour old, or a minute old with a dead writer;
+    /// a live writer's recent one stays.
+    #[test]
+    fn issue8_item16_the_first_put_sweeps_abandoned_temp_dirs() {
+        let f = built();
+        let store_dir = f.state.path().join("store");
+        let me = std::process::id();
+        let dead = dead_pid();
+        let make = |name: &str, age: Duration| {
+            let dir = store_dir.join(name);
+            fs::create_dir_all(dir.join("outputs")).expect("mkdir");
+            fs::write(dir.join("outputs/0"), "partial").expect("write");
+            set_dir_mtime(&dir, age);
+        };
+        make(&format!(".tmp-{dead}-0"), Duration::from_secs(120));
+        make(&format!(".tmp-{dead}-1"), Duration::from_secs(5));
+        make(&format!(".tmp-{me}-900"), Duration::from_secs(7200));
+        make(&format!(".tmp-{me}-901"), Duration::from_secs(120));
+        make(".tmp-0-0", Duration::from_secs(120));
+
+        let store = Store::open(f.state.path());
+        store
+            .put(&key("make"), f.root.path(), &OUTPUTS, Value::Null)
+            .expect("put");
+        let mut left = temp_dirs(&store_dir);
+        left.sort();
+        let mut expected = vec![
+            format!(".tmp-{dead}-1"),
+            format!(".tmp-{me}-901"),
+            ".tmp-0-0".to_owned(),
+        ];
+        expected.sort();
+        assert_eq!(left, expected);
+        // Once per opened store: a later put does not list the store again.
+        make(&format!(".tmp-{dead}-2"), Duration::from_secs(7200));
+        store
+            .put(&key("other"), f.root.path(), &OUTPUTS, Value::Null)
+            .expect("put");
+        assert!(store_dir.join(format!(".tmp-{dead}-2")).exists());
     }
 }

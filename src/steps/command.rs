@@ -23,7 +23,7 @@ use super::{
     StepOutcome, expand,
 };
 use crate::plan::model::{Params, Program, Step, StepKind};
-use crate::reuse::ReuseKey;
+use crate::reuse::{RestoreScope, ReuseKey};
 
 /// The `command` kind, holding the run's process launcher (started by the
 /// first command step that runs).
@@ -63,6 +63,20 @@ impl Kind for Command {
 
     fn outputs(&self, cx: &StepContext) -> Result<Outputs, StepError> {
         outputs(cx)
+    }
+
+    fn restore_scope(&self, cx: &StepContext) -> Result<RestoreScope, StepError> {
+        let p = params(&cx.step)?;
+        let patterns: Vec<String> = p
+            .inputs
+            .iter()
+            .filter(|i| !i.starts_with('$'))
+            .cloned()
+            .collect();
+        let keep = expand(&cx.root, &patterns)?
+            .into_iter()
+            .chain(cx.plan_file.clone());
+        RestoreScope::new(p.outputs, keep).map_err(|e| StepError(e.to_string()))
     }
 
     fn left_running<'a>(&'a self, cx: &'a StepContext, attempt: u32) -> BoxFuture<'a, LeftRunning> {

@@ -47,7 +47,7 @@ use crate::backend::Backend;
 use crate::graph::Instance;
 use crate::journal::run::Checkpoint;
 use crate::plan::model::{Plan, Step, StepKind};
-use crate::reuse::{FileHashCache, ReuseKey};
+use crate::reuse::{FileHashCache, RestoreScope, ReuseKey};
 
 /// A boxed future a kind returns from its async methods (the trait is used as
 /// a trait object, so its futures are boxed).
@@ -73,6 +73,13 @@ pub trait Kind: Send + Sync {
     /// its `base`): the repo root unless the kind keeps its files elsewhere.
     fn restore_base(&self, cx: &StepContext) -> PathBuf {
         cx.root.clone()
+    }
+
+    /// What a stored result may write when it is restored: only what the
+    /// step declares it produces, and never its inputs or the plan file (an
+    /// edited `entry.json` must not overwrite a source file).
+    fn restore_scope(&self, _cx: &StepContext) -> Result<RestoreScope, StepError> {
+        Ok(RestoreScope::default())
     }
 
     /// An attempt was running when gameplan died: how did it end? By
@@ -165,6 +172,8 @@ pub struct KeyContext<'a> {
 /// Everything one step instance may use while it runs.
 pub struct StepContext {
     pub root: PathBuf,
+    /// The plan file, repo-relative (when it is inside the repo).
+    pub plan_file: Option<String>,
     pub run_id: String,
     /// `runs/<run-id>/steps/<step>/`: logs and artifacts.
     pub step_dir: PathBuf,

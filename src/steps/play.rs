@@ -33,6 +33,7 @@ use super::{
 use crate::graph::Instance;
 use crate::plan::model::{Controller, Params, Persona, Plan, Player, Step, StepKind};
 use crate::play::{CellSpec, CellState, ControllerKind, PlayerSpec, play_cell};
+use crate::reuse::RestoreScope;
 
 /// Actions a persona that sets no `patience` takes before it quits bored.
 pub const DEFAULT_PATIENCE: u64 = 40;
@@ -133,6 +134,10 @@ impl Kind for Play {
 
     fn log(&self, step_dir: &Path) -> Option<PathBuf> {
         Some(step_dir.join("report.md"))
+    }
+
+    fn restore_scope(&self, _cx: &StepContext) -> Result<RestoreScope, StepError> {
+        RestoreScope::new(&crate::play::cell::CELL_FILES, []).map_err(|e| StepError(e.to_string()))
     }
 
     fn kill_now(&self) {

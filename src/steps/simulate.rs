@@ -22,6 +22,7 @@ use super::{
 };
 use crate::plan::model::{Params, Plan, Step, StepKind};
 use crate::play::{PlayerSpec, SimulateSpec, SimulateSummary, simulate};
+use crate::reuse::RestoreScope;
 
 pub struct Simulate;
 
@@ -116,6 +117,10 @@ impl Kind for Simulate {
 
     fn log(&self, step_dir: &Path) -> Option<PathBuf> {
         Some(step_dir.join(SUMMARY))
+    }
+
+    fn restore_scope(&self, _cx: &StepContext) -> Result<RestoreScope, StepError> {
+        RestoreScope::new(&[SUMMARY, "traces/**"], []).map_err(|e| StepError(e.to_string()))
     }
 
     fn kill_now(&self) {
