@@ -263,3 +263,100 @@ fn cell_spec(cx: &StepContext) -> Result<CellSpec, StepError> {
         max_wall: Cell::max_wall(&cx.plan, &cx.step),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::reuse::FileHashCache;
+    use crate::steps::Upstream;
+
+    const PLAN: &str = r#"version = 1
+name = "keys"
+
+[game]
+id = "maze"
+command = ["builtin:maze"]
+
+[[personas]]
+slug = "kid"
+card = "Clicks everything."
+
+[[steps]]
+id = "build"
+kind = "command"
+run = "true"
+
+[[steps]]
+id = "register"
+kind = "register"
+
+[[steps]]
+id = "play"
+kind = "play"
+needs = ["build", "register"]
+"#;
+
+    fn key_with(build: Option<&str>, register: Option<&str>) -> Reuse {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir(dir.path().join(".git")).expect(".git");
+        let path = dir.path().join("plan.toml");
+        std::fs::write(&path, PLAN).expect("plan");
+        let loaded =
+            crate::plan::load(&path, &crate::plan::LoadOptions::default()).expect("the plan loads");
+        let pipeline = crate::graph::expand(&loaded.plan).expect("expands");
+        let node = pipeline
+            .order
+            .iter()
+            .copied()
+            .find(|n| pipeline.instance(*n).id == "play")
+            .expect("play");
+        let instance = pipeline.instance(node);
+        let upstream = [
+            Upstream {
+                id: "build".into(),
+                kind: StepKind::Command,
+                outputs: build.map(str::to_owned),
+            },
+            Upstream {
+                id: "register".into(),
+                kind: StepKind::Register,
+                outputs: register.map(str::to_owned),
+            },
+        ];
+        let hashes = Mutex::new(FileHashCache::load(&dir.path().join(".gameplan")));
+        let env = BTreeMap::new();
+        let cx = KeyContext {
+            root: &loaded.root,
+            plan: &loaded.plan,
+            step: &pipeline.steps[instance.step],
+            instance,
+            upstream: &upstream,
+            hashes: &hashes,
+            env: &env,
+        };
+        Play.reuse(&cx).expect("a key")
+    }
+
+    /// Issue 7: a paid cell keys on what it plays, not on the purchase
+    /// before it; a step that builds the game does enter the key.
+    #[test]
+    fn a_money_step_before_a_cell_never_enters_its_key_but_a_build_step_does() {
+        let digest = |r: Reuse| match r {
+            Reuse::Key(key) => key.digest(),
+            other => panic!("expected a key, got {other:?}"),
+        };
+        let unbought = digest(key_with(Some("b1"), None));
+        let bought = digest(key_with(Some("b1"), Some("job-1")));
+        let bought_again = digest(key_with(Some("b1"), Some("job-2")));
+        assert_eq!(unbought, bought);
+        assert_eq!(bought, bought_again);
+        assert_ne!(bought, digest(key_with(Some("b2"), Some("job-1"))));
+        assert!(matches!(
+            key_with(None, Some("job-1")),
+            Reuse::AfterUpstream(why) if why.contains("`build` runs first")
+        ));
+    }
+}
