@@ -198,6 +198,9 @@ pub enum PlanCommand {
         /// The plan file (.toml, .yaml or .yml).
         #[arg(value_name = "PLAN")]
         plan: PathBuf,
+        /// Run only these steps (a step id, or one cell: `play[kid,jev]`) and what they need.
+        #[arg(value_name = "STEP")]
+        steps: Vec<String>,
         #[command(flatten)]
         load: LoadArgs,
         #[command(flatten)]
@@ -245,6 +248,9 @@ pub enum PlanCommand {
         /// The plan file (.toml, .yaml or .yml).
         #[arg(value_name = "PLAN")]
         plan: PathBuf,
+        /// Explain only these steps (a step id, or one cell) and what they need.
+        #[arg(value_name = "STEP")]
+        steps: Vec<String>,
         #[command(flatten)]
         load: LoadArgs,
         /// Print one JSON document instead of text.
@@ -392,12 +398,14 @@ pub fn dispatch(cli: Cli, cx: &Context) -> u8 {
         }
         Command::Plan(PlanCommand::Explain {
             plan,
+            steps,
             load,
             json,
             state_dir,
-        }) => plan_explain::run(cx, &plan, &load, json, state_dir.as_deref()),
+        }) => plan_explain::run(cx, &plan, &steps, &load, json, state_dir.as_deref()),
         Command::Plan(PlanCommand::Run {
             plan,
+            steps,
             load,
             run,
             resume,
@@ -405,6 +413,7 @@ pub fn dispatch(cli: Cli, cx: &Context) -> u8 {
         }) => plan_run::run(
             cx,
             &plan,
+            &steps,
             &load,
             &run,
             plan_run::Choice::from_flags(resume, new),

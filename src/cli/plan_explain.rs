@@ -9,6 +9,7 @@ use crate::report::explain;
 pub fn run(
     cx: &Context,
     plan: &Path,
+    steps: &[String],
     args: &LoadArgs,
     as_json: bool,
     state_dir: Option<&Path>,
@@ -16,6 +17,13 @@ pub fn run(
     let (loaded, pipeline) = match cx.load_pipeline(plan, args) {
         Ok(both) => both,
         Err(code) => return code,
+    };
+    let pipeline = match crate::graph::select(pipeline, steps) {
+        Ok(part) => part,
+        Err(e) => {
+            cx.console.err(&format!("error: {e}\n"));
+            return exit_code::PLAN_ERROR;
+        }
     };
     let state_dir = crate::engine::state_dir(&loaded.root, state_dir);
     let decisions = crate::engine::preview::preview(&loaded, &pipeline, &state_dir, false, &cx.env);

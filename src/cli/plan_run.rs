@@ -37,41 +37,56 @@ fn refuse(cx: &Context, error: &StartError) -> u8 {
     error.exit_code()
 }
 
-pub fn run(cx: &Context, plan: &Path, load: &LoadArgs, args: &RunArgs, choice: Choice) -> u8 {
+pub fn run(
+    cx: &Context,
+    plan: &Path,
+    steps: &[String],
+    load: &LoadArgs,
+    args: &RunArgs,
+    choice: Choice,
+) -> u8 {
     let loaded = match cx.load(plan, load) {
         Ok(loaded) => loaded,
         Err(code) => return code,
     };
     let state_dir = engine::state_dir(&loaded.root, args.state_dir.as_deref());
-    execute(cx, loaded, &state_dir, load.vars.clone(), args, |hash| {
-        let Some(history) = engine::find_unfinished(&state_dir, hash) else {
-            return Ok(Start::New(engine::new_run_id()));
-        };
-        let (done, total) = engine::progress_of(&history);
-        let resume = match choice {
-            Choice::Resume => true,
-            Choice::New => false,
-            Choice::Ask if std::io::stdin().is_terminal() => ask(
-                &format!(
-                    "run {} of this plan is unfinished ({done} of {total} steps done). Resume it? [Y/n] ",
-                    history.run_id
+    execute(
+        cx,
+        loaded,
+        &state_dir,
+        load.vars.clone(),
+        steps,
+        args,
+        |hash| {
+            let Some(history) = engine::find_unfinished(&state_dir, hash) else {
+                return Ok(Start::New(engine::new_run_id()));
+            };
+            let (done, total) = engine::progress_of(&history);
+            let resume = match choice {
+                Choice::Resume => true,
+                Choice::New => false,
+                Choice::Ask if std::io::stdin().is_terminal() => ask(
+                    &format!(
+                        "run {} of this plan is unfinished ({done} of {total} steps done). Resume it? [Y/n] ",
+                        history.run_id
+                    ),
+                    true,
                 ),
-                true,
-            ),
-            Choice::Ask => {
-                return Err(StartError::ResumeChoiceNeeded {
-                    run_id: history.run_id,
-                    done,
-                    total,
-                });
+                Choice::Ask => {
+                    return Err(StartError::ResumeChoiceNeeded {
+                        run_id: history.run_id,
+                        done,
+                        total,
+                    });
+                }
+            };
+            if resume {
+                Ok(Start::Resume(history.run_id))
+            } else {
+                Ok(Start::New(engine::new_run_id()))
             }
-        };
-        if resume {
-            Ok(Start::Resume(history.run_id))
-        } else {
-            Ok(Start::New(engine::new_run_id()))
-        }
-    })
+        },
+    )
 }
 
 /// The price question at the terminal: `--yes` answers yes; with no
@@ -160,9 +175,10 @@ pub fn resume(cx: &Context, run_id: Option<&str>, args: &RunArgs) -> u8 {
         return exit_code::PLAN_ERROR;
     }
     let vars = history.vars.clone();
+    let steps = history.options.steps.clone();
     // The journal is read again under the lock (another process may have
     // resumed or finished it meanwhile); this read only found the plan.
-    execute(cx, loaded, &state_dir, vars, args, move |_| {
+    execute(cx, loaded, &state_dir, vars, &steps, args, move |_| {
         Ok(Start::Resume(history.run_id))
     })
 }
@@ -173,12 +189,17 @@ fn execute(
     loaded: LoadedPlan,
     state_dir: &Path,
     vars: Vec<(String, String)>,
+    steps: &[String],
     args: &RunArgs,
     decide: impl FnOnce(&str) -> Result<Start, StartError>,
 ) -> u8 {
     let pipeline = match crate::graph::expand(&loaded.plan) {
         Ok(p) => p,
         Err(e) => return refuse(cx, &StartError::Expand(e)),
+    };
+    let pipeline = match crate::graph::select(pipeline, steps) {
+        Ok(part) => part,
+        Err(e) => return refuse(cx, &StartError::UnknownStep(e)),
     };
     let options = RunOptions {
         no_reuse: args.no_reuse,
@@ -187,6 +208,7 @@ fn execute(
         vars,
         yes: args.yes,
         dry_upload: args.dry_upload,
+        steps: steps.to_vec(),
     };
     let kinds = Arc::new(Kinds::for_run(RunSettings {
         concurrency: options.effective_concurrency(),

@@ -98,6 +98,7 @@ fn open_journal(
                         no_reuse: options.no_reuse,
                         fail_fast: options.fail_fast,
                         dry_upload: options.dry_upload,
+                        steps: options.steps.clone(),
                     },
                 })
                 .map_err(journal_error)?;
@@ -142,7 +143,7 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
     let (journal, history) = open_journal(&request, &run_dir)?;
     let RunRequest {
         loaded,
-        pipeline,
+        mut pipeline,
         state_dir,
         mut options,
         env,
@@ -157,6 +158,13 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
         options.no_reuse |= history.options.no_reuse;
         options.fail_fast |= history.options.fail_fast;
         options.dry_upload |= history.options.dry_upload;
+        // A resume runs the part of the plan the run was started for,
+        // whatever part this command named.
+        if history.options.steps != options.steps {
+            let whole = crate::graph::expand(&loaded.plan)?;
+            pipeline = crate::graph::select(whole, &history.options.steps)?;
+            options.steps.clone_from(&history.options.steps);
+        }
     }
     let resumed = history.is_some();
     progress.run_started(

@@ -79,6 +79,11 @@ pub struct RunOptions {
     pub yes: bool,
     /// `--dry-upload`: list what would be uploaded, upload nothing.
     pub dry_upload: bool,
+    /// `plan run PLAN STEP...`: the steps (and cells) this run is for, with
+    /// what they need; empty for the whole plan. The request's pipeline is
+    /// already this part; the journal records the names so a resume runs
+    /// the same part.
+    pub steps: Vec<String>,
 }
 
 impl RunOptions {
@@ -123,6 +128,8 @@ pub enum StartError {
     },
     #[error("{0}")]
     Expand(#[from] crate::graph::ExpandError),
+    #[error("{0}. Nothing was run or charged")]
+    UnknownStep(#[from] crate::graph::UnknownStep),
     #[error(
         "another run of this plan is in progress{holder}; only one run per plan at a time. Nothing was run or charged; wait for it, or stop it with `gameplan plan stop RUN_ID`"
     )]

@@ -8,6 +8,10 @@
 //! order every time, which `plan explain --json` and the journal rely on.
 //! Sizes are computed by arithmetic and refused before anything is allocated.
 
+pub mod select;
+
+pub use select::{UnknownStep, select};
+
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
 

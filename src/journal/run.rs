@@ -110,7 +110,7 @@ pub struct Checkpoint {
 
 /// The `plan run` flags that decide what a run does, recorded so that a
 /// resume does the same (a `--no-reuse` run stays one).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RecordedOptions {
     #[serde(default)]
     pub no_reuse: bool,
@@ -118,6 +118,9 @@ pub struct RecordedOptions {
     pub fail_fast: bool,
     #[serde(default)]
     pub dry_upload: bool,
+    /// `plan run PLAN STEP...`: the part of the plan the run is for.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<String>,
 }
 
 /// One journal record.

@@ -10,6 +10,7 @@ mod issue8;
 mod maze;
 mod plan_check;
 mod plan_explain;
+mod plan_part;
 mod plan_play;
 mod play;
 mod play_maze;
