@@ -359,7 +359,7 @@ impl Context {
         args: &LoadArgs,
     ) -> Result<(LoadedPlan, crate::graph::Pipeline), u8> {
         let loaded = self.load(plan, args)?;
-        let pipeline = crate::graph::expand(&loaded.plan).map_err(|e| {
+        let pipeline = crate::graph::expand_loaded(&loaded).map_err(|e| {
             self.report_failure(&expand_failure(plan, &e));
             exit_code::PLAN_ERROR
         })?;
@@ -381,10 +381,14 @@ pub fn expand_failure(plan: &std::path::Path, e: &crate::graph::ExpandError) -> 
     LoadFailure {
         name: plan.display().to_string(),
         source: None,
-        diagnostics: vec![
-            crate::plan::diagnostic::Diagnostic::new("plan::too_many_steps", e.to_string())
+        diagnostics: vec![match e {
+            crate::graph::ExpandError::Cell { .. } => {
+                crate::plan::diagnostic::Diagnostic::new("plan::template", e.to_string())
+                    .help("a cell's `{{ matrix.NAME }}` rendered with an error; check the template with this cell's values")
+            }
+            _ => crate::plan::diagnostic::Diagnostic::new("plan::too_many_steps", e.to_string())
                 .help("split the plan, or make the matrices smaller"),
-        ],
+        }],
     }
 }
 

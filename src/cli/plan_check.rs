@@ -14,7 +14,7 @@ pub fn run(cx: &Context, plans: &[PathBuf], args: &LoadArgs, as_json: bool) -> u
     for path in plans {
         let name = path.display().to_string();
         let outcome = crate::plan::load(path, &cx.load_options(args)).and_then(|loaded| {
-            crate::graph::expand(&loaded.plan)
+            crate::graph::expand_loaded(&loaded)
                 .map(|p| (loaded, p))
                 .map_err(|e| super::expand_failure(path, &e))
         });

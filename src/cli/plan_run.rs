@@ -193,7 +193,7 @@ fn execute(
     args: &RunArgs,
     decide: impl FnOnce(&str) -> Result<Start, StartError>,
 ) -> u8 {
-    let pipeline = match crate::graph::expand(&loaded.plan) {
+    let pipeline = match crate::graph::expand_loaded(&loaded) {
         Ok(p) => p,
         Err(e) => return refuse(cx, &StartError::Expand(e)),
     };

@@ -161,7 +161,7 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
         // A resume runs the part of the plan the run was started for,
         // whatever part this command named.
         if history.options.steps != options.steps {
-            let whole = crate::graph::expand(&loaded.plan)?;
+            let whole = crate::graph::expand_loaded(&loaded)?;
             pipeline = crate::graph::select(whole, &history.options.steps)?;
             options.steps.clone_from(&history.options.steps);
         }

@@ -8,8 +8,10 @@
 //! order every time, which `plan explain --json` and the journal rely on.
 //! Sizes are computed by arithmetic and refused before anything is allocated.
 
+pub mod cells;
 pub mod select;
 
+pub use cells::expand_loaded;
 pub use select::{UnknownStep, select};
 
 use std::cmp::Reverse;
@@ -79,6 +81,8 @@ pub enum ExpandError {
         "the plan's steps depend on each other {count} times, more than the limit of {MAX_EDGES}"
     )]
     TooManyEdges { count: u64 },
+    #[error("step `{instance}`: {message}")]
+    Cell { instance: String, message: String },
 }
 
 /// The default paid pipeline (DESIGN §2): estimate → register → play (persona ×

@@ -16,7 +16,7 @@ use super::node::{self, Entry, Node, Value, parse_bool, parse_int};
 use super::raw::RawPlan;
 use super::source::{Format, MAX_PLAN_BYTES, Source, Span};
 use super::validate::Validator;
-use crate::template::{Redactor, Templates};
+use crate::template::{Redactor, TemplateError, Templates};
 
 /// What a load may read from outside the file: given, never looked up, so
 /// tests can pin it and nothing leaks in by accident.
@@ -39,6 +39,9 @@ pub struct LoadedPlan {
     pub root: PathBuf,
     pub plan: Plan,
     pub redactor: Redactor,
+    /// What renders the strings a step reads per matrix cell
+    /// (`{{ matrix.NAME }}`), after expansion.
+    pub templates: Arc<Templates>,
 }
 
 /// A plan that did not: its source (when it could be read) and every problem.
@@ -80,6 +83,10 @@ pub fn load(path: &Path, options: &LoadOptions) -> Result<LoadedPlan, LoadFailur
             root,
             plan,
             redactor: options.redactor.clone(),
+            templates: Arc::new(Templates::new(
+                options.env.clone(),
+                options.redactor.clone(),
+            )),
         }),
         Err(diags) => Err(fail(
             Some(source),
@@ -283,6 +290,90 @@ fn is_verbatim(key: &str, depth: usize) -> bool {
     (key == "vars" && depth == 0) || key == "when"
 }
 
+/// A step's keys whose strings may read `matrix.NAME`: rendered once per
+/// cell after expansion (`graph::cells`), not here.
+pub const PER_CELL_KEYS: [&str; 6] = ["run", "argv", "env", "inputs", "outputs", "cwd"];
+
+/// The axes of a step's `matrix` table as written, each with a stand-in
+/// value: enough to check a per-cell template's names when the plan loads.
+fn sample_axes(step: &Node) -> Option<BTreeMap<String, String>> {
+    let Value::Table(entries) = &step.value else {
+        return None;
+    };
+    let matrix = entries.iter().find(|e| e.key == "matrix")?;
+    let Value::Table(axes) = &matrix.value.value else {
+        return None;
+    };
+    Some(
+        axes.iter()
+            .map(|axis| (axis.key.clone(), "1".to_owned()))
+            .collect(),
+    )
+}
+
+/// Renders one step's strings; those of [`PER_CELL_KEYS`] that read
+/// `matrix` are checked against the step's axes and left for the cells.
+fn render_step(
+    step: &mut Node,
+    templates: &Templates,
+    vars: &serde_json::Value,
+    diags: &mut Diagnostics,
+    depth: usize,
+) {
+    let axes = sample_axes(step);
+    let Value::Table(entries) = &mut step.value else {
+        render_strings(step, templates, vars, diags, depth);
+        return;
+    };
+    for Entry { key, value, .. } in entries.iter_mut() {
+        if PER_CELL_KEYS.contains(&key.as_str()) {
+            defer_matrix(value, templates, vars, axes.as_ref(), diags, depth + 1);
+        } else {
+            render_strings(value, templates, vars, diags, depth + 1);
+        }
+    }
+}
+
+fn defer_matrix(
+    node: &mut Node,
+    templates: &Templates,
+    vars: &serde_json::Value,
+    axes: Option<&BTreeMap<String, String>>,
+    diags: &mut Diagnostics,
+    depth: usize,
+) {
+    match &mut node.value {
+        Value::Str(text) | Value::Scalar(text)
+            if Templates::is_template(text) && axes.is_some() && templates.reads_matrix(text) =>
+        {
+            if let Err(e) = templates.render_cell(text, vars, axes) {
+                push_template_error(diags, node.span, e);
+            }
+        }
+        Value::Table(entries) => {
+            for entry in entries.iter_mut() {
+                defer_matrix(&mut entry.value, templates, vars, axes, diags, depth + 1);
+            }
+        }
+        Value::Array(items) => {
+            for item in items {
+                defer_matrix(item, templates, vars, axes, diags, depth + 1);
+            }
+        }
+        _ => render_strings(node, templates, vars, diags, depth),
+    }
+}
+
+fn push_template_error(diags: &mut Diagnostics, span: Span, e: TemplateError) {
+    let mut d = Diagnostic::new("plan::template", e.message)
+        .at(span)
+        .label("in this template");
+    if let Some(help) = e.help {
+        d = d.help(help);
+    }
+    diags.push(d);
+}
+
 fn render_strings(
     node: &mut Node,
     templates: &Templates,
@@ -295,19 +386,20 @@ fn render_strings(
             match templates.render(text, vars) {
                 // Rendered text is untyped: `seed = "{{ vars.seed }}"` may fill an integer key.
                 Ok(rendered) => node.value = Value::Scalar(rendered),
-                Err(e) => {
-                    let mut d = Diagnostic::new("plan::template", e.message)
-                        .at(node.span)
-                        .label("in this template");
-                    if let Some(help) = e.help {
-                        d = d.help(help);
-                    }
-                    diags.push(d);
-                }
+                Err(e) => push_template_error(diags, node.span, e),
             }
         }
         Value::Table(entries) => {
             for Entry { key, value, .. } in entries.iter_mut() {
+                if key == "steps"
+                    && depth == 0
+                    && let Value::Array(steps) = &mut value.value
+                {
+                    for step in steps {
+                        render_step(step, templates, vars, diags, depth + 2);
+                    }
+                    continue;
+                }
                 if !is_verbatim(key, depth) {
                     render_strings(value, templates, vars, diags, depth + 1);
                 }

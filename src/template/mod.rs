@@ -96,6 +96,13 @@ pub struct Templates {
     redactor: Redactor,
 }
 
+impl std::fmt::Debug for Templates {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The environment may hold secrets: never printed.
+        f.debug_struct("Templates").finish_non_exhaustive()
+    }
+}
+
 impl Templates {
     /// `env` is the process environment as the caller chose to expose it
     /// (tests pass their own; nothing here reads `std::env`).
@@ -145,16 +152,35 @@ impl Templates {
 
     /// Renders `source` with `vars` (and `env`, `secret()`) in scope.
     pub fn render(&self, source: &str, vars: &serde_json::Value) -> Result<String, TemplateError> {
+        self.render_cell(source, vars, None)
+    }
+
+    /// Whether `source` reads `matrix`: such a string in a step is rendered
+    /// once per cell, after expansion, not when the plan loads.
+    pub fn reads_matrix(&self, source: &str) -> bool {
+        self.jinja
+            .template_from_str(source)
+            .is_ok_and(|t| t.undeclared_variables(false).contains("matrix"))
+    }
+
+    /// [`Self::render`] with one cell's matrix values as `matrix.NAME`.
+    pub fn render_cell(
+        &self,
+        source: &str,
+        vars: &serde_json::Value,
+        matrix: Option<&BTreeMap<String, String>>,
+    ) -> Result<String, TemplateError> {
         let template = self
             .jinja
             .template_from_str(source)
             .map_err(|e| syntax_error(&e))?;
         for name in template.undeclared_variables(true) {
-            self.check_defined(&name, vars)?;
+            self.check_defined(&name, vars, matrix)?;
         }
         let ctx = minijinja::context! {
             vars => Value::from(minijinja::value::Serde(vars)),
             env => Value::from(minijinja::value::Serde(&self.env)),
+            matrix => Value::from(minijinja::value::Serde(matrix)),
         };
         let mut out = CappedWriter::default();
         match template.render_captured_to(ctx, &mut out) {
@@ -198,7 +224,12 @@ impl Templates {
         compiled.eval(ctx).map_err(|e| render_error(&e))
     }
 
-    fn check_defined(&self, path: &str, vars: &serde_json::Value) -> Result<(), TemplateError> {
+    fn check_defined(
+        &self,
+        path: &str,
+        vars: &serde_json::Value,
+        matrix: Option<&BTreeMap<String, String>>,
+    ) -> Result<(), TemplateError> {
         let mut parts = path.split('.');
         let root = parts.next().unwrap_or_default();
         let field = parts.next();
@@ -232,11 +263,28 @@ impl Templates {
                 message: format!("environment variable `{name}` is not set"),
                 help: Some(format!("export {name} before running gameplan")),
             }),
-            ("vars" | "env", _) => Ok(()),
+            ("matrix", _) if matrix.is_none() => Err(TemplateError {
+                message: "`matrix` is defined only in a step's `run`, `argv`, `env`, `inputs`, `outputs` and `cwd`, when the step has a `matrix`".into(),
+                help: Some("add `matrix = { NAME = [..] }` to the step, or read the value from `$GAMEPLAN_MATRIX_NAME` in the command".into()),
+            }),
+            ("matrix", Some(name)) if matrix.is_some_and(|m| !m.contains_key(name)) => {
+                let axes: Vec<&str> = matrix
+                    .map(|m| m.keys().map(String::as_str).collect())
+                    .unwrap_or_default();
+                Err(TemplateError {
+                    message: format!("`matrix.{name}` is not an axis of this step's matrix"),
+                    help: Some(
+                        crate::suggest::did_you_mean(name, axes.iter().copied()).unwrap_or_else(
+                            || format!("its axes are {}", crate::suggest::one_of(&axes)),
+                        ),
+                    ),
+                })
+            }
+            ("vars" | "env" | "matrix", _) => Ok(()),
             (other, _) => Err(TemplateError {
                 message: format!("`{other}` is not defined"),
                 help: Some(
-                    "plan templates can read `vars.NAME`, `env.NAME` and `secret(\"NAME\")`".into(),
+                    "plan templates can read `vars.NAME`, `env.NAME`, `secret(\"NAME\")`, and in a matrix step's commands `matrix.NAME`".into(),
                 ),
             }),
         }

@@ -1,4 +1,5 @@
-//! Issue 10: running a part of a plan, `gameplan plan run PLAN STEP...`.
+//! Issue 10: running a part of a plan (`gameplan plan run PLAN STEP...`),
+//! and matrix values in a step's commands.
 
 use std::time::Duration;
 
@@ -85,4 +86,60 @@ fn issue10_a_resumed_partial_run_runs_the_same_part() {
         "{out}"
     );
     assert!(!t.read("ran.log").contains("lint"));
+}
+
+/// Issue 10: a step's `run`, `env` and `outputs` read `{{ matrix.NAME }}`,
+/// rendered per cell (filters included), and each cell is its own result.
+#[test]
+fn issue10_matrix_values_render_per_cell_in_run_env_and_outputs() {
+    let plan = r#"version = 1
+name = "levels"
+
+[[steps]]
+id = "level"
+kind = "command"
+run = "echo {{ matrix.level | upper }} $NAME $GAMEPLAN_MATRIX_LEVEL > out-{{ matrix.level }}.txt"
+env = { NAME = "lvl-{{ matrix.level }}" }
+inputs = ["plan.toml"]
+outputs = ["out-{{ matrix.level }}.txt"]
+matrix = { level = ["a", "b"] }
+"#;
+    let t = Test::new().file("plan.toml", plan);
+    let out = t.run(&["plan", "run", "plan.toml", "--json"]);
+    out.code(0);
+    assert_eq!(t.read("out-a.txt"), "A lvl-a a\n");
+    assert_eq!(t.read("out-b.txt"), "B lvl-b b\n");
+    std::fs::remove_file(t.path("out-a.txt")).expect("rm");
+    let again = t.run(&["plan", "run", "plan.toml", "--json"]);
+    assert!(
+        by_step(&again.json(), "state").values().all(|s| s == "reused"),
+        "{again}"
+    );
+    assert_eq!(t.read("out-a.txt"), "A lvl-a a\n", "restored per cell");
+}
+
+#[test]
+fn issue10_a_matrix_name_that_is_not_an_axis_is_a_plan_error_where_it_is_written() {
+    let plan = r#"version = 1
+name = "levels"
+
+[[steps]]
+id = "level"
+kind = "command"
+run = "echo {{ matrix.levl }}"
+matrix = { level = ["a", "b"] }
+
+[[steps]]
+id = "plain"
+kind = "command"
+run = "echo {{ matrix.level }}"
+"#;
+    let t = Test::new().file("plan.toml", plan);
+    t.run(&["plan", "check", "plan.toml"])
+        .code(3)
+        .stderr_has("plan.toml:7:7")
+        .stderr_has("`matrix.levl` is not an axis of this step's matrix")
+        .stderr_has("did you mean `level`?")
+        .stderr_has("plan.toml:13:7")
+        .stderr_has("`matrix` is defined only in a step's");
 }
