@@ -11,6 +11,7 @@ mod plan_run;
 mod plan_runs;
 mod play;
 mod schema;
+mod shell;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -164,6 +165,18 @@ pub enum Command {
         /// Which schema.
         #[arg(value_enum, default_value_t = SchemaName::Plan)]
         name: SchemaName,
+    },
+    /// Print shell completions, e.g. `gameplan completions bash > ~/.local/share/bash-completion/completions/gameplan`.
+    Completions {
+        /// The shell: bash, zsh, fish, elvish or powershell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff), e.g. `gameplan man > ~/.local/share/man/man1/gameplan.1`.
+    Man {
+        /// Write a page for every command (gameplan.1, gameplan-plan-run.1, ...) into DIR instead.
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
     },
 }
 
@@ -437,6 +450,8 @@ pub fn dispatch(cli: Cli, cx: &Context) -> u8 {
         Command::Launch { slots } => crate::steps::launcher::serve(slots),
         Command::Game { name } => game::run(cx, &name),
         Command::Schema { name } => schema::run(cx, name),
+        Command::Completions { shell } => shell::completions(cx, shell),
+        Command::Man { out } => shell::man(cx, out.as_deref()),
         command @ (Command::Replay { .. }
         | Command::Shrink { .. }
         | Command::GameExec { .. }

@@ -15,4 +15,5 @@ mod plan_play;
 mod play;
 mod play_maze;
 mod schemas;
+mod shell;
 mod snapshots;

@@ -112,7 +112,9 @@ matrix = { level = ["a", "b"] }
     std::fs::remove_file(t.path("out-a.txt")).expect("rm");
     let again = t.run(&["plan", "run", "plan.toml", "--json"]);
     assert!(
-        by_step(&again.json(), "state").values().all(|s| s == "reused"),
+        by_step(&again.json(), "state")
+            .values()
+            .all(|s| s == "reused"),
         "{again}"
     );
     assert_eq!(t.read("out-a.txt"), "A lvl-a a\n", "restored per cell");
