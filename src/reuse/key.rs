@@ -108,20 +108,57 @@ fn settings_reasons(previous: &Value, current: &Value, reasons: &mut Vec<String>
     if canonical_value(previous) == canonical_value(current) {
         return;
     }
-    let (Value::Object(old), Value::Object(new)) = (previous, current) else {
+    let (Value::Object(_), Value::Object(_)) = (previous, current) else {
         reasons.push("settings changed".to_owned());
+        return;
+    };
+    object_reasons("", previous, current, reasons);
+}
+
+/// Settings that are tables of their own: a change names the entry inside
+/// (`env.CC`), never a value (an env value may be a secret's stand-in).
+const NESTED: [&str; 4] = ["env", "env_inputs", "game", "step"];
+
+fn object_reasons(prefix: &str, previous: &Value, current: &Value, reasons: &mut Vec<String>) {
+    let (Value::Object(old), Value::Object(new)) = (previous, current) else {
         return;
     };
     let names: BTreeSet<&String> = old.keys().chain(new.keys()).collect();
     for name in names {
+        let path = format!("{prefix}{name}");
         match (old.get(name), new.get(name)) {
-            (None, Some(_)) => reasons.push(format!("setting `{name}` added")),
-            (Some(_), None) => reasons.push(format!("setting `{name}` removed")),
-            (Some(a), Some(b)) if canonical_value(a) != canonical_value(b) => {
-                reasons.push(format!("setting `{name}` changed"));
+            (Some(a), Some(b)) if canonical_value(a) == canonical_value(b) => {}
+            (Some(a @ Value::Object(_)), Some(b @ Value::Object(_)))
+                if prefix.is_empty() && NESTED.contains(&name.as_str()) =>
+            {
+                object_reasons(&format!("{path}."), a, b, reasons);
             }
-            _ => {}
+            (None, Some(b)) => reasons.push(format!("{} added", in_plan_words(&path, b))),
+            (Some(a), None) => reasons.push(format!("{} removed", in_plan_words(&path, a))),
+            (Some(a), Some(b)) => {
+                let (was, is) = (in_plan_words(&path, a), in_plan_words(&path, b));
+                reasons.push(if was == is {
+                    format!("{is} changed")
+                } else {
+                    format!("{was} became {is}")
+                });
+            }
+            (None, None) => {}
         }
+    }
+}
+
+/// A key's setting as the plan writes it: `program` is `run` or `argv`,
+/// `env_inputs.CC` the input `"$CC"`, `cell` the matrix values.
+fn in_plan_words(path: &str, value: &Value) -> String {
+    match path {
+        "program" if value.get("argv").is_some() => "`argv`".to_owned(),
+        "program" => "`run`".to_owned(),
+        "cell" => "the matrix values".to_owned(),
+        _ => match path.strip_prefix("env_inputs.") {
+            Some(name) => format!("environment variable `${name}`"),
+            None => format!("`{}`", path.strip_prefix("step.").unwrap_or(path)),
+        },
     }
 }
 
@@ -367,14 +404,26 @@ mod tests {
             json!({"run": "cc -O2 -o app src/a.c", "env": {"CC": "cc", "A": "1"}, "argv": []});
         assert_ne!(previous.digest(), current.digest());
         let reasons = why_not_reused(&previous, &current);
-        assert_eq!(reasons, ["setting `argv` added", "setting `run` changed"]);
+        assert_eq!(reasons, ["`argv` added", "`run` changed"]);
         assert!(reasons.iter().all(|r| !r.contains("-O2")));
 
         let mut nested = sample();
         nested.settings = json!({"run": "cc -o app src/a.c", "env": {"CC": "clang", "A": "1"}});
+        assert_eq!(why_not_reused(&previous, &nested), ["`env.CC` changed"]);
+        assert!(
+            why_not_reused(&previous, &nested)
+                .iter()
+                .all(|r| !r.contains("clang"))
+        );
+
+        // What the plan writes, not what the key calls it.
+        let mut shell = sample();
+        shell.settings = json!({"program": {"shell": "make"}, "env_inputs": {"CC": "gcc"}});
+        let mut argv = sample();
+        argv.settings = json!({"program": {"argv": ["make"]}, "env_inputs": {"CC": "clang"}});
         assert_eq!(
-            why_not_reused(&previous, &nested),
-            ["setting `env` changed"]
+            why_not_reused(&shell, &argv),
+            ["environment variable `$CC` changed", "`run` became `argv`"]
         );
     }
 

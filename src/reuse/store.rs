@@ -1152,7 +1152,7 @@ mod tests {
         let last = f.store.last_keys("demo");
         assert_eq!(last.get("build"), Some(&second));
         assert_eq!(last.get("play[a,1]"), Some(&first));
-        assert_eq!(why_not_reused(&first, &second), ["setting `run` changed"]);
+        assert_eq!(why_not_reused(&first, &second), ["`run` changed"]);
     }
 
     #[test]

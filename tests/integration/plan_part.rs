@@ -145,3 +145,33 @@ run = "echo {{ matrix.level }}"
         .stderr_has("plan.toml:13:7")
         .stderr_has("`matrix` is defined only in a step's");
 }
+
+/// Issue 10: explain says why in the plan's words: "`run` changed", and
+/// which `env` variable changed, never its value.
+#[test]
+fn issue10_explain_names_what_changed_in_the_plans_words() {
+    let plan = r#"version = 1
+name = "words"
+
+[[steps]]
+id = "a"
+kind = "command"
+run = "echo one > a.txt"
+env = { LEVEL = "easy" }
+inputs = ["plan.toml"]
+outputs = ["a.txt"]
+"#;
+    let t = Test::new().file("plan.toml", plan);
+    t.run(&["plan", "run", "plan.toml"]).code(0);
+    t.write(
+        "plan.toml",
+        plan.replace("echo one", "echo two")
+            .replace("\"easy\"", "\"nightmare\""),
+    );
+    let out = t.run(&["plan", "explain", "plan.toml"]);
+    out.code(0)
+        .stdout_has("`env.LEVEL` changed")
+        .stdout_has("`run` changed");
+    assert!(!format!("{out}").contains("nightmare"), "{out}");
+    assert!(!format!("{out}").contains("program"), "{out}");
+}
