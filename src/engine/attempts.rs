@@ -254,6 +254,7 @@ pub fn try_reuse(
     let scope = kind.restore_scope(cx).ok()?;
     std::fs::create_dir_all(&base).ok()?;
     keeper.store.restore_within(&entry, &base, &scope).ok()?;
+    keeper.store.mark_used(&digest);
     Some(Finished {
         node,
         state: StepState::Reused,

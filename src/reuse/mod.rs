@@ -61,4 +61,6 @@ pub use error::ReuseError;
 pub use hash_cache::{FileHashCache, RACY_MARGIN};
 pub use inputs::{PatternSet, expand_inputs};
 pub use key::{KEY_VERSION, ReuseKey, outputs_digest, sha256_hex, why_not_reused};
-pub use store::{Entry, INLINE_MAX, RestoreScope, STALE_TEMP_AGE, Store, StoredOutput};
+pub use store::{
+    Entry, INLINE_MAX, RestoreScope, STALE_TEMP_AGE, Store, StoredEntry, StoredOutput, dir_size,
+};

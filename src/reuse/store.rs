@@ -87,6 +87,27 @@ impl RestoreScope {
     }
 }
 
+/// One entry as `gameplan gc` sees it.
+#[derive(Debug, Clone)]
+pub struct StoredEntry {
+    pub digest: String,
+    /// Bytes on disk, outputs included.
+    pub bytes: u64,
+    /// When it was stored or last reused.
+    pub last_used: SystemTime,
+}
+
+/// The bytes of the files under `dir`.
+pub fn dir_size(dir: &Path) -> u64 {
+    walkdir::WalkDir::new(dir)
+        .into_iter()
+        .filter_map(Result::ok)
+        .filter_map(|e| e.metadata().ok())
+        .filter(std::fs::Metadata::is_file)
+        .map(|m| m.len())
+        .sum()
+}
+
 /// A stored result, as recorded in `entry.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Entry {
@@ -419,6 +440,58 @@ impl Store {
             .and_then(|bytes| serde_json::from_slice::<LastKeys>(&bytes).ok())
             .filter(|record| record.plan == plan)
             .unwrap_or_default()
+    }
+
+    /// Notes that the entry for `digest` was just reused: `gameplan gc`
+    /// removes the entries used longest ago first. Best effort.
+    pub fn mark_used(&self, digest: &str) {
+        if !is_sha256_hex(digest) {
+            return;
+        }
+        let path = self.entry_dir(digest).join(ENTRY_FILE);
+        if let Ok(file) = fs::OpenOptions::new().append(true).open(&path) {
+            let _ = file.set_modified(SystemTime::now());
+        }
+    }
+
+    /// Every stored entry with its size on disk and when it was last stored
+    /// or reused, for `gameplan gc`.
+    pub fn entries(&self) -> Vec<StoredEntry> {
+        let mut found = Vec::new();
+        for shard in fs::read_dir(&self.dir).into_iter().flatten().flatten() {
+            let name = shard.file_name();
+            let name = name.to_string_lossy();
+            if name.len() != 2 || !name.bytes().all(|b| b.is_ascii_hexdigit()) {
+                continue;
+            }
+            for item in fs::read_dir(shard.path()).into_iter().flatten().flatten() {
+                let digest = item.file_name().to_string_lossy().into_owned();
+                if !is_sha256_hex(&digest) {
+                    continue;
+                }
+                let dir = item.path();
+                let last_used = fs::metadata(dir.join(ENTRY_FILE))
+                    .and_then(|m| m.modified())
+                    .unwrap_or(SystemTime::UNIX_EPOCH);
+                found.push(StoredEntry {
+                    bytes: dir_size(&dir),
+                    digest,
+                    last_used,
+                });
+            }
+        }
+        found
+    }
+
+    /// Removes one entry (a reuse of it afterwards is a miss). The entry
+    /// file goes first, so a reader never sees an entry without its outputs.
+    pub fn remove_entry(&self, digest: &str) -> Result<(), ReuseError> {
+        if !is_sha256_hex(digest) {
+            return Ok(());
+        }
+        let dir = self.entry_dir(digest);
+        let _ = fs::remove_file(dir.join(ENTRY_FILE));
+        fs::remove_dir_all(&dir).map_err(io_error("remove", &dir))
     }
 
     /// Removes temporary entries older than `older_than`, left behind by runs
