@@ -20,6 +20,7 @@ pub mod plan;
 pub mod play;
 pub mod report;
 pub mod reuse;
+pub mod state_dir;
 pub mod steps;
 pub mod suggest;
 pub mod template;

@@ -242,8 +242,13 @@ pub enum PlanCommand {
         #[arg(long, value_name = "DIR")]
         state_dir: Option<PathBuf>,
     },
-    /// List the runs in this repo's state directory.
+    /// List the runs in this repo's state directory: start, duration, steps done, state.
+    ///
+    /// An unfinished run says whether `plan resume` can continue it.
     Runs {
+        /// Print one JSON document instead of text.
+        #[arg(long)]
+        json: bool,
         #[arg(long, value_name = "DIR")]
         state_dir: Option<PathBuf>,
     },
@@ -443,7 +448,9 @@ pub fn dispatch(cli: Cli, cx: &Context) -> u8 {
             json,
             state_dir,
         }) => plan_runs::status(cx, run_id.as_deref(), json, state_dir.as_deref()),
-        Command::Plan(PlanCommand::Runs { state_dir }) => plan_runs::list(cx, state_dir.as_deref()),
+        Command::Plan(PlanCommand::Runs { json, state_dir }) => {
+            plan_runs::list(cx, json, state_dir.as_deref())
+        }
         Command::Plan(PlanCommand::Stop { run_id, state_dir }) => {
             plan_runs::stop(cx, &run_id, state_dir.as_deref())
         }

@@ -1,6 +1,6 @@
 //! `gameplan plan status [RUN_ID]`, `gameplan plan runs`, `gameplan plan stop RUN_ID`.
 
-use std::fmt::Write as _;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde_json::json;
@@ -8,15 +8,23 @@ use serde_json::json;
 use super::Context;
 use crate::engine;
 use crate::exit_code;
-use crate::journal::run::{RunDir, RunHistory, StepState, run_ids};
+use crate::journal::run::{RunDir, RunHistory, RunOutcome, run_ids};
 use crate::journal::{LockHolder, LockStatus, RunLock, this_host};
+use crate::plan::LoadOptions;
+use crate::report::runs::{self, RunRow, RunState, Status, StatusStep};
 
 /// The state dir for commands that take no plan: `--state-dir`, or `.gameplan`
 /// at the repo root above the current directory.
 fn state_dir(flag: Option<&Path>) -> PathBuf {
+    dirs(flag).1
+}
+
+/// The repo root above the current directory, and the state dir in it.
+pub(super) fn dirs(flag: Option<&Path>) -> (PathBuf, PathBuf) {
     let cwd = std::env::current_dir().unwrap_or_else(|_| ".".into());
     let root = crate::plan::find_root(&cwd.join("plan.toml"));
-    engine::state_dir(&root, flag)
+    let state_dir = engine::state_dir(&root, flag);
+    (root, state_dir)
 }
 
 /// The live holder of a run, if that run is running right now.
@@ -26,15 +34,117 @@ fn live_holder(state_dir: &Path, history: &RunHistory) -> Option<LockHolder> {
 }
 
 fn status_word(state_dir: &Path, history: &RunHistory) -> String {
-    if let Some(holder) = live_holder(state_dir, history) {
-        return format!("running (pid {} on {})", holder.pid, holder.host);
-    }
-    match history.finished {
-        Some((outcome, code)) if history.is_finished() => {
-            format!("{outcome:?} (exit {code})").to_lowercase()
+    Resumability::unchecked()
+        .row(state_dir, history)
+        .status_text()
+}
+
+/// A plan file as a run loaded it: its repo path and `--var` overrides.
+type PlanAsRun = (String, Vec<(String, String)>);
+
+/// Whether an unfinished run could be resumed: `plan resume` refuses a run
+/// whose plan no longer hashes the same, so the listing says so up front.
+/// Each plan (path and `--var`s) is loaded once per command.
+pub(super) struct Resumability<'a> {
+    check: Option<(&'a Context, PathBuf)>,
+    hashes: BTreeMap<PlanAsRun, Result<String, String>>,
+}
+
+impl<'a> Resumability<'a> {
+    /// Checks plans against the repo at `root`.
+    pub(super) fn new(cx: &'a Context, root: PathBuf) -> Self {
+        Resumability {
+            check: Some((cx, root)),
+            hashes: BTreeMap::new(),
         }
-        _ if history.stopped.is_some() => "interrupted (resumable)".into(),
-        _ => "unfinished (resumable)".into(),
+    }
+
+    /// Takes every open run as resumable without loading its plan.
+    fn unchecked() -> Self {
+        Resumability {
+            check: None,
+            hashes: BTreeMap::new(),
+        }
+    }
+
+    /// Why `history` cannot be resumed, if it cannot.
+    pub(super) fn why_not(&mut self, history: &RunHistory) -> Option<String> {
+        let (cx, root) = self.check.as_ref()?;
+        let hash = self
+            .hashes
+            .entry((history.plan_path.clone(), history.vars.clone()))
+            .or_insert_with(|| {
+                let path = root.join(&history.plan_path);
+                if !path.is_file() {
+                    return Err(format!("the plan file {} is gone", history.plan_path));
+                }
+                let options = LoadOptions {
+                    env: cx.env.clone(),
+                    vars: history.vars.clone(),
+                    root: Some(root.clone()),
+                    ..LoadOptions::default()
+                };
+                crate::plan::load(&path, &options)
+                    .map(|loaded| engine::plan_hash(&loaded))
+                    .map_err(|_| {
+                        format!(
+                            "the plan does not load now (`gameplan plan check {}` says why)",
+                            history.plan_path
+                        )
+                    })
+            });
+        match hash {
+            Ok(hash) if *hash == history.plan_hash => None,
+            Ok(_) => Some("the plan changed".to_owned()),
+            Err(why) => Some(why.clone()),
+        }
+    }
+
+    /// The run as `plan runs` lists it.
+    pub(super) fn row(&mut self, state_dir: &Path, history: &RunHistory) -> RunRow {
+        let holder = live_holder(state_dir, history);
+        let state = if holder.is_some() {
+            RunState::Running
+        } else {
+            match history.finished {
+                Some((outcome, _)) if history.is_finished() => match outcome {
+                    RunOutcome::Succeeded => RunState::Succeeded,
+                    RunOutcome::Failed => RunState::Failed,
+                    RunOutcome::Incomplete => RunState::Incomplete,
+                    RunOutcome::Declined => RunState::Declined,
+                    RunOutcome::Unauthorized => RunState::Unauthorized,
+                    RunOutcome::Unreachable => RunState::Unreachable,
+                    RunOutcome::Interrupted => RunState::Interrupted,
+                },
+                Some(_) => RunState::Interrupted,
+                None if history.stopped.is_some() => RunState::Interrupted,
+                None => RunState::Unfinished,
+            }
+        };
+        let not_resumable = if state.is_open() {
+            self.why_not(history)
+        } else {
+            None
+        };
+        let (steps_done, steps_total) = engine::progress_of(history);
+        RunRow {
+            run_id: history.run_id.clone(),
+            plan: history.plan.clone(),
+            plan_path: history.plan_path.clone(),
+            started_at: history.started_at.clone(),
+            state,
+            exit_code: history
+                .finished
+                .filter(|_| !state.is_open() && state != RunState::Running)
+                .map(|(_, code)| code),
+            duration_ms: history.duration_ms,
+            steps_done,
+            steps_total,
+            resumable: state.is_open() && not_resumable.is_none(),
+            not_resumable,
+            pid: holder.as_ref().map(|h| h.pid),
+            host: holder.map(|h| h.host),
+        }
     }
 }
 
@@ -56,7 +166,7 @@ fn read(state_dir: &Path, run_id: Option<&str>) -> Result<RunHistory, String> {
 }
 
 pub fn status(cx: &Context, run_id: Option<&str>, as_json: bool, flag: Option<&Path>) -> u8 {
-    let state_dir = state_dir(flag);
+    let (root, state_dir) = dirs(flag);
     let history = match read(&state_dir, run_id) {
         Ok(h) => h,
         Err(message) => {
@@ -64,81 +174,69 @@ pub fn status(cx: &Context, run_id: Option<&str>, as_json: bool, flag: Option<&P
             return exit_code::PLAN_ERROR;
         }
     };
-    let status = status_word(&state_dir, &history);
-    let steps: Vec<serde_json::Value> = history
+    let run_dir = RunDir::new(&state_dir, &history.run_id);
+    let steps = history
         .steps
         .iter()
         .map(|s| {
             let record = history.records.get(&s.id);
-            json!({
-                "id": s.id,
-                "kind": s.kind,
-                "state": history.state_of(&s.id),
-                "attempt": record.map_or(0, |r| r.attempt),
-                "duration_ms": record.map_or(0, |r| r.duration_ms),
-                "message": record.and_then(|r| r.message.clone()),
-            })
+            let log = run_dir.step(&s.id).join("stdout.log");
+            StatusStep {
+                id: s.id.clone(),
+                kind: s.kind.clone(),
+                state: history.state_of(&s.id),
+                attempt: record.map_or(0, |r| r.attempt),
+                exit_code: record.and_then(|r| r.exit_code),
+                duration_ms: record.map_or(0, |r| r.duration_ms),
+                log: log.is_file().then(|| log.display().to_string()),
+                message: record.and_then(|r| r.message.clone()),
+            }
         })
         .collect();
+    let doc = Status {
+        run: Resumability::new(cx, root).row(&state_dir, &history),
+        torn_tail: history.torn_tail,
+        steps,
+    };
     if as_json {
-        cx.console.json(&json!({
-            "run_id": history.run_id,
-            "plan": history.plan,
-            "plan_path": history.plan_path,
-            "started_at": history.started_at,
-            "status": status,
-            "torn_tail": history.torn_tail,
-            "steps": steps,
-        }));
-        return exit_code::SUCCESS;
+        cx.console
+            .json(&serde_json::to_value(&doc).unwrap_or_default());
+    } else {
+        cx.console.out(&runs::status_text(&doc));
     }
-    let (done, total) = engine::progress_of(&history);
-    let mut out = format!(
-        "run {} of `{}` ({}), started {}: {status}; {done} of {total} steps done\n",
-        history.run_id, history.plan, history.plan_path, history.started_at
-    );
-    for s in &history.steps {
-        let state = history.state_of(&s.id);
-        let mut line = format!("  {:<11} {}", state.word(), s.id);
-        if let Some(message) = history.records.get(&s.id).and_then(|r| r.message.as_ref())
-            && state == StepState::Failed
-        {
-            let first = message.lines().next().unwrap_or_default();
-            let _ = write!(line, ": {first}");
-        }
-        out.push_str(&line);
-        out.push('\n');
-    }
-    cx.console.out(&out);
     exit_code::SUCCESS
 }
 
-pub fn list(cx: &Context, flag: Option<&Path>) -> u8 {
-    let state_dir = state_dir(flag);
+pub fn list(cx: &Context, as_json: bool, flag: Option<&Path>) -> u8 {
+    let (root, state_dir) = dirs(flag);
     let ids = run_ids(&state_dir);
-    if ids.is_empty() {
+    if ids.is_empty() && !as_json {
         cx.console
             .err(&format!("no runs in {}\n", state_dir.display()));
         return exit_code::SUCCESS;
     }
-    let mut out = String::new();
-    for id in ids {
-        match RunHistory::read(&RunDir::new(&state_dir, &id).journal()) {
-            Ok(h) => {
-                let (done, total) = engine::progress_of(&h);
-                let _ = writeln!(
-                    out,
-                    "{id}  {:<16} {done:>5}/{total:<5} {}",
-                    h.plan,
-                    status_word(&state_dir, &h)
-                );
-            }
-            Err(e) => {
-                let _ = writeln!(out, "{id}  unreadable: {e}");
-            }
-        }
+    let mut resumability = Resumability::new(cx, root);
+    let rows: Vec<Result<RunRow, (String, String)>> = ids
+        .into_iter()
+        .map(
+            |id| match RunHistory::read(&RunDir::new(&state_dir, &id).journal()) {
+                Ok(history) => Ok(resumability.row(&state_dir, &history)),
+                Err(e) => Err((id, e.to_string())),
+            },
+        )
+        .collect();
+    if as_json {
+        let runs: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|row| match row {
+                Ok(row) => serde_json::to_value(row).unwrap_or_default(),
+                Err((id, error)) => json!({ "run_id": id, "error": error }),
+            })
+            .collect();
+        cx.console.json(&json!({ "runs": runs }));
+    } else {
+        cx.console.out(&runs::list_text(&rows));
     }
-    cx.console.out(&out);
     exit_code::SUCCESS
 }
 

@@ -173,7 +173,8 @@ async fn attempts(
         if matches!(outcome, StepOutcome::Failed { .. }) && may_retry {
             keeper.progress.note(&format!(
                 "{}: attempt {} failed; retrying",
-                cx.instance.id, cx.attempt
+                cx.instance.id,
+                cx.attempt.saturating_sub(base.last)
             ));
             continue;
         }

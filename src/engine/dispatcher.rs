@@ -356,12 +356,14 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
             } else {
                 run.root_cause.clone().unwrap_or_default()
             },
+            duration_ms: Some(elapsed_ms(started)),
         }
     } else {
         Event::RunFinished {
             at: now(),
             outcome,
             exit_code: code,
+            duration_ms: Some(elapsed_ms(started)),
         }
     };
     let journal_error = |e: String| StartError::Journal(e);
@@ -598,7 +600,10 @@ impl Run {
         )
         .on_start({
             let progress = progress.clone();
-            move |attempt| progress.step_started(&started_id, attempt)
+            // Attempts count across resumes in the journal; the display
+            // counts this run's tries and says when the step was resumed.
+            let base = self.attempt_base[node.index()];
+            move |attempt| progress.step_started(&started_id, attempt, base)
         })
         .on_progress(move |text| progress.step_progress(text))
     }

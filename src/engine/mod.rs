@@ -222,6 +222,12 @@ pub fn holder(run_id: &str) -> LockHolder {
 
 /// Takes the plan's run lock, naming the holder when it is taken.
 pub fn lock(state_dir: &Path, plan_hash: &str, run_id: &str) -> Result<RunLock, StartError> {
+    crate::state_dir::prepare(state_dir).map_err(|e| {
+        StartError::Lock(format!(
+            "cannot create the state directory {}: {e}. Nothing was run or charged",
+            state_dir.display()
+        ))
+    })?;
     RunLock::acquire(&state_dir.join("locks"), plan_hash, &holder(run_id)).map_err(|e| match e {
         LockError::Held { holder, .. } => StartError::Locked {
             holder: holder.map_or_else(String::new, |h| {

@@ -175,11 +175,18 @@ pub enum Event {
     RunStopped {
         at: String,
         reason: String,
+        /// How long this leg of the run (the start or a resume) took;
+        /// absent in journals written before it was recorded.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        duration_ms: Option<u64>,
     },
     RunFinished {
         at: String,
         outcome: RunOutcome,
         exit_code: u8,
+        /// How long this leg of the run took, as in `RunStopped`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        duration_ms: Option<u64>,
     },
 }
 
@@ -211,6 +218,9 @@ pub struct RunHistory {
     pub checkpoints: BTreeMap<String, Vec<Checkpoint>>,
     pub stopped: Option<String>,
     pub finished: Option<(RunOutcome, u8)>,
+    /// The time the run spent running, summed over its start and resumes;
+    /// `None` when no leg recorded it (a live run, an old journal).
+    pub duration_ms: Option<u64>,
     /// A torn last record was dropped (the run was killed mid-write).
     pub torn_tail: bool,
 }
@@ -290,6 +300,7 @@ impl RunHistory {
             checkpoints: BTreeMap::new(),
             stopped: None,
             finished: None,
+            duration_ms: None,
             torn_tail,
         };
         for event in events {
@@ -347,15 +358,34 @@ impl RunHistory {
                 .entry(step)
                 .or_default()
                 .push(Checkpoint { attempt, data }),
-            Event::RunStopped { reason, .. } => self.stopped = Some(reason),
+            Event::RunStopped {
+                reason,
+                duration_ms,
+                ..
+            } => {
+                self.stopped = Some(reason);
+                self.add_leg(duration_ms);
+            }
             Event::RunResumed { .. } => {
                 self.stopped = None;
                 self.finished = None;
             }
             Event::RunFinished {
-                outcome, exit_code, ..
-            } => self.finished = Some((outcome, exit_code)),
+                outcome,
+                exit_code,
+                duration_ms,
+                ..
+            } => {
+                self.finished = Some((outcome, exit_code));
+                self.add_leg(duration_ms);
+            }
             Event::RunStarted { .. } => {}
+        }
+    }
+
+    fn add_leg(&mut self, duration_ms: Option<u64>) {
+        if let Some(ms) = duration_ms {
+            self.duration_ms = Some(self.duration_ms.unwrap_or(0).saturating_add(ms));
         }
     }
 

@@ -12,6 +12,7 @@ pub mod playtest;
 pub mod progress;
 pub mod run;
 pub mod run_summary;
+pub mod runs;
 
 use std::io::{IsTerminal, Write};
 

@@ -84,18 +84,23 @@ impl Progress {
         ));
     }
 
-    pub fn step_started(&self, id: &str, attempt: u32) {
+    /// `attempt` is the journal's attempt number, `base` the last one an
+    /// earlier leg of the run made (0 in a fresh run): a resumed step says
+    /// "resumed", and only a retry in this run counts as another attempt.
+    pub fn step_started(&self, id: &str, attempt: u32, base: u32) {
         if let Some(bar) = &self.inner.bar {
             bar.set_message(format!("running {id}"));
             return;
         }
         if !self.inner.quiet {
-            let retry = if attempt > 1 {
-                format!(" (attempt {attempt})")
-            } else {
-                String::new()
+            let this_run = attempt.saturating_sub(base);
+            let note = match (base > 0, this_run > 1) {
+                (true, true) => format!(" (resumed, attempt {this_run})"),
+                (true, false) => " (resumed)".to_owned(),
+                (false, true) => format!(" (attempt {this_run})"),
+                (false, false) => String::new(),
             };
-            self.line(&format!("{id}: started{retry}"));
+            self.line(&format!("{id}: started{note}"));
         }
     }
 

@@ -161,6 +161,9 @@ impl FileHashCache {
         if !self.changed {
             return Ok(());
         }
+        if let Some(state_dir) = self.file.parent() {
+            crate::state_dir::prepare(state_dir).map_err(io_error("create", state_dir))?;
+        }
         let mut entries = read_entries(&self.file);
         entries.extend(
             self.entries

@@ -98,7 +98,7 @@ fn next(t: &Test) -> Next {
     if out.code != Some(0) {
         return Next::Run;
     }
-    if out.json()["status"] == "succeeded (exit 0)" {
+    if out.json()["state"] == "succeeded" {
         Next::Done
     } else {
         Next::Resume
@@ -154,7 +154,8 @@ fn kill_9_and_resume(seed: u64, concurrency: &str) -> usize {
     );
     // One run did it all: a second run would have reused what the first stored.
     let doc = status(&t);
-    assert_eq!(doc["status"], "succeeded (exit 0)", "{context}: {doc:#}");
+    assert_eq!(doc["state"], "succeeded", "{context}: {doc:#}");
+    assert_eq!(doc["exit_code"], 0, "{context}: {doc:#}");
     let states = by_step(&doc, "state");
     assert!(
         states.len() == LAYERS * WIDTH && states.values().all(|s| s == "succeeded"),
@@ -277,7 +278,8 @@ fn kill_9_of_the_whole_process_tree_mid_write_never_keeps_the_half_written_outpu
 
     // Not finished, not stored, not reusable.
     let doc = status(&t);
-    assert_eq!(doc["status"], "unfinished (resumable)", "{doc:#}");
+    assert_eq!(doc["state"], "unfinished", "{doc:#}");
+    assert_eq!(doc["resumable"], true, "{doc:#}");
     assert_eq!(
         by_step(&doc, "state"),
         expect_steps(&[("big", "running"), ("copy", "pending")])
@@ -354,12 +356,8 @@ fn a_second_run_is_refused_while_one_is_live_and_not_after_the_holder_is_killed(
         .stdout_has(&format!("{first_id}  slow"))
         .stdout_has(&format!("running (pid {}", first.pid()));
     let live = status(&t);
-    assert!(
-        live["status"]
-            .as_str()
-            .is_some_and(|s| s.starts_with(&format!("running (pid {}", first.pid()))),
-        "{live:#}"
-    );
+    assert_eq!(live["state"], "running", "{live:#}");
+    assert_eq!(live["pid"], first.pid(), "{live:#}");
 
     // The kernel frees the lock of a dead holder: no stale lock.
     let killed = first.kill9();
@@ -465,7 +463,8 @@ fn ctrl_c_stops_the_running_step_exits_10_and_the_run_resumes() {
     for marker in ["long.done", "after.done", "cleanup.done"] {
         assert!(!t.path(marker).exists(), "{marker} exists\n{out}");
     }
-    assert_eq!(status(&t)["status"], "interrupted (resumable)");
+    assert_eq!(status(&t)["state"], "interrupted");
+    assert_eq!(status(&t)["resumable"], true);
 
     t.write("delay", "0");
     let resumed = t.run(&["plan", "resume", "--json"]);
@@ -484,7 +483,7 @@ fn ctrl_c_stops_the_running_step_exits_10_and_the_run_resumes() {
     for marker in ["long.done", "after.done", "cleanup.done"] {
         assert!(t.path(marker).exists(), "{marker} is missing\n{resumed}");
     }
-    assert_eq!(status(&t)["status"], "succeeded (exit 0)");
+    assert_eq!(status(&t)["state"], "succeeded");
 }
 
 #[test]
@@ -633,7 +632,10 @@ fn a_resume_after_the_plan_changed_is_refused_but_a_comment_does_not_count() {
         .stderr_has("gameplan plan run plan.toml --new");
     assert!(!t.path("long.done").exists(), "{refused}");
     assert!(!t.path("after.done").exists(), "{refused}");
-    assert_eq!(status(&t)["status"], "interrupted (resumable)");
+    let doc = status(&t);
+    assert_eq!(doc["state"], "interrupted");
+    assert_eq!(doc["resumable"], false);
+    assert_eq!(doc["not_resumable"], "the plan changed");
 
     // Layout and comments are not the plan: a resume goes ahead.
     t.write("plan.toml", format!("# the nightly build\n{LONG}\n\n"));

@@ -106,7 +106,8 @@ fn a_failure_skips_its_dependants_while_an_independent_branch_finishes() {
         .stdout_has("failed: bad: exited with code 3")
         .stderr_has("bad: FAILED");
     let status = t.run(&["plan", "status", "--json"]).code(0).json();
-    assert_eq!(status["status"], "failed (exit 1)");
+    assert_eq!(status["state"], "failed");
+    assert_eq!(status["exit_code"], 1);
     assert_eq!(step(&status, "bad")["state"], "failed");
     assert_eq!(step(&status, "after_bad")["state"], "skipped");
 }
@@ -190,7 +191,8 @@ fn fail_fast_stops_running_steps_and_starts_no_others_but_always_steps() {
     );
     // The run is over (failed), not waiting for a resume.
     let status = t.run(&["plan", "status", "--json"]).code(0).json();
-    assert_eq!(status["status"], "failed (exit 1)");
+    assert_eq!(status["state"], "failed");
+    assert_eq!(status["exit_code"], 1);
 }
 
 /// Steps that log their start to one file, so the order they ran in shows.

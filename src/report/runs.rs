@@ -1,0 +1,224 @@
+//! `plan status` and `plan runs`: a run as its journal tells it, as text and
+//! as a JSON document of fields (state, exit code, durations), never prose a
+//! script would have to parse. `cli/plan_runs.rs` reads the journals and
+//! fills these in.
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use super::progress::Duration;
+use crate::journal::run::StepState;
+
+/// Where a run stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunState {
+    /// A gameplan process holds its lock right now.
+    Running,
+    Succeeded,
+    Failed,
+    Incomplete,
+    Declined,
+    Unauthorized,
+    Unreachable,
+    /// Stopped by a signal or `plan stop`, or halted by `--fail-fast`.
+    Interrupted,
+    /// Ended without a word (killed, crashed).
+    Unfinished,
+}
+
+impl RunState {
+    pub fn word(self) -> &'static str {
+        match self {
+            RunState::Running => "running",
+            RunState::Succeeded => "succeeded",
+            RunState::Failed => "failed",
+            RunState::Incomplete => "incomplete",
+            RunState::Declined => "declined",
+            RunState::Unauthorized => "unauthorized",
+            RunState::Unreachable => "unreachable",
+            RunState::Interrupted => "interrupted",
+            RunState::Unfinished => "unfinished",
+        }
+    }
+
+    /// A run in this state has not ended: it may be resumed (unless its plan changed).
+    pub fn is_open(self) -> bool {
+        matches!(self, RunState::Interrupted | RunState::Unfinished)
+    }
+}
+
+/// One run, as `plan runs --json` lists it and `plan status --json` starts.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunRow {
+    pub run_id: String,
+    pub plan: String,
+    pub plan_path: String,
+    /// RFC 3339, UTC.
+    pub started_at: String,
+    pub state: RunState,
+    /// The run's exit code, once it ended.
+    pub exit_code: Option<u8>,
+    /// Time spent running, over the start and every resume (`null` while it
+    /// runs, or for journals of an older gameplan).
+    pub duration_ms: Option<u64>,
+    pub steps_done: usize,
+    pub steps_total: usize,
+    /// Whether `gameplan plan resume RUN_ID` would continue it.
+    pub resumable: bool,
+    /// Why an unfinished run cannot be resumed (e.g. "the plan changed").
+    pub not_resumable: Option<String>,
+    /// The live holder of a running run.
+    pub pid: Option<u32>,
+    pub host: Option<String>,
+}
+
+impl RunRow {
+    /// The state in a few words: `failed (exit 1)`, `running (pid 7 on box)`,
+    /// `interrupted (resumable)`, `unfinished (not resumable: the plan changed)`.
+    pub fn status_text(&self) -> String {
+        let word = self.state.word();
+        match (self.state, self.exit_code) {
+            (RunState::Running, _) => format!(
+                "running (pid {} on {})",
+                self.pid.unwrap_or_default(),
+                self.host.as_deref().unwrap_or("?")
+            ),
+            (state, _) if state.is_open() => match &self.not_resumable {
+                Some(why) => format!("{word} (not resumable: {why})"),
+                None => format!("{word} (resumable)"),
+            },
+            (_, Some(code)) => format!("{word} (exit {code})"),
+            (_, None) => word.to_owned(),
+        }
+    }
+}
+
+/// One step of `plan status`.
+#[derive(Debug, Clone, Serialize)]
+pub struct StatusStep {
+    pub id: String,
+    pub kind: String,
+    pub state: StepState,
+    /// Attempts recorded in the journal (a resumed step's count goes on).
+    pub attempt: u32,
+    pub exit_code: Option<i32>,
+    pub duration_ms: u64,
+    /// Its output log, when it has one.
+    pub log: Option<String>,
+    pub message: Option<String>,
+}
+
+/// The document `plan status --json` prints.
+#[derive(Debug, Clone, Serialize)]
+pub struct Status {
+    #[serde(flatten)]
+    pub run: RunRow,
+    /// A torn last journal record was dropped (the run was killed mid-write).
+    pub torn_tail: bool,
+    pub steps: Vec<StatusStep>,
+}
+
+/// A duration for people: `0.42s`, `12.5s`, `3m05s`, `2h10m`.
+pub fn duration_text(ms: u64) -> String {
+    let secs = ms / 1000;
+    match secs {
+        0..60 => Duration(ms).to_string(),
+        60..3600 => format!("{}m{:02}s", secs / 60, secs % 60),
+        _ => format!("{}h{:02}m", secs / 3600, secs % 3600 / 60),
+    }
+}
+
+/// `plan status`: the run, each step, and a failed step's message whole, so
+/// the last lines of its log follow "last lines of …:".
+pub fn status_text(status: &Status) -> String {
+    let run = &status.run;
+    let took = run
+        .duration_ms
+        .map(|ms| format!(", ran {}", duration_text(ms)))
+        .unwrap_or_default();
+    let mut out = format!(
+        "run {} of `{}` ({}), started {}{took}: {}; {} of {} steps done\n",
+        run.run_id,
+        run.plan,
+        run.plan_path,
+        run.started_at,
+        run.status_text(),
+        run.steps_done,
+        run.steps_total
+    );
+    for step in &status.steps {
+        let _ = write!(out, "  {:<11} {}", step.state.word(), step.id);
+        if step.state == StepState::Failed
+            && let Some(message) = &step.message
+        {
+            let mut lines = message.lines();
+            let _ = write!(out, ": {}", lines.next().unwrap_or_default());
+            for line in lines {
+                let _ = write!(out, "\n      {line}");
+            }
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// `plan runs`: one line per run under a header, oldest first.
+pub fn list_text(rows: &[Result<RunRow, (String, String)>]) -> String {
+    let id_width = rows
+        .iter()
+        .map(|r| match r {
+            Ok(row) => row.run_id.len(),
+            Err((id, _)) => id.len(),
+        })
+        .max()
+        .unwrap_or(0)
+        .max(3);
+    let plan_width = rows
+        .iter()
+        .filter_map(|r| r.as_ref().ok())
+        .map(|row| row.plan.len())
+        .max()
+        .unwrap_or(0)
+        .max(4);
+    let mut out = format!(
+        "{:<id_width$}  {:<plan_width$}  {:<20}  {:>8}  {:>11}  STATUS\n",
+        "RUN", "PLAN", "STARTED", "DURATION", "STEPS"
+    );
+    for row in rows {
+        match row {
+            Ok(row) => {
+                let duration = row
+                    .duration_ms
+                    .map_or_else(|| "-".to_owned(), duration_text);
+                let steps = format!("{}/{}", row.steps_done, row.steps_total);
+                let _ = writeln!(
+                    out,
+                    "{:<id_width$}  {:<plan_width$}  {:<20}  {duration:>8}  {steps:>11}  {}",
+                    row.run_id,
+                    row.plan,
+                    row.started_at,
+                    row.status_text()
+                );
+            }
+            Err((id, error)) => {
+                let _ = writeln!(out, "{id:<id_width$}  unreadable: {error}");
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_at_every_scale() {
+        assert_eq!(duration_text(420), "0.42s");
+        assert_eq!(duration_text(12_500), "12.5s");
+        assert_eq!(duration_text(185_000), "3m05s");
+        assert_eq!(duration_text(7_800_000), "2h10m");
+    }
+}

@@ -1,0 +1,234 @@
+//! Issue 10, "the runner as people use it every day": `.gameplan/` ignores
+//! itself, `plan status` and `plan runs` as a person and a script read them,
+//! a resumed step's wording, and `gameplan gc`.
+
+use std::process::Command;
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+
+use crate::support::{Test, step, wait_until};
+
+const SOON: Duration = Duration::from_secs(30);
+
+/// `bad` fails after 15 numbered lines and a last word on stderr.
+const FAILING: &str = r#"version = 1
+name = "failing"
+
+[[steps]]
+id = "ok"
+kind = "command"
+run = "echo fine"
+
+[[steps]]
+id = "bad"
+kind = "command"
+run = "for i in $(seq -w 1 15); do echo line-$i; done; echo 'boom: the widget is broken' >&2; exit 3"
+"#;
+
+/// `long` writes `long.started` and sleeps as long as the file `delay` says;
+/// `after` needs it.
+const LONG: &str = r#"version = 1
+name = "long"
+
+[[steps]]
+id = "long"
+kind = "command"
+run = "touch long.started && sleep $(cat delay) && touch long.done"
+
+[[steps]]
+id = "after"
+kind = "command"
+run = "touch after.done"
+needs = ["long"]
+"#;
+
+/// Starts `plan run` of LONG and interrupts it with Ctrl-C while `long` runs.
+fn interrupted_run(t: &Test) {
+    let gameplan = t.spawn(&["plan", "run", "plan.toml"]);
+    wait_until("the step to start", SOON, || {
+        t.path("long.started").exists()
+    });
+    gameplan.signal(Signal::SIGINT);
+    gameplan.wait().code(10);
+}
+
+fn git(t: &Test, args: &[&str]) -> Option<String> {
+    let out = Command::new("git")
+        .args(args)
+        .current_dir(t.path(""))
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("HOME", t.path(""))
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+#[test]
+fn issue10_the_state_dir_ignores_itself_so_git_status_stays_clean() {
+    let t = Test::new()
+        .file("plan.toml", FAILING.replace("exit 3", "exit 0"))
+        .file("custom/keep.txt", "mine");
+    t.run(&["plan", "run", "plan.toml"]).code(0);
+    let ignore = t.read(".gameplan/.gitignore");
+    assert!(
+        ignore.lines().any(|l| l.trim() == "*"),
+        "`.gameplan/.gitignore` does not ignore everything: {ignore:?}"
+    );
+    // Also a state dir named on the command line, created by the run.
+    t.run(&["plan", "run", "plan.toml", "--state-dir", "elsewhere/state"])
+        .code(0);
+    assert!(
+        t.read("elsewhere/state/.gitignore")
+            .lines()
+            .any(|l| l.trim() == "*")
+    );
+    // An existing directory is the user's: nothing is written into it.
+    t.run(&["plan", "run", "plan.toml", "--state-dir", "custom"])
+        .code(0);
+    assert!(!t.path("custom/.gitignore").exists());
+    // What a user checks: git sees the plan, not the state.
+    std::fs::remove_dir(t.path(".git")).expect("remove the fake .git");
+    if git(&t, &["init", "-q"]).is_some() {
+        let status =
+            git(&t, &["status", "--porcelain", "--untracked-files=all"]).expect("git status");
+        assert!(status.contains("plan.toml"), "{status}");
+        assert!(
+            !status.contains(".gameplan") && !status.contains("elsewhere/"),
+            "git status shows gameplan's state:\n{status}"
+        );
+    }
+}
+
+#[test]
+fn issue10_plan_status_ends_with_the_failed_steps_last_lines() {
+    let t = Test::new().file("plan.toml", FAILING);
+    t.run(&["plan", "run", "plan.toml"]).code(1);
+    let out = t.run(&["plan", "status"]);
+    out.code(0)
+        .stdout_has("failed (exit 1)")
+        .stdout_has("bad: exited with code 3; last lines of ");
+    let text = &out.stdout;
+    let Some((_, after_colon)) = text.split_once("stdout.log:\n") else {
+        panic!("no log tail after `stdout.log:`\n{out}");
+    };
+    assert!(after_colon.contains("line-15"), "{out}");
+    assert!(after_colon.contains("boom: the widget is broken"), "{out}");
+    assert!(!text.contains("line-01"), "not the last lines only\n{out}");
+}
+
+#[test]
+fn issue10_plan_status_json_has_fields_not_prose() {
+    let t = Test::new().file("plan.toml", FAILING);
+    t.run(&["plan", "run", "plan.toml"]).code(1);
+    let doc = t.run(&["plan", "status", "--json"]).code(0).json();
+    assert!(doc.get("status").is_none(), "prose is gone: {doc:#}");
+    assert_eq!(doc["state"], "failed", "{doc:#}");
+    assert_eq!(doc["exit_code"], 1, "{doc:#}");
+    assert_eq!(doc["resumable"], false, "{doc:#}");
+    assert!(doc["duration_ms"].is_u64(), "{doc:#}");
+    assert_eq!(doc["steps_done"], 2, "{doc:#}");
+    assert_eq!(doc["steps_total"], 2, "{doc:#}");
+    let bad = step(&doc, "bad");
+    assert_eq!(bad["state"], "failed");
+    assert_eq!(bad["exit_code"], 3);
+    assert_eq!(bad["attempt"], 1);
+    assert!(bad["duration_ms"].is_u64());
+    let log = bad["log"].as_str().expect("a log path");
+    assert!(log.ends_with("stdout.log"), "{log}");
+    assert!(
+        std::fs::read_to_string(log)
+            .expect("the log exists")
+            .contains("line-01")
+    );
+    let ok = step(&doc, "ok");
+    assert_eq!(ok["state"], "succeeded");
+    assert_eq!(ok["exit_code"], 0);
+}
+
+#[test]
+fn issue10_plan_runs_has_a_header_start_and_duration_and_json() {
+    let t = Test::new().file("plan.toml", FAILING);
+    t.run(&["plan", "run", "plan.toml"]).code(1);
+    t.write("plan.toml", FAILING.replace("exit 3", "exit 0"));
+    t.run(&["plan", "run", "plan.toml"]).code(0);
+    let ids = t.run_ids();
+    let out = t.run(&["plan", "runs"]);
+    out.code(0);
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{out}");
+    for column in ["RUN", "PLAN", "STARTED", "DURATION", "STEPS", "STATUS"] {
+        assert!(lines[0].contains(column), "no {column} column\n{out}");
+    }
+    assert!(
+        lines[1].starts_with(&format!("{}  failing", ids[0])),
+        "{out}"
+    );
+    assert!(lines[1].contains("failed (exit 1)"), "{out}");
+    assert!(lines[2].contains("succeeded (exit 0)"), "{out}");
+    // The start time (RFC 3339) and a duration in seconds.
+    let year = &ids[0][..4];
+    assert!(lines[1].contains(&format!(" {year}-")), "{out}");
+    assert!(
+        lines[1]
+            .split_whitespace()
+            .any(|w| w.ends_with('s') && w.trim_end_matches('s').parse::<f64>().is_ok()),
+        "{out}"
+    );
+
+    let doc = t.run(&["plan", "runs", "--json"]).code(0).json();
+    let runs = doc["runs"].as_array().expect("runs");
+    assert_eq!(runs.len(), 2, "{doc:#}");
+    assert_eq!(runs[0]["run_id"], ids[0].as_str());
+    assert_eq!(runs[0]["plan"], "failing");
+    assert_eq!(runs[0]["state"], "failed");
+    assert_eq!(runs[0]["exit_code"], 1);
+    assert_eq!(runs[1]["state"], "succeeded");
+    assert_eq!(runs[1]["exit_code"], 0);
+    for run in runs {
+        assert!(run["started_at"].is_string(), "{run:#}");
+        assert!(run["duration_ms"].is_u64(), "{run:#}");
+        assert_eq!(run["resumable"], false, "{run:#}");
+    }
+}
+
+#[test]
+fn issue10_plan_runs_says_an_unfinished_run_is_not_resumable_when_the_plan_changed() {
+    let t = Test::new().file("plan.toml", LONG).file("delay", "30");
+    interrupted_run(&t);
+    t.run(&["plan", "runs"])
+        .code(0)
+        .stdout_has("interrupted (resumable)");
+    let doc = t.run(&["plan", "runs", "--json"]).code(0).json();
+    assert_eq!(doc["runs"][0]["state"], "interrupted");
+    assert_eq!(doc["runs"][0]["resumable"], true);
+
+    t.write(
+        "plan.toml",
+        LONG.replace("touch after.done", "touch after.ok"),
+    );
+    t.run(&["plan", "runs"])
+        .code(0)
+        .stdout_has("interrupted (not resumable: the plan changed)");
+    let doc = t.run(&["plan", "runs", "--json"]).code(0).json();
+    assert_eq!(doc["runs"][0]["resumable"], false);
+    assert_eq!(doc["runs"][0]["not_resumable"], "the plan changed");
+    let status = t.run(&["plan", "status", "--json"]).code(0).json();
+    assert_eq!(status["not_resumable"], "the plan changed");
+    // And what `plan resume` then does agrees.
+    t.run(&["plan", "resume"])
+        .code(3)
+        .stderr_has("changed since run");
+}
+
+#[test]
+fn issue10_a_resumed_step_says_resumed_not_attempt_2() {
+    let t = Test::new().file("plan.toml", LONG).file("delay", "30");
+    interrupted_run(&t);
+    t.write("delay", "0");
+    let out = t.run(&["plan", "resume"]);
+    out.code(0).stderr_has("long: started (resumed)");
+    assert!(!out.stderr.contains("attempt 2"), "{out}");
+}
