@@ -4,6 +4,7 @@
 #![expect(clippy::doc_markdown, reason = "doc comments are --help text")]
 
 mod game;
+mod gc;
 mod plan_check;
 mod plan_explain;
 mod plan_graph;
@@ -150,6 +151,29 @@ pub enum Command {
         /// The game command.
         #[arg(last = true, required = true)]
         command: Vec<String>,
+    },
+    /// Remove old runs and trim the result store (least recently used first).
+    ///
+    /// Keeps the --keep-runs newest runs, every live run, and every unfinished run that
+    /// `plan resume` can still continue; `store/last/` (what `plan explain` compares
+    /// against) is never removed. Prints what it freed.
+    Gc {
+        /// How many of the newest runs to keep, whatever their state.
+        #[arg(long, value_name = "N", default_value_t = 10)]
+        keep_runs: usize,
+        /// Trim the store to this size: bytes, or 500M, 2G, ... (powers of 1024).
+        /// Without it, no stored result is removed.
+        #[arg(long, value_name = "SIZE", value_parser = gc::parse_size)]
+        max_store: Option<u64>,
+        /// Print what would be removed, and remove nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Print one JSON document instead of text.
+        #[arg(long)]
+        json: bool,
+        /// The state directory (default: .gameplan/ at the repo root).
+        #[arg(long, value_name = "DIR")]
+        state_dir: Option<PathBuf>,
     },
     /// Play a built-in game over bridge protocol v1 on stdin/stdout (maze, ...).
     ///
@@ -454,6 +478,22 @@ pub fn dispatch(cli: Cli, cx: &Context) -> u8 {
         Command::Plan(PlanCommand::Stop { run_id, state_dir }) => {
             plan_runs::stop(cx, &run_id, state_dir.as_deref())
         }
+        Command::Gc {
+            keep_runs,
+            max_store,
+            dry_run,
+            json,
+            state_dir,
+        } => gc::run(
+            cx,
+            &gc::GcArgs {
+                keep_runs,
+                max_store,
+                dry_run,
+                json,
+                state_dir: state_dir.as_deref(),
+            },
+        ),
         Command::Launch { slots } => crate::steps::launcher::serve(slots),
         Command::Game { name } => game::run(cx, &name),
         Command::Schema { name } => schema::run(cx, name),

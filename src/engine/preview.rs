@@ -81,7 +81,7 @@ pub fn preview(
                     let why = match last_keys.get(&instance.id) {
                         None => vec!["it never succeeded before".to_owned()],
                         Some(previous) if previous.digest() == digest => {
-                            vec!["its stored result is gone or damaged".to_owned()]
+                            vec!["its stored result is gone (`gameplan gc` removes old ones) or damaged".to_owned()]
                         }
                         Some(previous) => why_not_reused(previous, &key),
                     };

@@ -183,7 +183,7 @@ pub fn list_text(rows: &[Result<RunRow, (String, String)>]) -> String {
         .unwrap_or(0)
         .max(4);
     let mut out = format!(
-        "{:<id_width$}  {:<plan_width$}  {:<20}  {:>8}  {:>11}  STATUS\n",
+        "{:<id_width$}  {:<plan_width$}  {:<20}  {:>8}  {:>7}  STATUS\n",
         "RUN", "PLAN", "STARTED", "DURATION", "STEPS"
     );
     for row in rows {
@@ -195,7 +195,7 @@ pub fn list_text(rows: &[Result<RunRow, (String, String)>]) -> String {
                 let steps = format!("{}/{}", row.steps_done, row.steps_total);
                 let _ = writeln!(
                     out,
-                    "{:<id_width$}  {:<plan_width$}  {:<20}  {duration:>8}  {steps:>11}  {}",
+                    "{:<id_width$}  {:<plan_width$}  {:<20}  {duration:>8}  {steps:>7}  {}",
                     row.run_id,
                     row.plan,
                     row.started_at,

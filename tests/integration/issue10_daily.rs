@@ -232,3 +232,171 @@ fn issue10_a_resumed_step_says_resumed_not_attempt_2() {
     out.code(0).stderr_has("long: started (resumed)");
     assert!(!out.stderr.contains("attempt 2"), "{out}");
 }
+
+/// `make` stores a 300,000-byte output whose content follows `in.txt`, so
+/// each value of `in.txt` is one stored result of about 293 KiB.
+const STORING: &str = r#"version = 1
+name = "storing"
+
+[[steps]]
+id = "make"
+kind = "command"
+run = "cat in.txt > out.bin && head -c 300000 /dev/zero >> out.bin"
+inputs = ["in.txt"]
+outputs = ["out.bin"]
+"#;
+
+/// Runs STORING once per value of `in.txt`, oldest first.
+fn stored(t: &Test, values: &[&str]) {
+    for value in values {
+        t.write("in.txt", value);
+        t.run(&["plan", "run", "plan.toml"]).code(0);
+    }
+}
+
+fn gc_json(t: &Test, args: &[&str]) -> serde_json::Value {
+    let mut all = vec!["gc", "--json"];
+    all.extend_from_slice(args);
+    t.run(&all).code(0).json()
+}
+
+/// Whether `plan explain` would reuse `make` with `in.txt` = `value`.
+fn reused_with(t: &Test, value: &str) -> bool {
+    t.write("in.txt", value);
+    let doc = t
+        .run(&["plan", "explain", "plan.toml", "--json"])
+        .code(0)
+        .json();
+    step(&doc, "make")["action"] == "reused"
+}
+
+#[test]
+fn issue10_gc_keeps_the_newest_runs_and_prints_what_it_freed() {
+    let t = Test::new().file("plan.toml", STORING);
+    stored(&t, &["1", "2", "3", "4"]);
+    let ids = t.run_ids();
+    // --dry-run prints the same and removes nothing.
+    let dry = t.run(&["gc", "--keep-runs", "2", "--dry-run"]);
+    dry.code(0)
+        .stdout_has("would remove 2 runs (")
+        .stdout_has("KiB)")
+        .stdout_has(&ids[0])
+        .stdout_has(&ids[1])
+        .stdout_has("dry run: nothing was removed");
+    assert_eq!(t.run_ids(), ids);
+    let doc = gc_json(&t, &["--keep-runs", "2", "--dry-run"]);
+    assert_eq!(doc["dry_run"], true);
+    assert_eq!(doc["runs"]["removed"].as_array().map(Vec::len), Some(2));
+    assert_eq!(t.run_ids(), ids);
+
+    // The limit is exact: N kept means the N newest, and 2 more kept
+    // removes nothing more.
+    let out = t.run(&["gc", "--keep-runs", "2"]);
+    out.code(0)
+        .stdout_has("removed 2 runs (")
+        .stdout_has("2 runs left");
+    assert!(!out.stdout.contains("dry run"), "{out}");
+    assert_eq!(t.run_ids(), ids[2..].to_vec());
+    let again = gc_json(&t, &["--keep-runs", "2"]);
+    assert_eq!(again["runs"]["removed"].as_array().map(Vec::len), Some(0));
+    assert_eq!(t.run_ids(), ids[2..].to_vec());
+    // No --max-store: no stored result goes.
+    assert_eq!(again["store"]["removed"], 0);
+    assert_eq!(again["store"]["kept"], 4);
+    t.run(&["plan", "runs"]).code(0).stdout_has(&ids[3]);
+}
+
+#[test]
+fn issue10_gc_trims_the_store_least_recently_used_first_to_the_size_given() {
+    let t = Test::new().file("plan.toml", STORING);
+    stored(&t, &["a", "b", "c"]);
+    // Reusing `a` makes it the most recently used.
+    stored(&t, &["a"]);
+    let total = gc_json(&t, &["--dry-run"])["store"]["kept_bytes"]
+        .as_u64()
+        .expect("the store's size");
+    assert!(total > 3 * 300_000, "{total}");
+
+    // Exactly the store's size: it fits, nothing goes.
+    let fits = gc_json(&t, &["--max-store", &total.to_string()]);
+    assert_eq!(fits["store"]["removed"], 0, "{fits:#}");
+    // One byte less: the least recently used result goes, and only it.
+    let over = (total - 1).to_string();
+    let dry = gc_json(&t, &["--max-store", &over, "--dry-run"]);
+    assert_eq!(dry["store"]["removed"], 1, "{dry:#}");
+    assert!(reused_with(&t, "b"), "--dry-run removed a result");
+    let out = t.run(&["gc", "--max-store", &over]);
+    out.code(0)
+        .stdout_has("removed 1 stored result (293.")
+        .stdout_has("KiB), least recently used first")
+        .stdout_has("the store holds 2 results");
+    assert!(!reused_with(&t, "b"), "`b` was used longest ago");
+    assert!(reused_with(&t, "a"), "`a` was reused last");
+    assert!(reused_with(&t, "c"));
+
+    // Sizes as people write them; 0 empties the store.
+    let human = gc_json(&t, &["--max-store", "1M"]);
+    assert_eq!(human["store"]["limit_bytes"], 1 << 20);
+    assert_eq!(human["store"]["removed"], 0);
+    let empty = gc_json(&t, &["--max-store", "0"]);
+    assert_eq!(empty["store"]["removed"], 2);
+    assert_eq!(empty["store"]["kept_bytes"], 0);
+    t.run(&["gc", "--max-store", "lots"])
+        .code(3)
+        .stderr_has("is not a size");
+}
+
+#[test]
+fn issue10_gc_keeps_what_explain_compares_against() {
+    let t = Test::new().file("plan.toml", STORING);
+    stored(&t, &["1"]);
+    gc_json(&t, &["--keep-runs", "0", "--max-store", "0"]);
+    assert!(t.run_ids().is_empty());
+    // Same plan: the result is gone, and explain says where it went.
+    t.run(&["plan", "explain", "plan.toml"])
+        .code(0)
+        .stdout_has("`gameplan gc`");
+    // Changed plan: explain still knows what changed, not "never succeeded".
+    t.write("plan.toml", STORING.replace("cat in.txt", "cat ./in.txt"));
+    let out = t.run(&["plan", "explain", "plan.toml"]);
+    out.code(0).stdout_has("`run` changed");
+    assert!(!out.stdout.contains("never succeeded"), "{out}");
+}
+
+#[test]
+fn issue10_gc_never_removes_a_live_run_nor_one_that_can_be_resumed() {
+    let t = Test::new().file("plan.toml", LONG).file("delay", "30");
+    // An older finished run of another plan, then an interrupted one of LONG.
+    t.write("other.toml", STORING.replace("storing", "other"));
+    t.write("in.txt", "1");
+    t.run(&["plan", "run", "other.toml"]).code(0);
+    interrupted_run(&t);
+    let ids = t.run_ids();
+    let out = t.run(&["gc", "--keep-runs", "0"]);
+    out.code(0)
+        .stdout_has("removed 1 run (")
+        .stdout_has("1 old unfinished run that can still be resumed");
+    assert_eq!(t.run_ids(), vec![ids[1].clone()]);
+
+    // A live run (the resume, running now) is never removed.
+    let live = t.spawn(&["plan", "resume"]);
+    wait_until("the resume to run", SOON, || {
+        t.run(&["plan", "status", "--json"]).json()["state"] == "running"
+    });
+    let doc = gc_json(&t, &["--keep-runs", "0"]);
+    assert_eq!(doc["runs"]["kept_old"][0]["reason"], "live", "{doc:#}");
+    assert_eq!(t.run_ids(), vec![ids[1].clone()]);
+    live.signal(Signal::SIGINT);
+    live.wait().code(10);
+
+    // Once its plan changed it can never be resumed: then it goes.
+    t.write(
+        "plan.toml",
+        LONG.replace("touch after.done", "touch after.ok"),
+    );
+    let out = t.run(&["gc", "--keep-runs", "0"]);
+    out.code(0)
+        .stdout_has("removed 1 run (")
+        .stdout_has("not resumable: the plan changed");
+    assert!(t.run_ids().is_empty());
+}
