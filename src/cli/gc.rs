@@ -9,8 +9,9 @@
 //!   hashes as it did): removing it would lose what was done and, for a
 //!   paid plan, the idempotency keys that prevent a double charge. An
 //!   unfinished run whose plan changed or is gone can never be resumed, so
-//!   it goes like a finished one; the plan's lock is held while it goes, so
-//!   no resume can start on it meanwhile;
+//!   it goes like a finished one, and so does every unfinished one with
+//!   `--include-unfinished`; the plan's lock is held while one goes, so no
+//!   resume can start on it meanwhile;
 //! - a run whose journal this gameplan cannot read (maybe a newer one's);
 //! - `store/last/`, the reuse keys `plan explain` compares against to say why
 //!   a step is not reused: it lives in the store, not in the runs, and is
@@ -41,6 +42,7 @@ const TRASH_PREFIX: &str = ".gc-trash-";
 pub struct GcArgs<'a> {
     pub keep_runs: usize,
     pub max_store: Option<u64>,
+    pub include_unfinished: bool,
     pub dry_run: bool,
     pub json: bool,
     pub state_dir: Option<&'a Path>,
@@ -200,7 +202,7 @@ fn collect_runs(
             continue;
         }
         let row = resumability.row(state_dir, &history);
-        if row.resumable {
+        if row.resumable && !args.include_unfinished {
             freed.kept_old.push(keep("resumable"));
             continue;
         }

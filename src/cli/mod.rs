@@ -165,6 +165,9 @@ pub enum Command {
         /// Without it, no stored result is removed.
         #[arg(long, value_name = "SIZE", value_parser = gc::parse_size)]
         max_store: Option<u64>,
+        /// Also remove old unfinished runs that could still be resumed (never a live one).
+        #[arg(long)]
+        include_unfinished: bool,
         /// Print what would be removed, and remove nothing.
         #[arg(long)]
         dry_run: bool,
@@ -481,6 +484,7 @@ pub fn dispatch(cli: Cli, cx: &Context) -> u8 {
         Command::Gc {
             keep_runs,
             max_store,
+            include_unfinished,
             dry_run,
             json,
             state_dir,
@@ -489,6 +493,7 @@ pub fn dispatch(cli: Cli, cx: &Context) -> u8 {
             &gc::GcArgs {
                 keep_runs,
                 max_store,
+                include_unfinished,
                 dry_run,
                 json,
                 state_dir: state_dir.as_deref(),

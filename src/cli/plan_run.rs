@@ -59,6 +59,12 @@ pub fn run(
         args,
         |hash| {
             let Some(history) = engine::find_unfinished(&state_dir, hash) else {
+                if choice == Choice::Resume {
+                    // Like `make` with nothing to remake: not an error, but
+                    // the user asked for something else, so say what happens.
+                    cx.console
+                        .err("no unfinished run of this plan to resume; starting a new run\n");
+                }
                 return Ok(Start::New(engine::new_run_id()));
             };
             let (done, total) = engine::progress_of(&history);
@@ -67,7 +73,7 @@ pub fn run(
                 Choice::New => false,
                 Choice::Ask if std::io::stdin().is_terminal() => ask(
                     &format!(
-                        "run {} of this plan is unfinished ({done} of {total} steps done). Resume it? [Y/n] ",
+                        "run {} of this plan is unfinished ({done} of {total} steps done). Resume it (y), or start a new run (n)? [Y/n] ",
                         history.run_id
                     ),
                     true,

@@ -389,6 +389,18 @@ fn issue10_gc_never_removes_a_live_run_nor_one_that_can_be_resumed() {
     live.signal(Signal::SIGINT);
     live.wait().code(10);
 
+    // Asked to, gc removes it (the dry run says so and keeps it).
+    let doc = gc_json(
+        &t,
+        &["--keep-runs", "0", "--include-unfinished", "--dry-run"],
+    );
+    assert_eq!(
+        doc["runs"]["removed"][0]["run_id"],
+        ids[1].as_str(),
+        "{doc:#}"
+    );
+    assert_eq!(t.run_ids(), vec![ids[1].clone()]);
+
     // Once its plan changed it can never be resumed: then it goes.
     t.write(
         "plan.toml",
@@ -399,4 +411,57 @@ fn issue10_gc_never_removes_a_live_run_nor_one_that_can_be_resumed() {
         .stdout_has("removed 1 run (")
         .stdout_has("not resumable: the plan changed");
     assert!(t.run_ids().is_empty());
+}
+
+#[test]
+fn issue10_plan_run_resume_with_nothing_to_resume_says_it_starts_a_new_run() {
+    let t = Test::new().file("plan.toml", FAILING.replace("exit 3", "exit 0"));
+    t.run(&["plan", "run", "plan.toml", "--resume"])
+        .code(0)
+        .stderr_has("no unfinished run of this plan to resume; starting a new run");
+    assert_eq!(t.run_ids().len(), 1);
+    // A finished run is nothing to resume either.
+    t.run(&["plan", "run", "plan.toml", "--resume"])
+        .code(0)
+        .stderr_has("starting a new run");
+    assert_eq!(t.run_ids().len(), 2);
+}
+
+/// The resume question on a terminal (a pty from `script(1)`) says what "n" does.
+#[test]
+fn issue10_the_resume_question_says_that_n_starts_a_new_run() {
+    use std::io::Write as _;
+    use std::process::Stdio;
+    let t = Test::new().file("plan.toml", LONG).file("delay", "30");
+    interrupted_run(&t);
+    t.write("delay", "0");
+    let command = format!("{} plan run plan.toml", crate::support::BIN);
+    let Ok(mut script) = Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .current_dir(t.path(""))
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("NO_COLOR", "1")
+        .env("TERM", "dumb")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+    else {
+        return; // no script(1) here: nothing to give gameplan a terminal
+    };
+    script
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(b"n\n")
+        .expect("answer");
+    let out = script.wait_with_output().expect("script ran");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("Resume it (y), or start a new run (n)? [Y/n]"),
+        "{text}"
+    );
+    assert_eq!(t.run_ids().len(), 2, "`n` did not start a new run\n{text}");
+    assert!(t.path("after.done").exists(), "{text}");
 }
