@@ -527,6 +527,43 @@ mod tests {
         assert!(!h.is_finished());
     }
 
+    /// Issue 10: `plan runs` shows the time a run spent running, summed
+    /// over its start and its resumes; an old journal has none.
+    #[test]
+    fn issue10_duration_sums_the_legs_of_a_run() {
+        let stopped = |ms| Event::RunStopped {
+            at: "t".into(),
+            reason: "signal".into(),
+            duration_ms: ms,
+        };
+        let resumed = Event::RunResumed {
+            at: "t".into(),
+            pid: 1,
+        };
+        let finished = Event::RunFinished {
+            at: "t".into(),
+            outcome: RunOutcome::Succeeded,
+            exit_code: 0,
+            duration_ms: Some(250),
+        };
+        let events = vec![started(), stopped(Some(1000)), resumed, finished];
+        let h = RunHistory::from_events(Path::new("j"), events, false).unwrap();
+        assert_eq!(h.duration_ms, Some(1250));
+        assert!(h.is_finished());
+        let old =
+            RunHistory::from_events(Path::new("j"), vec![started(), stopped(None)], false).unwrap();
+        assert_eq!(old.duration_ms, None);
+        // An old journal's record without the field still reads.
+        let line = r#"{"event":"run_finished","at":"t","outcome":"failed","exit_code":1}"#;
+        assert!(matches!(
+            serde_json::from_str::<Event>(line),
+            Ok(Event::RunFinished {
+                duration_ms: None,
+                ..
+            })
+        ));
+    }
+
     #[test]
     fn journal_without_header_is_refused() {
         let events = vec![Event::RunResumed {

@@ -202,6 +202,8 @@ impl Store {
             }
         }
         if let Some(existing) = self.lookup(&digest) {
+            // Produced again: as recently used as a reuse, for `gameplan gc`.
+            self.mark_used(&digest);
             return Ok(existing);
         }
         self.swept.call_once(|| {
