@@ -131,19 +131,24 @@ pub fn text(report: &GcReport) -> String {
         );
     }
     let store = &report.store;
-    let _ = write!(
-        out,
-        "{verb} {} ({}), least recently used first; the store holds {} ({})",
-        plural(store.removed, "stored result", "stored results"),
-        bytes_text(store.removed_bytes),
+    let holds = format!(
+        "the store holds {} ({})",
         plural(store.kept, "result", "results"),
         bytes_text(store.kept_bytes),
     );
     match store.limit_bytes {
         Some(limit) => {
-            let _ = write!(out, ", limit {}", bytes_text(limit));
+            let _ = write!(
+                out,
+                "{verb} {} ({}), least recently used first; {holds}, limit {}",
+                plural(store.removed, "stored result", "stored results"),
+                bytes_text(store.removed_bytes),
+                bytes_text(limit)
+            );
         }
-        None => out.push_str(" (no --max-store given: none removed)"),
+        None => {
+            let _ = write!(out, "{holds}; `--max-store SIZE` trims it");
+        }
     }
     if store.kept_in_use > 0 {
         let _ = write!(

@@ -130,8 +130,8 @@ pub fn duration_text(ms: u64) -> String {
     }
 }
 
-/// `plan status`: the run, each step, and a failed step's message whole, so
-/// the last lines of its log follow "last lines of …:".
+/// `plan status`: the run, each step, then each failed step's message
+/// whole, so the last lines of its log follow "last lines of …:".
 pub fn status_text(status: &Status) -> String {
     let run = &status.run;
     let took = run
@@ -149,17 +149,23 @@ pub fn status_text(status: &Status) -> String {
         run.steps_total
     );
     for step in &status.steps {
-        let _ = write!(out, "  {:<11} {}", step.state.word(), step.id);
-        if step.state == StepState::Failed
-            && let Some(message) = &step.message
-        {
-            let mut lines = message.lines();
-            let _ = write!(out, ": {}", lines.next().unwrap_or_default());
-            for line in lines {
-                let _ = write!(out, "\n      {line}");
-            }
+        let _ = writeln!(out, "  {:<11} {}", step.state.word(), step.id);
+    }
+    // Each failure whole, after the list, so the status ends with what a
+    // person reads next: how the step failed and the last lines of its log.
+    for step in &status.steps {
+        if step.state != StepState::Failed {
+            continue;
         }
-        out.push('\n');
+        let Some(message) = &step.message else {
+            continue;
+        };
+        let mut lines = message.lines();
+        let _ = writeln!(out, "{}: {}", step.id, lines.next().unwrap_or_default());
+        // The log's lines come indented already, as `plan run` shows them.
+        for line in lines {
+            let _ = writeln!(out, "{line}");
+        }
     }
     out
 }

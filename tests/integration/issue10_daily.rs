@@ -117,6 +117,14 @@ fn issue10_plan_status_ends_with_the_failed_steps_last_lines() {
     assert!(after_colon.contains("line-15"), "{out}");
     assert!(after_colon.contains("boom: the widget is broken"), "{out}");
     assert!(!text.contains("line-01"), "not the last lines only\n{out}");
+    assert_eq!(
+        text.lines().last().map(str::trim),
+        Some("boom: the widget is broken"),
+        "the status does not end with the log's last line\n{out}"
+    );
+    // Every step is listed above it.
+    assert!(text.contains("  succeeded   ok\n"), "{out}");
+    assert!(text.contains("  failed      bad\n"), "{out}");
 }
 
 #[test]
