@@ -1230,6 +1230,63 @@ mod tests {
         assert_eq!(why_not_reused(&first, &second), ["`run` changed"]);
     }
 
+    /// Issue 10 (`gameplan gc`): entries are listed with their size and last
+    /// use, a reuse or a second store refreshes the use, and removing one
+    /// leaves the others and `last/` alone.
+    #[test]
+    fn issue10_entries_list_size_and_last_use_and_remove_one() {
+        let f = built();
+        let (old, new) = (key("make"), key("make -j4"));
+        let old_digest = old.digest();
+        f.store
+            .put(&old, f.root.path(), &OUTPUTS, Value::Null)
+            .expect("put");
+        f.store
+            .put(&new, f.root.path(), &OUTPUTS, Value::Null)
+            .expect("put");
+        f.store
+            .record_last("demo", &BTreeMap::from([("build".to_owned(), old.clone())]))
+            .expect("record");
+        let entry_file = f.store.entry_dir(&old_digest).join(ENTRY_FILE);
+        let past = SystemTime::now() - Duration::from_secs(3600);
+        fs::File::options()
+            .append(true)
+            .open(&entry_file)
+            .and_then(|file| file.set_modified(past))
+            .expect("age the entry");
+        let used = |digest: &str| {
+            f.store
+                .entries()
+                .into_iter()
+                .find(|e| e.digest == digest)
+                .map(|e| e.last_used)
+        };
+        assert!(used(&old_digest) < Some(past + Duration::from_secs(1)));
+        f.store.mark_used(&old_digest);
+        assert!(used(&old_digest) > Some(past + Duration::from_secs(60)));
+        fs::File::options()
+            .append(true)
+            .open(&entry_file)
+            .and_then(|file| file.set_modified(past))
+            .expect("age the entry");
+        f.store
+            .put(&old, f.root.path(), &OUTPUTS, Value::Null)
+            .expect("put again");
+        assert!(used(&old_digest) > Some(past + Duration::from_secs(60)));
+
+        let entries = f.store.entries();
+        assert_eq!(entries.len(), 2, "{entries:?}");
+        for entry in &entries {
+            assert_eq!(entry.bytes, dir_size(&f.store.entry_dir(&entry.digest)));
+            assert!(entry.bytes > 0);
+        }
+        f.store.remove_entry(&old_digest).expect("remove");
+        assert!(f.store.lookup(&old_digest).is_none());
+        assert!(f.store.lookup(&new.digest()).is_some());
+        assert_eq!(f.store.entries().len(), 1);
+        assert_eq!(f.store.last_keys("demo").get("build"), Some(&old));
+    }
+
     #[test]
     fn stale_temp_dirs_are_swept_and_entries_kept() {
         let f = built();

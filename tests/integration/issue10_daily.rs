@@ -473,3 +473,19 @@ fn issue10_the_resume_question_says_that_n_starts_a_new_run() {
     assert_eq!(t.run_ids().len(), 2, "`n` did not start a new run\n{text}");
     assert!(t.path("after.done").exists(), "{text}");
 }
+
+#[test]
+fn issue10_gc_keeps_the_10_newest_runs_by_default() {
+    let t = Test::new().file("plan.toml", FAILING.replace("exit 3", "exit 0"));
+    for _ in 0..12 {
+        t.run(&["plan", "run", "plan.toml"]).code(0);
+    }
+    let ids = t.run_ids();
+    assert_eq!(ids.len(), 12);
+    t.run(&["gc"])
+        .code(0)
+        .stdout_has("removed 2 runs (")
+        .stdout_has("10 runs left");
+    assert_eq!(t.run_ids(), ids[2..].to_vec());
+    t.run(&["gc"]).code(0).stdout_has("removed 0 runs (0 B)");
+}
