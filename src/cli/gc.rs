@@ -20,7 +20,8 @@
 //! The store is trimmed least recently used first (an entry's `entry.json`
 //! mtime is refreshed on every reuse) until it fits `--max-store`; entries
 //! used since the oldest live run started are kept, as it may be restoring
-//! them. A removed entry is a miss next time: the step runs again.
+//! them. A removed entry is a miss next time: the step runs again. Partial
+//! entries abandoned by killed runs are swept whatever the limit.
 
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
@@ -255,7 +256,19 @@ fn trim_store(state_dir: &Path, args: &GcArgs<'_>, problems: &mut Vec<String>) -
         kept: entries.len(),
         kept_bytes: total,
         kept_in_use: 0,
+        abandoned_removed: 0,
     };
+    if !args.dry_run {
+        // Partial entries of killed runs count toward nothing and are
+        // never read; each sweep removes a bounded batch.
+        loop {
+            let swept = store.sweep_abandoned_temp_dirs();
+            freed.abandoned_removed += swept;
+            if swept == 0 {
+                break;
+            }
+        }
+    }
     let Some(limit) = args.max_store else {
         return freed;
     };

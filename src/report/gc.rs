@@ -44,6 +44,9 @@ pub struct StoreFreed {
     pub kept_bytes: u64,
     /// Entries kept over the limit because a live run may be restoring them.
     pub kept_in_use: usize,
+    /// Partial entries left by runs killed while storing, removed (not
+    /// counted on a dry run).
+    pub abandoned_removed: usize,
 }
 
 /// The document `gameplan gc --json` prints.
@@ -155,6 +158,13 @@ pub fn text(report: &GcReport) -> String {
             out,
             "; {} over the limit kept: a live run may be restoring them",
             plural(store.kept_in_use, "result", "results")
+        );
+    }
+    if store.abandoned_removed > 0 {
+        let _ = write!(
+            out,
+            "; removed {} left by killed runs",
+            plural(store.abandoned_removed, "partial result", "partial results")
         );
     }
     out.push('\n');

@@ -346,6 +346,16 @@ fn issue10_gc_trims_the_store_least_recently_used_first_to_the_size_given() {
     let human = gc_json(&t, &["--max-store", "1M"]);
     assert_eq!(human["store"]["limit_bytes"], 1 << 20);
     assert_eq!(human["store"]["removed"], 0);
+    // A partial result a killed run left behind goes too.
+    let partial = t.path(".gameplan/store/.tmp-999999999-0");
+    std::fs::create_dir_all(partial.join("outputs")).expect("mkdir");
+    std::fs::File::open(&partial)
+        .and_then(|dir| dir.set_modified(std::time::SystemTime::now() - Duration::from_secs(7200)))
+        .expect("age it");
+    t.run(&["gc", "--max-store", "1M"])
+        .code(0)
+        .stdout_has("removed 1 partial result left by killed runs");
+    assert!(!partial.exists());
     let empty = gc_json(&t, &["--max-store", "0"]);
     assert_eq!(empty["store"]["removed"], 2);
     assert_eq!(empty["store"]["kept_bytes"], 0);
