@@ -1,4 +1,5 @@
-//! `gameplan gc [--keep-runs N] [--max-store SIZE] [--dry-run] [--json]`:
+//! `gameplan gc [--keep-runs N] [--max-store SIZE] [--include-unfinished]
+//! [--dry-run] [--json]`:
 //! removes old runs and trims the result store.
 //!
 //! What is never removed, and why:
@@ -7,9 +8,11 @@
 //!   does not say whom it holds): its files are being written;
 //! - an unfinished run that `plan resume` can still continue (its plan
 //!   hashes as it did): removing it would lose what was done and, for a
-//!   paid plan, the idempotency keys that prevent a double charge. An
-//!   unfinished run whose plan changed or is gone can never be resumed, so
-//!   it goes like a finished one, and so does every unfinished one with
+//!   paid plan, the idempotency keys that prevent a double charge; nor one
+//!   whose plan file is gone or does not load now (another branch may be
+//!   checked out, a secret missing from this shell). An unfinished run whose
+//!   plan loads and hashes otherwise can never be resumed, so it goes like
+//!   a finished one, and so does every unfinished one with
 //!   `--include-unfinished`; the plan's lock is held while one goes, so no
 //!   resume can start on it meanwhile;
 //! - a run whose journal this gameplan cannot read (maybe a newer one's);
@@ -203,9 +206,15 @@ fn collect_runs(
             continue;
         }
         let row = resumability.row(state_dir, &history);
-        if row.resumable && !args.include_unfinished {
-            freed.kept_old.push(keep("resumable"));
-            continue;
+        if row.state.is_open() && !args.include_unfinished {
+            if row.resumable {
+                freed.kept_old.push(keep("resumable"));
+                continue;
+            }
+            if !resumability.plan_changed(&history) {
+                freed.kept_old.push(keep("plan_unreadable"));
+                continue;
+            }
         }
         let bytes = dir_size(&RunDir::new(state_dir, id).dir);
         if !args.dry_run {

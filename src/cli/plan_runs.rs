@@ -67,6 +67,18 @@ impl<'a> Resumability<'a> {
         }
     }
 
+    /// Whether `history` can certainly never be resumed: its plan loads and
+    /// hashes otherwise. A plan file that is gone or does not load (another
+    /// branch checked out, a secret missing from this shell) may come back,
+    /// so that is not certain.
+    pub(super) fn plan_changed(&mut self, history: &RunHistory) -> bool {
+        self.why_not(history).is_some()
+            && self
+                .hashes
+                .get(&(history.plan_path.clone(), history.vars.clone()))
+                .is_some_and(Result::is_ok)
+    }
+
     /// Why `history` cannot be resumed, if it cannot.
     pub(super) fn why_not(&mut self, history: &RunHistory) -> Option<String> {
         let (cx, root) = self.check.as_ref()?;

@@ -21,7 +21,9 @@ pub struct KeptRun {
     pub run_id: String,
     /// Why: `live` (a process holds its lock), `resumable` (unfinished and
     /// `plan resume` can still continue it), `unreadable` (a journal this
-    /// gameplan cannot read, maybe a newer one's).
+    /// gameplan cannot read, maybe a newer one's), `plan_unreadable`
+    /// (unfinished, and its plan file is gone or does not load now, so
+    /// whether it could be resumed is unknown).
     pub reason: &'static str,
 }
 
@@ -79,6 +81,33 @@ fn plural(n: usize, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
 }
 
+/// Why old runs were kept, counted per reason, in words.
+fn kept_old_text(kept_old: &[KeptRun]) -> Vec<String> {
+    let count = |reason: &str| kept_old.iter().filter(|k| k.reason == reason).count();
+    let unfinished = |n| plural(n, "old unfinished run", "old unfinished runs");
+    let mut kept = Vec::new();
+    match count("resumable") {
+        0 => {}
+        n => kept.push(format!("{} that can still be resumed", unfinished(n))),
+    }
+    match count("plan_unreadable") {
+        0 => {}
+        n => kept.push(format!("{} whose plan does not load now", unfinished(n))),
+    }
+    match count("live") {
+        0 => {}
+        n => kept.push(format!("{} running now", plural(n, "run", "runs"))),
+    }
+    match count("unreadable") {
+        0 => {}
+        n => kept.push(format!(
+            "{} with a journal this gameplan cannot read",
+            plural(n, "run", "runs")
+        )),
+    }
+    kept
+}
+
 pub fn text(report: &GcReport) -> String {
     let verb = if report.dry_run {
         "would remove"
@@ -92,33 +121,7 @@ pub fn text(report: &GcReport) -> String {
         bytes_text(runs.removed_bytes),
         plural(runs.kept, "run", "runs"),
     );
-    let live = runs.kept_old.iter().filter(|k| k.reason == "live").count();
-    let resumable = runs
-        .kept_old
-        .iter()
-        .filter(|k| k.reason == "resumable")
-        .count();
-    let unreadable = runs
-        .kept_old
-        .iter()
-        .filter(|k| k.reason == "unreadable")
-        .count();
-    let mut kept = Vec::new();
-    if resumable > 0 {
-        kept.push(format!(
-            "{} that can still be resumed",
-            plural(resumable, "old unfinished run", "old unfinished runs")
-        ));
-    }
-    if live > 0 {
-        kept.push(format!("{} running now", plural(live, "run", "runs")));
-    }
-    if unreadable > 0 {
-        kept.push(format!(
-            "{} with a journal this gameplan cannot read",
-            plural(unreadable, "run", "runs")
-        ));
-    }
+    let kept = kept_old_text(&runs.kept_old);
     if !kept.is_empty() {
         let _ = write!(out, ", kept too: {}", kept.join(", "));
     }

@@ -419,6 +419,16 @@ fn issue10_gc_never_removes_a_live_run_nor_one_that_can_be_resumed() {
     );
     assert_eq!(t.run_ids(), vec![ids[1].clone()]);
 
+    // A plan file that is gone (another branch checked out?) may come back:
+    // the run is kept.
+    std::fs::rename(t.path("plan.toml"), t.path("plan.away")).expect("move");
+    t.run(&["gc", "--keep-runs", "0"])
+        .code(0)
+        .stdout_has("removed 0 runs")
+        .stdout_has("1 old unfinished run whose plan does not load now");
+    assert_eq!(t.run_ids(), vec![ids[1].clone()]);
+    std::fs::rename(t.path("plan.away"), t.path("plan.toml")).expect("move back");
+
     // Once its plan changed it can never be resumed: then it goes.
     t.write(
         "plan.toml",
