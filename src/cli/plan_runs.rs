@@ -205,9 +205,19 @@ pub fn status(cx: &Context, run_id: Option<&str>, as_json: bool, flag: Option<&P
             }
         })
         .collect();
+    let run = Resumability::new(cx, root).row(&state_dir, &history);
+    let resume_command = run.resumable.then(|| match flag {
+        Some(dir) => format!(
+            "gameplan plan resume {} --state-dir {}",
+            run.run_id,
+            dir.display()
+        ),
+        None => format!("gameplan plan resume {}", run.run_id),
+    });
     let doc = Status {
-        run: Resumability::new(cx, root).row(&state_dir, &history),
+        run,
         torn_tail: history.torn_tail,
+        resume_command,
         steps,
     };
     if as_json {

@@ -117,6 +117,8 @@ pub struct Status {
     pub run: RunRow,
     /// A torn last journal record was dropped (the run was killed mid-write).
     pub torn_tail: bool,
+    /// How to continue it, when it can be resumed.
+    pub resume_command: Option<String>,
     pub steps: Vec<StatusStep>,
 }
 
@@ -150,6 +152,9 @@ pub fn status_text(status: &Status) -> String {
     );
     for step in &status.steps {
         let _ = writeln!(out, "  {:<11} {}", step.state.word(), step.id);
+    }
+    if let Some(command) = &status.resume_command {
+        let _ = writeln!(out, "continue it with `{command}`");
     }
     // Each failure whole, after the list, so the status ends with what a
     // person reads next: how the step failed and the last lines of its log.

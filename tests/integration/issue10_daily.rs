@@ -212,6 +212,13 @@ fn issue10_plan_runs_says_an_unfinished_run_is_not_resumable_when_the_plan_chang
     let doc = t.run(&["plan", "runs", "--json"]).code(0).json();
     assert_eq!(doc["runs"][0]["state"], "interrupted");
     assert_eq!(doc["runs"][0]["resumable"], true);
+    let run_id = t.run_ids().pop().expect("a run");
+    let resume = format!("gameplan plan resume {run_id}");
+    t.run(&["plan", "status"])
+        .code(0)
+        .stdout_has(&format!("continue it with `{resume}`"));
+    let status = t.run(&["plan", "status", "--json"]).code(0).json();
+    assert_eq!(status["resume_command"], resume.as_str());
 
     t.write(
         "plan.toml",
@@ -225,6 +232,7 @@ fn issue10_plan_runs_says_an_unfinished_run_is_not_resumable_when_the_plan_chang
     assert_eq!(doc["runs"][0]["not_resumable"], "the plan changed");
     let status = t.run(&["plan", "status", "--json"]).code(0).json();
     assert_eq!(status["not_resumable"], "the plan changed");
+    assert!(status["resume_command"].is_null());
     // And what `plan resume` then does agrees.
     t.run(&["plan", "resume"])
         .code(3)
