@@ -13,13 +13,8 @@ use crate::journal::{LockHolder, LockStatus, RunLock, this_host};
 use crate::plan::LoadOptions;
 use crate::report::runs::{self, RunRow, RunState, Status, StatusStep};
 
-/// The state dir for commands that take no plan: `--state-dir`, or `.gameplan`
-/// at the repo root above the current directory.
-fn state_dir(flag: Option<&Path>) -> PathBuf {
-    dirs(flag).1
-}
-
-/// The repo root above the current directory, and the state dir in it.
+/// For commands that take no plan: the repo root above the current
+/// directory, and the state dir (`--state-dir`, or `.gameplan` there).
 pub(super) fn dirs(flag: Option<&Path>) -> (PathBuf, PathBuf) {
     let cwd = std::env::current_dir().unwrap_or_else(|_| ".".into());
     let root = crate::plan::find_root(&cwd.join("plan.toml"));
@@ -33,12 +28,6 @@ fn live_holder(state_dir: &Path, history: &RunHistory) -> Option<LockHolder> {
         .filter(|h| h.run_id == history.run_id)
 }
 
-fn status_word(state_dir: &Path, history: &RunHistory) -> String {
-    Resumability::unchecked()
-        .row(state_dir, history)
-        .status_text()
-}
-
 /// A plan file as a run loaded it: its repo path and `--var` overrides.
 type PlanAsRun = (String, Vec<(String, String)>);
 
@@ -46,7 +35,8 @@ type PlanAsRun = (String, Vec<(String, String)>);
 /// whose plan no longer hashes the same, so the listing says so up front.
 /// Each plan (path and `--var`s) is loaded once per command.
 pub(super) struct Resumability<'a> {
-    check: Option<(&'a Context, PathBuf)>,
+    cx: &'a Context,
+    root: PathBuf,
     hashes: BTreeMap<PlanAsRun, Result<String, String>>,
 }
 
@@ -54,15 +44,8 @@ impl<'a> Resumability<'a> {
     /// Checks plans against the repo at `root`.
     pub(super) fn new(cx: &'a Context, root: PathBuf) -> Self {
         Resumability {
-            check: Some((cx, root)),
-            hashes: BTreeMap::new(),
-        }
-    }
-
-    /// Takes every open run as resumable without loading its plan.
-    fn unchecked() -> Self {
-        Resumability {
-            check: None,
+            cx,
+            root,
             hashes: BTreeMap::new(),
         }
     }
@@ -81,7 +64,7 @@ impl<'a> Resumability<'a> {
 
     /// Why `history` cannot be resumed, if it cannot.
     pub(super) fn why_not(&mut self, history: &RunHistory) -> Option<String> {
-        let (cx, root) = self.check.as_ref()?;
+        let (cx, root) = (self.cx, &self.root);
         let hash = self
             .hashes
             .entry((history.plan_path.clone(), history.vars.clone()))
@@ -263,7 +246,7 @@ pub fn list(cx: &Context, as_json: bool, flag: Option<&Path>) -> u8 {
 }
 
 pub fn stop(cx: &Context, run_id: &str, flag: Option<&Path>) -> u8 {
-    let state_dir = state_dir(flag);
+    let (root, state_dir) = dirs(flag);
     let history = match read(&state_dir, Some(run_id)) {
         Ok(h) => h,
         Err(message) => {
@@ -286,7 +269,9 @@ pub fn stop(cx: &Context, run_id: &str, flag: Option<&Path>) -> u8 {
         _ => {
             cx.console.err(&format!(
                 "run {run_id} is not running ({}); nothing to stop\n",
-                status_word(&state_dir, &history)
+                Resumability::new(cx, root)
+                    .row(&state_dir, &history)
+                    .status_text()
             ));
             return exit_code::SUCCESS;
         }
