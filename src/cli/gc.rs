@@ -157,10 +157,12 @@ pub fn run(cx: &Context, args: &GcArgs<'_>) -> u8 {
     for problem in &problems {
         cx.console.err(&format!("warning: {problem}\n"));
     }
+    // What could not be removed is an environment problem (permissions, a
+    // busy file system): exit 3, as for any environment error.
     if problems.is_empty() {
         exit_code::SUCCESS
     } else {
-        exit_code::FAILED
+        exit_code::PLAN_ERROR
     }
 }
 
