@@ -8,7 +8,8 @@ use std::sync::Arc;
 use super::{Context, LoadArgs, RunArgs};
 use crate::engine::{self, RunOptions, RunRequest, Start, StartError};
 use crate::exit_code;
-use crate::journal::run::{RunDir, RunHistory};
+use crate::journal::JournalError;
+use crate::journal::run::{HistoryError, RunDir, RunHistory, Scanned};
 use crate::plan::{LoadOptions, LoadedPlan};
 use crate::report::progress::Progress;
 use crate::report::run_summary;
@@ -58,7 +59,7 @@ pub fn run(
         steps,
         args,
         |hash| {
-            let Some(history) = engine::find_unfinished(&state_dir, hash) else {
+            let Some(history) = unfinished_run(cx, &state_dir, hash, choice)? else {
                 return Ok(Start::New(engine::new_run_id()));
             };
             let (done, total) = engine::progress_of(&history);
@@ -87,6 +88,29 @@ pub fn run(
             }
         },
     )
+}
+
+/// The unfinished run of this plan to resume or replace. A damaged journal
+/// of this plan refuses the run, whatever the flags, unless `--new` says to
+/// start over: then it is set aside (left on disk, with a note saying so)
+/// and said so, and the search goes on.
+fn unfinished_run(
+    cx: &Context,
+    state_dir: &Path,
+    hash: &str,
+    choice: Choice,
+) -> Result<Option<RunHistory>, StartError> {
+    loop {
+        match engine::find_unfinished(state_dir, hash) {
+            Err(StartError::DamagedRun { run_id, dir, .. }) if choice == Choice::New => {
+                engine::set_aside(state_dir, &run_id, "started now")?;
+                cx.console.err(&format!(
+                    "note: run {run_id} of this plan has a damaged journal; --new set it aside (it stays in {dir}, marked `set-aside`) and starts a fresh run\n"
+                ));
+            }
+            found => return found,
+        }
+    }
 }
 
 /// The price question at the terminal: `--yes` answers yes; with no
@@ -122,21 +146,13 @@ pub fn resume(cx: &Context, run_id: Option<&str>, args: &RunArgs) -> u8 {
     let state_dir = engine::state_dir(&root, args.state_dir.as_deref());
     let history = match run_id {
         Some(id) => {
-            RunHistory::read(&RunDir::new(&state_dir, id).journal()).map_err(|e| e.to_string())
-        }
-        None => crate::journal::run::run_ids(&state_dir)
-            .into_iter()
-            .rev()
-            .find_map(|id| {
-                let h = RunHistory::read(&RunDir::new(&state_dir, &id).journal()).ok()?;
-                (!h.is_finished()).then_some(h)
+            let dir = RunDir::new(&state_dir, id);
+            RunHistory::read(&dir.journal()).map_err(|e| match e {
+                HistoryError::Journal(JournalError::Missing { .. }) => e.to_string(),
+                damaged => engine::damaged_run(&dir, id, &damaged).to_string(),
             })
-            .ok_or_else(|| {
-                format!(
-                    "no unfinished run in {}; nothing to resume",
-                    state_dir.display()
-                )
-            }),
+        }
+        None => newest_unfinished(&state_dir),
     };
     let history = match history {
         Ok(h) => h,
@@ -181,6 +197,29 @@ pub fn resume(cx: &Context, run_id: Option<&str>, args: &RunArgs) -> u8 {
     execute(cx, loaded, &state_dir, vars, &steps, args, move |_| {
         Ok(Start::Resume(history.run_id))
     })
+}
+
+/// The newest unfinished run of any plan, for `plan resume` without an id.
+/// A damaged journal met on the way is an error, not a run to pass over: it
+/// may be the unfinished run meant (issue 8, item 12).
+fn newest_unfinished(state_dir: &Path) -> Result<RunHistory, String> {
+    for id in crate::journal::run::run_ids(state_dir).into_iter().rev() {
+        let dir = RunDir::new(state_dir, &id);
+        if dir.set_aside().exists() {
+            continue;
+        }
+        match Scanned::of(&dir) {
+            Scanned::Run(history) if !history.is_finished() => return Ok(*history),
+            Scanned::Run(_) | Scanned::NeverStarted => {}
+            Scanned::Damaged { error, .. } => {
+                return Err(engine::damaged_run(&dir, &id, &error).to_string());
+            }
+        }
+    }
+    Err(format!(
+        "no unfinished run in {}; nothing to resume",
+        state_dir.display()
+    ))
 }
 
 /// Locks the plan, decides how to start, runs, and reports.

@@ -8,7 +8,7 @@ use serde_json::json;
 use super::Context;
 use crate::engine;
 use crate::exit_code;
-use crate::journal::run::{RunDir, RunHistory, StepState, run_ids};
+use crate::journal::run::{RunDir, RunHistory, Scanned, StepState, run_ids};
 use crate::journal::{LockHolder, LockStatus, RunLock, this_host};
 
 /// The state dir for commands that take no plan: `--state-dir`, or `.gameplan`
@@ -123,8 +123,9 @@ pub fn list(cx: &Context, flag: Option<&Path>) -> u8 {
     }
     let mut out = String::new();
     for id in ids {
-        match RunHistory::read(&RunDir::new(&state_dir, &id).journal()) {
-            Ok(h) => {
+        let dir = RunDir::new(&state_dir, &id);
+        match Scanned::of(&dir) {
+            Scanned::Run(h) => {
                 let (done, total) = engine::progress_of(&h);
                 let _ = writeln!(
                     out,
@@ -133,8 +134,19 @@ pub fn list(cx: &Context, flag: Option<&Path>) -> u8 {
                     status_word(&state_dir, &h)
                 );
             }
-            Err(e) => {
-                let _ = writeln!(out, "{id}  unreadable: {e}");
+            // Not "unreadable": nothing was ever written to read (issue 8,
+            // item 13); usually removed by the run that failed to write it.
+            Scanned::NeverStarted => {
+                let _ = writeln!(
+                    out,
+                    "{id}  never started: its journal has no record (the first could not be written)"
+                );
+            }
+            Scanned::Damaged { error, .. } if dir.set_aside().exists() => {
+                let _ = writeln!(out, "{id}  damaged, set aside: {error}");
+            }
+            Scanned::Damaged { error, .. } => {
+                let _ = writeln!(out, "{id}  unreadable: {error}");
             }
         }
     }

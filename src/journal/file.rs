@@ -143,6 +143,23 @@ impl Journal {
         scan(path, &file).map(|(replay, _)| replay)
     }
 
+    /// The first record of a journal, if that line is whole and intact, however
+    /// damaged the rest is: a corrupt journal still tells which plan it was
+    /// for, so the run is not mistaken for another plan's.
+    pub fn read_first<T: DeserializeOwned>(path: &Path) -> Option<T> {
+        let file = File::open(path).ok()?;
+        let mut reader = BufReader::new(file);
+        let mut line = Vec::new();
+        let read = read_line(&mut reader, &mut line).ok()??;
+        if !matches!(read.kind, LineKind::Complete) {
+            return None;
+        }
+        match record::decode(&line[..line.len() - 1]) {
+            Decoded::Event(event) => serde_json::from_str(event.get()).ok(),
+            Decoded::Corrupt(_) | Decoded::UnsupportedVersion(_) => None,
+        }
+    }
+
     /// Replaces how the file is synced (tests use a double that records
     /// each sync).
     #[must_use]
@@ -278,6 +295,14 @@ impl Journal {
         event: &T,
     ) -> Result<Seq, JournalError> {
         self.write_record(event, true)
+    }
+
+    /// Whether the file this journal writes to has no name left (its link
+    /// count is 0): something deleted it, or the state directory, under a
+    /// live run. Records written to it are lost with the last descriptor.
+    pub fn is_unlinked(&self) -> bool {
+        use std::os::unix::fs::MetadataExt as _;
+        self.file.metadata().is_ok_and(|m| m.nlink() == 0)
     }
 
     /// The journal file.
