@@ -1,5 +1,6 @@
 //! `gameplan plan run PLAN` and `gameplan plan resume [RUN_ID]`.
 
+use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::Path;
@@ -10,7 +11,8 @@ use crate::engine::{self, RunOptions, RunRequest, Start, StartError};
 use crate::exit_code;
 use crate::journal::JournalError;
 use crate::journal::run::{HistoryError, RunDir, RunHistory, Scanned};
-use crate::plan::{LoadOptions, LoadedPlan};
+use crate::plan::diagnostic::Diagnostic;
+use crate::plan::{LoadFailure, LoadOptions, LoadedPlan};
 use crate::report::progress::Progress;
 use crate::report::run_summary;
 use crate::steps::{Confirm, Kinds, RunSettings};
@@ -172,6 +174,7 @@ pub fn resume(cx: &Context, run_id: Option<&str>, args: &RunArgs) -> u8 {
         env: cx.env.clone(),
         vars: history.vars.clone(),
         root: Some(root.clone()),
+        defer_secrets: true,
         ..LoadOptions::default()
     };
     let plan_path = root.join(&history.plan_path);
@@ -222,6 +225,46 @@ fn newest_unfinished(state_dir: &Path) -> Result<RunHistory, String> {
     ))
 }
 
+/// The unset secrets this run would read, as problems at the strings that
+/// read them: refused before anything runs (exit 3), as `plan check` does
+/// not refuse them.
+fn unset_secrets(loaded: &LoadedPlan, pipeline: &crate::graph::Pipeline) -> Option<LoadFailure> {
+    let steps: BTreeSet<&str> = pipeline
+        .order
+        .iter()
+        .map(|&i| pipeline.steps[pipeline.instance(i).step].id.as_str())
+        .collect();
+    let mut seen = BTreeSet::new();
+    let diagnostics: Vec<Diagnostic> = loaded
+        .unset_secrets_for(&steps)
+        .filter(|u| seen.insert((u.name.clone(), u.span.start, u.span.end)))
+        .map(|u| {
+            let message = match &u.step {
+                Some(step) => format!(
+                    "secret `{}` is not set in the environment, and step `{step}` of this run reads it",
+                    u.name
+                ),
+                None => format!(
+                    "secret `{}` is not set in the environment, and the plan reads it outside any step, so every run needs it",
+                    u.name
+                ),
+            };
+            Diagnostic::new("plan::unset_secret", message)
+                .at(u.span)
+                .label("read here")
+                .help(format!(
+                    "export {} in the environment that runs gameplan (its value is redacted from all output); `plan check` and `plan explain` need no secret, a run of a step that reads one does",
+                    u.name
+                ))
+        })
+        .collect();
+    (!diagnostics.is_empty()).then(|| LoadFailure {
+        name: loaded.source.name.clone(),
+        source: Some(Arc::clone(&loaded.source)),
+        diagnostics,
+    })
+}
+
 /// Locks the plan, decides how to start, runs, and reports.
 fn execute(
     cx: &Context,
@@ -240,6 +283,14 @@ fn execute(
         Ok(part) => part,
         Err(e) => return refuse(cx, &StartError::UnknownStep(e)),
     };
+    if let Some(failure) = unset_secrets(&loaded, &pipeline) {
+        cx.report_failure(&failure);
+        return exit_code::PLAN_ERROR;
+    }
+    if let Some(Err(message)) = args.junit.as_deref().map(junit_writable) {
+        cx.console.err(&message);
+        return exit_code::PLAN_ERROR;
+    }
     let options = RunOptions {
         no_reuse: args.no_reuse,
         fail_fast: args.fail_fast,
@@ -301,8 +352,19 @@ fn execute(
         }
     };
     progress.finish();
+    publish(cx, &report, args, &redactor)
+}
+
+/// Writes the run's report where it was asked for (`--junit`, the GitHub
+/// step summary) and prints it; returns its exit code.
+fn publish(
+    cx: &Context,
+    report: &engine::RunReport,
+    args: &RunArgs,
+    redactor: &crate::template::Redactor,
+) -> u8 {
     if let Some(path) = &args.junit
-        && let Err(e) = run_summary::write_junit(&report, path)
+        && let Err(e) = run_summary::write_junit(report, path)
     {
         cx.console.err(&format!(
             "warning: cannot write the JUnit file {}: {e}\n",
@@ -310,7 +372,7 @@ fn execute(
         ));
     }
     if let Some(summary) = cx.env.get("GITHUB_STEP_SUMMARY").filter(|s| !s.is_empty()) {
-        let markdown = redactor.redact(&run_summary::markdown(&report));
+        let markdown = redactor.redact(&run_summary::markdown(report));
         let appended = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -323,16 +385,46 @@ fn execute(
         }
     }
     if args.json {
-        let mut doc = serde_json::to_value(&report).unwrap_or_default();
+        let mut doc = serde_json::to_value(report).unwrap_or_default();
         redactor.redact_json(&mut doc);
         cx.console.json(&doc);
     } else {
-        cx.console
-            .out(&redactor.redact(&run_summary::text(&report)));
+        cx.console.out(&redactor.redact(&run_summary::text(report)));
         if let Some(playtest) = &report.playtest {
             cx.console
                 .out(&redactor.redact(&crate::report::playtest::text(playtest)));
         }
     }
     report.exit_code
+}
+
+/// Checks, before anything runs, that the `--junit` file can be written: a
+/// CI job reads that file, not a warning printed after the run (issue 10).
+/// A file this check creates is removed again, so a run refused later
+/// leaves no empty report behind.
+fn junit_writable(path: &Path) -> Result<(), String> {
+    let existed = path.exists();
+    // Its directory is made as the report's writer makes it.
+    let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
+    let opened = parent
+        .map_or(Ok(()), std::fs::create_dir_all)
+        .and_then(|()| {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(path)
+        });
+    match opened {
+        Ok(_) => {
+            if !existed {
+                let _ = std::fs::remove_file(path);
+            }
+            Ok(())
+        }
+        Err(e) => Err(format!(
+            "error: cannot write the JUnit file {}: {e}. Nothing was run or charged; pass a --junit path gameplan can write (a file, in a directory it can create or write to)\n",
+            path.display()
+        )),
+    }
 }
