@@ -48,6 +48,42 @@ pub struct RawPlan {
     /// had no steps (and so needed a `[game]` for the default pipeline).
     #[schemars(skip)]
     pub unreadable: Vec<&'static str>,
+    /// The ids of steps that could not be read (already reported) but whose
+    /// `id` could: `steps` holds the readable ones, so graph problems (an
+    /// unknown `needs`, a cycle) are reported with the schema errors, and a
+    /// `needs` naming one of these is not called unknown (issue 8, item 22).
+    #[schemars(skip)]
+    pub unread_step_ids: Vec<String>,
+}
+
+/// Reads `steps` step by step: the readable steps, and the ids of the
+/// others where they can be read; `None` when `steps` is not a list.
+fn decode_steps(
+    node: &Node,
+    diags: &mut Diagnostics,
+) -> Option<(Spanned<Vec<RawStep>>, Vec<String>)> {
+    let Value::Array(items) = &node.value else {
+        wrong_type(node, "an array", diags);
+        return None;
+    };
+    let mut steps = Vec::with_capacity(items.len());
+    let mut unread = Vec::new();
+    for item in items {
+        match RawStep::decode(item, diags) {
+            Some(step) => steps.push(step),
+            None => {
+                if let Value::Table(entries) = &item.value
+                    && let Some(Value::Str(id) | Value::Scalar(id)) = entries
+                        .iter()
+                        .find(|e| e.key == "id")
+                        .map(|e| &e.value.value)
+                {
+                    unread.push(id.clone());
+                }
+            }
+        }
+    }
+    Some((Spanned::new(steps, node.span), unread))
 }
 
 impl RawPlan {
@@ -73,8 +109,24 @@ impl RawPlan {
         let personas = t.optional("personas", diags);
         let lenses = t.optional("lenses", diags);
         let gates = t.optional("gates", diags);
-        let steps = t.optional("steps", diags);
+        let steps = t.entry("steps").and_then(|e| decode_steps(&e.value, diags));
+        let (steps, unread_step_ids) = match steps {
+            Some((steps, unread)) => (Some(steps), unread),
+            None => (None, Vec::new()),
+        };
+        // Some steps unreadable: checks that need every step (is a `[game]`
+        // needed, does a gate have its step) are skipped as for an
+        // unreadable `steps`; the readable steps are still checked.
+        let some_unread = steps.as_ref().is_some_and(|s| {
+            let Some(Value::Array(items)) = t.entry("steps").map(|e| &e.value.value) else {
+                return false;
+            };
+            items.len() != s.value.len()
+        });
         let mut unreadable = Vec::new();
+        if some_unread {
+            unreadable.push("steps");
+        }
         for (key, read) in [
             ("controllers", controllers.is_some()),
             ("game", game.is_some()),
@@ -88,10 +140,19 @@ impl RawPlan {
                 unreadable.push(key);
             }
         }
+        // A missing or unreadable `version` or `name` (already reported)
+        // does not hide the rest of the plan's problems: the steps are
+        // still checked, with a stand-in the plan model never gets (the
+        // errors keep it from being built).
+        let version = version.unwrap_or_else(|| Spanned::new(1, node.span));
+        let name = name.unwrap_or_else(|| {
+            unreadable.push("name");
+            Spanned::new(String::new(), node.span)
+        });
         t.finish(diags);
         Some(RawPlan {
-            version: version?,
-            name: name?,
+            version,
+            name,
             description,
             controllers,
             vars: vars.unwrap_or_default(),
@@ -104,6 +165,7 @@ impl RawPlan {
             gates: gates.unwrap_or_default(),
             steps,
             unreadable,
+            unread_step_ids,
         })
     }
 }

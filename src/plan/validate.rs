@@ -185,7 +185,9 @@ impl Validator<'_> {
                     .help("set `version = 1`, or upgrade gameplan if the plan was written for a newer one"),
             );
         }
-        self.name(&raw.name, "plan name");
+        if readable("name") {
+            self.name(&raw.name, "plan name");
+        }
 
         let controllers = self.controllers(raw);
         let backend = self.backend(raw);
@@ -260,7 +262,7 @@ impl Validator<'_> {
             unreadable: &raw.unreadable,
         };
         let steps = match &raw.steps {
-            Some(steps) => self.steps(&steps.value, &refs),
+            Some(steps) => self.steps(&steps.value, &raw.unread_step_ids, &refs),
             None => Vec::new(),
         };
         let plays = raw.steps.as_ref().map_or(
@@ -621,12 +623,18 @@ impl Refs<'_> {
 }
 
 impl Validator<'_> {
-    fn steps(&mut self, raw: &[RawStep], refs: &Refs<'_>) -> Vec<Step> {
+    /// `unread`: ids of steps that could not be read (already reported),
+    /// which a `needs` may name without being called unknown.
+    fn steps(&mut self, raw: &[RawStep], unread: &[String], refs: &Refs<'_>) -> Vec<Step> {
         for s in raw {
             self.name(&s.id, "step id");
         }
         self.unique(raw.iter().map(|s| &s.id), "step id");
-        let ids: Vec<&str> = raw.iter().map(|s| s.id.value.as_str()).collect();
+        let ids: Vec<&str> = raw
+            .iter()
+            .map(|s| s.id.value.as_str())
+            .chain(unread.iter().map(String::as_str))
+            .collect();
         // Membership by hash: a 10,000-step plan checks its needs in linear time.
         let id_set: HashSet<&str> = ids.iter().copied().collect();
         let steps: Vec<Step> = raw

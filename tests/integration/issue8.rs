@@ -422,3 +422,47 @@ fn issue8_item14_a_deleted_state_directory_stops_the_run_loudly() {
         "{run}"
     );
 }
+
+/// Item 22: with a schema error anywhere (an unknown step kind, a `name` of
+/// the wrong type), `plan check` left out the graph problems (an unknown
+/// `needs`, a cycle) of the steps it could read; every problem at once means
+/// these too. A `needs` naming the unreadable step is not called unknown.
+#[test]
+fn issue8_item22_check_reports_graph_problems_alongside_schema_errors() {
+    let plan = r#"version = 1
+name = 5
+
+[[steps]]
+id = "a"
+kind = "command"
+run = "true"
+needs = ["b"]
+
+[[steps]]
+id = "b"
+kind = "command"
+run = "true"
+needs = ["a"]
+
+[[steps]]
+id = "c"
+kind = "comand"
+run = "true"
+
+[[steps]]
+id = "d"
+kind = "command"
+needs = ["nope", "c"]
+run = "true"
+"#;
+    let t = Test::new().file("plan.toml", plan);
+    let check = t.check(&["plan.toml"]);
+    check.codes(&[
+        "plan::wrong_type",
+        "plan::cycle",
+        "plan::unknown_value",
+        "plan::unknown_needs",
+    ]);
+    check.with_message("dependency cycle: a → b → a").at(14, 10);
+    check.with_message("unknown step `nope`").at(24, 10);
+}
