@@ -153,12 +153,21 @@ fn refuse(source: Option<Source>, diagnostic: Diagnostic) -> ReadError {
 
 fn read_source(path: &Path) -> Result<Source, ReadError> {
     let name = path.display().to_string();
+    // Named once: every problem is printed after its file's name already.
+    if path.is_dir() {
+        return Err(refuse(
+            None,
+            Diagnostic::new("plan::not_a_file", "this is a directory, not a plan file").help(
+                format!("pass the plan files in it, e.g. `gameplan plan check {name}/*.toml`"),
+            ),
+        ));
+    }
     let Some(format) = Format::from_path(path) else {
         return Err(refuse(
             None,
             Diagnostic::new(
                 "plan::unknown_format",
-                format!("{name}: not a plan file (expected a .toml, .yaml or .yml extension)"),
+                "not a plan file (expected a .toml, .yaml or .yml extension)",
             )
             .help("plans are TOML or YAML; name the file accordingly"),
         ));
@@ -210,12 +219,23 @@ fn read_source(path: &Path) -> Result<Source, ReadError> {
         }
     };
     if let Some(at) = text.find('\0') {
+        // Shown as ␀, never echoed raw into a terminal or a log; the first
+        // NUL is the first replaced, so the span before it is unchanged.
+        let shown: Arc<str> = text.replace('\0', "\u{2400}").into();
+        return Err(refuse(
+            Some(source(shown)),
+            Diagnostic::new("plan::nul_byte", "the plan contains a NUL byte")
+                .at(Span::new(at, at + '\u{2400}'.len_utf8()))
+                .label("NUL byte (shown as ␀)")
+                .help("plans are text; this looks like a binary file or a bad copy"),
+        ));
+    }
+    if text.trim().is_empty() {
+        // One problem, no excerpt: an excerpt of nothing is an empty box.
         return Err(refuse(
             Some(source(text)),
-            Diagnostic::new("plan::nul_byte", "the plan contains a NUL byte")
-                .at(Span::new(at, at + 1))
-                .label("NUL byte")
-                .help("plans are text; this looks like a binary file or a bad copy"),
+            Diagnostic::new("plan::empty", "the file is empty")
+                .help("a plan starts with `version = 1` and `name = \"…\"`; `gameplan schema plan` describes the rest"),
         ));
     }
     Ok(source(text))

@@ -775,6 +775,41 @@ impl Decode for Seconds {
     }
 }
 
+/// A step's `needs`, with the fix for the commonest slip: one id where a
+/// list is wanted.
+fn decode_needs(t: &mut TableReader<'_>, diags: &mut Diagnostics) -> Option<Vec<Spanned<String>>> {
+    match t.entry("needs") {
+        Some(e) if let Value::Str(one) | Value::Scalar(one) = &e.value.value => {
+            diags.push(
+                Diagnostic::new("plan::wrong_type", "expected an array, found a string")
+                    .at(e.value.span)
+                    .label("expected an array")
+                    .help(format!(
+                        "`needs` is a list: write `needs = [\"{one}\"]` (in YAML, `needs: [{one}]`)"
+                    )),
+            );
+            None
+        }
+        _ => t.optional("needs", diags),
+    }
+}
+
+/// A command step's `run`, pointing a list at `argv`.
+fn decode_run(t: &mut TableReader<'_>, diags: &mut Diagnostics) -> Option<Spanned<String>> {
+    match t.entry("run") {
+        Some(e) if matches!(e.value.value, Value::Array(_)) => {
+            diags.push(
+                Diagnostic::new("plan::wrong_type", "expected a string, found an array")
+                    .at(e.value.span)
+                    .label("`run` is one shell line")
+                    .help("for a program and its arguments as a list, write `argv = [..]` instead of `run`"),
+            );
+            None
+        }
+        _ => t.optional("run", diags),
+    }
+}
+
 impl Decode for RawStep {
     fn decode(node: &Node, diags: &mut Diagnostics) -> Option<Self> {
         let mut t = TableReader::new(node, "a step", diags)?;
@@ -785,7 +820,7 @@ impl Decode for RawStep {
         let kind = t.required::<Node>("kind", diags).and_then(|k| {
             decode_word(&k, &StepKind::ALL, "step kind", diags).map(|v| Spanned::new(v, k.span))
         });
-        let needs = t.optional("needs", diags);
+        let needs = decode_needs(&mut t, diags);
         let matrix = t.entry("matrix").and_then(|e| {
             let Value::Table(entries) = &e.value.value else {
                 wrong_type(&e.value, "a table of axes", diags);
@@ -815,7 +850,7 @@ impl Decode for RawStep {
         let env = t.optional("env", diags);
         let params = match kind.as_ref().map(|k| k.value) {
             Some(StepKind::Command) => RawParams::Command {
-                run: t.optional("run", diags),
+                run: decode_run(&mut t, diags),
                 argv: t.optional("argv", diags),
                 inputs: t.optional("inputs", diags).unwrap_or_default(),
                 outputs: t.optional("outputs", diags).unwrap_or_default(),

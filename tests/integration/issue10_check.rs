@@ -117,3 +117,114 @@ fn issue10_a_junit_file_that_cannot_be_written_fails_before_anything_runs() {
     .code(0);
     assert!(t.read("reports/junit.xml").contains("<testcase"));
 }
+
+/// `plan check DIR` said `p: p: not a plan file`: now once, that it is a
+/// directory. An empty file showed three problems with empty caret boxes:
+/// now one, "the file is empty", without an excerpt.
+#[test]
+fn issue10_check_says_once_that_a_directory_or_an_empty_file_is_not_a_plan() {
+    let t = Test::new()
+        .file("plans/a.toml", "")
+        .file("plans.toml/x", "");
+    for dir in ["plans", "plans.toml"] {
+        let check = t.check(&[dir]);
+        check.codes(&["plan::not_a_file"]);
+        check
+            .text
+            .stderr_has(&format!("× {dir}: this is a directory, not a plan file"));
+        assert!(
+            !check.text.stderr.contains(&format!("{dir}: {dir}")),
+            "{}",
+            check.text
+        );
+    }
+    let check = t.check(&["plans/a.toml"]);
+    check.codes(&["plan::empty"]);
+    check.text.stderr_has("× plans/a.toml: the file is empty");
+    assert!(
+        !check.text.stderr.contains('╭'),
+        "no excerpt: {}",
+        check.text
+    );
+}
+
+/// The NUL-byte problem echoed the raw NUL into the terminal; now it shows
+/// it as ␀.
+#[test]
+fn issue10_the_nul_byte_problem_shows_it_escaped() {
+    let t = Test::new().file("plan.toml", "version = 1\nname = \"a\0b\"\n");
+    let check = t.check(&["plan.toml"]);
+    check.codes(&["plan::nul_byte"]);
+    check.text.stderr_has("name = \"a␀b\"");
+    assert!(!check.text.stderr.contains('\0') && !check.json.stdout.contains('\0'));
+}
+
+/// The name rule's help was wrapped inside `[a-z0-9]`; `needs = "a"` and
+/// `run = [..]` got a bare "wrong type" without the fix; a `cwd` that does
+/// not exist was found only when the step ran.
+#[test]
+fn issue10_check_nits_name_rule_needs_run_and_a_missing_cwd() {
+    let plan = r#"version = 1
+name = "w"
+
+[[steps]]
+id = "Bad_Name-with-a-rather-long-long-long-name"
+kind = "command"
+argv = ["true"]
+
+[[steps]]
+id = "a"
+kind = "command"
+needs = "m"
+argv = ["true"]
+
+[[steps]]
+id = "r"
+kind = "command"
+run = ["echo", "hi"]
+
+[[steps]]
+id = "c"
+kind = "command"
+run = "true"
+cwd = "nowhere"
+
+[[steps]]
+id = "m"
+kind = "command"
+run = "mkdir -p built"
+outputs = ["built/**"]
+
+[[steps]]
+id = "d"
+kind = "command"
+needs = ["m"]
+run = "true"
+cwd = "built"
+"#;
+    let t = Test::new().file("plan.toml", plan);
+    let check = t.check(&["plan.toml"]);
+    check.codes(&[
+        "plan::invalid_name",
+        "plan::wrong_type",
+        "plan::missing_key",
+        "plan::wrong_type",
+        "plan::missing_cwd",
+    ]);
+    check
+        .text
+        .stderr_has("help: names match [a-z0-9][a-z0-9_-]*: lowercase letters");
+    check
+        .with_message("expected an array, found a string")
+        .at(12, 9)
+        .help_has("write `needs = [\"m\"]`");
+    check
+        .with_message("expected a string, found an array")
+        .at(18, 7)
+        .help_has("`argv = [..]`");
+    // A cwd a step it needs declares among its outputs is no problem.
+    check
+        .with_message("the cwd `nowhere` of step `c` does not exist")
+        .at(24, 7)
+        .label("no such directory");
+}
