@@ -29,10 +29,23 @@ fn issue10_plan_check_and_explain_need_no_secret_and_a_run_refuses_before_anythi
     let t = Test::new().file("plan.toml", PUBLISH);
     let check = t.check(&["plan.toml"]);
     check.json.code(0);
-    check.text.stderr_has("plan.toml: ok");
+    check.text.stderr_has("plan.toml: ok").stderr_has(
+        "note: secret `PUBLISH_TOKEN` is not set, so its value is unknown here; a run of step `publish` needs it",
+    );
+    assert_eq!(
+        check.json.json()["files"][0]["unset_secrets"],
+        serde_json::json!([{"name": "PUBLISH_TOKEN", "step": "publish"}])
+    );
     t.run(&["plan", "explain", "plan.toml"])
         .code(0)
-        .stdout_has("publish");
+        .stdout_has("publish")
+        .stderr_has("secret `PUBLISH_TOKEN` is not set, so its value is unknown here");
+    let explained = t.run(&["plan", "explain", "plan.toml", "--json"]);
+    assert_eq!(
+        explained.json()["unset_secrets"][0]["name"],
+        "PUBLISH_TOKEN",
+        "{explained}"
+    );
 
     t.run(&["plan", "run", "plan.toml", "--yes"])
         .code(3)
