@@ -396,6 +396,40 @@ mod tests {
         assert_eq!(journal.positions(), (2, 2));
     }
 
+    /// Issue 8, items 13 and 14: a full disk is named as one, and a journal
+    /// deleted under the run fails the writer (and wakes who waits on it).
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_full_disk_is_named_and_a_deleted_journal_fails_the_writer() {
+        let full = JournalError::Io {
+            action: "append to the journal",
+            path: "j".into(),
+            source: std::io::Error::from_raw_os_error(nix::libc::ENOSPC),
+        };
+        assert!(
+            plain_words(&full).starts_with("the disk is full: "),
+            "{}",
+            plain_words(&full)
+        );
+
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("journal.jsonl");
+        let writer = JournalWriter::start(Journal::create(&path).expect("create"));
+        writer.check_linked();
+        assert!(writer.failure().is_none() && !writer.is_unlinked());
+
+        std::fs::remove_file(&path).expect("delete");
+        // The sync task notices by itself within a tick.
+        tokio::time::timeout(COMMIT_EVERY * 20, writer.failed())
+            .await
+            .expect("noticed");
+        assert!(writer.is_unlinked());
+        assert!(
+            writer
+                .failure()
+                .is_some_and(|f| f.contains("was deleted while the run ran"))
+        );
+    }
+
     #[tokio::test(flavor = "current_thread")]
     async fn a_failed_sync_fails_the_waiter_and_later_appends() {
         let dir = tempfile::tempdir().expect("tempdir");

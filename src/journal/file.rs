@@ -840,6 +840,37 @@ mod tests {
         );
     }
 
+    /// Issue 8, item 12: a journal damaged after its first line still says
+    /// which plan it was for; one damaged in its first line says nothing.
+    #[test]
+    fn read_first_reads_the_header_of_a_journal_damaged_later() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = journal_with(dir.path(), 3);
+        let mut bytes = fs::read(&path).expect("read file");
+        let second = line_starts(&bytes)[1];
+        bytes[second + 30] ^= 0x01;
+        fs::write(&path, &bytes).expect("damage line 2");
+        assert!(Journal::read::<StepEvent>(&path).is_err());
+
+        assert_eq!(Journal::read_first::<StepEvent>(&path), Some(event(0)));
+        bytes[30] ^= 0x01;
+        fs::write(&path, &bytes).expect("damage line 1");
+        assert_eq!(Journal::read_first::<StepEvent>(&path), None);
+    }
+
+    /// Issue 8, item 14: a journal whose file was deleted under it knows.
+    #[test]
+    fn a_deleted_journal_file_is_unlinked() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = journal_with(dir.path(), 1);
+        let (journal, _) = Journal::open::<Value>(&path).expect("open");
+        assert!(!journal.is_unlinked());
+
+        fs::remove_dir_all(dir.path().join("runs")).expect("delete the state");
+
+        assert!(journal.is_unlinked());
+    }
+
     #[test]
     fn empty_journal_has_no_records() {
         let dir = tempfile::tempdir().expect("temp dir");
