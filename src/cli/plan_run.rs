@@ -185,6 +185,16 @@ pub fn resume(cx: &Context, run_id: Option<&str>, args: &RunArgs) -> u8 {
             return exit_code::PLAN_ERROR;
         }
     };
+    // Before the plan hash: an unset secret changes the plan's values, and
+    // "the plan changed" would hide that it is only unset.
+    if let Some(part) = crate::graph::expand_loaded(&loaded)
+        .ok()
+        .and_then(|whole| crate::graph::select(whole, &history.options.steps).ok())
+        && let Some(failure) = unset_secrets(&loaded, &part)
+    {
+        cx.report_failure(&failure);
+        return exit_code::PLAN_ERROR;
+    }
     let current = engine::plan_hash(&loaded);
     if current != history.plan_hash {
         cx.console.err(&format!(

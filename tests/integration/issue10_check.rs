@@ -70,6 +70,35 @@ fn issue10_plan_check_and_explain_need_no_secret_and_a_run_refuses_before_anythi
     );
 }
 
+/// A resume of a run whose step reads a secret, with the secret unset,
+/// says that it is unset, not that "the plan changed".
+#[test]
+fn issue10_a_resume_without_the_secret_names_it() {
+    let plan = PUBLISH.replace(
+        "run = \"touch published\"",
+        "run = \"touch started && sleep 30\"",
+    );
+    let t = Test::new()
+        .file("plan.toml", plan)
+        .env("PUBLISH_TOKEN", "s3cr3t-value");
+    let gameplan = t.spawn(&["plan", "run", "plan.toml", "--yes"]);
+    crate::support::wait_until(
+        "the step to start",
+        std::time::Duration::from_secs(30),
+        || t.path("started").exists(),
+    );
+    gameplan.signal(nix::sys::signal::Signal::SIGTERM);
+    gameplan.wait().code(10);
+
+    let t = t.without_env("PUBLISH_TOKEN");
+    let resume = t.run(&["plan", "resume", "--yes"]);
+    resume
+        .code(3)
+        .stderr_has("plan::unset_secret")
+        .stderr_has("secret `PUBLISH_TOKEN` is not set");
+    assert!(!resume.stderr.contains("changed since"), "{resume}");
+}
+
 /// A secret read outside any step (the backend's token) is needed by every
 /// run; and a malformed `secret()` call is still a `plan check` error.
 #[test]
