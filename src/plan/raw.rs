@@ -804,7 +804,9 @@ fn decode_run(t: &mut TableReader<'_>, diags: &mut Diagnostics) -> Option<Spanne
                     .label("`run` is one shell line")
                     .help("for a program and its arguments as a list, write `argv = [..]` instead of `run`"),
             );
-            None
+            // A stand-in (the error keeps the plan from being built), so
+            // the step is not also said to have nothing to run.
+            Some(Spanned::new(String::new(), e.value.span))
         }
         _ => t.optional("run", diags),
     }

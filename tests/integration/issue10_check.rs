@@ -249,7 +249,6 @@ cwd = "built"
     check.codes(&[
         "plan::invalid_name",
         "plan::wrong_type",
-        "plan::missing_key",
         "plan::wrong_type",
         "plan::missing_cwd",
     ]);
