@@ -775,8 +775,17 @@ impl Run {
             report.state = StepState::Skipped;
             report.message = Some(if blocked {
                 "a step it needs did not succeed".into()
-            } else {
+            } else if self.fail_fast {
                 "not started: --fail-fast stopped the run at a failure".into()
+            } else {
+                // An abort without --fail-fast (an internal error): never
+                // blame a flag nobody gave (issue 8, item 13).
+                format!(
+                    "not started: the run stopped early ({})",
+                    self.root_cause
+                        .as_deref()
+                        .unwrap_or("see the run's root cause")
+                )
             });
             let _ = self.shared.keeper.journal.append(&Event::StepFinished {
                 step: report.id.clone(),
