@@ -385,6 +385,9 @@ impl Context {
         LoadOptions {
             env: self.env.clone(),
             vars: args.vars.clone(),
+            // Checking, explaining and graphing need no secret's value; a
+            // run refuses when a step it runs reads an unset one.
+            defer_secrets: true,
             ..LoadOptions::default()
         }
     }

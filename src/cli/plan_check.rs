@@ -20,12 +20,20 @@ pub fn run(cx: &Context, plans: &[PathBuf], args: &LoadArgs, as_json: bool) -> u
         });
         match outcome {
             Ok((loaded, pipeline)) => {
-                files.push(json!({"file": name, "valid": true, "plan": loaded.plan.name, "steps": pipeline.order.len(), "problems": []}));
+                let mut file = json!({"file": name, "valid": true, "plan": loaded.plan.name, "steps": pipeline.order.len(), "problems": []});
+                if !loaded.unset_secrets.is_empty() {
+                    file["unset_secrets"] =
+                        crate::report::explain::unset_secrets_json(&loaded.unset_secrets);
+                }
+                files.push(file);
                 if !as_json {
                     cx.console.err(&format!(
                         "{name}: ok (plan `{}`, {} steps)\n",
                         loaded.plan.name,
                         pipeline.order.len()
+                    ));
+                    cx.console.err(&crate::report::explain::unset_secrets_note(
+                        &loaded.unset_secrets,
                     ));
                 }
             }

@@ -29,11 +29,21 @@ pub fn run(
     let decisions = crate::engine::preview::preview(&loaded, &pipeline, &state_dir, false, &cx.env);
     if as_json {
         let mut doc = explain::explain_json(&loaded.plan.name, &pipeline, &decisions);
+        if !loaded.unset_secrets.is_empty()
+            && let Some(map) = doc.as_object_mut()
+        {
+            map.insert(
+                "unset_secrets".into(),
+                explain::unset_secrets_json(&loaded.unset_secrets),
+            );
+        }
         loaded.redactor.redact_json(&mut doc);
         cx.console.json(&doc);
     } else {
         let text = explain::explain_text(&loaded.plan.name, &pipeline, &decisions);
         cx.console.out(&loaded.redactor.redact(&text));
+        cx.console
+            .err(&explain::unset_secrets_note(&loaded.unset_secrets));
     }
     exit_code::SUCCESS
 }

@@ -1,5 +1,6 @@
 //! `gameplan plan run PLAN` and `gameplan plan resume [RUN_ID]`.
 
+use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::Path;
@@ -8,8 +9,10 @@ use std::sync::Arc;
 use super::{Context, LoadArgs, RunArgs};
 use crate::engine::{self, RunOptions, RunRequest, Start, StartError};
 use crate::exit_code;
-use crate::journal::run::{RunDir, RunHistory};
-use crate::plan::{LoadOptions, LoadedPlan};
+use crate::journal::JournalError;
+use crate::journal::run::{HistoryError, RunDir, RunHistory, Scanned};
+use crate::plan::diagnostic::Diagnostic;
+use crate::plan::{LoadFailure, LoadOptions, LoadedPlan};
 use crate::report::progress::Progress;
 use crate::report::run_summary;
 use crate::steps::{Confirm, Kinds, RunSettings};
@@ -58,13 +61,7 @@ pub fn run(
         steps,
         args,
         |hash| {
-            let Some(history) = engine::find_unfinished(&state_dir, hash) else {
-                if choice == Choice::Resume {
-                    // Like `make` with nothing to remake: not an error, but
-                    // the user asked for something else, so say what happens.
-                    cx.console
-                        .err("no unfinished run of this plan to resume; starting a new run\n");
-                }
+            let Some(history) = unfinished_run(cx, &state_dir, hash, choice)? else {
                 return Ok(Start::New(engine::new_run_id()));
             };
             let (done, total) = engine::progress_of(&history);
@@ -93,6 +90,36 @@ pub fn run(
             }
         },
     )
+}
+
+/// The unfinished run of this plan to resume or replace. A damaged journal
+/// of this plan refuses the run, whatever the flags, unless `--new` says to
+/// start over: then it is set aside (left on disk, with a note saying so)
+/// and said so, and the search goes on.
+fn unfinished_run(
+    cx: &Context,
+    state_dir: &Path,
+    hash: &str,
+    choice: Choice,
+) -> Result<Option<RunHistory>, StartError> {
+    loop {
+        match engine::find_unfinished(state_dir, hash) {
+            Err(StartError::DamagedRun { run_id, dir, .. }) if choice == Choice::New => {
+                engine::set_aside(state_dir, &run_id, "started now")?;
+                cx.console.err(&format!(
+                    "note: run {run_id} of this plan has a damaged journal; --new set it aside (it stays in {dir}, marked `set-aside`) and starts a fresh run\n"
+                ));
+            }
+            Ok(None) if choice == Choice::Resume => {
+                // Like `make` with nothing to remake: not an error, but the
+                // user asked for something else, so say what happens.
+                cx.console
+                    .err("no unfinished run of this plan to resume; starting a new run\n");
+                return Ok(None);
+            }
+            found => return found,
+        }
+    }
 }
 
 /// The price question at the terminal: `--yes` answers yes; with no
@@ -128,21 +155,13 @@ pub fn resume(cx: &Context, run_id: Option<&str>, args: &RunArgs) -> u8 {
     let state_dir = engine::state_dir(&root, args.state_dir.as_deref());
     let history = match run_id {
         Some(id) => {
-            RunHistory::read(&RunDir::new(&state_dir, id).journal()).map_err(|e| e.to_string())
-        }
-        None => crate::journal::run::run_ids(&state_dir)
-            .into_iter()
-            .rev()
-            .find_map(|id| {
-                let h = RunHistory::read(&RunDir::new(&state_dir, &id).journal()).ok()?;
-                (!h.is_finished()).then_some(h)
+            let dir = RunDir::new(&state_dir, id);
+            RunHistory::read(&dir.journal()).map_err(|e| match e {
+                HistoryError::Journal(JournalError::Missing { .. }) => e.to_string(),
+                damaged => engine::damaged_run(&dir, id, &damaged).to_string(),
             })
-            .ok_or_else(|| {
-                format!(
-                    "no unfinished run in {}; nothing to resume",
-                    state_dir.display()
-                )
-            }),
+        }
+        None => newest_unfinished(&state_dir),
     };
     let history = match history {
         Ok(h) => h,
@@ -162,6 +181,7 @@ pub fn resume(cx: &Context, run_id: Option<&str>, args: &RunArgs) -> u8 {
         env: cx.env.clone(),
         vars: history.vars.clone(),
         root: Some(root.clone()),
+        defer_secrets: true,
         ..LoadOptions::default()
     };
     let plan_path = root.join(&history.plan_path);
@@ -172,6 +192,16 @@ pub fn resume(cx: &Context, run_id: Option<&str>, args: &RunArgs) -> u8 {
             return exit_code::PLAN_ERROR;
         }
     };
+    // Before the plan hash: an unset secret changes the plan's values, and
+    // "the plan changed" would hide that it is only unset.
+    if let Some(part) = crate::graph::expand_loaded(&loaded)
+        .ok()
+        .and_then(|whole| crate::graph::select(whole, &history.options.steps).ok())
+        && let Some(failure) = unset_secrets(&loaded, &part)
+    {
+        cx.report_failure(&failure);
+        return exit_code::PLAN_ERROR;
+    }
     let current = engine::plan_hash(&loaded);
     if current != history.plan_hash {
         cx.console.err(&format!(
@@ -186,6 +216,69 @@ pub fn resume(cx: &Context, run_id: Option<&str>, args: &RunArgs) -> u8 {
     // resumed or finished it meanwhile); this read only found the plan.
     execute(cx, loaded, &state_dir, vars, &steps, args, move |_| {
         Ok(Start::Resume(history.run_id))
+    })
+}
+
+/// The newest unfinished run of any plan, for `plan resume` without an id.
+/// A damaged journal met on the way is an error, not a run to pass over: it
+/// may be the unfinished run meant (issue 8, item 12).
+fn newest_unfinished(state_dir: &Path) -> Result<RunHistory, String> {
+    for id in crate::journal::run::run_ids(state_dir).into_iter().rev() {
+        let dir = RunDir::new(state_dir, &id);
+        if dir.set_aside().exists() {
+            continue;
+        }
+        match Scanned::of(&dir) {
+            Scanned::Run(history) if !history.is_finished() => return Ok(*history),
+            Scanned::Run(_) | Scanned::NeverStarted => {}
+            Scanned::Damaged { error, .. } => {
+                return Err(engine::damaged_run(&dir, &id, &error).to_string());
+            }
+        }
+    }
+    Err(format!(
+        "no unfinished run in {}; nothing to resume",
+        state_dir.display()
+    ))
+}
+
+/// The unset secrets this run would read, as problems at the strings that
+/// read them: refused before anything runs (exit 3), as `plan check` does
+/// not refuse them.
+fn unset_secrets(loaded: &LoadedPlan, pipeline: &crate::graph::Pipeline) -> Option<LoadFailure> {
+    let steps: BTreeSet<&str> = pipeline
+        .order
+        .iter()
+        .map(|&i| pipeline.steps[pipeline.instance(i).step].id.as_str())
+        .collect();
+    let mut seen = BTreeSet::new();
+    let diagnostics: Vec<Diagnostic> = loaded
+        .unset_secrets_for(&steps)
+        .filter(|u| seen.insert((u.name.clone(), u.span.start, u.span.end)))
+        .map(|u| {
+            let message = match &u.step {
+                Some(step) => format!(
+                    "secret `{}` is not set in the environment, and step `{step}` of this run reads it",
+                    u.name
+                ),
+                None => format!(
+                    "secret `{}` is not set in the environment, and the plan reads it outside any step, so every run needs it",
+                    u.name
+                ),
+            };
+            Diagnostic::new("plan::unset_secret", message)
+                .at(u.span)
+                .label("read here")
+                .help(format!(
+                    "export {} in the environment that runs gameplan (its value is redacted from all output); `plan check` and `plan explain` need no secret, a run of a step that reads one does",
+                    u.name
+                ))
+        })
+        .collect();
+    (!diagnostics.is_empty()).then(|| LoadFailure {
+        name: loaded.source.name.clone(),
+        source: Some(Arc::clone(&loaded.source)),
+        diagnostics,
     })
 }
 
@@ -207,6 +300,14 @@ fn execute(
         Ok(part) => part,
         Err(e) => return refuse(cx, &StartError::UnknownStep(e)),
     };
+    if let Some(failure) = unset_secrets(&loaded, &pipeline) {
+        cx.report_failure(&failure);
+        return exit_code::PLAN_ERROR;
+    }
+    if let Some(Err(message)) = args.junit.as_deref().map(junit_writable) {
+        cx.console.err(&message);
+        return exit_code::PLAN_ERROR;
+    }
     let options = RunOptions {
         no_reuse: args.no_reuse,
         fail_fast: args.fail_fast,
@@ -268,8 +369,19 @@ fn execute(
         }
     };
     progress.finish();
+    publish(cx, &report, args, &redactor)
+}
+
+/// Writes the run's report where it was asked for (`--junit`, the GitHub
+/// step summary) and prints it; returns its exit code.
+fn publish(
+    cx: &Context,
+    report: &engine::RunReport,
+    args: &RunArgs,
+    redactor: &crate::template::Redactor,
+) -> u8 {
     if let Some(path) = &args.junit
-        && let Err(e) = run_summary::write_junit(&report, path)
+        && let Err(e) = run_summary::write_junit(report, path)
     {
         cx.console.err(&format!(
             "warning: cannot write the JUnit file {}: {e}\n",
@@ -277,7 +389,7 @@ fn execute(
         ));
     }
     if let Some(summary) = cx.env.get("GITHUB_STEP_SUMMARY").filter(|s| !s.is_empty()) {
-        let markdown = redactor.redact(&run_summary::markdown(&report));
+        let markdown = redactor.redact(&run_summary::markdown(report));
         let appended = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -290,16 +402,46 @@ fn execute(
         }
     }
     if args.json {
-        let mut doc = serde_json::to_value(&report).unwrap_or_default();
+        let mut doc = serde_json::to_value(report).unwrap_or_default();
         redactor.redact_json(&mut doc);
         cx.console.json(&doc);
     } else {
-        cx.console
-            .out(&redactor.redact(&run_summary::text(&report)));
+        cx.console.out(&redactor.redact(&run_summary::text(report)));
         if let Some(playtest) = &report.playtest {
             cx.console
                 .out(&redactor.redact(&crate::report::playtest::text(playtest)));
         }
     }
     report.exit_code
+}
+
+/// Checks, before anything runs, that the `--junit` file can be written: a
+/// CI job reads that file, not a warning printed after the run (issue 10).
+/// A file this check creates is removed again, so a run refused later
+/// leaves no empty report behind.
+fn junit_writable(path: &Path) -> Result<(), String> {
+    let existed = path.exists();
+    // Its directory is made as the report's writer makes it.
+    let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
+    let opened = parent
+        .map_or(Ok(()), std::fs::create_dir_all)
+        .and_then(|()| {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(path)
+        });
+    match opened {
+        Ok(_) => {
+            if !existed {
+                let _ = std::fs::remove_file(path);
+            }
+            Ok(())
+        }
+        Err(e) => Err(format!(
+            "error: cannot write the JUnit file {}: {e}. Nothing was run or charged; pass a --junit path gameplan can write (a file, in a directory it can create or write to)\n",
+            path.display()
+        )),
+    }
 }

@@ -8,7 +8,7 @@ use serde_json::json;
 use super::Context;
 use crate::engine;
 use crate::exit_code;
-use crate::journal::run::{RunDir, RunHistory, RunOutcome, run_ids};
+use crate::journal::run::{RunDir, RunHistory, RunOutcome, Scanned, run_ids};
 use crate::journal::{LockHolder, LockStatus, RunLock, this_host};
 use crate::plan::LoadOptions;
 use crate::report::runs::{self, RunRow, RunState, Status, StatusStep};
@@ -223,12 +223,24 @@ pub fn list(cx: &Context, as_json: bool, flag: Option<&Path>) -> u8 {
     let mut resumability = Resumability::new(cx, root);
     let rows: Vec<Result<RunRow, (String, String)>> = ids
         .into_iter()
-        .map(
-            |id| match RunHistory::read(&RunDir::new(&state_dir, &id).journal()) {
-                Ok(history) => Ok(resumability.row(&state_dir, &history)),
-                Err(e) => Err((id, e.to_string())),
-            },
-        )
+        .map(|id| {
+            let dir = RunDir::new(&state_dir, &id);
+            match Scanned::of(&dir) {
+                Scanned::Run(history) => Ok(resumability.row(&state_dir, &history)),
+                // Not "unreadable": nothing was ever written to read
+                // (issue 8, item 13); usually removed by the run that
+                // failed to write it.
+                Scanned::NeverStarted => Err((
+                    id,
+                    "never started: its journal has no record (the first could not be written)"
+                        .to_owned(),
+                )),
+                Scanned::Damaged { error, .. } if dir.set_aside().exists() => {
+                    Err((id, format!("damaged, set aside: {error}")))
+                }
+                Scanned::Damaged { error, .. } => Err((id, format!("unreadable: {error}"))),
+            }
+        })
         .collect();
     if as_json {
         let runs: Vec<serde_json::Value> = rows

@@ -158,10 +158,11 @@ async fn attempts(
             at: now(),
         };
         // In the journal before it can have an effect.
+        // Not journaled means not started: the step stays to be run by a
+        // resume, and the dispatcher stops the run (issue 8, item 13).
         if let Err(e) = keeper.journal.append(&event) {
-            return StepOutcome::Failed {
-                exit_code: None,
-                message: format!("cannot write the journal: {e}"),
+            return StepOutcome::Interrupted {
+                message: format!("not started: cannot write the journal: {e}"),
             };
         }
         if !kind.queues_ahead() {

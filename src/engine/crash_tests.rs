@@ -109,7 +109,7 @@ fn probe_child() {
     let pipeline = crate::graph::expand(&loaded.plan).expect("expands");
     let hash = engine::plan_hash(&loaded);
     let state_dir = dir.join(".gameplan");
-    let start = match engine::find_unfinished(&state_dir, &hash) {
+    let start = match engine::find_unfinished(&state_dir, &hash).expect("no damaged run") {
         Some(history) => Start::Resume(history.run_id),
         None => Start::New(engine::new_run_id()),
     };

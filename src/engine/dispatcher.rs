@@ -24,7 +24,8 @@ use crate::backend::Backend;
 use crate::graph::Pipeline;
 use crate::journal::Journal;
 use crate::journal::run::{
-    Checkpoint, EVENTS_VERSION, Event, PlannedStep, RecordedOptions, RunDir, RunHistory, StepState,
+    Checkpoint, EVENTS_VERSION, Event, PlannedStep, RecordedOptions, RunDir, RunHistory,
+    RunOutcome, StepState,
 };
 use crate::plan::model::Plan;
 use crate::report::progress::Progress;
@@ -83,25 +84,35 @@ fn open_journal(
                         .map(|r| r.display().to_string())
                 })
                 .unwrap_or_else(|| loaded.source.path.display().to_string());
-            journal
-                .append_durable(&Event::RunStarted {
-                    events_version: EVENTS_VERSION,
-                    run_id: run_id.clone(),
-                    plan: loaded.plan.name.clone(),
-                    plan_hash: plan_hash.clone(),
-                    plan_path,
-                    vars: options.vars.clone(),
-                    started_at: now(),
-                    gameplan: env!("CARGO_PKG_VERSION").to_owned(),
-                    steps: planned_steps(pipeline),
-                    options: RecordedOptions {
-                        no_reuse: options.no_reuse,
-                        fail_fast: options.fail_fast,
-                        dry_upload: options.dry_upload,
-                        steps: options.steps.clone(),
-                    },
-                })
-                .map_err(journal_error)?;
+            let first = journal.append_durable(&Event::RunStarted {
+                events_version: EVENTS_VERSION,
+                run_id: run_id.clone(),
+                plan: loaded.plan.name.clone(),
+                plan_hash: plan_hash.clone(),
+                plan_path,
+                vars: options.vars.clone(),
+                started_at: now(),
+                gameplan: env!("CARGO_PKG_VERSION").to_owned(),
+                steps: planned_steps(pipeline),
+                options: RecordedOptions {
+                    no_reuse: options.no_reuse,
+                    fail_fast: options.fail_fast,
+                    dry_upload: options.dry_upload,
+                    steps: options.steps.clone(),
+                },
+            });
+            if let Err(e) = first {
+                // A journal without its first record is no run: leave
+                // nothing for `plan runs` to list as unreadable (issue 8,
+                // item 13).
+                drop(journal);
+                let _ = std::fs::remove_file(run_dir.journal());
+                let _ = std::fs::remove_dir(&run_dir.dir);
+                return Err(StartError::Journal(format!(
+                    "cannot start run {run_id}: {}. Nothing was run or charged; free space (or mend the state directory) and run again",
+                    super::journal_writer::plain_words(&e)
+                )));
+            }
             Ok((journal, None))
         }
         Start::Resume(run_id) => {
@@ -247,6 +258,9 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
     // already asked about them (a miss stays a miss within a run).
     let mut keys: BTreeMap<NodeIndex, Result<Option<ReuseKey>, String>> = BTreeMap::new();
     loop {
+        if let Some(why) = journal.failure() {
+            run.journal_failed(why);
+        }
         run.record_skips();
         // Ready steps whose pool is full, back to the ready set after this round.
         let mut pool_full = Vec::new();
@@ -332,13 +346,22 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
         if tasks.is_empty() {
             break;
         }
-        match tasks.join_next().await {
+        let next = tokio::select! {
+            next = tasks.join_next() => next,
+            // Stop at once when the journal fails, not when a step next ends.
+            () = journal.failed(), if run.journal_error.is_none() => continue,
+        };
+        match next {
             Some(Ok(finished)) => run.finish(finished),
             Some(Err(e)) => run.abort(format!("internal error in a step task: {e}")),
             None => break,
         }
     }
 
+    journal.check_linked();
+    if let Some(why) = journal.failure() {
+        run.journal_failed(why);
+    }
     let interrupted = cancelled.is_set();
     if !interrupted && !run.halted {
         run.skip_unstarted();
@@ -366,9 +389,23 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
             duration_ms: Some(elapsed_ms(started)),
         }
     };
-    let journal_error = |e: String| StartError::Journal(e);
-    journal.append(&closing).map_err(journal_error)?;
-    journal.commit_now().map_err(journal_error)?;
+    // A journal that failed takes no closing record: the run stays
+    // unfinished on disk, and a resume continues it once space is back.
+    if run.journal_error.is_none() {
+        let closed = journal.append(&closing).and_then(|_| journal.commit_now());
+        if let Err(why) = closed {
+            run.journal_failed(why);
+        }
+    }
+    // A run that could not journal its end did not succeed, whatever its
+    // steps did: say so in the exit code too (issue 8, items 13 and 14).
+    let (outcome, code) = if run.journal_error.is_some()
+        && matches!(outcome, RunOutcome::Succeeded | RunOutcome::Incomplete)
+    {
+        (RunOutcome::Failed, crate::exit_code::FAILED)
+    } else {
+        (outcome, code)
+    };
     let _ = shared
         .keeper
         .hashes
@@ -389,7 +426,9 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
         .iter()
         .map(|i| run.reports[i.index()].clone())
         .collect();
-    let resumable = interrupted || run.halted;
+    // A run whose journal is gone has nothing to resume from.
+    let resumable =
+        !journal.is_unlinked() && (interrupted || run.halted || run.journal_error.is_some());
     let report = RunReport {
         run_id,
         plan: shared.plan.name.clone(),
@@ -401,13 +440,14 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
         root_cause: run.root_cause,
         steps,
         resume_command: resumable.then_some(resume_hint),
+        journal_error: run.journal_error,
         playtest: None,
     };
     let report = RunReport {
         playtest: crate::report::playtest::collect(&report.steps, |id| run_dir.step(id)),
         ..report
     };
-    if !resumable {
+    if !resumable && run_dir.journal().exists() {
         let summary = serde_json::to_vec_pretty(&report).unwrap_or_default();
         let _ = crate::journal::atomic_write(&run_dir.summary(), &summary);
     }
@@ -456,6 +496,9 @@ struct Run {
     /// On resume: each step's acknowledged checkpoints.
     checkpoints: BTreeMap<String, Vec<Checkpoint>>,
     root_cause: Option<String>,
+    /// Why the journal stopped taking records, once it has: the run stops
+    /// and stays resumable.
+    journal_error: Option<String>,
     aborted: bool,
     /// A step declined, or the environment refused (auth, model): nothing
     /// more starts, and what did not run stays pending for a resume.
@@ -503,6 +546,7 @@ impl Run {
             attempt_base: vec![0; n],
             checkpoints: BTreeMap::new(),
             root_cause: None,
+            journal_error: None,
             aborted: false,
             halted: false,
             fail_fast,
@@ -608,6 +652,25 @@ impl Run {
         .on_progress(move |text| progress.step_progress(text))
     }
 
+    /// The journal cannot be written: nothing more starts, running steps
+    /// are stopped (what they did could not be recorded, so a resume runs
+    /// them again), and the run is left unfinished for a resume. Not an
+    /// abort: nothing is skipped, and no `--fail-fast` is blamed.
+    fn journal_failed(&mut self, why: String) {
+        if self.journal_error.is_some() {
+            return;
+        }
+        self.shared.keeper.progress.note(&format!(
+            "the run's journal cannot be written ({why}); stopping: nothing more starts"
+        ));
+        self.root_cause
+            .get_or_insert_with(|| format!("cannot write the journal: {why}"));
+        self.journal_error = Some(why);
+        self.halted = true;
+        let _ = self.stop.send(true);
+        let _ = self.cancel.send(true);
+    }
+
     fn abort(&mut self, cause: String) {
         self.root_cause.get_or_insert(cause);
         self.aborted = true;
@@ -677,7 +740,7 @@ impl Run {
             )
         });
         if let Err(e) = self.shared.keeper.journal.append(&event) {
-            self.abort(format!("cannot write the journal: {e}"));
+            self.journal_failed(e);
         }
         if let Some(failure) = failure {
             self.root_cause.get_or_insert(failure);
@@ -717,8 +780,17 @@ impl Run {
             report.state = StepState::Skipped;
             report.message = Some(if blocked {
                 "a step it needs did not succeed".into()
-            } else {
+            } else if self.fail_fast {
                 "not started: --fail-fast stopped the run at a failure".into()
+            } else {
+                // An abort without --fail-fast (an internal error): never
+                // blame a flag nobody gave (issue 8, item 13).
+                format!(
+                    "not started: the run stopped early ({})",
+                    self.root_cause
+                        .as_deref()
+                        .unwrap_or("see the run's root cause")
+                )
             });
             let _ = self.shared.keeper.journal.append(&Event::StepFinished {
                 step: report.id.clone(),

@@ -24,7 +24,7 @@ use std::time::Duration;
 use tokio::sync::{Notify, oneshot};
 
 use crate::journal::run::{Checkpoint, Event};
-use crate::journal::{Journal, Seq};
+use crate::journal::{Journal, JournalError, Seq};
 use crate::steps::{BoxFuture, CheckpointSink};
 
 /// How often plain records are synced to disk (group commit).
@@ -46,6 +46,11 @@ struct Inner {
     wake: Arc<Notify>,
     /// Why the journal stopped taking records, once it has.
     failed: Mutex<Option<String>>,
+    /// Wakes the dispatcher when `failed` is first set, so a run whose
+    /// journal is gone stops at once, not when a step next ends.
+    on_failure: Notify,
+    /// The journal file lost its name (its link count dropped to 0).
+    unlinked: std::sync::atomic::AtomicBool,
 }
 
 impl JournalWriter {
@@ -56,6 +61,8 @@ impl JournalWriter {
             waiters: Mutex::new(BTreeMap::new()),
             wake: Arc::new(Notify::new()),
             failed: Mutex::new(None),
+            on_failure: Notify::new(),
+            unlinked: std::sync::atomic::AtomicBool::new(false),
         });
         tokio::spawn(sync_loop(Arc::downgrade(&inner), Arc::clone(&inner.wake)));
         JournalWriter { inner }
@@ -70,7 +77,45 @@ impl JournalWriter {
 
     /// Appends a plain record; durable with the next group commit.
     pub fn append(&self, event: &Event) -> Result<Seq, String> {
-        self.journal().append(event).map_err(|e| e.to_string())
+        let appended = self.journal().append(event);
+        appended.map_err(|e| self.failed_with(&e))
+    }
+
+    /// Describes a failed append, and remembers it when it leaves the
+    /// journal unwritable (a full disk, a failed sync, a vanished file), so
+    /// the dispatcher stops the run instead of running steps it cannot
+    /// record. A record refused on its own (too large) does not stop it.
+    fn failed_with(&self, error: &JournalError) -> String {
+        let message = plain_words(error);
+        if matches!(
+            error,
+            JournalError::Io { .. } | JournalError::Unusable { .. }
+        ) {
+            self.inner.fail(message.clone());
+        }
+        message
+    }
+
+    /// Checks that the journal file still has a name; when it has none (the
+    /// state directory was deleted under the run, issue 8, item 14), the
+    /// journal has failed: its records, and the run lock beside it, are gone.
+    pub fn check_linked(&self) {
+        self.inner.check_linked();
+    }
+
+    /// Whether the journal file lost its name: the run cannot be resumed.
+    pub fn is_unlinked(&self) -> bool {
+        self.inner
+            .unlinked
+            .load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Resolves once the journal has failed (at once if it already has).
+    pub async fn failed(&self) {
+        if self.failure().is_some() {
+            return;
+        }
+        self.inner.on_failure.notified().await;
     }
 
     /// Appends a record and resolves once a sync covering it has completed.
@@ -83,7 +128,7 @@ impl JournalWriter {
             let mut journal = self.journal();
             let seq = journal
                 .append_marked_durable(event)
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| self.failed_with(&e))?;
             self.inner
                 .waiters
                 .lock()
@@ -101,7 +146,8 @@ impl JournalWriter {
     /// Syncs everything appended so far, on this thread: for the run's
     /// closing record, after which nothing else is written.
     pub fn commit_now(&self) -> Result<(), String> {
-        self.journal().commit().map_err(|e| e.to_string())
+        let committed = self.journal().commit();
+        committed.map_err(|e| self.failed_with(&e))
     }
 
     /// Why the journal stopped taking records, if it has.
@@ -111,6 +157,47 @@ impl JournalWriter {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
+    }
+}
+
+impl Inner {
+    fn fail(&self, why: String) {
+        let mut failed = self.failed.lock().unwrap_or_else(PoisonError::into_inner);
+        if failed.is_none() {
+            *failed = Some(why);
+            self.on_failure.notify_one();
+        }
+    }
+
+    fn check_linked(&self) {
+        let journal = self.journal.lock().unwrap_or_else(PoisonError::into_inner);
+        if journal.is_unlinked()
+            && !self
+                .unlinked
+                .swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            let path = journal.path().display().to_string();
+            drop(journal);
+            self.fail(format!(
+                "the journal file {path} was deleted while the run ran (was the state directory removed by a step?); what this run recorded is gone, and so is its lock, so another run of this plan may have run at the same time. This run cannot be resumed; run the plan again, with the state directory where no step deletes it (`--state-dir DIR` moves it)"
+            ));
+        }
+    }
+}
+
+/// A journal error in words a person acts on: a full disk is named as one.
+pub fn plain_words(error: &JournalError) -> String {
+    let full = match error {
+        JournalError::Io { source, .. } => matches!(
+            source.raw_os_error(),
+            Some(code) if code == nix::libc::ENOSPC || code == nix::libc::EDQUOT
+        ),
+        _ => false,
+    };
+    if full {
+        format!("the disk is full: {error}")
+    } else {
+        error.to_string()
     }
 }
 
@@ -124,6 +211,7 @@ async fn sync_loop(inner: std::sync::Weak<Inner>, wake: Arc<Notify>) {
             () = tokio::time::sleep(COMMIT_EVERY) => {}
         }
         let Some(inner) = inner.upgrade() else { return };
+        inner.check_linked();
         let pending = inner
             .journal
             .lock()
@@ -146,9 +234,9 @@ async fn sync_loop(inner: std::sync::Weak<Inner>, wake: Arc<Notify>) {
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
                     .commit_done(&done);
-                done.map(|_| ()).map_err(|e| e.to_string())
+                done.map(|_| ()).map_err(|e| plain_words(&e))
             }
-            Err(e) => Err(e.to_string()),
+            Err(e) => Err(plain_words(&e)),
         };
         let synced = inner
             .journal
@@ -175,7 +263,7 @@ async fn sync_loop(inner: std::sync::Weak<Inner>, wake: Arc<Notify>) {
             }
         };
         if let Err(e) = &result {
-            *inner.failed.lock().unwrap_or_else(PoisonError::into_inner) = Some(e.clone());
+            inner.fail(e.clone());
         }
         for (tx, answer) in answered {
             let _ = tx.send(answer);
@@ -306,6 +394,40 @@ mod tests {
         assert_eq!(journal.positions(), (2, 1), "record 2 is not yet synced");
         journal.commit().expect("commit");
         assert_eq!(journal.positions(), (2, 2));
+    }
+
+    /// Issue 8, items 13 and 14: a full disk is named as one, and a journal
+    /// deleted under the run fails the writer (and wakes who waits on it).
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_full_disk_is_named_and_a_deleted_journal_fails_the_writer() {
+        let full = JournalError::Io {
+            action: "append to the journal",
+            path: "j".into(),
+            source: std::io::Error::from_raw_os_error(nix::libc::ENOSPC),
+        };
+        assert!(
+            plain_words(&full).starts_with("the disk is full: "),
+            "{}",
+            plain_words(&full)
+        );
+
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("journal.jsonl");
+        let writer = JournalWriter::start(Journal::create(&path).expect("create"));
+        writer.check_linked();
+        assert!(writer.failure().is_none() && !writer.is_unlinked());
+
+        std::fs::remove_file(&path).expect("delete");
+        // The sync task notices by itself within a tick.
+        tokio::time::timeout(COMMIT_EVERY * 20, writer.failed())
+            .await
+            .expect("noticed");
+        assert!(writer.is_unlinked());
+        assert!(
+            writer
+                .failure()
+                .is_some_and(|f| f.contains("was deleted while the run ran"))
+        );
     }
 
     #[tokio::test(flavor = "current_thread")]

@@ -56,7 +56,7 @@ use std::sync::Arc;
 
 use crate::exit_code;
 use crate::graph::Pipeline;
-use crate::journal::run::{RunDir, RunHistory, StepState, run_ids};
+use crate::journal::run::{HistoryError, RunDir, RunHistory, Scanned, StepState, run_ids};
 use crate::journal::{LockError, LockHolder, RunLock};
 use crate::plan::LoadedPlan;
 use crate::report::progress::Progress;
@@ -144,6 +144,14 @@ pub enum StartError {
         done: usize,
         total: usize,
     },
+    #[error(
+        "run {run_id} may be an unfinished run of this plan, but its journal cannot be read: {error}\nA damaged run is neither resumed (what it journaled cannot be trusted) nor silently replaced (it may hold a finished step or the idempotency key of a charge). Nothing was run or charged. Read it first (`gameplan plan status {run_id}`, or the journal in {dir}); then `gameplan plan run PLAN --new` sets it aside and starts a fresh run, or move {dir} out of the state directory"
+    )]
+    DamagedRun {
+        run_id: String,
+        dir: String,
+        error: String,
+    },
     #[error("{0}")]
     Journal(String),
 }
@@ -170,14 +178,60 @@ impl Start {
 }
 
 /// The newest unfinished run of `plan_hash`, if any.
-pub fn find_unfinished(state_dir: &Path, plan_hash: &str) -> Option<RunHistory> {
-    run_ids(state_dir).into_iter().rev().find_map(|id| {
+///
+/// A damaged journal that may be this plan's (its header says so, or is
+/// itself unreadable) is an error, never skipped: the run may be unfinished,
+/// with a journaled idempotency key a fresh run would not replay (issue 8,
+/// item 12). A run set aside after such an error, and a journal that never
+/// got its first record, are passed over.
+pub fn find_unfinished(
+    state_dir: &Path,
+    plan_hash: &str,
+) -> Result<Option<RunHistory>, StartError> {
+    for id in run_ids(state_dir).into_iter().rev() {
         let dir = RunDir::new(state_dir, &id);
-        if dir.summary().exists() {
-            return None;
+        if dir.summary().exists() || dir.set_aside().exists() {
+            continue;
         }
-        let history = RunHistory::read(&dir.journal()).ok()?;
-        (history.plan_hash == plan_hash && !history.is_finished()).then_some(history)
+        match Scanned::of(&dir) {
+            Scanned::Run(history) => {
+                if history.plan_hash == plan_hash && !history.is_finished() {
+                    return Ok(Some(*history));
+                }
+            }
+            Scanned::NeverStarted => {}
+            Scanned::Damaged {
+                plan_hash: Some(other),
+                ..
+            } if other != plan_hash => {}
+            Scanned::Damaged { error, .. } => return Err(damaged_run(&dir, &id, &error)),
+        }
+    }
+    Ok(None)
+}
+
+/// The refusal for a run whose journal cannot be read.
+pub fn damaged_run(dir: &RunDir, run_id: &str, error: &HistoryError) -> StartError {
+    StartError::DamagedRun {
+        run_id: run_id.to_owned(),
+        dir: dir.dir.display().to_string(),
+        error: error.to_string(),
+    }
+}
+
+/// Marks a damaged run as set aside (`plan run --new` after the refusal):
+/// it stays on disk to be read, and is no longer a run to resume.
+pub fn set_aside(state_dir: &Path, run_id: &str, by: &str) -> Result<(), StartError> {
+    let dir = RunDir::new(state_dir, run_id);
+    let note = format!(
+        "set aside by `plan run --new` at {} (new run {by}): its journal could not be read, so it was neither resumed nor replaced\n",
+        now()
+    );
+    crate::journal::atomic_write(&dir.set_aside(), note.as_bytes()).map_err(|e| {
+        StartError::Journal(format!(
+            "cannot set the damaged run {run_id} aside: {e}. Nothing was run or charged; move {} out of the state directory yourself",
+            dir.dir.display()
+        ))
     })
 }
 

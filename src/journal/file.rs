@@ -143,6 +143,23 @@ impl Journal {
         scan(path, &file).map(|(replay, _)| replay)
     }
 
+    /// The first record of a journal, if that line is whole and intact, however
+    /// damaged the rest is: a corrupt journal still tells which plan it was
+    /// for, so the run is not mistaken for another plan's.
+    pub fn read_first<T: DeserializeOwned>(path: &Path) -> Option<T> {
+        let file = File::open(path).ok()?;
+        let mut reader = BufReader::new(file);
+        let mut line = Vec::new();
+        let read = read_line(&mut reader, &mut line).ok()??;
+        if !matches!(read.kind, LineKind::Complete) {
+            return None;
+        }
+        match record::decode(&line[..line.len() - 1]) {
+            Decoded::Event(event) => serde_json::from_str(event.get()).ok(),
+            Decoded::Corrupt(_) | Decoded::UnsupportedVersion(_) => None,
+        }
+    }
+
     /// Replaces how the file is synced (tests use a double that records
     /// each sync).
     #[must_use]
@@ -278,6 +295,14 @@ impl Journal {
         event: &T,
     ) -> Result<Seq, JournalError> {
         self.write_record(event, true)
+    }
+
+    /// Whether the file this journal writes to has no name left (its link
+    /// count is 0): something deleted it, or the state directory, under a
+    /// live run. Records written to it are lost with the last descriptor.
+    pub fn is_unlinked(&self) -> bool {
+        use std::os::unix::fs::MetadataExt as _;
+        self.file.metadata().is_ok_and(|m| m.nlink() == 0)
     }
 
     /// The journal file.
@@ -813,6 +838,37 @@ mod tests {
             matches!(error, JournalError::UnexpectedEvent { line: 1, .. }),
             "{error:?}"
         );
+    }
+
+    /// Issue 8, item 12: a journal damaged after its first line still says
+    /// which plan it was for; one damaged in its first line says nothing.
+    #[test]
+    fn read_first_reads_the_header_of_a_journal_damaged_later() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = journal_with(dir.path(), 3);
+        let mut bytes = fs::read(&path).expect("read file");
+        let second = line_starts(&bytes)[1];
+        bytes[second + 30] ^= 0x01;
+        fs::write(&path, &bytes).expect("damage line 2");
+        assert!(Journal::read::<StepEvent>(&path).is_err());
+
+        assert_eq!(Journal::read_first::<StepEvent>(&path), Some(event(0)));
+        bytes[30] ^= 0x01;
+        fs::write(&path, &bytes).expect("damage line 1");
+        assert_eq!(Journal::read_first::<StepEvent>(&path), None);
+    }
+
+    /// Issue 8, item 14: a journal whose file was deleted under it knows.
+    #[test]
+    fn a_deleted_journal_file_is_unlinked() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = journal_with(dir.path(), 1);
+        let (journal, _) = Journal::open::<Value>(&path).expect("open");
+        assert!(!journal.is_unlinked());
+
+        fs::remove_dir_all(dir.path().join("runs")).expect("delete the state");
+
+        assert!(journal.is_unlinked());
     }
 
     #[test]

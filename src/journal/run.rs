@@ -408,6 +408,47 @@ impl RunHistory {
     }
 }
 
+/// What a run directory's journal holds, for choosing a run to resume or
+/// listing runs.
+#[derive(Debug)]
+pub enum Scanned {
+    /// A readable journal.
+    Run(Box<RunHistory>),
+    /// No record at all: the run could not write its first one (a full
+    /// disk) and never started anything.
+    NeverStarted,
+    /// A journal that cannot be read. `plan_hash` is its header's, when
+    /// that line is intact, so it is only held against its own plan.
+    Damaged {
+        plan_hash: Option<String>,
+        error: HistoryError,
+    },
+}
+
+impl Scanned {
+    pub fn of(run: &RunDir) -> Scanned {
+        let path = run.journal();
+        match Journal::read::<Event>(&path) {
+            Ok(replay) if replay.records.is_empty() => Scanned::NeverStarted,
+            Ok(replay) => {
+                match RunHistory::from_events(&path, replay.records, replay.torn_tail.is_some()) {
+                    Ok(history) => Scanned::Run(Box::new(history)),
+                    Err(error) => Scanned::damaged(&path, error),
+                }
+            }
+            Err(error) => Scanned::damaged(&path, error.into()),
+        }
+    }
+
+    fn damaged(path: &Path, error: HistoryError) -> Scanned {
+        let plan_hash = match Journal::read_first::<Event>(path) {
+            Some(Event::RunStarted { plan_hash, .. }) => Some(plan_hash),
+            _ => None,
+        };
+        Scanned::Damaged { plan_hash, error }
+    }
+}
+
 /// Where a run's files live under the state directory.
 #[derive(Debug, Clone)]
 pub struct RunDir {
@@ -428,6 +469,13 @@ impl RunDir {
     /// Written when a run ends; lets `plan runs` skip reading finished journals.
     pub fn summary(&self) -> PathBuf {
         self.dir.join("summary.json")
+    }
+
+    /// Present once a damaged run was set aside (`plan run --new` after
+    /// being told it is damaged): it is no longer a run to resume, and
+    /// holds why.
+    pub fn set_aside(&self) -> PathBuf {
+        self.dir.join("set-aside")
     }
 
     /// A step's directory; ids are made safe as file names (a matrix value may hold `/`).

@@ -53,6 +53,10 @@ impl Diagnostic {
 #[derive(Debug, Default)]
 pub struct Diagnostics {
     list: Vec<Diagnostic>,
+    /// Not a problem: where an unset secret was read while secrets were
+    /// deferred (`LoadOptions::defer_secrets`); carried along the same
+    /// path through rendering as the problems are.
+    pub unset_secrets: Vec<(String, super::source::Span)>,
 }
 
 impl Diagnostics {

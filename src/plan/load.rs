@@ -5,7 +5,7 @@
 //! parser), parse TOML or YAML into the spanned tree, render templates (vars
 //! first, then every other string), decode the raw plan, validate it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -30,6 +30,23 @@ pub struct LoadOptions {
     pub root: Option<PathBuf>,
     /// Shared with later stages so every secret read here is redacted everywhere.
     pub redactor: Redactor,
+    /// An unset `secret("NAME")` is not an error but a value marked unknown,
+    /// listed in [`LoadedPlan::unset_secrets`]: `plan check` and `plan
+    /// explain` need no secret's value, and a run refuses only when a step it
+    /// runs reads one.
+    pub defer_secrets: bool,
+}
+
+/// A `secret("NAME")` that was not set when the plan loaded (with
+/// [`LoadOptions::defer_secrets`]), and where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnsetSecret {
+    pub name: String,
+    /// The string that reads it.
+    pub span: Span,
+    /// The id of the step whose table holds it; `None` outside `[[steps]]`
+    /// (the backend, a persona, the game, a var): then any run may need it.
+    pub step: Option<String>,
 }
 
 /// A plan that loaded cleanly.
@@ -42,6 +59,22 @@ pub struct LoadedPlan {
     /// What renders the strings a step reads per matrix cell
     /// (`{{ matrix.NAME }}`), after expansion.
     pub templates: Arc<Templates>,
+    /// Secrets the plan reads that were not set (only with
+    /// [`LoadOptions::defer_secrets`]; otherwise each is a load error).
+    pub unset_secrets: Vec<UnsetSecret>,
+}
+
+impl LoadedPlan {
+    /// The unset secrets a run of these steps needs: those its steps read,
+    /// and those read outside any step.
+    pub fn unset_secrets_for<'a>(
+        &'a self,
+        steps: &'a BTreeSet<&str>,
+    ) -> impl Iterator<Item = &'a UnsetSecret> {
+        self.unset_secrets
+            .iter()
+            .filter(|u| u.step.as_deref().is_none_or(|id| steps.contains(id)))
+    }
 }
 
 /// A plan that did not: its source (when it could be read) and every problem.
@@ -77,16 +110,18 @@ pub fn load(path: &Path, options: &LoadOptions) -> Result<LoadedPlan, LoadFailur
         fail(source.map(Arc::new), vec![d])
     })?);
     let root = options.root.clone().unwrap_or_else(|| find_root(path));
-    match load_source(&source, &root, options) {
-        Ok(plan) => Ok(LoadedPlan {
+    match load_source_deferring(&source, &root, options) {
+        Ok((plan, unset_secrets)) => Ok(LoadedPlan {
             source,
             root,
             plan,
             redactor: options.redactor.clone(),
-            templates: Arc::new(Templates::new(
-                options.env.clone(),
-                options.redactor.clone(),
-            )),
+            templates: Arc::new(if options.defer_secrets {
+                Templates::deferring_secrets(options.env.clone(), options.redactor.clone())
+            } else {
+                Templates::new(options.env.clone(), options.redactor.clone())
+            }),
+            unset_secrets,
         }),
         Err(diags) => Err(fail(
             Some(source),
@@ -118,12 +153,21 @@ fn refuse(source: Option<Source>, diagnostic: Diagnostic) -> ReadError {
 
 fn read_source(path: &Path) -> Result<Source, ReadError> {
     let name = path.display().to_string();
+    // Named once: every problem is printed after its file's name already.
+    if path.is_dir() {
+        return Err(refuse(
+            None,
+            Diagnostic::new("plan::not_a_file", "this is a directory, not a plan file").help(
+                format!("pass the plan files in it, e.g. `gameplan plan check {name}/*.toml`"),
+            ),
+        ));
+    }
     let Some(format) = Format::from_path(path) else {
         return Err(refuse(
             None,
             Diagnostic::new(
                 "plan::unknown_format",
-                format!("{name}: not a plan file (expected a .toml, .yaml or .yml extension)"),
+                "not a plan file (expected a .toml, .yaml or .yml extension)",
             )
             .help("plans are TOML or YAML; name the file accordingly"),
         ));
@@ -175,12 +219,23 @@ fn read_source(path: &Path) -> Result<Source, ReadError> {
         }
     };
     if let Some(at) = text.find('\0') {
+        // Shown as ␀, never echoed raw into a terminal or a log; the first
+        // NUL is the first replaced, so the span before it is unchanged.
+        let shown: Arc<str> = text.replace('\0', "\u{2400}").into();
+        return Err(refuse(
+            Some(source(shown)),
+            Diagnostic::new("plan::nul_byte", "the plan contains a NUL byte")
+                .at(Span::new(at, at + '\u{2400}'.len_utf8()))
+                .label("NUL byte (shown as ␀)")
+                .help("plans are text; this looks like a binary file or a bad copy"),
+        ));
+    }
+    if text.trim().is_empty() {
+        // One problem, no excerpt: an excerpt of nothing is an empty box.
         return Err(refuse(
             Some(source(text)),
-            Diagnostic::new("plan::nul_byte", "the plan contains a NUL byte")
-                .at(Span::new(at, at + 1))
-                .label("NUL byte")
-                .help("plans are text; this looks like a binary file or a bad copy"),
+            Diagnostic::new("plan::empty", "the file is empty")
+                .help("a plan starts with `version = 1` and `name = \"…\"`; `gameplan schema plan` describes the rest"),
         ));
     }
     Ok(source(text))
@@ -192,6 +247,15 @@ pub fn load_source(
     root: &Path,
     options: &LoadOptions,
 ) -> Result<Plan, Diagnostics> {
+    load_source_deferring(source, root, options).map(|(plan, _)| plan)
+}
+
+/// [`load_source`], with the unset secrets it deferred.
+fn load_source_deferring(
+    source: &Source,
+    root: &Path,
+    options: &LoadOptions,
+) -> Result<(Plan, Vec<UnsetSecret>), Diagnostics> {
     let mut diags = Diagnostics::default();
     let tree = match source.format {
         Format::Toml => node::from_toml(&source.text, &mut diags),
@@ -209,9 +273,25 @@ pub fn load_source(
         return Err(diags);
     }
 
-    let templates = Templates::new(options.env.clone(), options.redactor.clone());
+    let templates = if options.defer_secrets {
+        Templates::deferring_secrets(options.env.clone(), options.redactor.clone())
+    } else {
+        Templates::new(options.env.clone(), options.redactor.clone())
+    };
+    let steps = step_spans(&tree);
     let vars = render_vars(&mut tree, &templates, &options.vars, &mut diags);
     render_strings(&mut tree, &templates, &vars, &mut diags, 0);
+    let unset: Vec<UnsetSecret> = std::mem::take(&mut diags.unset_secrets)
+        .into_iter()
+        .map(|(name, span)| UnsetSecret {
+            step: steps
+                .iter()
+                .find(|(at, _)| at.start <= span.start && span.end <= at.end)
+                .and_then(|(_, id)| id.clone()),
+            name,
+            span,
+        })
+        .collect();
 
     let raw = RawPlan::decode(&tree, &mut diags);
     let Some(raw) = raw else { return Err(diags) };
@@ -229,9 +309,61 @@ pub fn load_source(
         diags,
     };
     match validator.plan(&raw) {
-        (Some(plan), d) if d.is_empty() => Ok(plan),
+        (Some(plan), d) if d.is_empty() => Ok((plan, unset)),
         (_, d) => Err(d),
     }
+}
+
+/// Each `[[steps]]` table's span and id (when it has a plain one), so an
+/// unset secret is charged to the step that reads it.
+fn step_spans(tree: &Node) -> Vec<(Span, Option<String>)> {
+    let Value::Table(entries) = &tree.value else {
+        return Vec::new();
+    };
+    let Some(Value::Array(steps)) = entries
+        .iter()
+        .find(|e| e.key == "steps")
+        .map(|e| &e.value.value)
+    else {
+        return Vec::new();
+    };
+    steps
+        .iter()
+        .map(|step| {
+            let id = match &step.value {
+                Value::Table(keys) => {
+                    keys.iter()
+                        .find(|k| k.key == "id")
+                        .and_then(|k| match &k.value.value {
+                            Value::Str(id) | Value::Scalar(id) => Some(id.clone()),
+                            _ => None,
+                        })
+                }
+                _ => None,
+            };
+            (extent(step), id)
+        })
+        .collect()
+}
+
+/// The bytes a node and everything in it cover (a TOML table's own span may
+/// be its header alone).
+fn extent(node: &Node) -> Span {
+    let mut span = node.span;
+    let mut widen = |other: Span| {
+        span = Span::new(span.start.min(other.start), span.end.max(other.end));
+    };
+    match &node.value {
+        Value::Table(entries) => {
+            for entry in entries {
+                widen(entry.key_span);
+                widen(extent(&entry.value));
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|item| widen(extent(item))),
+        _ => {}
+    }
+    span
 }
 
 /// Renders `[vars]` (which may read `env` and `secret()` but not each other)
@@ -346,8 +478,9 @@ fn defer_matrix(
         Value::Str(text) | Value::Scalar(text)
             if Templates::is_template(text) && axes.is_some() && templates.reads_matrix(text) =>
         {
-            if let Err(e) = templates.render_cell(text, vars, axes) {
-                push_template_error(diags, node.span, e);
+            match templates.render_cell(text, vars, axes) {
+                Ok(_) => note_unset(diags, templates, node.span),
+                Err(e) => push_template_error(diags, node.span, e),
             }
         }
         Value::Table(entries) => {
@@ -361,6 +494,13 @@ fn defer_matrix(
             }
         }
         _ => render_strings(node, templates, vars, diags, depth),
+    }
+}
+
+/// Notes where the unset secrets just rendered stand.
+fn note_unset(diags: &mut Diagnostics, templates: &Templates, span: Span) {
+    for name in templates.take_unset() {
+        diags.unset_secrets.push((name, span));
     }
 }
 
@@ -385,7 +525,10 @@ fn render_strings(
         Value::Str(text) | Value::Scalar(text) if Templates::is_template(text) => {
             match templates.render(text, vars) {
                 // Rendered text is untyped: `seed = "{{ vars.seed }}"` may fill an integer key.
-                Ok(rendered) => node.value = Value::Scalar(rendered),
+                Ok(rendered) => {
+                    note_unset(diags, templates, node.span);
+                    node.value = Value::Scalar(rendered);
+                }
                 Err(e) => push_template_error(diags, node.span, e),
             }
         }

@@ -14,7 +14,7 @@ pub mod schema;
 pub mod source;
 pub mod validate;
 
-pub use load::{LoadFailure, LoadOptions, LoadedPlan, find_root, load};
+pub use load::{LoadFailure, LoadOptions, LoadedPlan, UnsetSecret, find_root, load};
 
 #[cfg(test)]
 mod tests {

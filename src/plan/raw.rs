@@ -48,6 +48,42 @@ pub struct RawPlan {
     /// had no steps (and so needed a `[game]` for the default pipeline).
     #[schemars(skip)]
     pub unreadable: Vec<&'static str>,
+    /// The ids of steps that could not be read (already reported) but whose
+    /// `id` could: `steps` holds the readable ones, so graph problems (an
+    /// unknown `needs`, a cycle) are reported with the schema errors, and a
+    /// `needs` naming one of these is not called unknown (issue 8, item 22).
+    #[schemars(skip)]
+    pub unread_step_ids: Vec<String>,
+}
+
+/// Reads `steps` step by step: the readable steps, and the ids of the
+/// others where they can be read; `None` when `steps` is not a list.
+fn decode_steps(
+    node: &Node,
+    diags: &mut Diagnostics,
+) -> Option<(Spanned<Vec<RawStep>>, Vec<String>)> {
+    let Value::Array(items) = &node.value else {
+        wrong_type(node, "an array", diags);
+        return None;
+    };
+    let mut steps = Vec::with_capacity(items.len());
+    let mut unread = Vec::new();
+    for item in items {
+        match RawStep::decode(item, diags) {
+            Some(step) => steps.push(step),
+            None => {
+                if let Value::Table(entries) = &item.value
+                    && let Some(Value::Str(id) | Value::Scalar(id)) = entries
+                        .iter()
+                        .find(|e| e.key == "id")
+                        .map(|e| &e.value.value)
+                {
+                    unread.push(id.clone());
+                }
+            }
+        }
+    }
+    Some((Spanned::new(steps, node.span), unread))
 }
 
 impl RawPlan {
@@ -73,8 +109,24 @@ impl RawPlan {
         let personas = t.optional("personas", diags);
         let lenses = t.optional("lenses", diags);
         let gates = t.optional("gates", diags);
-        let steps = t.optional("steps", diags);
+        let steps = t.entry("steps").and_then(|e| decode_steps(&e.value, diags));
+        let (steps, unread_step_ids) = match steps {
+            Some((steps, unread)) => (Some(steps), unread),
+            None => (None, Vec::new()),
+        };
+        // Some steps unreadable: checks that need every step (is a `[game]`
+        // needed, does a gate have its step) are skipped as for an
+        // unreadable `steps`; the readable steps are still checked.
+        let some_unread = steps.as_ref().is_some_and(|s| {
+            let Some(Value::Array(items)) = t.entry("steps").map(|e| &e.value.value) else {
+                return false;
+            };
+            items.len() != s.value.len()
+        });
         let mut unreadable = Vec::new();
+        if some_unread {
+            unreadable.push("steps");
+        }
         for (key, read) in [
             ("controllers", controllers.is_some()),
             ("game", game.is_some()),
@@ -88,10 +140,19 @@ impl RawPlan {
                 unreadable.push(key);
             }
         }
+        // A missing or unreadable `version` or `name` (already reported)
+        // does not hide the rest of the plan's problems: the steps are
+        // still checked, with a stand-in the plan model never gets (the
+        // errors keep it from being built).
+        let version = version.unwrap_or_else(|| Spanned::new(1, node.span));
+        let name = name.unwrap_or_else(|| {
+            unreadable.push("name");
+            Spanned::new(String::new(), node.span)
+        });
         t.finish(diags);
         Some(RawPlan {
-            version: version?,
-            name: name?,
+            version,
+            name,
             description,
             controllers,
             vars: vars.unwrap_or_default(),
@@ -104,6 +165,7 @@ impl RawPlan {
             gates: gates.unwrap_or_default(),
             steps,
             unreadable,
+            unread_step_ids,
         })
     }
 }
@@ -713,6 +775,43 @@ impl Decode for Seconds {
     }
 }
 
+/// A step's `needs`, with the fix for the commonest slip: one id where a
+/// list is wanted.
+fn decode_needs(t: &mut TableReader<'_>, diags: &mut Diagnostics) -> Option<Vec<Spanned<String>>> {
+    match t.entry("needs") {
+        Some(e) if let Value::Str(one) | Value::Scalar(one) = &e.value.value => {
+            diags.push(
+                Diagnostic::new("plan::wrong_type", "expected an array, found a string")
+                    .at(e.value.span)
+                    .label("expected an array")
+                    .help(format!(
+                        "`needs` is a list: write `needs = [\"{one}\"]` (in YAML, `needs: [{one}]`)"
+                    )),
+            );
+            None
+        }
+        _ => t.optional("needs", diags),
+    }
+}
+
+/// A command step's `run`, pointing a list at `argv`.
+fn decode_run(t: &mut TableReader<'_>, diags: &mut Diagnostics) -> Option<Spanned<String>> {
+    match t.entry("run") {
+        Some(e) if matches!(e.value.value, Value::Array(_)) => {
+            diags.push(
+                Diagnostic::new("plan::wrong_type", "expected a string, found an array")
+                    .at(e.value.span)
+                    .label("`run` is one shell line")
+                    .help("for a program and its arguments as a list, write `argv = [..]` instead of `run`"),
+            );
+            // A stand-in (the error keeps the plan from being built), so
+            // the step is not also said to have nothing to run.
+            Some(Spanned::new(String::new(), e.value.span))
+        }
+        _ => t.optional("run", diags),
+    }
+}
+
 impl Decode for RawStep {
     fn decode(node: &Node, diags: &mut Diagnostics) -> Option<Self> {
         let mut t = TableReader::new(node, "a step", diags)?;
@@ -723,7 +822,7 @@ impl Decode for RawStep {
         let kind = t.required::<Node>("kind", diags).and_then(|k| {
             decode_word(&k, &StepKind::ALL, "step kind", diags).map(|v| Spanned::new(v, k.span))
         });
-        let needs = t.optional("needs", diags);
+        let needs = decode_needs(&mut t, diags);
         let matrix = t.entry("matrix").and_then(|e| {
             let Value::Table(entries) = &e.value.value else {
                 wrong_type(&e.value, "a table of axes", diags);
@@ -753,7 +852,7 @@ impl Decode for RawStep {
         let env = t.optional("env", diags);
         let params = match kind.as_ref().map(|k| k.value) {
             Some(StepKind::Command) => RawParams::Command {
-                run: t.optional("run", diags),
+                run: decode_run(&mut t, diags),
                 argv: t.optional("argv", diags),
                 inputs: t.optional("inputs", diags).unwrap_or_default(),
                 outputs: t.optional("outputs", diags).unwrap_or_default(),

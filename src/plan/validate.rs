@@ -41,6 +41,11 @@ fn plural(word: &str) -> String {
     }
 }
 
+/// The name rule, short enough to stay on one line of a rendered problem:
+/// wrapped, miette split the character class at its hyphens (issue 10).
+pub const NAME_RULE: &str =
+    "names match [a-z0-9][a-z0-9_-]*: lowercase letters, digits, `-` and `_`";
+
 pub struct Validator<'a> {
     pub source: &'a Source,
     pub root: &'a Path,
@@ -56,10 +61,13 @@ impl Validator<'_> {
     fn name(&mut self, name: &Spanned<String>, what: &str) {
         if !is_valid_name(name) {
             self.push(
-                Diagnostic::new("plan::invalid_name", format!("invalid {what} `{}`", name.value))
-                    .at(name.span)
-                    .label("not a valid name")
-                    .help("names use lowercase letters, digits, `-` and `_`, and start with a letter or digit: [a-z0-9][a-z0-9_-]*"),
+                Diagnostic::new(
+                    "plan::invalid_name",
+                    format!("invalid {what} `{}`", name.value),
+                )
+                .at(name.span)
+                .label("not a valid name")
+                .help(NAME_RULE),
             );
         }
     }
@@ -153,6 +161,62 @@ impl Validator<'_> {
         !escapes
     }
 
+    /// A step's `cwd` must be a directory by the time it runs: one that
+    /// exists now, or one a step it needs (directly or not) declares among
+    /// its `outputs`. Otherwise the run would fail at that step, after the
+    /// steps before it ran (issue 10). A per-cell `cwd` is checked per cell
+    /// when it runs.
+    fn cwd_exists(&mut self, cwd: &Spanned<String>, step: &RawStep, all: &[RawStep]) {
+        if Templates::is_template(&cwd.value) {
+            return;
+        }
+        // Lexically, as the step's shell will see it: `sub/..` is the root
+        // even when `sub` does not exist (yet).
+        let mut parts: Vec<&str> = Vec::new();
+        for part in cwd.value.split('/') {
+            match part {
+                "" | "." => {}
+                ".." => {
+                    parts.pop();
+                }
+                part => parts.push(part),
+            }
+        }
+        let dir = parts.join("/");
+        let dir = dir.as_str();
+        if dir.is_empty() || self.root.join(dir).is_dir() {
+            return;
+        }
+        if upstream(step, all).any(|up| match &up.params {
+            RawParams::Command { outputs, .. } => outputs.iter().any(|o| {
+                let o = o.value.trim_start_matches("./");
+                o == dir
+                    || o.strip_prefix(dir)
+                        .is_some_and(|rest| rest.starts_with('/'))
+            }),
+            _ => false,
+        }) {
+            return;
+        }
+        let what = if self.root.join(dir).exists() {
+            "is not a directory"
+        } else {
+            "does not exist"
+        };
+        self.push(
+            Diagnostic::new(
+                "plan::missing_cwd",
+                format!("the cwd `{}` of step `{}` {what}", cwd.value, step.id.value),
+            )
+            .at(cwd.span)
+            .label("no such directory")
+            .help(format!(
+                "paths are relative to the repo root {}; create the directory, or declare it among the `outputs` of a step this one needs",
+                self.root.display()
+            )),
+        );
+    }
+
     /// A repo file that must exist now (persona cards, lens charters).
     fn repo_file(&mut self, path: &Spanned<String>, what: &str) {
         if self.repo_path(path, what) && !self.root.join(path.value.as_str()).is_file() {
@@ -185,7 +249,9 @@ impl Validator<'_> {
                     .help("set `version = 1`, or upgrade gameplan if the plan was written for a newer one"),
             );
         }
-        self.name(&raw.name, "plan name");
+        if readable("name") {
+            self.name(&raw.name, "plan name");
+        }
 
         let controllers = self.controllers(raw);
         let backend = self.backend(raw);
@@ -260,7 +326,7 @@ impl Validator<'_> {
             unreadable: &raw.unreadable,
         };
         let steps = match &raw.steps {
-            Some(steps) => self.steps(&steps.value, &refs),
+            Some(steps) => self.steps(&steps.value, &raw.unread_step_ids, &refs),
             None => Vec::new(),
         };
         let plays = raw.steps.as_ref().map_or(
@@ -605,6 +671,23 @@ impl Validator<'_> {
     }
 }
 
+/// The steps `step` needs, directly or through others, each once.
+fn upstream<'a>(step: &RawStep, all: &'a [RawStep]) -> impl Iterator<Item = &'a RawStep> {
+    let mut seen: HashSet<&str> = HashSet::new();
+    let mut queue: Vec<&str> = step.needs.iter().map(|n| n.value.as_str()).collect();
+    let mut found = Vec::new();
+    while let Some(id) = queue.pop() {
+        if !seen.insert(id) {
+            continue;
+        }
+        if let Some(up) = all.iter().find(|s| s.id.value == id) {
+            queue.extend(up.needs.iter().map(|n| n.value.as_str()));
+            found.push(up);
+        }
+    }
+    found.into_iter()
+}
+
 struct Refs<'r> {
     personas: &'r [&'r str],
     controllers: &'r [Controller],
@@ -621,12 +704,18 @@ impl Refs<'_> {
 }
 
 impl Validator<'_> {
-    fn steps(&mut self, raw: &[RawStep], refs: &Refs<'_>) -> Vec<Step> {
+    /// `unread`: ids of steps that could not be read (already reported),
+    /// which a `needs` may name without being called unknown.
+    fn steps(&mut self, raw: &[RawStep], unread: &[String], refs: &Refs<'_>) -> Vec<Step> {
         for s in raw {
             self.name(&s.id, "step id");
         }
         self.unique(raw.iter().map(|s| &s.id), "step id");
-        let ids: Vec<&str> = raw.iter().map(|s| s.id.value.as_str()).collect();
+        let ids: Vec<&str> = raw
+            .iter()
+            .map(|s| s.id.value.as_str())
+            .chain(unread.iter().map(String::as_str))
+            .collect();
         // Membership by hash: a 10,000-step plan checks its needs in linear time.
         let id_set: HashSet<&str> = ids.iter().copied().collect();
         let steps: Vec<Step> = raw
@@ -720,8 +809,10 @@ impl Validator<'_> {
                 for path in outputs {
                     self.repo_path(path, "output");
                 }
-                if let Some(cwd) = cwd {
-                    self.repo_path(cwd, "cwd");
+                if let Some(cwd) = cwd
+                    && self.repo_path(cwd, "cwd")
+                {
+                    self.cwd_exists(cwd, s, all);
                 }
                 let program = self.program(
                     run.as_ref(),

@@ -194,3 +194,36 @@ pub fn graph_mermaid(pipeline: &Pipeline) -> String {
     }
     out
 }
+
+/// What `plan check` and `plan explain` say of secrets the plan reads that
+/// are not set: not a problem there, a value unknown; a run of a step that
+/// reads one refuses before anything runs.
+pub fn unset_secrets_note(unset: &[crate::plan::UnsetSecret]) -> String {
+    let mut out = String::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for u in unset {
+        if !seen.insert((u.name.as_str(), u.step.as_deref())) {
+            continue;
+        }
+        let who = u.step.as_ref().map_or_else(
+            || "every run needs it (it is read outside the steps)".to_owned(),
+            |step| format!("a run of step `{step}` needs it"),
+        );
+        let _ = writeln!(
+            out,
+            "note: secret `{}` is not set, so its value is unknown here; {who}",
+            u.name
+        );
+    }
+    out
+}
+
+/// The same, for `--json`: `[{"name", "step"}]` (`step` null outside the steps).
+pub fn unset_secrets_json(unset: &[crate::plan::UnsetSecret]) -> serde_json::Value {
+    let mut seen = std::collections::BTreeSet::new();
+    unset
+        .iter()
+        .filter(|u| seen.insert((u.name.as_str(), u.step.as_deref())))
+        .map(|u| serde_json::json!({"name": u.name, "step": u.step}))
+        .collect()
+}

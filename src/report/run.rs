@@ -46,6 +46,10 @@ pub struct RunReport {
     /// How to continue an interrupted run.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resume_command: Option<String>,
+    /// Why the run stopped early: its journal could not be written (a full
+    /// disk, a deleted state directory). The run is unfinished, and resumes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub journal_error: Option<String>,
     /// What the play and simulate steps found, when the plan has any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub playtest: Option<super::playtest::Playtest>,

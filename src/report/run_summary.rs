@@ -63,6 +63,17 @@ pub fn text(report: &RunReport) -> String {
     {
         let _ = writeln!(out, "  root cause: {cause}");
     }
+    if let Some(why) = &report.journal_error {
+        let _ = writeln!(
+            out,
+            "  stopped: the run's journal could not be written: {why}"
+        );
+        if report.resume_command.is_some() {
+            out.push_str(
+                "  what finished is journaled; once the cause is mended (space freed), the resume below runs the rest\n",
+            );
+        }
+    }
     if let Some(resume) = &report.resume_command {
         let _ = writeln!(out, "  resume with: {resume}");
     }

@@ -214,7 +214,7 @@ pub fn list_text(rows: &[Result<RunRow, (String, String)>]) -> String {
                 );
             }
             Err((id, error)) => {
-                let _ = writeln!(out, "{id:<id_width$}  unreadable: {error}");
+                let _ = writeln!(out, "{id:<id_width$}  {error}");
             }
         }
     }

@@ -94,6 +94,16 @@ pub struct Templates {
     jinja: Environment<'static>,
     env: BTreeMap<String, String>,
     redactor: Redactor,
+    /// With secrets deferred: the names of unset secrets rendered since the
+    /// last [`Templates::take_unset`].
+    unset: Option<Arc<Mutex<Vec<String>>>>,
+}
+
+/// What an unset secret renders as when secrets are deferred (`plan check`,
+/// `plan explain`, and a run until it knows which steps it runs): a value
+/// marked unknown, never mistaken for a real one.
+pub fn unset_secret(name: &str) -> String {
+    format!("<secret {name}: not set>")
 }
 
 impl std::fmt::Debug for Templates {
@@ -107,6 +117,25 @@ impl Templates {
     /// `env` is the process environment as the caller chose to expose it
     /// (tests pass their own; nothing here reads `std::env`).
     pub fn new(env: BTreeMap<String, String>, redactor: Redactor) -> Self {
+        Self::build(env, redactor, false)
+    }
+
+    /// Like [`Templates::new`], but a `secret("NAME")` that is not set
+    /// renders as [`unset_secret`] and is noted (see [`Templates::take_unset`])
+    /// instead of failing: only a step that runs needs a secret's value.
+    pub fn deferring_secrets(env: BTreeMap<String, String>, redactor: Redactor) -> Self {
+        Self::build(env, redactor, true)
+    }
+
+    /// The unset secrets rendered since the last call, in order.
+    /// The caller knows where the string it rendered stands.
+    pub fn take_unset(&self) -> Vec<String> {
+        self.unset.as_ref().map_or_else(Vec::new, |unset| {
+            std::mem::take(&mut *unset.lock().unwrap_or_else(PoisonError::into_inner))
+        })
+    }
+
+    fn build(env: BTreeMap<String, String>, redactor: Redactor, defer: bool) -> Self {
         let mut jinja = Environment::new();
         jinja.set_undefined_behavior(UndefinedBehavior::Strict);
         jinja.set_fuel(Some(FUEL));
@@ -115,15 +144,29 @@ impl Templates {
         jinja.set_auto_escape_callback(|_| minijinja::AutoEscape::None);
         let secret_env = env.clone();
         let secret_redactor = redactor.clone();
+        let unset = defer.then(|| Arc::new(Mutex::new(Vec::new())));
+        let secret_unset = unset.clone();
         jinja.add_function(
             "secret",
             move |name: String| -> Result<String, minijinja::Error> {
-                match secret_env.get(&name) {
-                    Some(value) => {
+                match (secret_env.get(&name), &secret_unset) {
+                    (Some(value), _) => {
                         secret_redactor.register(value);
                         Ok(value.clone())
                     }
-                    None => Err(minijinja::Error::new(
+                    (None, Some(unset)) => {
+                        unset
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .push(name.clone());
+                        // Registered like a value: where a real value
+                        // would be redacted (a reuse key), so is this, and
+                        // `plan explain` keys the step as a run would.
+                        let stand_in = unset_secret(&name);
+                        secret_redactor.register(&stand_in);
+                        Ok(stand_in)
+                    }
+                    (None, None) => Err(minijinja::Error::new(
                         ErrorKind::InvalidOperation,
                         format!("secret `{name}` is not set in the environment"),
                     )),
@@ -134,6 +177,7 @@ impl Templates {
             jinja,
             env,
             redactor,
+            unset,
         }
     }
 

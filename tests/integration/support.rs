@@ -68,6 +68,13 @@ impl Test {
         self
     }
 
+    /// Unsets an environment variable set with [`Self::env`].
+    #[must_use]
+    pub fn without_env(mut self, name: &str) -> Self {
+        self.env.remove(name);
+        self
+    }
+
     /// Runs `gameplan ARGS…` in the repo. Fails the test on a hang, a death
     /// by signal, or a panic message, whatever the exit code.
     pub fn run(&self, args: &[&str]) -> Output {
