@@ -53,9 +53,13 @@ where
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
         .collect();
     let no_color = cli.no_color || env.get("NO_COLOR").is_some_and(|v| !v.is_empty());
+    // CLICOLOR_FORCE (bixense.com/clicolors): any value but 0 forces colour.
+    let force = env
+        .get("CLICOLOR_FORCE")
+        .is_some_and(|v| !v.is_empty() && v != "0");
     let cx = cli::Context {
+        console: report::Console::from_env(no_color, force),
         env,
-        console: report::Console::from_env(no_color),
     };
     ExitCode::from(cli::dispatch(cli, &cx))
 }

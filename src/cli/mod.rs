@@ -297,6 +297,11 @@ pub struct RunArgs {
     /// Steps running at once (default: the number of cores).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub concurrency: Option<u32>,
+    /// What to show of the steps' output: the failed steps' last lines
+    /// (failures), every line as it comes, prefixed with its step id
+    /// (stream), or none. Per invocation: a resume takes its own.
+    #[arg(long, value_enum, value_name = "WHAT", default_value_t = OutputMode::Failures)]
+    pub output: OutputMode,
     /// Print one JSON document (the run report) instead of the summary.
     #[arg(long)]
     pub json: bool,
@@ -321,6 +326,18 @@ fn parse_var(text: &str) -> Result<(String, String), String> {
         Some((name, value)) if !name.is_empty() => Ok((name.to_owned(), value.to_owned())),
         _ => Err(format!("`{text}` is not NAME=VALUE")),
     }
+}
+
+/// `plan run --output`: what a run shows of what its steps print.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub enum OutputMode {
+    /// A failed step's last lines, once, as it fails.
+    #[default]
+    Failures,
+    /// Every line as it is printed, prefixed with its step id.
+    Stream,
+    /// Nothing; a failure says where its log is.
+    None,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]

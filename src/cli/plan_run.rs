@@ -5,12 +5,12 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::path::Path;
 use std::sync::Arc;
 
-use super::{Context, LoadArgs, RunArgs};
+use super::{Context, LoadArgs, OutputMode, RunArgs};
 use crate::engine::{self, RunOptions, RunRequest, Start, StartError};
 use crate::exit_code;
 use crate::journal::run::{RunDir, RunHistory};
 use crate::plan::{LoadOptions, LoadedPlan};
-use crate::report::progress::Progress;
+use crate::report::progress::{Progress, ProgressOptions, StepOutput};
 use crate::report::run_summary;
 use crate::steps::{Confirm, Kinds, RunSettings};
 
@@ -67,8 +67,9 @@ pub fn run(
                 Choice::New => false,
                 Choice::Ask if std::io::stdin().is_terminal() => ask(
                     &format!(
-                        "run {} of this plan is unfinished ({done} of {total} steps done). Resume it? [Y/n] ",
-                        history.run_id
+                        "run {} of this plan is unfinished ({done} of {} done). Resume it? [Y/n] ",
+                        history.run_id,
+                        crate::report::plural(total, "step")
                     ),
                     true,
                 ),
@@ -183,6 +184,24 @@ pub fn resume(cx: &Context, run_id: Option<&str>, args: &RunArgs) -> u8 {
     })
 }
 
+/// The run's live display, as this invocation asks (`--output` is
+/// presentation, not part of the run: a resume takes its own).
+fn progress(cx: &Context, args: &RunArgs, loaded: &LoadedPlan) -> Progress {
+    Progress::with_options(
+        ProgressOptions {
+            terminal: std::io::stderr().is_terminal(),
+            quiet: false,
+            output: match args.output {
+                OutputMode::Failures => StepOutput::Failures,
+                OutputMode::Stream => StepOutput::Stream,
+                OutputMode::None => StepOutput::None,
+            },
+            color: cx.console.color,
+        },
+        loaded.redactor.clone(),
+    )
+}
+
 /// Locks the plan, decides how to start, runs, and reports.
 fn execute(
     cx: &Context,
@@ -236,11 +255,7 @@ fn execute(
     if let Some(dir) = &args.state_dir {
         let _ = write!(resume_hint, " --state-dir {}", dir.display());
     }
-    let progress = Progress::new(
-        std::io::stderr().is_terminal(),
-        false,
-        loaded.redactor.clone(),
-    );
+    let progress = progress(cx, args, &loaded);
     let redactor = loaded.redactor.clone();
     let request = RunRequest {
         loaded,
@@ -289,7 +304,7 @@ fn execute(
         cx.console.json(&doc);
     } else {
         cx.console
-            .out(&redactor.redact(&run_summary::text(&report)));
+            .out(&redactor.redact(&run_summary::text(&report, cx.console.color_out)));
         if let Some(playtest) = &report.playtest {
             cx.console
                 .out(&redactor.redact(&crate::report::playtest::text(playtest)));

@@ -94,8 +94,12 @@ pub fn status(cx: &Context, run_id: Option<&str>, as_json: bool, flag: Option<&P
     }
     let (done, total) = engine::progress_of(&history);
     let mut out = format!(
-        "run {} of `{}` ({}), started {}: {status}; {done} of {total} steps done\n",
-        history.run_id, history.plan, history.plan_path, history.started_at
+        "run {} of `{}` ({}), started {}: {status}; {done} of {} done\n",
+        history.run_id,
+        history.plan,
+        history.plan_path,
+        history.started_at,
+        crate::report::plural(total, "step")
     );
     for s in &history.steps {
         let state = history.state_of(&s.id);

@@ -388,6 +388,23 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
         .map(|i| run.reports[i.index()].clone())
         .collect();
     let resumable = interrupted || run.halted;
+    let root_causes = root_causes(&pipeline, &run.reports);
+    // A failure is named for the first root cause in plan order, not for
+    // whichever branch happened to fail first; the whole message is the
+    // step's own (`steps[].message`), said once.
+    let root_cause = match root_causes.first() {
+        Some(id) if !run.halted && run.own_cause.is_none() => pipeline.find(id).map(|node| {
+            let step = &run.reports[node.index()];
+            format!(
+                "step `{id}` failed: {}",
+                crate::report::run::headline(
+                    step.message.as_deref().unwrap_or_default(),
+                    step.log.as_deref()
+                )
+            )
+        }),
+        _ => run.root_cause,
+    };
     let report = RunReport {
         run_id,
         plan: shared.plan.name.clone(),
@@ -396,7 +413,8 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
         resumed,
         duration_ms: elapsed_ms(started),
         counts,
-        root_cause: run.root_cause,
+        root_cause,
+        root_causes,
         steps,
         resume_command: resumable.then_some(resume_hint),
         playtest: None,
@@ -410,6 +428,27 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
         let _ = crate::journal::atomic_write(&run_dir.summary(), &summary);
     }
     Ok(report)
+}
+
+/// The failed steps no other failure explains: none of the steps they need,
+/// directly or through others, failed (only an `always` step runs after a
+/// failed need, and its failure may well follow from that one).
+fn root_causes(pipeline: &Pipeline, reports: &[StepReport]) -> Vec<String> {
+    let failed = |node: NodeIndex| reports[node.index()].state == StepState::Failed;
+    let mut failed_above = vec![false; reports.len()];
+    // `order` is topological: a step's needs are settled before it.
+    for &node in &pipeline.order {
+        failed_above[node.index()] = pipeline
+            .needs(node)
+            .into_iter()
+            .any(|need| failed(need) || failed_above[need.index()]);
+    }
+    pipeline
+        .order
+        .iter()
+        .filter(|&&node| failed(node) && !failed_above[node.index()])
+        .map(|&node| reports[node.index()].id.clone())
+        .collect()
 }
 
 /// A step that fails before any attempt (its key cannot be computed).
@@ -454,6 +493,9 @@ struct Run {
     /// On resume: each step's acknowledged checkpoints.
     checkpoints: BTreeMap<String, Vec<Checkpoint>>,
     root_cause: Option<String>,
+    /// The run stopped for a reason of gameplan's own (the journal could not
+    /// be written, a task died): that is the root cause, whatever failed.
+    own_cause: Option<String>,
     aborted: bool,
     /// A step declined, or the environment refused (auth, model): nothing
     /// more starts, and what did not run stays pending for a resume.
@@ -501,6 +543,7 @@ impl Run {
             attempt_base: vec![0; n],
             checkpoints: BTreeMap::new(),
             root_cause: None,
+            own_cause: None,
             aborted: false,
             halted: false,
             fail_fast,
@@ -588,6 +631,12 @@ impl Run {
         let id = &self.pipeline.graph[node].id;
         let progress = self.shared.keeper.progress.clone();
         let started_id = id.clone();
+        let progress_id = id.clone();
+        // The log `--output stream` follows: a command's output as it is
+        // written. Other kinds' logs (a play cell's report) are written whole
+        // at the end and are no stream.
+        let live_log = (self.pipeline.graph[node].kind == crate::plan::raw::StepKind::Command)
+            .then(|| crate::steps::command::log_path(&self.shared.run_dir.step(id)));
         StepIo::new(
             Arc::new(self.shared.keeper.journal.clone()),
             id.clone(),
@@ -598,12 +647,15 @@ impl Run {
         )
         .on_start({
             let progress = progress.clone();
-            move |attempt| progress.step_started(&started_id, attempt)
+            move |attempt| progress.step_started(&started_id, attempt, live_log.clone())
         })
-        .on_progress(move |text| progress.step_progress(text))
+        .on_progress(move |text| progress.step_progress(&progress_id, text))
     }
 
     fn abort(&mut self, cause: String) {
+        if self.root_cause.is_none() {
+            self.own_cause = Some(cause.clone());
+        }
         self.root_cause.get_or_insert(cause);
         self.aborted = true;
         let _ = self.stop.send(true);

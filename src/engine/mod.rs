@@ -137,7 +137,8 @@ pub enum StartError {
     #[error("{0}")]
     Lock(String),
     #[error(
-        "run {run_id} of this plan is unfinished ({done} of {total} steps done). Nothing was run or charged; pass --resume to continue it, or --new to start over"
+        "run {run_id} of this plan is unfinished ({done} of {} done). Nothing was run or charged; pass --resume to continue it, or --new to start over",
+        crate::report::plural(*total, "step")
     )]
     ResumeChoiceNeeded {
         run_id: String,

@@ -1,15 +1,68 @@
-//! Live progress of a run: a progress bar on a terminal, one line per event
-//! otherwise (CI logs), always on stderr so `--json` keeps stdout clean.
+//! Live progress of a run: on a terminal, a progress bar with a line per
+//! running step; otherwise (CI logs) one line per event. Always on stderr, so
+//! `--json` keeps stdout clean.
+//!
+//! What a step prints reaches the user in one of three ways
+//! ([`StepOutput`]): the last lines of a failed step, once, in its `FAILED`
+//! line (the default); every line as it comes (`--output stream`), each
+//! prefixed with its step id; or nothing but where the log is.
+//!
+//! Streaming follows the log files the steps write (a step writes its own
+//! log; gameplan never sits between a step and its output), from a thread
+//! that polls the logs of running steps and prints complete lines. When a
+//! step ends its log is read to the end and a last partial line printed, so
+//! every line comes before the step's own end line. Every line goes through
+//! the redactor like everything else printed here.
 
-use std::io::Write;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Instant;
 
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
 
-use super::run::StepReport;
+use super::paint;
+use super::run::{StepReport, headline};
 use crate::journal::run::StepState;
 use crate::template::Redactor;
+
+/// What a run shows of the output of its steps (`plan run --output`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StepOutput {
+    /// A failed step's last lines, once, in its `FAILED` line.
+    #[default]
+    Failures,
+    /// Every line as the step prints it, prefixed with the step id.
+    Stream,
+    /// Nothing of the output; a failure names its log.
+    None,
+}
+
+/// How a [`Progress`] shows a run.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ProgressOptions {
+    /// Draw a progress display (stderr is a terminal).
+    pub terminal: bool,
+    /// Print nothing but failures and notes.
+    pub quiet: bool,
+    pub output: StepOutput,
+    /// Colour the step states and ids.
+    pub color: bool,
+}
+
+/// Step lines shown at once under the bar; more would scroll a small
+/// terminal, so the rest are counted on the bar's line.
+const SHOWN_STEPS: usize = 12;
+
+/// How often the logs of running steps are read for `--output stream`.
+const FOLLOW_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// A line longer than this without a newline is printed as it is, so a
+/// step printing a progress bar of its own cannot grow memory without bound.
+const LONGEST_LINE: usize = 64 * 1024;
 
 /// Cheap to clone; every clone reports to the same display.
 #[derive(Clone)]
@@ -18,35 +71,73 @@ pub struct Progress {
 }
 
 struct Inner {
-    bar: Option<ProgressBar>,
+    display: Option<Display>,
     started: Instant,
     redactor: Redactor,
     /// Serializes plain lines so two steps never interleave mid-line.
     lines: Mutex<()>,
-    quiet: bool,
+    options: ProgressOptions,
+    /// The logs followed for `--output stream`, by step id.
+    follow: Mutex<BTreeMap<String, Follow>>,
+    closed: AtomicBool,
+}
+
+/// The terminal's display: the run's bar, then a line per running step.
+struct Display {
+    multi: MultiProgress,
+    main: ProgressBar,
+    /// Running steps in the order they started; the first [`SHOWN_STEPS`]
+    /// have a line.
+    running: Mutex<Vec<Running>>,
+    color: bool,
+}
+
+struct Running {
+    id: String,
+    since: Instant,
+    message: String,
+    bar: Option<ProgressBar>,
+}
+
+/// A log being followed: how far it was read, and a line not yet complete.
+struct Follow {
+    path: PathBuf,
+    offset: u64,
+    partial: Vec<u8>,
 }
 
 impl Progress {
-    /// `terminal`: draw a bar (stderr is a terminal); `quiet`: print nothing but notes.
+    /// `terminal`: draw a progress display (stderr is a terminal); `quiet`:
+    /// print nothing but failures and notes.
     pub fn new(terminal: bool, quiet: bool, redactor: Redactor) -> Self {
-        let bar = (terminal && !quiet).then(|| {
-            let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
-            bar.set_style(
-                ProgressStyle::with_template("{elapsed:>4} [{bar:30}] {pos}/{len} {wide_msg}")
-                    .unwrap_or_else(|_| ProgressStyle::default_bar())
-                    .progress_chars("=> "),
-            );
-            bar
-        });
-        Progress {
+        Self::with_options(
+            ProgressOptions {
+                terminal,
+                quiet,
+                ..ProgressOptions::default()
+            },
+            redactor,
+        )
+    }
+
+    pub fn with_options(options: ProgressOptions, redactor: Redactor) -> Self {
+        let display = (options.terminal && !options.quiet).then(|| Display::new(options.color));
+        let progress = Progress {
             inner: Arc::new(Inner {
-                bar,
+                display,
                 started: Instant::now(),
                 redactor,
                 lines: Mutex::new(()),
-                quiet,
+                options,
+                follow: Mutex::new(BTreeMap::new()),
+                closed: AtomicBool::new(false),
             }),
+        };
+        if options.output == StepOutput::Stream {
+            let inner = Arc::downgrade(&progress.inner);
+            std::thread::spawn(move || follow_logs(&inner));
         }
+        progress
     }
 
     pub fn redactor(&self) -> &Redactor {
@@ -54,82 +145,118 @@ impl Progress {
     }
 
     fn line(&self, text: &str) {
-        let text = self.inner.redactor.redact(text);
-        if let Some(bar) = &self.inner.bar {
-            bar.println(text);
-            return;
-        }
-        let elapsed = self.inner.started.elapsed().as_secs_f64();
-        // One write per line: stderr is unbuffered, and a formatted write
-        // would otherwise be a syscall per fragment.
-        let line = format!("[{elapsed:>7.2}s] {text}\n");
-        let _guard = self
-            .inner
-            .lines
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let _ = std::io::stderr().lock().write_all(line.as_bytes());
+        self.inner.line(text);
     }
 
     pub fn run_started(&self, run_id: &str, plan: &str, steps: usize, resumed: bool) {
-        if let Some(bar) = &self.inner.bar {
-            bar.set_length(steps as u64);
+        if let Some(display) = &self.inner.display {
+            display.main.set_length(steps as u64);
         }
-        if self.inner.quiet {
+        if self.inner.options.quiet {
             return;
         }
         let verb = if resumed { "resuming" } else { "starting" };
         self.line(&format!(
-            "{verb} run {run_id} of plan `{plan}` ({steps} steps)"
+            "{verb} run {run_id} of plan `{plan}` ({})",
+            super::plural(steps, "step")
         ));
     }
 
-    pub fn step_started(&self, id: &str, attempt: u32) {
-        if let Some(bar) = &self.inner.bar {
-            bar.set_message(format!("running {id}"));
+    /// An attempt of step `id` began; `log` is the file it prints to, which
+    /// `--output stream` follows.
+    pub fn step_started(&self, id: &str, attempt: u32, log: Option<PathBuf>) {
+        if self.inner.options.output == StepOutput::Stream
+            && let Some(path) = log
+        {
+            // A retry's log starts empty: what the attempt before it left
+            // unread is printed first.
+            self.inner.drain(id, true);
+            self.inner
+                .follow
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(
+                    id.to_owned(),
+                    Follow {
+                        path,
+                        offset: 0,
+                        partial: Vec::new(),
+                    },
+                );
+        }
+        let retry = if attempt > 1 {
+            format!("(attempt {attempt})")
+        } else {
+            String::new()
+        };
+        if let Some(display) = &self.inner.display {
+            display.started(id, retry);
             return;
         }
-        if !self.inner.quiet {
-            let retry = if attempt > 1 {
-                format!(" (attempt {attempt})")
+        if !self.inner.options.quiet {
+            let retry = if retry.is_empty() {
+                retry
             } else {
-                String::new()
+                format!(" {retry}")
             };
             self.line(&format!("{id}: started{retry}"));
         }
     }
 
     pub fn step_finished(&self, step: &StepReport) {
-        if let Some(bar) = &self.inner.bar {
-            bar.inc(1);
+        self.inner.drain(&step.id, true);
+        self.inner
+            .follow
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&step.id);
+        if let Some(display) = &self.inner.display {
+            display.finished(&step.id);
         }
+        let color = self.inner.options.color;
         let seconds = Duration(step.duration_ms);
+        let id = &step.id;
         let text = match step.state {
-            StepState::Failed => format!(
-                "{}: FAILED after {seconds}: {}",
-                step.id,
-                step.message.as_deref().unwrap_or("failed")
-            ),
-            StepState::Interrupted => format!("{}: interrupted after {seconds}", step.id),
+            StepState::Failed => {
+                let message = step.message.as_deref().unwrap_or("failed");
+                let message = match self.inner.options.output {
+                    StepOutput::Failures => message.to_owned(),
+                    // The lines were streamed already, or were not wanted.
+                    StepOutput::Stream | StepOutput::None => headline(message, step.log.as_deref()),
+                };
+                format!(
+                    "{id}: {} after {seconds}: {message}",
+                    paint(color, "1;31", "FAILED")
+                )
+            }
+            StepState::Interrupted => {
+                format!(
+                    "{id}: {} after {seconds}",
+                    paint(color, "33", "interrupted")
+                )
+            }
             StepState::Skipped => format!(
-                "{}: skipped ({})",
-                step.id,
+                "{id}: {} ({})",
+                paint(color, "33", "skipped"),
                 step.message.as_deref().unwrap_or("")
             ),
-            StepState::Reused => format!("{}: reused", step.id),
-            other => format!("{}: {} in {seconds}", step.id, other.word()),
+            StepState::Reused => format!("{id}: {}", paint(color, "36", "reused")),
+            StepState::Succeeded => {
+                format!("{id}: {} in {seconds}", paint(color, "32", "succeeded"))
+            }
+            other => format!("{id}: {} in {seconds}", paint(color, "1;33", other.word())),
         };
         let important = matches!(step.state, StepState::Failed | StepState::Interrupted);
-        if important || (!self.inner.quiet && self.inner.bar.is_none()) {
+        if important || (!self.inner.options.quiet && self.inner.display.is_none()) {
             self.line(&text);
         }
     }
 
     /// How far a long step has come (`simulate`'s games), on the terminal's
     /// progress display only: a log gets the step's end, not a line per 100 games.
-    pub fn step_progress(&self, text: &str) {
-        if let Some(bar) = &self.inner.bar {
-            bar.set_message(self.inner.redactor.redact(text));
+    pub fn step_progress(&self, id: &str, text: &str) {
+        if let Some(display) = &self.inner.display {
+            display.message(id, self.inner.redactor.redact(text));
         }
     }
 
@@ -138,24 +265,285 @@ impl Progress {
         self.line(text);
     }
 
+    /// The run is over: the last streamed lines are printed and the display
+    /// is cleared.
     pub fn finish(&self) {
-        if let Some(bar) = &self.inner.bar {
-            bar.finish_and_clear();
+        self.inner.closed.store(true, Ordering::SeqCst);
+        let ids: Vec<String> = self
+            .inner
+            .follow
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .keys()
+            .cloned()
+            .collect();
+        for id in ids {
+            self.inner.drain(&id, true);
+        }
+        if let Some(display) = &self.inner.display {
+            display.clear();
         }
     }
 }
 
-/// Milliseconds shown as seconds with sensible precision.
+impl Inner {
+    fn line(&self, text: &str) {
+        let text = self.redactor.redact(text);
+        if let Some(display) = &self.display {
+            let _ = display.multi.println(text);
+            return;
+        }
+        let elapsed = self.started.elapsed().as_secs_f64();
+        // One write per line: stderr is unbuffered, and a formatted write
+        // would otherwise be a syscall per fragment.
+        let line = format!("[{elapsed:>7.2}s] {text}\n");
+        let _guard = self.lines.lock().unwrap_or_else(PoisonError::into_inner);
+        let _ = std::io::stderr().lock().write_all(line.as_bytes());
+    }
+
+    /// Prints the complete lines step `id` added to its log since the last
+    /// look, and with `last` the line it has not ended too.
+    fn drain(&self, id: &str, last: bool) {
+        let mut follow = self.follow.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(log) = follow.get_mut(id) else {
+            return;
+        };
+        if let Ok(mut file) = File::open(&log.path) {
+            let len = file.metadata().map_or(0, |m| m.len());
+            if len < log.offset {
+                // Truncated: a new attempt started writing from the top.
+                log.offset = 0;
+                log.partial.clear();
+            }
+            if len > log.offset && file.seek(SeekFrom::Start(log.offset)).is_ok() {
+                let mut bytes = Vec::new();
+                if let Ok(n) = file.take(len - log.offset).read_to_end(&mut bytes) {
+                    log.offset += n as u64;
+                    log.partial.extend_from_slice(&bytes);
+                }
+            }
+        }
+        let prefix = format!("{} |", paint(self.options.color, id_color(id), id));
+        let mut lines = Vec::new();
+        while let Some(end) = log.partial.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = log.partial.drain(..=end).collect();
+            lines.push(line_text(&line[..end]));
+        }
+        if log.partial.len() > LONGEST_LINE || (last && !log.partial.is_empty()) {
+            lines.push(line_text(&std::mem::take(&mut log.partial)));
+        }
+        for line in lines {
+            if line.is_empty() {
+                self.line(&prefix);
+            } else {
+                self.line(&format!("{prefix} {line}"));
+            }
+        }
+    }
+}
+
+fn line_text(bytes: &[u8]) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    text.strip_suffix('\r').unwrap_or(&text).to_owned()
+}
+
+/// The follower thread: reads the logs of running steps until the run ends.
+fn follow_logs(inner: &Weak<Inner>) {
+    loop {
+        std::thread::sleep(FOLLOW_EVERY);
+        let Some(inner) = inner.upgrade() else {
+            return;
+        };
+        if inner.closed.load(Ordering::SeqCst) {
+            return;
+        }
+        let ids: Vec<String> = inner
+            .follow
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .keys()
+            .cloned()
+            .collect();
+        for id in ids {
+            inner.drain(&id, false);
+        }
+    }
+}
+
+/// A step id's colour in streamed lines: the same id, the same colour, so
+/// the eye can follow one step through interleaved output.
+fn id_color(id: &str) -> &'static str {
+    const COLORS: [&str; 6] = ["36", "33", "32", "35", "34", "96"];
+    let hash = id.bytes().fold(2_166_136_261_u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(16_777_619)
+    });
+    COLORS[hash as usize % COLORS.len()]
+}
+
+impl Display {
+    fn new(color: bool) -> Display {
+        let multi = MultiProgress::with_draw_target(ProgressDrawTarget::stderr());
+        let main = multi.add(ProgressBar::new(0));
+        main.set_style(
+            ProgressStyle::with_template("{run_elapsed:>6} [{bar:30}] {pos}/{len} {wide_msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .with_key("run_elapsed", write_elapsed)
+                .progress_chars("=> "),
+        );
+        main.enable_steady_tick(std::time::Duration::from_millis(200));
+        Display {
+            multi,
+            main,
+            running: Mutex::new(Vec::new()),
+            color,
+        }
+    }
+
+    fn step_bar(&self, step: &Running) -> ProgressBar {
+        let bar = ProgressBar::new_spinner().with_elapsed(step.since.elapsed());
+        bar.set_style(
+            ProgressStyle::with_template("  {spinner} {step_elapsed:>6} {prefix} {wide_msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_spinner())
+                .with_key("step_elapsed", write_elapsed),
+        );
+        bar.set_prefix(paint(self.color, "1", &step.id));
+        bar.set_message(step.message.clone());
+        let bar = self.multi.add(bar);
+        bar.enable_steady_tick(std::time::Duration::from_millis(200));
+        bar
+    }
+
+    fn started(&self, id: &str, message: String) {
+        let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(step) = running.iter_mut().find(|r| r.id == id) {
+            // A retry: the same line, counting from the new attempt.
+            step.since = Instant::now();
+            step.message = message;
+            if let Some(bar) = step.bar.take() {
+                bar.finish_and_clear();
+                self.multi.remove(&bar);
+                step.bar = Some(self.step_bar(step));
+            }
+            return;
+        }
+        let mut step = Running {
+            id: id.to_owned(),
+            since: Instant::now(),
+            message,
+            bar: None,
+        };
+        if running.len() < SHOWN_STEPS {
+            step.bar = Some(self.step_bar(&step));
+        }
+        running.push(step);
+        self.count_hidden(&running);
+    }
+
+    fn finished(&self, id: &str) {
+        self.main.inc(1);
+        let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(at) = running.iter().position(|r| r.id == id) else {
+            return;
+        };
+        let step = running.remove(at);
+        if let Some(bar) = step.bar {
+            bar.finish_and_clear();
+            self.multi.remove(&bar);
+            // A line came free: the longest-waiting step without one takes it.
+            if let Some(next) = running.iter().position(|r| r.bar.is_none()) {
+                let new_bar = self.step_bar(&running[next]);
+                running[next].bar = Some(new_bar);
+            }
+        }
+        self.count_hidden(&running);
+    }
+
+    fn message(&self, id: &str, text: String) {
+        let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(step) = running.iter_mut().find(|r| r.id == id) {
+            if let Some(bar) = &step.bar {
+                bar.set_message(text.clone());
+            }
+            step.message = text;
+        }
+    }
+
+    fn count_hidden(&self, running: &[Running]) {
+        let hidden = running.iter().filter(|r| r.bar.is_none()).count();
+        self.main.set_message(if hidden == 0 {
+            String::new()
+        } else {
+            format!("and {hidden} more running")
+        });
+    }
+
+    fn clear(&self) {
+        let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+        for step in running.drain(..) {
+            if let Some(bar) = step.bar {
+                bar.finish_and_clear();
+                self.multi.remove(&bar);
+            }
+        }
+        self.main.finish_and_clear();
+        let _ = self.multi.clear();
+    }
+}
+
+fn write_elapsed(state: &ProgressState, out: &mut dyn std::fmt::Write) {
+    let ms = u64::try_from(state.elapsed().as_millis()).unwrap_or(u64::MAX);
+    let _ = write!(out, "{}", Elapsed(ms));
+}
+
+/// A running time on the progress display: `4.2s`, `1m05s`, `1h02m`.
+pub struct Elapsed(pub u64);
+
+impl std::fmt::Display for Elapsed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ms = self.0;
+        let secs = ms / 1000;
+        if secs < 60 {
+            write!(f, "{}.{}s", secs, (ms % 1000) / 100)
+        } else if secs < 3600 {
+            write!(f, "{}m{:02}s", secs / 60, secs % 60)
+        } else {
+            write!(f, "{}h{:02}m", secs / 3600, (secs % 3600) / 60)
+        }
+    }
+}
+
+/// How long a finished step or run took: `0.35s` under a second, then as
+/// [`Elapsed`] (`4.2s`, `1m05s`, `1h02m`).
 pub struct Duration(pub u64);
 
 impl std::fmt::Display for Duration {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        #[expect(clippy::cast_precision_loss, reason = "display only")]
-        let secs = self.0 as f64 / 1000.0;
-        if secs < 10.0 {
-            write!(f, "{secs:.2}s")
+        if self.0 < 1000 {
+            write!(f, "0.{:02}s", self.0 / 10)
         } else {
-            write!(f, "{secs:.1}s")
+            Elapsed(self.0).fmt(f)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn issue10_durations_read_like_a_clock() {
+        let cases = [
+            (0, "0.00s"),
+            (349, "0.34s"),
+            (4_230, "4.2s"),
+            (59_999, "59.9s"),
+            (65_000, "1m05s"),
+            (3_599_000, "59m59s"),
+            (3_720_000, "1h02m"),
+        ];
+        for (ms, text) in cases {
+            assert_eq!(Duration(ms).to_string(), text, "{ms} ms");
+        }
+        assert_eq!(Elapsed(300).to_string(), "0.3s");
     }
 }

@@ -6,6 +6,7 @@ mod engine_resume;
 mod engine_reuse;
 mod engine_run;
 mod hostile;
+mod issue10_output;
 mod issue8;
 mod maze;
 mod plan_check;
