@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Instant;
 
-use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
 
 use super::paint;
 use super::run::{StepReport, headline};
@@ -54,8 +54,11 @@ pub struct ProgressOptions {
 }
 
 /// Step lines shown at once under the bar; more would scroll a small
-/// terminal, so the rest are counted on the bar's line.
+/// terminal, so the rest are counted on one more line.
 const SHOWN_STEPS: usize = 12;
+
+/// The widest a running step's line may be: the narrowest common terminal.
+const LINE_WIDTH: usize = 79;
 
 /// How often the logs of running steps are read for `--output stream`.
 const FOLLOW_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
@@ -83,20 +86,22 @@ struct Inner {
 }
 
 /// The terminal's display: the run's bar, then a line per running step.
+///
+/// One bar whose last field draws the running steps, each with its own
+/// time, from the list below at every redraw: nothing to add or remove per
+/// step, so nothing is left behind when steps end in quick succession.
 struct Display {
-    multi: MultiProgress,
-    main: ProgressBar,
+    bar: ProgressBar,
     /// Running steps in the order they started; the first [`SHOWN_STEPS`]
     /// have a line.
-    running: Mutex<Vec<Running>>,
-    color: bool,
+    running: Arc<Mutex<Vec<Running>>>,
 }
 
+#[derive(Clone)]
 struct Running {
     id: String,
     since: Instant,
     message: String,
-    bar: Option<ProgressBar>,
 }
 
 /// A log being followed: how far it was read, and a line not yet complete.
@@ -150,7 +155,7 @@ impl Progress {
 
     pub fn run_started(&self, run_id: &str, plan: &str, steps: usize, resumed: bool) {
         if let Some(display) = &self.inner.display {
-            display.main.set_length(steps as u64);
+            display.bar.set_length(steps as u64);
         }
         if self.inner.options.quiet {
             return;
@@ -290,7 +295,7 @@ impl Inner {
     fn line(&self, text: &str) {
         let text = self.redactor.redact(text);
         if let Some(display) = &self.display {
-            let _ = display.multi.println(text);
+            display.println(&text);
             return;
         }
         let elapsed = self.started.elapsed().as_secs_f64();
@@ -382,35 +387,27 @@ fn id_color(id: &str) -> &'static str {
 
 impl Display {
     fn new(color: bool) -> Display {
-        let multi = MultiProgress::with_draw_target(ProgressDrawTarget::stderr());
-        let main = multi.add(ProgressBar::new(0));
-        main.set_style(
-            ProgressStyle::with_template("{run_elapsed:>6} [{bar:30}] {pos}/{len} {wide_msg}")
+        let running: Arc<Mutex<Vec<Running>>> = Arc::default();
+        let steps = Arc::clone(&running);
+        let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
+        bar.set_style(
+            ProgressStyle::with_template("{run_elapsed:>6} [{bar:30}] {pos}/{len}{running}")
                 .unwrap_or_else(|_| ProgressStyle::default_bar())
                 .with_key("run_elapsed", write_elapsed)
+                .with_key(
+                    "running",
+                    move |_: &ProgressState, out: &mut dyn std::fmt::Write| {
+                        write_running(
+                            &steps.lock().unwrap_or_else(PoisonError::into_inner),
+                            color,
+                            out,
+                        );
+                    },
+                )
                 .progress_chars("=> "),
         );
-        main.enable_steady_tick(std::time::Duration::from_millis(200));
-        Display {
-            multi,
-            main,
-            running: Mutex::new(Vec::new()),
-            color,
-        }
-    }
-
-    fn step_bar(&self, step: &Running) -> ProgressBar {
-        let bar = ProgressBar::new_spinner().with_elapsed(step.since.elapsed());
-        bar.set_style(
-            ProgressStyle::with_template("  {spinner} {step_elapsed:>6} {prefix} {wide_msg}")
-                .unwrap_or_else(|_| ProgressStyle::default_spinner())
-                .with_key("step_elapsed", write_elapsed),
-        );
-        bar.set_prefix(paint(self.color, "1", &step.id));
-        bar.set_message(step.message.clone());
-        let bar = self.multi.add(bar);
-        bar.enable_steady_tick(std::time::Duration::from_millis(200));
-        bar
+        bar.enable_steady_tick(std::time::Duration::from_millis(100));
+        Display { bar, running }
     }
 
     fn started(&self, id: &str, message: String) {
@@ -419,74 +416,71 @@ impl Display {
             // A retry: the same line, counting from the new attempt.
             step.since = Instant::now();
             step.message = message;
-            if let Some(bar) = step.bar.take() {
-                bar.finish_and_clear();
-                self.multi.remove(&bar);
-                step.bar = Some(self.step_bar(step));
-            }
             return;
         }
-        let mut step = Running {
+        running.push(Running {
             id: id.to_owned(),
             since: Instant::now(),
             message,
-            bar: None,
-        };
-        if running.len() < SHOWN_STEPS {
-            step.bar = Some(self.step_bar(&step));
-        }
-        running.push(step);
-        self.count_hidden(&running);
+        });
     }
 
     fn finished(&self, id: &str) {
-        self.main.inc(1);
-        let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
-        let Some(at) = running.iter().position(|r| r.id == id) else {
-            return;
-        };
-        let step = running.remove(at);
-        if let Some(bar) = step.bar {
-            bar.finish_and_clear();
-            self.multi.remove(&bar);
-            // A line came free: the longest-waiting step without one takes it.
-            if let Some(next) = running.iter().position(|r| r.bar.is_none()) {
-                let new_bar = self.step_bar(&running[next]);
-                running[next].bar = Some(new_bar);
-            }
-        }
-        self.count_hidden(&running);
+        self.running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|r| r.id != id);
+        self.bar.inc(1);
     }
 
     fn message(&self, id: &str, text: String) {
         let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(step) = running.iter_mut().find(|r| r.id == id) {
-            if let Some(bar) = &step.bar {
-                bar.set_message(text.clone());
-            }
             step.message = text;
         }
     }
 
-    fn count_hidden(&self, running: &[Running]) {
-        let hidden = running.iter().filter(|r| r.bar.is_none()).count();
-        self.main.set_message(if hidden == 0 {
-            String::new()
-        } else {
-            format!("and {hidden} more running")
-        });
+    fn println(&self, text: &str) {
+        self.bar.println(text);
     }
 
     fn clear(&self) {
-        let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
-        for step in running.drain(..) {
-            if let Some(bar) = step.bar {
-                bar.finish_and_clear();
-                self.multi.remove(&bar);
-            }
+        self.running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+        self.bar.finish_and_clear();
+    }
+}
+
+/// The running steps' lines under the bar: `  ⠋   4.2s build  12/100 games`.
+fn write_running(running: &[Running], color: bool, out: &mut dyn std::fmt::Write) {
+    const SPINNER: [char; 8] = ['⠁', '⠂', '⠄', '⡀', '⢀', '⠠', '⠐', '⠈'];
+    for step in running.iter().take(SHOWN_STEPS) {
+        let ms = u64::try_from(step.since.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let frame = SPINNER[usize::try_from(ms / 100).unwrap_or(0) % SPINNER.len()];
+        let mut line = format!("  {frame} {:>6} {}", Elapsed(ms).to_string(), step.id);
+        if !step.message.is_empty() {
+            line.push_str("  ");
+            line.push_str(&step.message);
         }
-        self.main.finish_and_clear();
-        let _ = self.multi.clear();
+        // A line wider than the terminal would wrap, and the display would
+        // miscount its lines on the next redraw.
+        let line: String = line.chars().take(LINE_WIDTH).collect();
+        let id_at = line.find(&step.id).unwrap_or(line.len());
+        let (head, tail) = line.split_at(id_at);
+        let tail = tail.strip_prefix(step.id.as_str()).map_or_else(
+            || tail.to_owned(),
+            |rest| format!("{}{rest}", paint(color, "1", &step.id)),
+        );
+        let _ = write!(out, "\n{head}{tail}");
+    }
+    if running.len() > SHOWN_STEPS {
+        let _ = write!(
+            out,
+            "\n  … and {} more running",
+            running.len() - SHOWN_STEPS
+        );
     }
 }
 
