@@ -645,6 +645,11 @@ impl Run {
             Arc::clone(&self.shared.confirm),
             self.shared.dry_upload,
         )
+        .on_attempt({
+            let progress = progress.clone();
+            let id = id.clone();
+            move |attempt| progress.attempt_begins(&id, attempt)
+        })
         .on_start({
             let progress = progress.clone();
             move |attempt| progress.step_started(&started_id, attempt, live_log.clone())

@@ -173,21 +173,16 @@ impl Progress {
         if self.inner.options.output == StepOutput::Stream
             && let Some(path) = log
         {
-            // A retry's log starts empty: what the attempt before it left
-            // unread is printed first.
-            self.inner.drain(id, true);
             self.inner
                 .follow
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .insert(
-                    id.to_owned(),
-                    Follow {
-                        path,
-                        offset: 0,
-                        partial: Vec::new(),
-                    },
-                );
+                .entry(id.to_owned())
+                .or_insert(Follow {
+                    path,
+                    offset: 0,
+                    partial: Vec::new(),
+                });
         }
         let retry = if attempt > 1 {
             format!("(attempt {attempt})")
@@ -205,6 +200,26 @@ impl Progress {
                 format!(" {retry}")
             };
             self.line(&format!("{id}: started{retry}"));
+        }
+    }
+
+    /// Attempt `attempt` of step `id` is about to begin. A retry's log
+    /// starts empty, so what the attempt before it printed is read to the
+    /// end now, and the new one is followed from the top.
+    pub fn attempt_begins(&self, id: &str, attempt: u32) {
+        if attempt <= 1 {
+            return;
+        }
+        self.inner.drain(id, true);
+        if let Some(log) = self
+            .inner
+            .follow
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get_mut(id)
+        {
+            log.offset = 0;
+            log.partial.clear();
         }
     }
 
@@ -266,7 +281,10 @@ impl Progress {
     }
 
     /// Something the user must see (stopping, retrying), whatever the mode.
+    /// The lines steps printed before it come first ("attempt 1 failed"
+    /// after that attempt's lines).
     pub fn note(&self, text: &str) {
+        self.inner.drain_all(false);
         self.line(text);
     }
 
@@ -274,17 +292,7 @@ impl Progress {
     /// is cleared.
     pub fn finish(&self) {
         self.inner.closed.store(true, Ordering::SeqCst);
-        let ids: Vec<String> = self
-            .inner
-            .follow
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .keys()
-            .cloned()
-            .collect();
-        for id in ids {
-            self.inner.drain(&id, true);
-        }
+        self.inner.drain_all(true);
         if let Some(display) = &self.inner.display {
             display.clear();
         }
@@ -304,6 +312,20 @@ impl Inner {
         let line = format!("[{elapsed:>7.2}s] {text}\n");
         let _guard = self.lines.lock().unwrap_or_else(PoisonError::into_inner);
         let _ = std::io::stderr().lock().write_all(line.as_bytes());
+    }
+
+    /// [`Self::drain`] for every followed log.
+    fn drain_all(&self, last: bool) {
+        let ids: Vec<String> = self
+            .follow
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .keys()
+            .cloned()
+            .collect();
+        for id in ids {
+            self.drain(&id, last);
+        }
     }
 
     /// Prints the complete lines step `id` added to its log since the last
@@ -362,16 +384,7 @@ fn follow_logs(inner: &Weak<Inner>) {
         if inner.closed.load(Ordering::SeqCst) {
             return;
         }
-        let ids: Vec<String> = inner
-            .follow
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .keys()
-            .cloned()
-            .collect();
-        for id in ids {
-            inner.drain(&id, false);
-        }
+        inner.drain_all(false);
     }
 }
 

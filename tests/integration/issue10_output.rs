@@ -357,3 +357,34 @@ fn issue10_resume_takes_its_own_output_flag() {
         .stderr_has("] slow | tick-1\n")
         .stderr_has("] slow | tick-30\n");
 }
+
+/// `flaky` fails its first attempt after a line and a partial one, then
+/// succeeds on the retry.
+const FLAKY: &str = r#"version = 1
+name = "flaky"
+
+[[steps]]
+id = "flaky"
+kind = "command"
+run = "echo attempt-start; if [ -f ok ]; then echo good; else touch ok; printf partial-fail; exit 1; fi"
+retries = 1
+"#;
+
+#[test]
+fn issue10_output_stream_shows_every_attempt_of_a_retried_step_once() {
+    let t = Test::new().file("plan.toml", FLAKY);
+    let out = t.run(&["plan", "run", "plan.toml", "--output", "stream"]);
+    out.code(0).stderr_has("flaky: started (attempt 2)");
+    assert_eq!(count(&out.stderr, "] flaky | attempt-start\n"), 2, "{out}");
+    assert_eq!(count(&out.stderr, "] flaky | partial-fail\n"), 1, "{out}");
+    assert_eq!(count(&out.stderr, "] flaky | good\n"), 1, "{out}");
+    let failed_line = out
+        .stderr
+        .find("] flaky | partial-fail")
+        .expect("attempt 1's last line");
+    let second = out
+        .stderr
+        .find("flaky: started (attempt 2)")
+        .expect("attempt 2");
+    assert!(failed_line < second, "{out}");
+}
