@@ -30,7 +30,7 @@ use crate::report::Console;
 (nothing charged), 4 auth, 5 model unreachable, 10 canceled."
 )]
 pub struct Cli {
-    /// Never colour output (also: NO_COLOR=1).
+    /// Never colour output (also: NO_COLOR=1; CLICOLOR_FORCE=1 colours even into a pipe).
     #[arg(long, global = true)]
     pub no_color: bool,
     #[command(subcommand)]
@@ -297,9 +297,8 @@ pub struct RunArgs {
     /// Steps running at once (default: the number of cores).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub concurrency: Option<u32>,
-    /// What to show of the steps' output: the failed steps' last lines
-    /// (failures), every line as it comes, prefixed with its step id
-    /// (stream), or none. Per invocation: a resume takes its own.
+    /// What to show of what the steps print. Per command: a resume takes
+    /// its own, not the one the run started with.
     #[arg(long, value_enum, value_name = "WHAT", default_value_t = OutputMode::Failures)]
     pub output: OutputMode,
     /// Print one JSON document (the run report) instead of the summary.

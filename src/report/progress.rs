@@ -553,4 +553,29 @@ mod tests {
         }
         assert_eq!(Elapsed(300).to_string(), "0.3s");
     }
+
+    #[test]
+    fn issue10_every_running_step_has_a_line_up_to_a_screenful() {
+        let since = Instant::now()
+            .checked_sub(std::time::Duration::from_secs(65))
+            .unwrap_or_else(Instant::now);
+        let running: Vec<Running> = (0..SHOWN_STEPS + 2)
+            .map(|i| Running {
+                id: format!("step-{i}"),
+                since,
+                message: if i == 0 {
+                    "40/100 games".into()
+                } else {
+                    String::new()
+                },
+            })
+            .collect();
+        let mut out = String::new();
+        write_running(&running, false, &mut out);
+        let lines: Vec<&str> = out.lines().skip(1).collect();
+        assert_eq!(lines.len(), SHOWN_STEPS + 1, "{out}");
+        assert!(lines[0].ends_with(" 1m05s step-0  40/100 games"), "{out}");
+        assert!(lines[1].ends_with(" 1m05s step-1"), "{out}");
+        assert_eq!(lines[SHOWN_STEPS], "  … and 2 more running");
+    }
 }
