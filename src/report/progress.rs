@@ -60,6 +60,9 @@ const SHOWN_STEPS: usize = 12;
 /// The widest a running step's line may be: the narrowest common terminal.
 const LINE_WIDTH: usize = 79;
 
+/// How much of a log is read at once.
+const READ_CHUNK: usize = 256 * 1024;
+
 /// How often the logs of running steps are read for `--output stream`.
 const FOLLOW_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
 
@@ -335,6 +338,7 @@ impl Inner {
         let Some(log) = follow.get_mut(id) else {
             return;
         };
+        let prefix = format!("{} |", paint(self.options.color, id_color(id), id));
         if let Ok(mut file) = File::open(&log.path) {
             let len = file.metadata().map_or(0, |m| m.len());
             if len < log.offset {
@@ -342,29 +346,49 @@ impl Inner {
                 log.offset = 0;
                 log.partial.clear();
             }
-            if len > log.offset && file.seek(SeekFrom::Start(log.offset)).is_ok() {
-                let mut bytes = Vec::new();
-                if let Ok(n) = file.take(len - log.offset).read_to_end(&mut bytes) {
+            if file.seek(SeekFrom::Start(log.offset)).is_ok() {
+                // In chunks, so a step that writes a lot at once never has
+                // all of it in memory; a poll takes a few, a step's end all.
+                let mut chunk = vec![0; READ_CHUNK];
+                for _ in 0..if last { usize::MAX } else { 4 } {
+                    let Ok(n) = file.read(&mut chunk) else {
+                        break;
+                    };
+                    if n == 0 {
+                        break;
+                    }
                     log.offset += n as u64;
-                    log.partial.extend_from_slice(&bytes);
+                    log.partial.extend_from_slice(&chunk[..n]);
+                    self.print_lines(&prefix, &mut log.partial);
                 }
             }
         }
-        let prefix = format!("{} |", paint(self.options.color, id_color(id), id));
-        let mut lines = Vec::new();
-        while let Some(end) = log.partial.iter().position(|&b| b == b'\n') {
-            let line: Vec<u8> = log.partial.drain(..=end).collect();
-            lines.push(line_text(&line[..end]));
+        self.print_lines(&prefix, &mut log.partial);
+        if last && !log.partial.is_empty() {
+            self.print_line(&prefix, &std::mem::take(&mut log.partial));
         }
-        if log.partial.len() > LONGEST_LINE || (last && !log.partial.is_empty()) {
-            lines.push(line_text(&std::mem::take(&mut log.partial)));
+    }
+
+    /// Prints the complete lines of `pending` and keeps the rest (a line
+    /// longer than [`LONGEST_LINE`] is printed as it is).
+    fn print_lines(&self, prefix: &str, pending: &mut Vec<u8>) {
+        let mut start = 0;
+        while let Some(end) = pending[start..].iter().position(|&b| b == b'\n') {
+            self.print_line(prefix, &pending[start..start + end]);
+            start += end + 1;
         }
-        for line in lines {
-            if line.is_empty() {
-                self.line(&prefix);
-            } else {
-                self.line(&format!("{prefix} {line}"));
-            }
+        pending.drain(..start);
+        if pending.len() > LONGEST_LINE {
+            self.print_line(prefix, &std::mem::take(pending));
+        }
+    }
+
+    fn print_line(&self, prefix: &str, bytes: &[u8]) {
+        let line = line_text(bytes);
+        if line.is_empty() {
+            self.line(prefix);
+        } else {
+            self.line(&format!("{prefix} {line}"));
         }
     }
 }
