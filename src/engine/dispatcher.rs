@@ -173,6 +173,7 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
         pipeline.graph.node_count(),
         resumed,
     );
+    progress.align_ids(pipeline.graph.node_weights().map(|step| step.id.as_str()));
 
     let concurrency = options.effective_concurrency();
     // A kind may run `concurrency` steps at once and keep as many more

@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Instant;
 
@@ -60,6 +60,9 @@ const SHOWN_STEPS: usize = 12;
 /// The widest a running step's line may be: the narrowest common terminal.
 const LINE_WIDTH: usize = 79;
 
+/// Streamed step ids are padded to the longest id up to this long.
+const WIDEST_PADDED_ID: usize = 24;
+
 /// How much of a log is read at once.
 const READ_CHUNK: usize = 256 * 1024;
 
@@ -85,6 +88,9 @@ struct Inner {
     options: ProgressOptions,
     /// The logs followed for `--output stream`, by step id.
     follow: Mutex<BTreeMap<String, Follow>>,
+    /// The width streamed step ids are padded to, so the `|` of every line
+    /// lines up (as `docker compose up` does).
+    id_width: AtomicUsize,
     closed: AtomicBool,
 }
 
@@ -138,6 +144,7 @@ impl Progress {
                 lines: Mutex::new(()),
                 options,
                 follow: Mutex::new(BTreeMap::new()),
+                id_width: AtomicUsize::new(0),
                 closed: AtomicBool::new(false),
             }),
         };
@@ -168,6 +175,18 @@ impl Progress {
             "{verb} run {run_id} of plan `{plan}` ({})",
             super::plural(steps, "step")
         ));
+    }
+
+    /// The ids of the steps that may run, so streamed lines line up; a
+    /// very long id (a matrix cell's) is not padded to.
+    pub fn align_ids<'a>(&self, ids: impl IntoIterator<Item = &'a str>) {
+        let width = ids
+            .into_iter()
+            .map(|id| id.chars().count())
+            .filter(|&w| w <= WIDEST_PADDED_ID)
+            .max()
+            .unwrap_or(0);
+        self.inner.id_width.store(width, Ordering::SeqCst);
     }
 
     /// An attempt of step `id` began; `log` is the file it prints to, which
@@ -338,7 +357,9 @@ impl Inner {
         let Some(log) = follow.get_mut(id) else {
             return;
         };
-        let prefix = format!("{} |", paint(self.options.color, id_color(id), id));
+        let width = self.id_width.load(Ordering::SeqCst);
+        let padded = format!("{id:<width$}");
+        let prefix = format!("{} |", paint(self.options.color, id_color(id), &padded));
         if let Ok(mut file) = File::open(&log.path) {
             let len = file.metadata().map_or(0, |m| m.len());
             if len < log.offset {

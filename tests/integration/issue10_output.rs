@@ -98,9 +98,9 @@ fn issue10_output_stream_prints_each_line_as_it_comes_prefixed_with_its_step() {
         .env("API_TOKEN", "tok-9c1e-very-secret");
     let out = t.run(&["plan", "run", "plan.toml", "--output", "stream"]);
     out.code(1)
-        .stderr_has("] talk | first\n")
-        .stderr_has("] talk | token is [redacted]\n")
-        .stderr_has("] talk | no newline at the end\n")
+        .stderr_has("] talk  | first\n")
+        .stderr_has("] talk  | token is [redacted]\n")
+        .stderr_has("] talk  | no newline at the end\n")
         .stderr_has("] other | from-other\n")
         .stderr_has("] other | oops\n");
     assert!(
@@ -109,8 +109,8 @@ fn issue10_output_stream_prints_each_line_as_it_comes_prefixed_with_its_step() {
     );
     // As it comes: the first line while the step still runs, every line
     // before the step's end.
-    let first = at(&out.stderr, "talk | first");
-    let last = at(&out.stderr, "talk | no newline at the end");
+    let first = at(&out.stderr, "talk  | first");
+    let last = at(&out.stderr, "talk  | no newline at the end");
     let ended = out
         .stderr
         .lines()
@@ -119,7 +119,7 @@ fn issue10_output_stream_prints_each_line_as_it_comes_prefixed_with_its_step() {
     let partial = out
         .stderr
         .lines()
-        .position(|l| l.ends_with("talk | no newline at the end"))
+        .position(|l| l.ends_with("talk  | no newline at the end"))
         .expect("talk's last line");
     assert!(partial < ended, "{out}");
     assert!(
