@@ -633,11 +633,10 @@ impl Run {
         let progress = self.shared.keeper.progress.clone();
         let started_id = id.clone();
         let progress_id = id.clone();
-        // The log `--output stream` follows: a command's output as it is
-        // written. Other kinds' logs (a play cell's report) are written whole
-        // at the end and are no stream.
-        let live_log = (self.pipeline.graph[node].kind == crate::plan::raw::StepKind::Command)
-            .then(|| crate::steps::command::log_path(&self.shared.run_dir.step(id)));
+        let live_log = self.shared.kinds.live_log(
+            self.pipeline.graph[node].kind,
+            &self.shared.run_dir.step(id),
+        );
         StepIo::new(
             Arc::new(self.shared.keeper.journal.clone()),
             id.clone(),

@@ -271,6 +271,14 @@ impl Kinds {
             .collect()
     }
 
+    /// The log a running step of `kind` writes as it goes, which
+    /// `plan run --output stream` follows. A command's `stdout.log` is its
+    /// output as printed; a play cell's and a simulation's logs are reports
+    /// written whole at the end, nothing to follow.
+    pub fn live_log(&self, kind: StepKind, step_dir: &Path) -> Option<PathBuf> {
+        (kind == StepKind::Command && self.get(kind).is_some()).then(|| command::log_path(step_dir))
+    }
+
     /// A second Ctrl-C: every kind takes down what it started.
     pub fn kill_now(&self) {
         for kind in &self.kinds {
