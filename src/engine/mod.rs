@@ -28,7 +28,9 @@
 //!   stop`) stops running steps, leaves pending ones pending for the resume,
 //!   and exits 10. Abort (`--fail-fast` after a failure) stops the rest but
 //!   the `always` steps (cleanup, `finish`), which still run, and exits 1.
-//!   The first failure is kept as the root cause.
+//!   The root causes are every failed step none of whose needs (directly
+//!   or not) failed, in plan order, not whichever failed first: with
+//!   independent branches, each failed branch is one.
 //! - **The dispatcher hands out the permits** (`--concurrency`, pools) when
 //!   it starts a step, so steps start in declared order and a finished
 //!   step's slot is reused only after the dispatcher has seen how it ended
