@@ -30,9 +30,13 @@ use crate::report::Console;
 (nothing charged), 4 auth, 5 model unreachable, 10 canceled."
 )]
 pub struct Cli {
-    /// Never colour output (also: NO_COLOR=1; CLICOLOR_FORCE=1 colours even into a pipe).
+    /// Never colour output (also: NO_COLOR=1, or --color never).
     #[arg(long, global = true)]
     pub no_color: bool,
+    /// When to colour output: auto (on a terminal, unless NO_COLOR is set;
+    /// CLICOLOR_FORCE=1 colours into a pipe), always, or never.
+    #[arg(long, global = true, value_enum, value_name = "WHEN", default_value_t = ColorChoice::Auto)]
+    pub color: ColorChoice,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -325,6 +329,18 @@ fn parse_var(text: &str) -> Result<(String, String), String> {
         Some((name, value)) if !name.is_empty() => Ok((name.to_owned(), value.to_owned())),
         _ => Err(format!("`{text}` is not NAME=VALUE")),
     }
+}
+
+/// `--color`: when output is coloured.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub enum ColorChoice {
+    /// On a terminal, unless NO_COLOR is set; CLICOLOR_FORCE=1 forces it.
+    #[default]
+    Auto,
+    /// Always, also into a pipe or file (NO_COLOR notwithstanding).
+    Always,
+    /// Never.
+    Never,
 }
 
 /// `plan run --output`: what a run shows of what its steps print.

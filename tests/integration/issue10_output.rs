@@ -222,6 +222,27 @@ fn issue10_run_output_is_coloured_when_asked_and_never_under_no_color() {
 }
 
 #[test]
+fn issue10_the_color_flag_beats_the_environment() {
+    // The builder sets NO_COLOR=1.
+    let t = Test::new().file("plan.toml", FAILING);
+    let out = t.run(&["plan", "run", "plan.toml", "--color", "always"]);
+    out.code(1)
+        .stderr_has("bad: \x1b[1;31mFAILED\x1b[0m after")
+        .stdout_has("\x1b[1;31mFAILED\x1b[0m in");
+    let t = t.env("NO_COLOR", "").env("CLICOLOR_FORCE", "1");
+    for flags in [&["--color", "never"][..], &["--no-color"][..]] {
+        let mut args = vec!["plan", "run", "plan.toml"];
+        args.extend_from_slice(flags);
+        let out = t.run(&args);
+        out.code(1);
+        assert!(
+            !out.stdout.contains('\x1b') && !out.stderr.contains('\x1b'),
+            "{flags:?}: {out}"
+        );
+    }
+}
+
+#[test]
 fn issue10_run_output_is_coloured_on_a_terminal() {
     let t = Test::new().file("plan.toml", FAILING);
     let command =
