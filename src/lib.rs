@@ -53,10 +53,22 @@ where
     let env: std::collections::BTreeMap<String, String> = std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
         .collect();
-    let no_color = cli.no_color || env.get("NO_COLOR").is_some_and(|v| !v.is_empty());
+    // A flag beats the environment; --no-color beats everything. Under
+    // `auto`, NO_COLOR beats CLICOLOR_FORCE (bixense.com/clicolors: any
+    // value but 0 forces colour).
+    let (no_color, force) = match cli.color {
+        _ if cli.no_color => (true, false),
+        cli::ColorChoice::Never => (true, false),
+        cli::ColorChoice::Always => (false, true),
+        cli::ColorChoice::Auto => (
+            env.get("NO_COLOR").is_some_and(|v| !v.is_empty()),
+            env.get("CLICOLOR_FORCE")
+                .is_some_and(|v| !v.is_empty() && v != "0"),
+        ),
+    };
     let cx = cli::Context {
+        console: report::Console::from_env(no_color, force),
         env,
-        console: report::Console::from_env(no_color),
     };
     ExitCode::from(cli::dispatch(cli, &cx))
 }

@@ -31,9 +31,13 @@ use crate::report::Console;
 (nothing charged), 4 auth, 5 model unreachable, 10 canceled."
 )]
 pub struct Cli {
-    /// Never colour output (also: NO_COLOR=1).
+    /// Never colour output (also: NO_COLOR=1, or --color never).
     #[arg(long, global = true)]
     pub no_color: bool,
+    /// When to colour output: auto (on a terminal, unless NO_COLOR is set;
+    /// CLICOLOR_FORCE=1 colours into a pipe), always, or never.
+    #[arg(long, global = true, value_enum, value_name = "WHEN", default_value_t = ColorChoice::Auto)]
+    pub color: ColorChoice,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -329,6 +333,10 @@ pub struct RunArgs {
     /// Steps running at once (default: the number of cores).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub concurrency: Option<u32>,
+    /// What to show of what the steps print. Per command: a resume takes
+    /// its own, not the one the run started with.
+    #[arg(long, value_enum, value_name = "WHAT", default_value_t = OutputMode::Failures)]
+    pub output: OutputMode,
     /// Print one JSON document (the run report) instead of the summary.
     #[arg(long)]
     pub json: bool,
@@ -353,6 +361,30 @@ fn parse_var(text: &str) -> Result<(String, String), String> {
         Some((name, value)) if !name.is_empty() => Ok((name.to_owned(), value.to_owned())),
         _ => Err(format!("`{text}` is not NAME=VALUE")),
     }
+}
+
+/// `--color`: when output is coloured.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub enum ColorChoice {
+    /// On a terminal, unless NO_COLOR is set; CLICOLOR_FORCE=1 forces it.
+    #[default]
+    Auto,
+    /// Always, also into a pipe or file (NO_COLOR notwithstanding).
+    Always,
+    /// Never.
+    Never,
+}
+
+/// `plan run --output`: what a run shows of what its steps print.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub enum OutputMode {
+    /// A failed step's last lines, once, as it fails.
+    #[default]
+    Failures,
+    /// Every line as it is printed, prefixed with its step id.
+    Stream,
+    /// Nothing; a failure says where its log is.
+    None,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]

@@ -6,14 +6,14 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::path::Path;
 use std::sync::Arc;
 
-use super::{Context, LoadArgs, RunArgs};
+use super::{Context, LoadArgs, OutputMode, RunArgs};
 use crate::engine::{self, RunOptions, RunRequest, Start, StartError};
 use crate::exit_code;
 use crate::journal::JournalError;
 use crate::journal::run::{HistoryError, RunDir, RunHistory, Scanned};
 use crate::plan::diagnostic::Diagnostic;
 use crate::plan::{LoadFailure, LoadOptions, LoadedPlan};
-use crate::report::progress::Progress;
+use crate::report::progress::{Progress, ProgressOptions, StepOutput};
 use crate::report::run_summary;
 use crate::steps::{Confirm, Kinds, RunSettings};
 
@@ -70,8 +70,9 @@ pub fn run(
                 Choice::New => false,
                 Choice::Ask if std::io::stdin().is_terminal() => ask(
                     &format!(
-                        "run {} of this plan is unfinished ({done} of {total} steps done). Resume it (y), or start a new run (n)? [Y/n] ",
-                        history.run_id
+                        "run {} of this plan is unfinished ({done} of {} done). Resume it (y), or start a new run (n)? [Y/n] ",
+                        history.run_id,
+                        crate::report::plural(total, "step")
                     ),
                     true,
                 ),
@@ -282,6 +283,24 @@ fn unset_secrets(loaded: &LoadedPlan, pipeline: &crate::graph::Pipeline) -> Opti
     })
 }
 
+/// The run's live display, as this invocation asks (`--output` is
+/// presentation, not part of the run: a resume takes its own).
+fn progress(cx: &Context, args: &RunArgs, loaded: &LoadedPlan) -> Progress {
+    Progress::with_options(
+        ProgressOptions {
+            terminal: std::io::stderr().is_terminal(),
+            quiet: false,
+            output: match args.output {
+                OutputMode::Failures => StepOutput::Failures,
+                OutputMode::Stream => StepOutput::Stream,
+                OutputMode::None => StepOutput::None,
+            },
+            color: cx.console.color,
+        },
+        loaded.redactor.clone(),
+    )
+}
+
 /// Locks the plan, decides how to start, runs, and reports.
 fn execute(
     cx: &Context,
@@ -343,11 +362,7 @@ fn execute(
     if let Some(dir) = &args.state_dir {
         let _ = write!(resume_hint, " --state-dir {}", dir.display());
     }
-    let progress = Progress::new(
-        std::io::stderr().is_terminal(),
-        false,
-        loaded.redactor.clone(),
-    );
+    let progress = progress(cx, args, &loaded);
     let redactor = loaded.redactor.clone();
     let request = RunRequest {
         loaded,
@@ -406,7 +421,8 @@ fn publish(
         redactor.redact_json(&mut doc);
         cx.console.json(&doc);
     } else {
-        cx.console.out(&redactor.redact(&run_summary::text(report)));
+        cx.console
+            .out(&redactor.redact(&run_summary::text(report, cx.console.color_out)));
         if let Some(playtest) = &report.playtest {
             cx.console
                 .out(&redactor.redact(&crate::report::playtest::text(playtest)));

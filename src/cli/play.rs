@@ -218,8 +218,7 @@ pub fn simulate(cx: &Context, args: SimulateArgs) -> u8 {
     let on_terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let progress = Arc::new(move |done: u64, total: u64| {
         if on_terminal {
-            crate::report::Console { color: false }
-                .err(&play_results::simulate_progress(done, total));
+            crate::report::Console::plain().err(&play_results::simulate_progress(done, total));
         }
     });
     match runtime.block_on(crate::play::simulate(&spec, progress, cancel)) {

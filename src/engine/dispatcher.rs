@@ -184,6 +184,7 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
         pipeline.graph.node_count(),
         resumed,
     );
+    progress.align_ids(pipeline.graph.node_weights().map(|step| step.id.as_str()));
 
     let concurrency = options.effective_concurrency();
     // A kind may run `concurrency` steps at once and keep as many more
@@ -429,6 +430,23 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
     // A run whose journal is gone has nothing to resume from.
     let resumable =
         !journal.is_unlinked() && (interrupted || run.halted || run.journal_error.is_some());
+    let root_causes = root_causes(&pipeline, &run.reports);
+    // A failure is named for the first root cause in plan order, not for
+    // whichever branch happened to fail first; the whole message is the
+    // step's own (`steps[].message`), said once.
+    let root_cause = match root_causes.first() {
+        Some(id) if !run.halted && run.own_cause.is_none() => pipeline.find(id).map(|node| {
+            let step = &run.reports[node.index()];
+            format!(
+                "step `{id}` failed: {}",
+                crate::report::run::headline(
+                    step.message.as_deref().unwrap_or_default(),
+                    step.log.as_deref()
+                )
+            )
+        }),
+        _ => run.root_cause,
+    };
     let report = RunReport {
         run_id,
         plan: shared.plan.name.clone(),
@@ -437,7 +455,8 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
         resumed,
         duration_ms: elapsed_ms(started),
         counts,
-        root_cause: run.root_cause,
+        root_cause,
+        root_causes,
         steps,
         resume_command: resumable.then_some(resume_hint),
         journal_error: run.journal_error,
@@ -452,6 +471,27 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
         let _ = crate::journal::atomic_write(&run_dir.summary(), &summary);
     }
     Ok(report)
+}
+
+/// The failed steps no other failure explains: none of the steps they need,
+/// directly or through others, failed (only an `always` step runs after a
+/// failed need, and its failure may well follow from that one).
+fn root_causes(pipeline: &Pipeline, reports: &[StepReport]) -> Vec<String> {
+    let failed = |node: NodeIndex| reports[node.index()].state == StepState::Failed;
+    let mut failed_above = vec![false; reports.len()];
+    // `order` is topological: a step's needs are settled before it.
+    for &node in &pipeline.order {
+        failed_above[node.index()] = pipeline
+            .needs(node)
+            .into_iter()
+            .any(|need| failed(need) || failed_above[need.index()]);
+    }
+    pipeline
+        .order
+        .iter()
+        .filter(|&&node| failed(node) && !failed_above[node.index()])
+        .map(|&node| reports[node.index()].id.clone())
+        .collect()
 }
 
 /// A step that fails before any attempt (its key cannot be computed).
@@ -499,6 +539,9 @@ struct Run {
     /// Why the journal stopped taking records, once it has: the run stops
     /// and stays resumable.
     journal_error: Option<String>,
+    /// The run stopped for a reason of gameplan's own (the journal could not
+    /// be written, a task died): that is the root cause, whatever failed.
+    own_cause: Option<String>,
     aborted: bool,
     /// A step declined, or the environment refused (auth, model): nothing
     /// more starts, and what did not run stays pending for a resume.
@@ -547,6 +590,7 @@ impl Run {
             checkpoints: BTreeMap::new(),
             root_cause: None,
             journal_error: None,
+            own_cause: None,
             aborted: false,
             halted: false,
             fail_fast,
@@ -634,6 +678,11 @@ impl Run {
         let id = &self.pipeline.graph[node].id;
         let progress = self.shared.keeper.progress.clone();
         let started_id = id.clone();
+        let progress_id = id.clone();
+        let live_log = self.shared.kinds.live_log(
+            self.pipeline.graph[node].kind,
+            &self.shared.run_dir.step(id),
+        );
         StepIo::new(
             Arc::new(self.shared.keeper.journal.clone()),
             id.clone(),
@@ -642,14 +691,19 @@ impl Run {
             Arc::clone(&self.shared.confirm),
             self.shared.dry_upload,
         )
+        .on_attempt({
+            let progress = progress.clone();
+            let id = id.clone();
+            move |attempt| progress.attempt_begins(&id, attempt)
+        })
         .on_start({
             let progress = progress.clone();
             // Attempts count across resumes in the journal; the display
             // counts this run's tries and says when the step was resumed.
             let base = self.attempt_base[node.index()];
-            move |attempt| progress.step_started(&started_id, attempt, base)
+            move |attempt| progress.step_started(&started_id, attempt, base, live_log.clone())
         })
-        .on_progress(move |text| progress.step_progress(text))
+        .on_progress(move |text| progress.step_progress(&progress_id, text))
     }
 
     /// The journal cannot be written: nothing more starts, running steps
@@ -672,6 +726,9 @@ impl Run {
     }
 
     fn abort(&mut self, cause: String) {
+        if self.root_cause.is_none() {
+            self.own_cause = Some(cause.clone());
+        }
         self.root_cause.get_or_insert(cause);
         self.aborted = true;
         let _ = self.stop.send(true);

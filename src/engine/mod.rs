@@ -28,7 +28,9 @@
 //!   stop`) stops running steps, leaves pending ones pending for the resume,
 //!   and exits 10. Abort (`--fail-fast` after a failure) stops the rest but
 //!   the `always` steps (cleanup, `finish`), which still run, and exits 1.
-//!   The first failure is kept as the root cause.
+//!   The root causes are every failed step none of whose needs (directly
+//!   or not) failed, in plan order, not whichever failed first: with
+//!   independent branches, each failed branch is one.
 //! - **The dispatcher hands out the permits** (`--concurrency`, pools) when
 //!   it starts a step, so steps start in declared order and a finished
 //!   step's slot is reused only after the dispatcher has seen how it ended
@@ -137,7 +139,8 @@ pub enum StartError {
     #[error("{0}")]
     Lock(String),
     #[error(
-        "run {run_id} of this plan is unfinished ({done} of {total} steps done). Nothing was run or charged; pass --resume to continue it, or --new to start over"
+        "run {run_id} of this plan is unfinished ({done} of {} done). Nothing was run or charged; pass --resume to continue it, or --new to start over",
+        crate::report::plural(*total, "step")
     )]
     ResumeChoiceNeeded {
         run_id: String,

@@ -19,14 +19,29 @@ use std::io::{IsTerminal, Write};
 
 /// Where output goes and how it should look.
 pub struct Console {
-    /// Colour and unicode decoration for diagnostics (stderr is a terminal and `NO_COLOR` unset).
+    /// Colour and unicode decoration on stderr (diagnostics, run progress):
+    /// stderr is a terminal, or `CLICOLOR_FORCE` asks; never under `NO_COLOR`
+    /// or `--no-color`.
     pub color: bool,
+    /// The same for stdout (the run summary), which may be piped apart.
+    pub color_out: bool,
 }
 
 impl Console {
-    pub fn from_env(no_color: bool) -> Self {
+    /// `no_color`: `--no-color` or `NO_COLOR`; `force`: `CLICOLOR_FORCE`
+    /// (colour into a pipe, e.g. a pager), which `no_color` still beats.
+    pub fn from_env(no_color: bool, force: bool) -> Self {
         Console {
-            color: !no_color && std::io::stderr().is_terminal(),
+            color: !no_color && (force || std::io::stderr().is_terminal()),
+            color_out: !no_color && (force || std::io::stdout().is_terminal()),
+        }
+    }
+
+    /// No colour anywhere (output for a file or another program).
+    pub fn plain() -> Self {
+        Console {
+            color: false,
+            color_out: false,
         }
     }
 
@@ -48,5 +63,41 @@ impl Console {
         let mut text = serde_json::to_string_pretty(value).unwrap_or_default();
         text.push('\n');
         self.out(&text);
+    }
+}
+
+/// `text` in an SGR colour (`"1;31"`: bold red) when `color`, as it is otherwise.
+pub fn paint(color: bool, sgr: &str, text: &str) -> String {
+    if color {
+        format!("\x1b[{sgr}m{text}\x1b[0m")
+    } else {
+        text.to_owned()
+    }
+}
+
+/// `1 step`, `2 steps`: a count with its noun in agreement.
+pub fn plural(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("{n} {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{paint, plural};
+
+    #[test]
+    fn issue10_counts_agree_in_number() {
+        assert_eq!(plural(0, "step"), "0 steps");
+        assert_eq!(plural(1, "step"), "1 step");
+        assert_eq!(plural(2, "distinct finding"), "2 distinct findings");
+    }
+
+    #[test]
+    fn issue10_paint_is_plain_without_colour() {
+        assert_eq!(paint(false, "31", "FAILED"), "FAILED");
+        assert_eq!(paint(true, "31", "FAILED"), "\x1b[31mFAILED\x1b[0m");
     }
 }

@@ -186,10 +186,10 @@ pub fn text(playtest: &Playtest) -> String {
             .count();
         let _ = writeln!(
             out,
-            "playtest: {} cells ({} played, {reused} reused), {} distinct findings",
-            playtest.cells.len(),
+            "playtest: {} ({} played, {reused} reused), {}",
+            super::plural(playtest.cells.len(), "cell"),
             playtest.cells.len() - reused,
-            playtest.findings.len()
+            super::plural(playtest.findings.len(), "distinct finding")
         );
         for f in &playtest.findings {
             let _ = writeln!(
@@ -222,8 +222,14 @@ pub fn text(playtest: &Playtest) -> String {
     for s in &playtest.simulations {
         let _ = writeln!(
             out,
-            "simulate {}: {} games, {} completed, {} crashed, {} hung, {} truncated ({})",
-            s.step, s.games, s.completed, s.crashed, s.hung, s.truncated, s.summary
+            "simulate {}: {}, {} completed, {} crashed, {} hung, {} truncated ({})",
+            s.step,
+            super::plural(usize::try_from(s.games).unwrap_or(usize::MAX), "game"),
+            s.completed,
+            s.crashed,
+            s.hung,
+            s.truncated,
+            s.summary
         );
     }
     out

@@ -39,9 +39,15 @@ pub struct RunReport {
     pub duration_ms: u64,
     /// Count of steps per state.
     pub counts: BTreeMap<String, usize>,
-    /// The first failure, the root cause when several steps failed.
+    /// Why the run failed or stopped: the first of `root_causes` in plan
+    /// order ("step `ID` failed: ..."), or what stopped the run.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub root_cause: Option<String>,
+    /// Every failed step no other failure explains (none of the steps it
+    /// needs, directly or not, failed), in plan order: with independent
+    /// branches, each failed branch is one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub root_causes: Vec<String>,
     pub steps: Vec<StepReport>,
     /// How to continue an interrupted run.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -53,4 +59,51 @@ pub struct RunReport {
     /// What the play and simulate steps found, when the plan has any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub playtest: Option<super::playtest::Playtest>,
+}
+
+/// The first line of a failure message, saying where the whole log is in
+/// place of the lines a step kind appended (`...; last lines of LOG:` and
+/// the lines): what a summary shows, where the lines were shown already.
+pub fn headline(message: &str, log: Option<&str>) -> String {
+    let (first, rest) = message.split_once('\n').unwrap_or((message, ""));
+    let marker = "; last lines of ";
+    match first.find(marker) {
+        Some(at) if first.ends_with(':') => {
+            let path = log.unwrap_or(&first[at + marker.len()..first.len() - 1]);
+            format!("{} (log: {path})", &first[..at])
+        }
+        _ if rest.trim().is_empty() => first.to_owned(),
+        _ => match log {
+            Some(path) => format!("{first} (log: {path})"),
+            None => first.to_owned(),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::headline;
+
+    #[test]
+    fn issue10_a_headline_is_the_first_line_and_the_log() {
+        assert_eq!(
+            headline(
+                "exited with code 3; last lines of /r/stdout.log:\n    a\n    b",
+                Some("/r/stdout.log")
+            ),
+            "exited with code 3 (log: /r/stdout.log)"
+        );
+        assert_eq!(
+            headline(
+                "timed out after 1s and was stopped; last lines of /r/x.log:\n    a",
+                None
+            ),
+            "timed out after 1s and was stopped (log: /r/x.log)"
+        );
+        assert_eq!(
+            headline("exited with code 1 (no output; log: /l)", Some("/l")),
+            "exited with code 1 (no output; log: /l)"
+        );
+        assert_eq!(headline("bad\nmore", Some("/l")), "bad (log: /l)");
+    }
 }

@@ -5,35 +5,47 @@ use std::path::Path;
 
 use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
 
+use super::paint;
 use super::progress::Duration;
-use super::run::RunReport;
+use super::run::{RunReport, headline};
 use crate::journal::run::{RunOutcome, StepState};
 
-/// The closing table: counts, failures with their causes, and what to do next.
-pub fn text(report: &RunReport) -> String {
+/// The closing table: counts, failures (each once, by its headline: the
+/// lines were shown as it failed), the root causes, and what to do next.
+pub fn text(report: &RunReport, color: bool) -> String {
     let mut out = String::new();
+    if report.steps.is_empty() && report.outcome == RunOutcome::Succeeded {
+        let _ = writeln!(
+            out,
+            "run {} of `{}`: nothing to run (no steps)",
+            report.run_id, report.plan
+        );
+        return out;
+    }
     let counts: Vec<String> = report
         .counts
         .iter()
         .map(|(state, n)| format!("{n} {state}"))
         .collect();
+    let (word, sgr) = match report.outcome {
+        RunOutcome::Succeeded => ("succeeded", "32"),
+        RunOutcome::Failed => ("FAILED", "1;31"),
+        RunOutcome::Interrupted => ("interrupted", "33"),
+        RunOutcome::Incomplete => ("INCOMPLETE", "1;33"),
+        RunOutcome::Declined => ("declined (nothing was charged)", "33"),
+        RunOutcome::Unauthorized => ("UNAUTHORIZED", "1;31"),
+        RunOutcome::Unreachable => ("stopped: the model endpoint never answered", "1;31"),
+    };
     let _ = writeln!(
         out,
         "run {} of `{}`: {} in {} ({})",
         report.run_id,
         report.plan,
-        match report.outcome {
-            RunOutcome::Succeeded => "succeeded",
-            RunOutcome::Failed => "FAILED",
-            RunOutcome::Interrupted => "interrupted",
-            RunOutcome::Incomplete => "INCOMPLETE",
-            RunOutcome::Declined => "declined (nothing was charged)",
-            RunOutcome::Unauthorized => "UNAUTHORIZED",
-            RunOutcome::Unreachable => "stopped: the model endpoint never answered",
-        },
+        paint(color, sgr, word),
         Duration(report.duration_ms),
         counts.join(", ")
     );
+    let mut failed = 0;
     for step in &report.steps {
         if !matches!(
             step.state,
@@ -44,25 +56,19 @@ pub fn text(report: &RunReport) -> String {
                 | StepState::Running
                 | StepState::Interrupted
         ) {
+            if step.state == StepState::Failed {
+                failed += 1;
+            }
             let _ = writeln!(
                 out,
                 "  {}: {}: {}",
-                step.state.word(),
+                paint(color, "31", step.state.word()),
                 step.id,
-                step.message.as_deref().unwrap_or("")
+                headline(step.message.as_deref().unwrap_or(""), step.log.as_deref())
             );
         }
     }
-    if let Some(cause) = &report.root_cause
-        && report
-            .steps
-            .iter()
-            .filter(|s| s.state == StepState::Failed)
-            .count()
-            > 1
-    {
-        let _ = writeln!(out, "  root cause: {cause}");
-    }
+    root_causes_text(&mut out, report, failed);
     if let Some(why) = &report.journal_error {
         let _ = writeln!(
             out,
@@ -78,6 +84,45 @@ pub fn text(report: &RunReport) -> String {
         let _ = writeln!(out, "  resume with: {resume}");
     }
     out
+}
+
+/// With one failure its line says it all; with more, which of them to fix
+/// first (or what of gameplan's own stopped the run).
+fn root_causes_text(out: &mut String, report: &RunReport, failed: usize) {
+    // With one failure the line above says it all; with more, which of
+    // them to fix first.
+    if failed > 1 && !report.root_causes.is_empty() {
+        let ids: Vec<String> = report
+            .root_causes
+            .iter()
+            .map(|id| format!("`{id}`"))
+            .collect();
+        let _ = if ids.len() == 1 {
+            writeln!(
+                out,
+                "  root cause: {} (the other failures follow from it)",
+                ids[0]
+            )
+        } else if ids.len() == failed {
+            writeln!(
+                out,
+                "  root causes: {} (independent failures)",
+                ids.join(", ")
+            )
+        } else {
+            writeln!(
+                out,
+                "  root causes: {} (the other failures follow from them)",
+                ids.join(", ")
+            )
+        };
+    } else if let Some(cause) = &report.root_cause
+        && report.root_causes.is_empty()
+        && failed > 0
+    {
+        // Something of gameplan's own stopped the run.
+        let _ = writeln!(out, "  root cause: {cause}");
+    }
 }
 
 /// Writes each step as a `JUnit` test case (failed steps carry their message and log tail).

@@ -141,14 +141,14 @@ pub fn status_text(status: &Status) -> String {
         .map(|ms| format!(", ran {}", duration_text(ms)))
         .unwrap_or_default();
     let mut out = format!(
-        "run {} of `{}` ({}), started {}{took}: {}; {} of {} steps done\n",
+        "run {} of `{}` ({}), started {}{took}: {}; {} of {} done\n",
         run.run_id,
         run.plan,
         run.plan_path,
         run.started_at,
         run.status_text(),
         run.steps_done,
-        run.steps_total
+        super::plural(run.steps_total, "step")
     );
     for step in &status.steps {
         let _ = writeln!(out, "  {:<11} {}", step.state.word(), step.id);

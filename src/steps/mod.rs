@@ -271,6 +271,14 @@ impl Kinds {
             .collect()
     }
 
+    /// The log a running step of `kind` writes as it goes, which
+    /// `plan run --output stream` follows. A command's `stdout.log` is its
+    /// output as printed; a play cell's and a simulation's logs are reports
+    /// written whole at the end, nothing to follow.
+    pub fn live_log(&self, kind: StepKind, step_dir: &Path) -> Option<PathBuf> {
+        (kind == StepKind::Command && self.get(kind).is_some()).then(|| command::log_path(step_dir))
+    }
+
     /// A second Ctrl-C: every kind takes down what it started.
     pub fn kill_now(&self) {
         for kind in &self.kinds {
@@ -300,6 +308,9 @@ pub struct StepIo {
     /// queued), and who hears of it.
     started: Mutex<Option<std::time::Instant>>,
     on_start: Option<Box<dyn Fn(u32) + Send + Sync>>,
+    /// Who hears that an attempt is about to begin, before anything of it
+    /// (a retry's fresh log) exists.
+    on_attempt: Option<Box<dyn Fn(u32) + Send + Sync>>,
     on_progress: Option<ProgressFn>,
 }
 
@@ -337,6 +348,7 @@ impl StepIo {
             dry_upload,
             started: Mutex::new(None),
             on_start: None,
+            on_attempt: None,
             on_progress: None,
         }
     }
@@ -345,6 +357,14 @@ impl StepIo {
     #[must_use]
     pub fn on_start(mut self, on_start: impl Fn(u32) + Send + Sync + 'static) -> StepIo {
         self.on_start = Some(Box::new(on_start));
+        self
+    }
+
+    /// Calls `on_attempt` with the attempt number as an attempt is about to
+    /// begin, before its work is even queued.
+    #[must_use]
+    pub fn on_attempt(mut self, on_attempt: impl Fn(u32) + Send + Sync + 'static) -> StepIo {
+        self.on_attempt = Some(Box::new(on_attempt));
         self
     }
 
@@ -367,6 +387,9 @@ impl StepIo {
         self.attempt
             .store(attempt, std::sync::atomic::Ordering::SeqCst);
         *self.started.lock().unwrap_or_else(PoisonError::into_inner) = None;
+        if let Some(on_attempt) = &self.on_attempt {
+            on_attempt(attempt);
+        }
     }
 
     /// The attempt's work begins now (a process started, a game launched):

@@ -8,6 +8,7 @@ mod engine_run;
 mod hostile;
 mod issue10_check;
 mod issue10_daily;
+mod issue10_output;
 mod issue8;
 mod maze;
 mod plan_check;
