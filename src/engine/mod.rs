@@ -202,6 +202,13 @@ pub fn left_running_elsewhere(
         if history.plan != plan || history.is_finished() {
             continue;
         }
+        // A live run (of another version of the plan) watches its own
+        // steps: only a dead gameplan's are left running.
+        if RunLock::holder(&state_dir.join("locks"), &history.plan_hash)
+            .is_some_and(|h| h.run_id == history.run_id)
+        {
+            continue;
+        }
         for (step, record) in &history.records {
             if record.state == Some(StepState::Running) {
                 found.push((id.clone(), step.clone(), record.attempt));

@@ -182,7 +182,7 @@ pub fn serve(slots: usize) -> u8 {
 struct Launched {
     child: tokio::process::Child,
     lock: File,
-    copier: Option<tokio::task::JoinHandle<()>>,
+    copier: Option<(tokio::task::JoinHandle<()>, Flush)>,
 }
 
 #[expect(
@@ -276,17 +276,10 @@ async fn serve_async(slots: usize) {
                             Ok(exit) => ending(exit),
                             Err(_) => ("signal 9".to_owned(), 128 + 9),
                         };
-                        if let Some(mut copier) = copier {
-                            // Whatever the step wrote before it exited reaches the
-                            // log first; a process it left behind holding the pipe
-                            // does not keep its ending from being recorded.
-                            if tokio::time::timeout(COPY_AFTER_EXIT, &mut copier)
-                                .await
-                                .is_err()
-                            {
-                                drop(copier);
-                            }
-                        }
+                        // Whatever the step wrote before it exited reaches the
+                        // log first; a process it left behind holding the pipe
+                        // does not keep its ending from being recorded.
+                        output_copied(copier).await;
                         compact_log(&lock);
                         (request, lock, ended)
                     });
@@ -446,7 +439,12 @@ fn launch(
         let (reader, writer) = std::io::pipe().map_err(|e| format!("cannot make a pipe: {e}"))?;
         let err = writer.try_clone().map_err(|e| e.to_string())?;
         command.stdout(Stdio::from(writer)).stderr(Stdio::from(err));
-        let log = lock.try_clone().map_err(|e| e.to_string())?;
+        // Its own open file, not a duplicate of the lock's: a copier still
+        // reading what a background process writes must not hold the lock.
+        let log = OpenOptions::new()
+            .write(true)
+            .open(&request.log)
+            .map_err(|e| cannot("open", e))?;
         let reader = pipe::Receiver::from_owned_fd(reader.into())
             .map_err(|e| format!("cannot read the step's output: {e}"))?;
         copier = Some((reader, log));
@@ -460,8 +458,11 @@ fn launch(
     })?;
     // `command` still holds the pipe's write end; only the step may.
     drop(command);
-    let copier =
-        copier.map(|(reader, log)| tokio::spawn(copy_redacted(reader, log, Arc::clone(secrets))));
+    let copier = copier.map(|(reader, log)| {
+        let (flush, asked) = mpsc::channel(1);
+        let copying = tokio::spawn(copy_redacted(reader, log, Arc::clone(secrets), asked));
+        (copying, flush)
+    });
     Ok(Launched {
         child,
         lock,
@@ -469,21 +470,62 @@ fn launch(
     })
 }
 
-/// Copies a step's output into its log with every secret replaced.
-async fn copy_redacted(mut reader: pipe::Receiver, mut log: File, secrets: Arc<Vec<Vec<u8>>>) {
+/// A request to write out what the copier holds back, answered when done.
+type Flush = mpsc::Sender<oneshot::Sender<()>>;
+
+/// Copies a step's output into its log with every secret replaced, until
+/// the pipe's last writer closes it. Asked to flush (the step exited but a
+/// process it left behind keeps the pipe open), it writes out what it held
+/// back as the possible start of a secret, and goes on copying.
+async fn copy_redacted(
+    mut reader: pipe::Receiver,
+    mut log: File,
+    secrets: Arc<Vec<Vec<u8>>>,
+    mut flush: mpsc::Receiver<oneshot::Sender<()>>,
+) {
     use std::io::Write as _;
     use tokio::io::AsyncReadExt;
     let mut redactor = StreamRedactor::new(secrets);
     let mut buffer = vec![0; 64 * 1024];
+    let mut asking = true;
     loop {
-        match reader.read(&mut buffer).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => {
-                let _ = log.write_all(&redactor.feed(&buffer[..n]));
-            }
+        tokio::select! {
+            read = reader.read(&mut buffer) => match read {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    let _ = log.write_all(&redactor.feed(&buffer[..n]));
+                }
+            },
+            asked = flush.recv(), if asking => match asked {
+                Some(done) => {
+                    let _ = log.write_all(&redactor.finish());
+                    let _ = done.send(());
+                }
+                None => asking = false,
+            },
         }
     }
     let _ = log.write_all(&redactor.finish());
+}
+
+/// Waits for a step's redacted output to reach its log: to the end of the
+/// pipe, or, if a process the step left behind holds the pipe open, what
+/// arrived within [`COPY_AFTER_EXIT`] of the step's exit.
+async fn output_copied(copier: Option<(tokio::task::JoinHandle<()>, Flush)>) {
+    let Some((mut copier, flush)) = copier else {
+        return;
+    };
+    if tokio::time::timeout(COPY_AFTER_EXIT, &mut copier)
+        .await
+        .is_ok()
+    {
+        return;
+    }
+    let (done, flushed) = oneshot::channel();
+    if flush.send(done).await.is_ok() {
+        let _ = tokio::time::timeout(COPY_AFTER_EXIT, flushed).await;
+    }
+    // The copier goes on (detached) for as long as the pipe is open.
 }
 
 /// Replaces secrets in a stream of bytes, also one split across two reads:

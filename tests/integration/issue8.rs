@@ -252,15 +252,30 @@ outputs = ["a.txt"]
 /// long as the background process lived (forever for a daemon).
 #[test]
 fn issue8_item9_a_process_the_step_left_behind_does_not_hold_up_a_resume() {
-    const PLAN: &str = r#"version = 1
+    background_process_and_resume("");
+}
+
+/// The same with the step's output going through the redacting pipe,
+/// which the background process holds open.
+#[test]
+fn issue8_item9_a_process_left_behind_does_not_hold_up_a_resume_of_a_plan_with_secrets() {
+    background_process_and_resume("env = { TOK = \"{{ secret('MYTOKEN') }}\" }\n");
+}
+
+fn background_process_and_resume(extra: &str) {
+    let plan = format!(
+        r#"version = 1
 name = "daemon"
 
 [[steps]]
 id = "a"
 kind = "command"
-run = "sleep 25 & echo $! > bg.pid; echo $$ > a.pid; while [ ! -f release ]; do sleep 0.1; done"
-"#;
-    let t = Test::new().file("plan.toml", PLAN);
+run = "sleep 25 & echo $! > bg.pid; echo $$ > a.pid; while [ ! -f release ]; do sleep 0.1; done; echo done"
+{extra}"#
+    );
+    let t = Test::new()
+        .file("plan.toml", plan)
+        .env("MYTOKEN", "not-a-real-token");
     let gameplan = t.spawn(&["plan", "run", "plan.toml"]);
     wait_until("`a` to start its background process", SOON, || {
         !t.read("a.pid").trim().is_empty() && !t.read("bg.pid").trim().is_empty()
@@ -286,6 +301,11 @@ run = "sleep 25 & echo $! > bg.pid; echo $$ > a.pid; while [ ! -f release ]; do 
     );
     assert_eq!(step(&report, "a")["state"], "succeeded", "{resumed}");
     assert_eq!(step(&report, "a")["attempts"], 0, "{resumed}");
+    let id = t.run_ids().remove(0);
+    assert_eq!(
+        t.read(&format!(".gameplan/runs/{id}/steps/a/stdout.log")),
+        "done\n"
+    );
 }
 
 /// Item 9: the wait for an attempt a dead gameplan left running is said,
