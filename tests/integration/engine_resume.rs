@@ -748,22 +748,53 @@ needs = ["slow"]
 /// Issue 10: `timeout -s INT 3 gameplan …` signals gameplan and its process
 /// group in the same instant. That is one request to stop: the step still
 /// gets SIGTERM and its grace to clean up, not a SIGKILL at once.
+///
+/// Two signals sent back to back often reach gameplan as one, which proves
+/// nothing; so the second is sent once gameplan has acted on the first (the
+/// step notes its SIGTERM), and only a round where that came within 400 ms
+/// of the first signal counts.
 #[test]
 fn issue10_two_signals_at_once_are_one_request_and_the_step_keeps_its_grace() {
-    let t = Test::new().file("plan.toml", TIDY);
-    let gameplan = t.spawn(&["plan", "run", "plan.toml"]);
-    let group = step_group(&t, "tidy.pid");
-    gameplan.signal(Signal::SIGINT);
-    gameplan.signal(Signal::SIGINT);
-    let out = gameplan.wait();
-    out.code(10);
-    assert!(!out.stderr.contains("second Ctrl-C"), "{out}");
-    assert_group_gone(group);
-    assert_eq!(
-        t.read("cleaned.txt"),
-        "cleaned\n",
-        "the step lost its grace period\n{out}"
-    );
+    const CLEANS_UP: &str = r#"version = 1
+name = "tidy"
+
+[[steps]]
+id = "tidy"
+kind = "command"
+run = "trap 'echo term > term.log; sleep 1; echo cleaned > cleaned.txt; exit 0' TERM; echo $$ > tidy.pid; sleep 30 & wait"
+"#;
+    let mut counted = 0;
+    for _ in 0..5 {
+        let t = Test::new().file("plan.toml", CLEANS_UP);
+        let gameplan = t.spawn(&["plan", "run", "plan.toml"]);
+        let group = step_group(&t, "tidy.pid");
+        gameplan.signal(Signal::SIGINT);
+        let first = Instant::now();
+        while !t.path("term.log").exists() && first.elapsed() < SOON {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let close = first.elapsed() < Duration::from_millis(400);
+        if close {
+            gameplan.signal(Signal::SIGINT);
+        }
+        let out = gameplan.wait();
+        out.code(10);
+        assert_group_gone(group);
+        if !close {
+            continue;
+        }
+        counted += 1;
+        assert!(!out.stderr.contains("second Ctrl-C"), "{out}");
+        assert_eq!(
+            t.read("cleaned.txt"),
+            "cleaned\n",
+            "the step lost its grace period\n{out}"
+        );
+        if counted == 2 {
+            return;
+        }
+    }
+    assert!(counted > 0, "no round sent the second signal in time");
 }
 
 /// Issue 8, item 10: after SIGTERM (or `plan stop`) the message says
@@ -829,7 +860,7 @@ run = "echo $$ > z.pid; sleep 30 & exec sleep 31"
     out.code(10);
     assert_group_gone(group);
     assert!(
-        took < Duration::from_secs(2),
+        took < Duration::from_millis(1200),
         "stopping a step that ended at once took {took:?}\n{out}"
     );
 }
