@@ -4,8 +4,10 @@
 //! outlives gameplan if it is killed and records how each attempt ended, so a
 //! resume never runs a finished step twice. Each step leads its own process
 //! group; a timeout, `plan stop`, Ctrl-C or fail-fast sends the group SIGTERM,
-//! then SIGKILL after a grace period, so no orphan survives. A failed step
-//! reports the last lines of its log.
+//! then SIGKILL after a grace period, so no orphan survives; what a failed
+//! step left in its group is killed before a retry starts. A failed step
+//! reports the last lines of its log (which the launcher redacts when the
+//! plan has secrets, and caps).
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -430,15 +432,16 @@ async fn spawn_and_wait(
         code = &mut exit => match code {
             Ok(0) => StepOutcome::Succeeded,
             Ok(code) => {
-                // Whatever the step left running in its group goes with it.
-                let _ = killpg(group, Signal::SIGKILL);
+                // Whatever the step left running in its group goes with it,
+                // and is gone before a retry starts beside it.
+                kill_and_wait(group).await;
                 StepOutcome::Failed {
                     exit_code: Some(code),
                     message: failure_message(code, &log),
                 }
             }
             Err(_) => {
-                let _ = killpg(group, Signal::SIGKILL);
+                kill_and_wait(group).await;
                 StepOutcome::Failed {
                     exit_code: None,
                     message: "the step launcher died while the step ran".into(),
@@ -474,6 +477,18 @@ async fn stopped(cancel: &mut tokio::sync::watch::Receiver<bool>) {
         if cancel.changed().await.is_err() {
             std::future::pending::<()>().await;
         }
+    }
+}
+
+/// SIGKILLs what is left of a group and waits (briefly: SIGKILL cannot be
+/// resisted) until none of it runs.
+async fn kill_and_wait(pgid: Pid) {
+    if killpg(pgid, Signal::SIGKILL).is_err() {
+        return;
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
+    while group_alive(pgid.as_raw()) && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 
