@@ -435,3 +435,46 @@ run = "echo the-start; yes 0123456789abcdefghijklmnopqrstuvwxyz | head -c 119999
         "a line was cut in two"
     );
 }
+
+/// Item 6: a resume stopped (Ctrl-C) while it waits for an attempt a dead
+/// gameplan left running must not count that attempt as over: the next
+/// resume waits for it again and learns how it ended, instead of starting
+/// a second attempt beside it.
+#[test]
+fn issue8_item6_a_resume_stopped_while_it_waits_never_runs_the_step_beside_the_old_attempt() {
+    const PLAN: &str = r#"version = 1
+name = "patient"
+
+[[steps]]
+id = "a"
+kind = "command"
+run = "echo ran >> runs.txt; echo $$ > a.pid; while [ ! -f release ]; do sleep 0.1; done"
+"#;
+    let t = Test::new().file("plan.toml", PLAN);
+    let gameplan = t.spawn(&["plan", "run", "plan.toml"]);
+    wait_until("`a` to start", SOON, || !t.read("a.pid").trim().is_empty());
+    let killed = gameplan.kill9();
+    assert_eq!(killed.code, None, "{killed}");
+    let id = t.run_ids().remove(0);
+    let journal = format!(".gameplan/runs/{id}/journal.jsonl");
+
+    let waiting = t.spawn(&["plan", "resume"]);
+    wait_until("the resume to start", SOON, || {
+        t.read(&journal).contains("run_resumed")
+    });
+    waiting.signal(Signal::SIGINT);
+    let stopped = waiting.wait();
+    stopped.code(10);
+    assert_eq!(t.read("runs.txt"), "ran\n", "{stopped}");
+
+    t.write("release", "");
+    let resumed = t.run(&["plan", "resume", "--json"]);
+    let report = resumed.code(0).json();
+    assert_eq!(step(&report, "a")["state"], "succeeded", "{resumed}");
+    assert_eq!(step(&report, "a")["attempts"], 0, "{resumed}");
+    assert_eq!(
+        t.read("runs.txt"),
+        "ran\n",
+        "a second attempt ran\n{resumed}"
+    );
+}
