@@ -478,3 +478,50 @@ run = "echo ran >> runs.txt; echo $$ > a.pid; while [ ! -f release ]; do sleep 0
         "a second attempt ran\n{resumed}"
     );
 }
+
+/// Item 9: liveness is the launcher's lock and, with the launcher dead
+/// too, the step's process group. Killed with gameplan, the launcher
+/// records nothing more, but a resume still waits for the step it left
+/// running instead of starting a second attempt beside it; with no ending
+/// recorded, it runs the step again once the first attempt is gone.
+#[test]
+fn issue8_item9_with_its_launcher_killed_too_a_resume_waits_for_the_steps_group() {
+    const PLAN: &str = r#"version = 1
+name = "orphan"
+
+[[steps]]
+id = "a"
+kind = "command"
+run = "echo ran >> runs.txt; echo $$ > a.pid; while [ ! -f release ]; do sleep 0.1; done; echo done >> runs.txt"
+"#;
+    let t = Test::new().file("plan.toml", PLAN);
+    let gameplan = t.spawn(&["plan", "run", "plan.toml"]);
+    wait_until("`a` to start", SOON, || !t.read("a.pid").trim().is_empty());
+    let launchers: Vec<i32> = crate::support::processes()
+        .into_iter()
+        .filter(|p| p.ppid == gameplan.pid())
+        .map(|p| p.pid)
+        .collect();
+    assert_eq!(launchers.len(), 1, "gameplan's one child is its launcher");
+    let _ = nix::sys::signal::kill(Pid::from_raw(launchers[0]), Signal::SIGKILL);
+    let killed = gameplan.kill9();
+    assert_eq!(killed.code, None, "{killed}");
+    let id = t.run_ids().remove(0);
+    let journal = format!(".gameplan/runs/{id}/journal.jsonl");
+
+    let resume = t.spawn(&["plan", "resume"]);
+    wait_until("the resume to start", SOON, || {
+        t.read(&journal).contains("run_resumed")
+    });
+    // An absence can only be watched for a while: no second attempt may
+    // start while the first one runs.
+    let watched = Instant::now();
+    while watched.elapsed() < Duration::from_millis(1500) {
+        assert_eq!(t.read("runs.txt"), "ran\n", "a second attempt started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    t.write("release", "");
+    let out = resume.wait();
+    out.code(0).stderr_has("waiting for `a` (process group");
+    assert_eq!(t.read("runs.txt"), "ran\ndone\nran\ndone\n", "{out}");
+}
