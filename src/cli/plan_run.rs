@@ -338,6 +338,7 @@ fn execute(
     };
     let kinds = Arc::new(Kinds::for_run(RunSettings {
         concurrency: options.effective_concurrency(),
+        redactor: loaded.redactor.clone(),
     }));
     if let Err(e) = engine::check_runnable(&pipeline, &kinds) {
         return refuse(cx, &e);

@@ -88,7 +88,11 @@ pub async fn run_instance(
     if *cx.cancel.borrow() {
         return finished;
     }
-    let outcome = attempts(&mut cx, kind, base, &keeper, &io, &mut finished).await;
+    let Some(outcome) = attempts(&mut cx, kind, base, &keeper, &io, &mut finished).await else {
+        // An earlier attempt may still be running: the step stays as the
+        // journal has it, for a resume to look at again.
+        return finished;
+    };
     // The slot is for the step's work; keeping its result needs none, and
     // the next step should not wait for our bookkeeping.
     drop(permits);
@@ -122,7 +126,7 @@ pub async fn run_instance(
 
 /// Runs attempts until one succeeds, retries run out, or the run stops. On
 /// resume, first asks the kind how the attempt a dead gameplan left running
-/// ended.
+/// ended; `None` when the run stopped while that attempt still lived.
 async fn attempts(
     cx: &mut StepContext,
     kind: &dyn Kind,
@@ -130,24 +134,26 @@ async fn attempts(
     keeper: &Keeper,
     io: &StepIo,
     finished: &mut Finished,
-) -> StepOutcome {
+) -> Option<StepOutcome> {
     let retries = cx.step.retries;
     cx.attempt = base.last;
-    if let Some(previous) = base.left_running
-        && let LeftRunning::Ended(outcome) = kind.left_running(cx, previous).await
-    {
-        return outcome;
+    if let Some(previous) = base.left_running {
+        match kind.left_running(cx, previous).await {
+            LeftRunning::Ended(outcome) => return Some(outcome),
+            LeftRunning::StillRunning => return None,
+            LeftRunning::RunAgain => {}
+        }
     }
     loop {
         // A crafted journal can hold any number: never overflow.
         let Some(next) = cx.attempt.checked_add(1) else {
-            return StepOutcome::Failed {
+            return Some(StepOutcome::Failed {
                 exit_code: None,
                 message: format!(
                     "attempt numbers are exhausted (the journal says {}); start a new run with `--new`",
                     cx.attempt
                 ),
-            };
+            });
         };
         cx.attempt = next;
         io.set_attempt(next);
@@ -161,9 +167,9 @@ async fn attempts(
         // Not journaled means not started: the step stays to be run by a
         // resume, and the dispatcher stops the run (issue 8, item 13).
         if let Err(e) = keeper.journal.append(&event) {
-            return StepOutcome::Interrupted {
+            return Some(StepOutcome::Interrupted {
                 message: format!("not started: cannot write the journal: {e}"),
-            };
+            });
         }
         if !kind.queues_ahead() {
             // Its work begins now; a kind that queues says when it does.
@@ -179,7 +185,7 @@ async fn attempts(
             ));
             continue;
         }
-        return outcome;
+        return Some(outcome);
     }
 }
 

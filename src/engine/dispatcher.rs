@@ -253,6 +253,7 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
     if let Some(history) = &history {
         run.restore(history);
     }
+    run.wait_for_other_runs(&state_dir).await;
     run.schedule.initialize();
     let mut tasks: JoinSet<Finished> = JoinSet::new();
     // Keys computed for steps still waiting for a slot; the store was
@@ -631,6 +632,36 @@ impl Run {
         }
     }
 
+    /// Waits until no attempt that another run of this plan left running
+    /// lives (or stops it past its bound), before any step of this run
+    /// starts or is restored over what such an attempt writes.
+    async fn wait_for_other_runs(&self, state_dir: &std::path::Path) {
+        let elsewhere =
+            super::left_running_elsewhere(state_dir, &self.shared.plan.name, &self.shared.run_id);
+        let mut waits = JoinSet::new();
+        for (other, step, attempt) in elsewhere {
+            let Some(node) = self
+                .pipeline
+                .graph
+                .node_indices()
+                .find(|&n| self.pipeline.graph[n].id == step)
+            else {
+                continue;
+            };
+            let mut cx = self.context(node);
+            cx.step_dir = RunDir::new(state_dir, &other).step(&step);
+            cx.left_by = other;
+            let kinds = Arc::clone(&self.shared.kinds);
+            waits.spawn(async move {
+                if let Some(kind) = kinds.get(cx.step.kind) {
+                    // How it ended is that run's to journal, on its resume.
+                    let _ = kind.left_running(&cx, attempt).await;
+                }
+            });
+        }
+        while waits.join_next().await.is_some() {}
+    }
+
     /// The key of a ready step: every step it needs has finished.
     fn key(&self, node: NodeIndex) -> Result<Option<ReuseKey>, String> {
         let hashes = &self.shared.keeper.hashes;
@@ -671,6 +702,11 @@ impl Run {
             hashes: Arc::clone(&self.shared.keeper.hashes),
             cancel,
             env: Arc::clone(&self.shared.env),
+            left_by: self.shared.run_id.clone(),
+            note: {
+                let progress = self.shared.keeper.progress.clone();
+                Arc::new(move |text: &str| progress.note(text))
+            },
         }
     }
 

@@ -238,6 +238,43 @@ pub fn set_aside(state_dir: &Path, run_id: &str, by: &str) -> Result<(), StartEr
     })
 }
 
+/// The attempts other unfinished runs of the plan named `plan` left
+/// running, as `(run id, step id, attempt)`: a gameplan that died may have
+/// left their processes alive, and no new attempt of a step may start
+/// beside one (`--new` included), or both write its outputs at once.
+pub fn left_running_elsewhere(
+    state_dir: &Path,
+    plan: &str,
+    this_run: &str,
+) -> Vec<(String, String, u32)> {
+    let mut found = Vec::new();
+    for id in run_ids(state_dir) {
+        let dir = RunDir::new(state_dir, &id);
+        if id == this_run || dir.summary().exists() {
+            continue;
+        }
+        let Ok(history) = RunHistory::read(&dir.journal()) else {
+            continue;
+        };
+        if history.plan != plan || history.is_finished() {
+            continue;
+        }
+        // A live run (of another version of the plan) watches its own
+        // steps: only a dead gameplan's are left running.
+        if RunLock::holder(&state_dir.join("locks"), &history.plan_hash)
+            .is_some_and(|h| h.run_id == history.run_id)
+        {
+            continue;
+        }
+        for (step, record) in &history.records {
+            if record.state == Some(StepState::Running) {
+                found.push((id.clone(), step.clone(), record.attempt));
+            }
+        }
+    }
+    found
+}
+
 /// Counts finished steps of a history, for messages.
 pub fn progress_of(history: &RunHistory) -> (usize, usize) {
     let done = history

@@ -27,7 +27,10 @@ pub fn preview(
 ) -> Vec<Decision> {
     let store = Store::open(state_dir);
     let hashes = Mutex::new(FileHashCache::load(state_dir));
-    let kinds = Kinds::for_run(RunSettings { concurrency: 1 });
+    let kinds = Kinds::for_run(RunSettings {
+        concurrency: 1,
+        redactor: loaded.redactor.clone(),
+    });
     let maker = KeyMaker {
         root: &loaded.root,
         plan: &loaded.plan,

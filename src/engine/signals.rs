@@ -1,5 +1,6 @@
 //! Ctrl-C, SIGTERM and `plan stop`: the first asks the run to stop cleanly,
-//! a second Ctrl-C ends gameplan at once.
+//! a second Ctrl-C (or SIGTERM) ends gameplan at once. Signals within
+//! [`SAME_REQUEST`] of the first are that same request.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,6 +25,9 @@ impl Cancelled {
     }
 }
 
+/// Signals this close together are one request to stop, not two.
+pub const SAME_REQUEST: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// Listens for SIGINT, SIGTERM and SIGHUP for the life of the runtime. A
 /// closed terminal or a lost SSH session (SIGHUP) stops the run like
 /// SIGTERM: journaled, resumable, exit 10, never steps left unsupervised.
@@ -43,19 +47,28 @@ pub fn listen(
         return;
     };
     tokio::spawn(async move {
-        let mut interrupts = 0;
+        // When the first stop signal came: the one that asks to stop cleanly.
+        let mut first: Option<tokio::time::Instant> = None;
         loop {
-            let name = tokio::select! {
-                _ = interrupt.recv() => { interrupts += 1; "Ctrl-C" }
-                _ = terminate.recv() => "SIGTERM",
-                _ = hangup.recv() => "SIGHUP (the terminal closed)",
+            let (name, insists) = tokio::select! {
+                _ = interrupt.recv() => ("Ctrl-C", true),
+                _ = terminate.recv() => ("SIGTERM", true),
+                // A terminal closing while the run stops is no call to hurry.
+                _ = hangup.recv() => ("SIGHUP (the terminal closed)", false),
             };
-            if interrupts >= 2 {
-                // The user insists: take every step's process group down and go.
-                kinds.kill_now();
-                progress.note("second Ctrl-C: stopped at once; the journal is intact, resume with `gameplan plan resume`");
-                std::process::exit(i32::from(crate::exit_code::CANCELED));
+            if let Some(at) = first {
+                // `timeout -s INT`, a terminal and a supervisor often signal the
+                // process and its group in the same instant: that is one
+                // request, and must not cost the steps their grace period.
+                if insists && at.elapsed() >= SAME_REQUEST {
+                    // The user insists: take every step's process group down and go.
+                    kinds.kill_now();
+                    progress.note(&format!("second {}: stopped at once; the journal is intact, resume with `gameplan plan resume`", name.split(' ').next().unwrap_or(name)));
+                    std::process::exit(i32::from(crate::exit_code::CANCELED));
+                }
+                continue;
             }
+            first = Some(tokio::time::Instant::now());
             if !cancelled.is_set() {
                 cancelled.set();
                 for stop in &stops {

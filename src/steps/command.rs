@@ -4,8 +4,10 @@
 //! outlives gameplan if it is killed and records how each attempt ended, so a
 //! resume never runs a finished step twice. Each step leads its own process
 //! group; a timeout, `plan stop`, Ctrl-C or fail-fast sends the group SIGTERM,
-//! then SIGKILL after a grace period, so no orphan survives. A failed step
-//! reports the last lines of its log.
+//! then SIGKILL after a grace period, so no orphan survives; what a failed
+//! step left in its group is killed before a retry starts. A failed step
+//! reports the last lines of its log (which the launcher redacts when the
+//! plan has secrets, and caps).
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -17,7 +19,7 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use serde_json::json;
 
-use super::launcher::{LazyLauncher, Leftover, Request};
+use super::launcher::{LazyLauncher, Leftover, Request, group_alive};
 use super::{
     BoxFuture, KeyContext, Kind, LeftRunning, Outputs, Reuse, StepContext, StepError, StepIo,
     StepOutcome, expand,
@@ -32,10 +34,11 @@ pub struct Command {
 }
 
 impl Command {
-    /// `slots`: how many command steps may run at once.
-    pub fn new(slots: usize) -> Command {
+    /// `slots`: how many command steps may run at once; `redactor`: the
+    /// plan's secrets, which never reach a step log.
+    pub fn new(slots: usize, redactor: crate::template::Redactor) -> Command {
         Command {
-            launcher: LazyLauncher::new(slots),
+            launcher: LazyLauncher::new(slots, redactor),
         }
     }
 }
@@ -81,7 +84,8 @@ impl Kind for Command {
 
     fn left_running<'a>(&'a self, cx: &'a StepContext, attempt: u32) -> BoxFuture<'a, LeftRunning> {
         Box::pin(async move {
-            match leftover(&cx.step_dir, &cx.instance.id, attempt, &cx.cancel).await {
+            match leftover(cx, attempt).await {
+                Leftover::StillRunning => LeftRunning::StillRunning,
                 Leftover::Finished(0) => LeftRunning::Ended(StepOutcome::Succeeded),
                 // With retries left, a failed orphan is one more failed attempt.
                 Leftover::Finished(code) if cx.step.retries == 0 => {
@@ -319,24 +323,39 @@ pub fn attempt_name(step: &str, attempt: u32) -> String {
     format!("{step}#{attempt}")
 }
 
+/// How long a resume waits for an attempt a dead gameplan left running
+/// when the step has no `timeout` (which bounds it otherwise).
+pub const LEFTOVER_WAIT: Duration = Duration::from_secs(5 * 60);
+
 /// How an attempt that a dead gameplan left running ended (see `launcher`).
-async fn leftover(
-    step_dir: &Path,
-    step: &str,
-    attempt: u32,
-    cancel: &tokio::sync::watch::Receiver<bool>,
-) -> super::launcher::Leftover {
+async fn leftover(cx: &StepContext, attempt: u32) -> super::launcher::Leftover {
+    let step_dir = &cx.step_dir;
     let log = log_path(step_dir);
     let claim = claim_path(step_dir, attempt);
     let exits = exits_path(step_dir);
-    let name = attempt_name(step, attempt);
+    let name = attempt_name(&cx.instance.id, attempt);
+    let label = if cx.left_by == cx.run_id {
+        format!("`{}`", cx.instance.id)
+    } else {
+        format!("`{}` of run {}", cx.instance.id, cx.left_by)
+    };
     let attempt = super::launcher::Attempt {
         log: &log,
         claim: &claim,
         exits: &exits,
         name: &name,
+        label: &label,
     };
-    super::launcher::leftover(&attempt, cancel).await
+    let note = |text: &str| (cx.note)(text);
+    let wait = super::launcher::Wait {
+        bound: cx
+            .step
+            .timeout_secs
+            .map_or(LEFTOVER_WAIT, Duration::from_secs),
+        grace: KILL_GRACE,
+        note: &note,
+    };
+    super::launcher::leftover(&attempt, &wait, &cx.cancel).await
 }
 
 pub fn log_path(step_dir: &Path) -> PathBuf {
@@ -413,15 +432,16 @@ async fn spawn_and_wait(
         code = &mut exit => match code {
             Ok(0) => StepOutcome::Succeeded,
             Ok(code) => {
-                // Whatever the step left running in its group goes with it.
-                let _ = killpg(group, Signal::SIGKILL);
+                // Whatever the step left running in its group goes with it,
+                // and is gone before a retry starts beside it.
+                kill_and_wait(group).await;
                 StepOutcome::Failed {
                     exit_code: Some(code),
                     message: failure_message(code, &log),
                 }
             }
             Err(_) => {
-                let _ = killpg(group, Signal::SIGKILL);
+                kill_and_wait(group).await;
                 StepOutcome::Failed {
                     exit_code: None,
                     message: "the step launcher died while the step ran".into(),
@@ -460,17 +480,30 @@ async fn stopped(cancel: &mut tokio::sync::watch::Receiver<bool>) {
     }
 }
 
+/// SIGKILLs what is left of a group and waits (briefly: SIGKILL cannot be
+/// resisted) until none of it runs.
+async fn kill_and_wait(pgid: Pid) {
+    if killpg(pgid, Signal::SIGKILL).is_err() {
+        return;
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
+    while group_alive(pgid.as_raw()) && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// SIGTERM to the whole group, SIGKILL after the grace period: every process
 /// of the step (not only its leader) gets the grace to clean up.
 async fn stop_group(pgid: Pid, exit: &mut tokio::sync::oneshot::Receiver<i32>) {
     let deadline = tokio::time::Instant::now() + KILL_GRACE;
     let _ = killpg(pgid, Signal::SIGTERM);
     let exited = tokio::time::timeout_at(deadline, &mut *exit).await.is_ok();
-    // The leader is gone (or out of time); wait for the rest of its group.
-    while killpg(pgid, None).is_ok() && tokio::time::Instant::now() < deadline {
+    // The leader is gone (or out of time); wait for the rest of its group
+    // (its zombies aside: where nobody reaps orphans they never go).
+    while group_alive(pgid.as_raw()) && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    if killpg(pgid, None).is_ok() {
+    if group_alive(pgid.as_raw()) {
         let _ = killpg(pgid, Signal::SIGKILL);
     }
     if !exited {

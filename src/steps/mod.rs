@@ -156,6 +156,9 @@ pub enum LeftRunning {
     Ended(StepOutcome),
     /// It did not end (or cannot be known to have): run a new attempt.
     RunAgain,
+    /// The run was stopped while the attempt still lived: start nothing of
+    /// the step; a later resume looks again.
+    StillRunning,
 }
 
 /// What a step's key is computed from.
@@ -186,6 +189,12 @@ pub struct StepContext {
     pub cancel: watch::Receiver<bool>,
     /// The environment steps inherit (captured once by the CLI).
     pub env: Arc<BTreeMap<String, String>>,
+    /// The run whose attempt [`Kind::left_running`] looks at: this run's id,
+    /// or an earlier run's whose step may still be running (`step_dir` is
+    /// then that run's).
+    pub left_by: String,
+    /// Says something the user must see while the step waits (not output).
+    pub note: Arc<dyn Fn(&str) + Send + Sync>,
 }
 
 /// How one attempt of a step ended. Each maps to a step state and to an
@@ -232,10 +241,12 @@ pub struct Kinds {
 }
 
 /// What kinds need to know of the run they serve.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct RunSettings {
     /// Steps that may run at once.
     pub concurrency: usize,
+    /// The plan's secrets, which no step log may hold.
+    pub redactor: crate::template::Redactor,
 }
 
 impl Kinds {
@@ -243,7 +254,10 @@ impl Kinds {
     pub fn for_run(settings: RunSettings) -> Kinds {
         Kinds {
             kinds: vec![
-                Box::new(command::Command::new(settings.concurrency)),
+                Box::new(command::Command::new(
+                    settings.concurrency,
+                    settings.redactor,
+                )),
                 Box::new(play::Play),
                 Box::new(simulate::Simulate),
             ],

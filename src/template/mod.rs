@@ -48,6 +48,12 @@ impl Redactor {
         self.lock().is_empty()
     }
 
+    /// The secret values themselves, for redacting what gameplan does not
+    /// print itself (the step logs the launcher writes).
+    pub fn values(&self) -> Vec<String> {
+        self.lock().iter().cloned().collect()
+    }
+
     pub fn redact(&self, text: &str) -> String {
         let secrets = self.lock();
         // Longest first, so a secret that contains another is replaced whole.

@@ -1,9 +1,16 @@
 //! Regression tests for issue 8 items whose defect shows only through the
 //! real binary (the others are unit tests beside the code they fix).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use crate::support::{Test, by_step, expect_steps, wait_until};
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+
+use crate::support::{Test, by_step, expect_steps, live_in_group, proc_stat, step, wait_until};
+
+/// Long enough for a debug gameplan to start, run a short step and react,
+/// on two cores shared with other builds.
+const SOON: Duration = Duration::from_secs(10);
 
 /// Item 24: matrix values `a/b`, `a_b` and `a b` shared one step directory,
 /// and two of the three cells failed with "this step is busy".
@@ -465,4 +472,335 @@ run = "true"
     ]);
     check.with_message("dependency cycle: a → b → a").at(14, 10);
     check.with_message("unknown step `nope`").at(24, 10);
+}
+
+/// Item 6: after `kill -9` of the runner's process group, `plan run --new`
+/// ran step `a` beside the killed run's `a`, still running: `a.txt` ended
+/// at 3000 bytes, was stored, and later runs restored the 3000 bytes.
+#[test]
+fn issue8_item6_a_new_run_waits_for_the_killed_runs_step_and_stores_no_mixed_result() {
+    const PLAN: &str = r#"version = 1
+name = "mixed"
+
+[[steps]]
+id = "a"
+kind = "command"
+run = "head -c 1000 /dev/zero > a.txt && echo $$ > a.pid && sleep 3 && head -c 1000 /dev/zero >> a.txt"
+inputs = ["src.txt"]
+outputs = ["a.txt"]
+"#;
+    let t = Test::new().file("plan.toml", PLAN).file("src.txt", "x\n");
+    let gameplan = t.spawn_in_group(&["plan", "run", "plan.toml"]);
+    wait_until("`a` to write its first part", SOON, || {
+        !t.read("a.pid").trim().is_empty()
+    });
+    let killed_run = t.run_ids().remove(0);
+    let _ = killpg(Pid::from_raw(gameplan.pid()), Signal::SIGKILL);
+    let killed = gameplan.kill9();
+    assert_eq!(killed.code, None, "{killed}");
+
+    let fresh = t.run(&["plan", "run", "plan.toml", "--new", "--json"]);
+    fresh
+        .code(0)
+        .stderr_has(&format!("waiting for `a` of run {killed_run}"));
+    let size = || std::fs::metadata(t.path("a.txt")).map_or(0, |m| m.len());
+    assert_eq!(size(), 2000, "two attempts wrote a.txt at once\n{fresh}");
+
+    // The killed run's `a` finished while no gameplan watched: its resume
+    // learns that from the launcher, which outlived the group, and does
+    // not run it again.
+    let resumed = t.run(&["plan", "resume", &killed_run, "--json"]);
+    let report = resumed.code(0).json();
+    assert_eq!(step(&report, "a")["state"], "succeeded", "{resumed}");
+    assert_eq!(step(&report, "a")["attempts"], 0, "{resumed}");
+    assert_eq!(size(), 2000, "{resumed}");
+
+    // What was stored is one attempt's whole output.
+    std::fs::remove_file(t.path("a.txt")).expect("remove a.txt");
+    let again = t.run(&["plan", "run", "plan.toml", "--json"]);
+    assert_eq!(
+        by_step(&again.code(0).json(), "state"),
+        expect_steps(&[("a", "reused")]),
+        "{again}"
+    );
+    assert_eq!(size(), 2000, "the store kept a mixed result\n{again}");
+}
+
+/// Item 9: a step that started `sleep 25 &` left it holding its stdout,
+/// which carried the launcher's lock: `plan resume` waited, silent, for as
+/// long as the background process lived (forever for a daemon).
+#[test]
+fn issue8_item9_a_process_the_step_left_behind_does_not_hold_up_a_resume() {
+    background_process_and_resume("");
+}
+
+/// The same with the step's output going through the redacting pipe,
+/// which the background process holds open.
+#[test]
+fn issue8_item9_a_process_left_behind_does_not_hold_up_a_resume_of_a_plan_with_secrets() {
+    background_process_and_resume("env = { TOK = \"{{ secret('MYTOKEN') }}\" }\n");
+}
+
+fn background_process_and_resume(extra: &str) {
+    let plan = format!(
+        r#"version = 1
+name = "daemon"
+
+[[steps]]
+id = "a"
+kind = "command"
+run = "sleep 25 & echo $! > bg.pid; echo $$ > a.pid; while [ ! -f release ]; do sleep 0.1; done; echo done"
+{extra}"#
+    );
+    let t = Test::new()
+        .file("plan.toml", plan)
+        .env("MYTOKEN", "not-a-real-token");
+    let gameplan = t.spawn(&["plan", "run", "plan.toml"]);
+    wait_until("`a` to start its background process", SOON, || {
+        !t.read("a.pid").trim().is_empty() && !t.read("bg.pid").trim().is_empty()
+    });
+    let background: i32 = t.read("bg.pid").trim().parse().expect("a pid");
+    let killed = gameplan.kill9();
+    assert_eq!(killed.code, None, "{killed}");
+    t.write("release", "");
+
+    let started = Instant::now();
+    let resumed = t.run(&["plan", "resume", "--json"]);
+    let took = started.elapsed();
+    let report = resumed.code(0).json();
+    let still_there = proc_stat(background).is_some_and(|p| !p.zombie);
+    let _ = nix::sys::signal::kill(Pid::from_raw(background), Signal::SIGKILL);
+    assert!(
+        still_there,
+        "the background process must outlive the resume for the test to mean anything"
+    );
+    assert!(
+        took < Duration::from_secs(15),
+        "the resume waited {took:?} for a background process\n{resumed}"
+    );
+    assert_eq!(step(&report, "a")["state"], "succeeded", "{resumed}");
+    assert_eq!(step(&report, "a")["attempts"], 0, "{resumed}");
+    let id = t.run_ids().remove(0);
+    assert_eq!(
+        t.read(&format!(".gameplan/runs/{id}/steps/a/stdout.log")),
+        "done\n"
+    );
+}
+
+/// Item 9: the wait for an attempt a dead gameplan left running is said,
+/// and bounded (by the step's `timeout` here): past it, the attempt is
+/// stopped and run again.
+#[test]
+fn issue8_item9_a_resume_says_what_it_waits_for_and_stops_it_past_the_bound() {
+    const PLAN: &str = r#"version = 1
+name = "forever"
+
+[[steps]]
+id = "a"
+kind = "command"
+timeout = 4
+run = "if [ -f ran ]; then echo again >> runs.txt; else touch ran; echo first >> runs.txt; echo $$ > a.pid; while true; do sleep 0.1; done; fi"
+"#;
+    let t = Test::new().file("plan.toml", PLAN);
+    let gameplan = t.spawn(&["plan", "run", "plan.toml"]);
+    wait_until("`a` to start", SOON, || !t.read("a.pid").trim().is_empty());
+    let pid: i32 = t.read("a.pid").trim().parse().expect("a pid");
+    let group = proc_stat(pid).expect("`a` runs").pgrp;
+    let killed = gameplan.kill9();
+    assert_eq!(killed.code, None, "{killed}");
+
+    let resumed = t.run(&["plan", "resume"]);
+    resumed
+        .code(0)
+        .stderr_has(&format!("waiting for `a` (process group {group})"))
+        .stderr_has("`a` still runs after 4s: stopping it");
+    assert_eq!(t.read("runs.txt"), "first\nagain\n", "{resumed}");
+    assert!(live_in_group(group).is_empty(), "{resumed}");
+}
+
+/// Item 17: the terminal, `--json` and the `JUnit` file showed `[redacted]`, but the
+/// step logs under `.gameplan/` (which CI uploads) held the secret. Every
+/// step's log is redacted, a secret split across two writes included, also
+/// a step that reads the variable `secret()` reads without naming it.
+#[test]
+fn issue8_item17_no_secret_reaches_a_file_of_the_state_directory() {
+    const CANARY: &str = "canary-7f3a9c1e5b";
+    const PLAN: &str = r#"version = 1
+name = "secret"
+
+[[steps]]
+id = "a"
+kind = "command"
+env = { TOK = "{{ secret('MYTOKEN') }}" }
+run = "echo token is $TOK; printf 'split: %s' \"${TOK%?????}\"; sleep 0.2; printf '%s\\n' \"${TOK#${TOK%?????}}\"; echo on stderr $TOK >&2"
+
+[[steps]]
+id = "b"
+kind = "command"
+run = "echo inherited $MYTOKEN"
+
+[[steps]]
+id = "c"
+kind = "command"
+run = "echo failing with $MYTOKEN; exit 3"
+"#;
+    let t = Test::new().file("plan.toml", PLAN).env("MYTOKEN", CANARY);
+    let run = t.run(&["plan", "run", "plan.toml", "--json", "--junit", "junit.xml"]);
+    assert_eq!(run.code, Some(1), "{run}");
+    assert!(
+        !run.stdout.contains(CANARY) && !run.stderr.contains(CANARY),
+        "{run}"
+    );
+    let id = t.run_ids().remove(0);
+    let log = |s: &str| t.read(&format!(".gameplan/runs/{id}/steps/{s}/stdout.log"));
+    assert_eq!(
+        log("a"),
+        "token is [redacted]\nsplit: [redacted]\non stderr [redacted]\n",
+        "{run}"
+    );
+    assert_eq!(log("b"), "inherited [redacted]\n");
+    assert_eq!(log("c"), "failing with [redacted]\n");
+    let mut searched = 0;
+    for file in walk(&t.path(".gameplan"))
+        .into_iter()
+        .chain([t.path("junit.xml")])
+    {
+        let bytes = std::fs::read(&file).expect("read");
+        searched += 1;
+        assert!(
+            !bytes.windows(CANARY.len()).any(|w| w == CANARY.as_bytes()),
+            "{} holds the secret",
+            file.display()
+        );
+    }
+    assert!(searched > 5, "only {searched} files searched");
+}
+
+/// Issue 10: a step's log was kept whole (187 MB from one run). It keeps
+/// its head and its tail, and says what was cut between them.
+#[test]
+fn issue10_a_step_log_past_the_cap_keeps_its_head_and_tail() {
+    const PLAN: &str = r#"version = 1
+name = "chatty"
+
+[[steps]]
+id = "a"
+kind = "command"
+run = "echo the-start; yes 0123456789abcdefghijklmnopqrstuvwxyz | head -c 11999988; echo the-end; exit 1"
+"#;
+    let t = Test::new().file("plan.toml", PLAN);
+    let run = t.run(&["plan", "run", "plan.toml"]);
+    run.code(1).stderr_has("the-end");
+    let id = t.run_ids().remove(0);
+    let log = t.read(&format!(".gameplan/runs/{id}/steps/a/stdout.log"));
+    assert!(
+        log.len() <= 5 * 1024 * 1024 + 100,
+        "the log kept {} bytes",
+        log.len()
+    );
+    assert!(log.starts_with("the-start\n0123"), "{}", &log[..40]);
+    assert!(
+        log.ends_with("xyz\nthe-end\n"),
+        "{}",
+        &log[log.len() - 40..]
+    );
+    let cut: Vec<&str> = log.lines().filter(|l| l.starts_with("[… ")).collect();
+    assert_eq!(cut, ["[… 6.8 MB cut …]"]);
+    assert!(
+        log.lines().all(|l| l == cut[0]
+            || l == "the-start"
+            || l == "the-end"
+            || l == "0123456789abcdefghijklmnopqrstuvwxyz"),
+        "a line was cut in two"
+    );
+}
+
+/// Item 6: a resume stopped (Ctrl-C) while it waits for an attempt a dead
+/// gameplan left running must not count that attempt as over: the next
+/// resume waits for it again and learns how it ended, instead of starting
+/// a second attempt beside it.
+#[test]
+fn issue8_item6_a_resume_stopped_while_it_waits_never_runs_the_step_beside_the_old_attempt() {
+    const PLAN: &str = r#"version = 1
+name = "patient"
+
+[[steps]]
+id = "a"
+kind = "command"
+run = "echo ran >> runs.txt; echo $$ > a.pid; while [ ! -f release ]; do sleep 0.1; done"
+"#;
+    let t = Test::new().file("plan.toml", PLAN);
+    let gameplan = t.spawn(&["plan", "run", "plan.toml"]);
+    wait_until("`a` to start", SOON, || !t.read("a.pid").trim().is_empty());
+    let killed = gameplan.kill9();
+    assert_eq!(killed.code, None, "{killed}");
+    let id = t.run_ids().remove(0);
+    let journal = format!(".gameplan/runs/{id}/journal.jsonl");
+
+    let waiting = t.spawn(&["plan", "resume"]);
+    wait_until("the resume to start", SOON, || {
+        t.read(&journal).contains("run_resumed")
+    });
+    waiting.signal(Signal::SIGINT);
+    let stopped = waiting.wait();
+    stopped.code(10);
+    assert_eq!(t.read("runs.txt"), "ran\n", "{stopped}");
+
+    t.write("release", "");
+    let resumed = t.run(&["plan", "resume", "--json"]);
+    let report = resumed.code(0).json();
+    assert_eq!(step(&report, "a")["state"], "succeeded", "{resumed}");
+    assert_eq!(step(&report, "a")["attempts"], 0, "{resumed}");
+    assert_eq!(
+        t.read("runs.txt"),
+        "ran\n",
+        "a second attempt ran\n{resumed}"
+    );
+}
+
+/// Item 9: liveness is the launcher's lock and, with the launcher dead
+/// too, the step's process group. Killed with gameplan, the launcher
+/// records nothing more, but a resume still waits for the step it left
+/// running instead of starting a second attempt beside it; with no ending
+/// recorded, it runs the step again once the first attempt is gone.
+#[test]
+fn issue8_item9_with_its_launcher_killed_too_a_resume_waits_for_the_steps_group() {
+    const PLAN: &str = r#"version = 1
+name = "orphan"
+
+[[steps]]
+id = "a"
+kind = "command"
+run = "echo ran >> runs.txt; echo $$ > a.pid; while [ ! -f release ]; do sleep 0.1; done; echo done >> runs.txt"
+"#;
+    let t = Test::new().file("plan.toml", PLAN);
+    let gameplan = t.spawn(&["plan", "run", "plan.toml"]);
+    wait_until("`a` to start", SOON, || !t.read("a.pid").trim().is_empty());
+    let launchers: Vec<i32> = crate::support::processes()
+        .into_iter()
+        .filter(|p| p.ppid == gameplan.pid())
+        .map(|p| p.pid)
+        .collect();
+    assert_eq!(launchers.len(), 1, "gameplan's one child is its launcher");
+    let _ = nix::sys::signal::kill(Pid::from_raw(launchers[0]), Signal::SIGKILL);
+    let killed = gameplan.kill9();
+    assert_eq!(killed.code, None, "{killed}");
+    let id = t.run_ids().remove(0);
+    let journal = format!(".gameplan/runs/{id}/journal.jsonl");
+
+    let resume = t.spawn(&["plan", "resume"]);
+    wait_until("the resume to start", SOON, || {
+        t.read(&journal).contains("run_resumed")
+    });
+    // An absence can only be watched for a while: no second attempt may
+    // start while the first one runs.
+    let watched = Instant::now();
+    while watched.elapsed() < Duration::from_millis(1500) {
+        assert_eq!(t.read("runs.txt"), "ran\n", "a second attempt started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    t.write("release", "");
+    let out = resume.wait();
+    out.code(0).stderr_has("waiting for `a` (process group");
+    assert_eq!(t.read("runs.txt"), "ran\ndone\nran\ndone\n", "{out}");
 }
