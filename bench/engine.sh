@@ -4,8 +4,8 @@
 #   bash bench/engine.sh            # release build, then both workloads
 #
 # W1: 1,000 command steps in 10 layers of 100; step i of layer k>0 needs
-#     steps i and (i+1) mod 100 of layer k-1; each runs `touch out/<id>` and
-#     declares that file as its output. Cold and fully reused, concurrency 2,
+#     steps i and (i+1) mod 100 of layer k-1 (layer 0 reads seed.txt); each
+#     runs `touch out/<id>` and declares that file as its output. Cold and fully reused, concurrency 2,
 #     against `make -j2` on the same DAG. Targets: cold <= 1.5x make; reused
 #     <= 50 ms; peak memory of the cold run < 100 MB.
 # W2: 200 steps in 20 chains of 10; each hashes its own 1 MiB random input
@@ -88,11 +88,18 @@ for k in range(10):
         if k > 0:
             deps = [f"l{k-1}-{i}", f"l{k-1}-{(i+1)%100}"]
             plan.append('needs = [' + ', '.join(f'"{x}"' for x in deps) + ']')
+            prereqs = ' '.join('out/' + x for x in deps)
+        else:
+            # A step that reads nothing known is never reused (issue 8,
+            # item 2): layer 0 reads seed.txt, in both tools alike.
+            plan.append('inputs = ["seed.txt"]')
+            prereqs = 'seed.txt'
         plan.append('')
-        make += [f"out/{sid}: {' '.join('out/'+x for x in deps)} | out", f"\ttouch out/{sid}", '']
+        make += [f"out/{sid}: {prereqs} | out", f"\ttouch out/{sid}", '']
 make[0] = 'all: ' + ' '.join('out/' + x for x in ids)
 make += ['out:', '\tmkdir -p out']
 open(f"{d}/w1.toml", 'w').write('\n'.join(plan))
+open(f"{d}/seed.txt", 'w').write('seed\n')
 open(f"{d}/Makefile", 'w').write('\n'.join(make) + '\n')
 PY
 mkdir -p "$w1/out"
