@@ -4,7 +4,7 @@
 //! Module map (arrows = "uses"): `cli → plan, graph, engine, report, play,
 //! games`; `graph → plan`; `engine → graph, steps, journal, reuse, report`;
 //! `steps → backend, reuse, play, journal (checkpoint records)`;
-//! `play → report` (the cell's report.md); `plan → template`;
+//! `play → report` (the cell's report.md); `steps, play → process_table`; `plan → template`;
 //! `report → plan (diagnostics), journal (states)`; `suggest` is used by
 //! `plan` and `template`. `report` never calls into `engine`: the engine
 //! fills in `report::run`'s types and `report` renders them.
@@ -18,6 +18,7 @@ pub mod graph;
 pub mod journal;
 pub mod plan;
 pub mod play;
+pub mod process_table;
 pub mod report;
 pub mod reuse;
 pub mod state_dir;

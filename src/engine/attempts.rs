@@ -177,9 +177,15 @@ async fn attempts(
         }
         let outcome = kind.run(cx, io).await;
         let may_retry = cx.attempt <= base.last.saturating_add(retries) && !*cx.cancel.borrow();
-        if matches!(outcome, StepOutcome::Failed { .. }) && may_retry {
+        if let StepOutcome::Failed { message, .. } = &outcome
+            && may_retry
+        {
+            // Why, in a line: the log's tail is shown once, by the last
+            // attempt, not once per retry.
+            let why = message.lines().next().unwrap_or_default();
+            let why = why.split("; last lines of").next().unwrap_or(why);
             keeper.progress.note(&format!(
-                "{}: attempt {} failed; retrying",
+                "{}: attempt {} failed ({why}); retrying",
                 cx.instance.id,
                 cx.attempt.saturating_sub(base.last)
             ));

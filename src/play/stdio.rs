@@ -807,43 +807,21 @@ pub fn kill_games_of_this_process() -> Vec<Leaked> {
     kill_carrying(&format!("{MARKER_ENV}={}-", std::process::id()))
 }
 
-/// Kills every process whose environment block contains `needle`.
+/// Kills every live process whose environment block contains `needle`.
 fn kill_carrying(needle: &str) -> Vec<Leaked> {
-    let mut leaked = Vec::new();
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return leaked;
-    };
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        let Ok(environ) = std::fs::read(entry.path().join("environ")) else {
-            continue;
-        };
-        if !environ
-            .windows(needle.len())
-            .any(|w| w == needle.as_bytes())
-        {
-            continue;
-        }
-        // Named before it is killed: a dead process has no command line.
-        let command = std::fs::read(entry.path().join("cmdline"))
-            .map(|c| {
-                String::from_utf8_lossy(&c)
-                    .split('\0')
-                    .filter(|s| !s.is_empty())
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            })
-            .unwrap_or_default();
-        let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
-        leaked.push(Leaked { pid, command });
-    }
-    leaked
+    let needle = needle.as_bytes();
+    crate::process_table::carrying(|environ| environ.windows(needle.len()).any(|w| w == needle))
+        .into_iter()
+        .map(|found| {
+            // Named before it is killed: a dead process has no command line.
+            let command = crate::process_table::command_line(found.pid);
+            let _ = nix::sys::signal::kill(Pid::from_raw(found.pid), Signal::SIGKILL);
+            Leaked {
+                pid: found.pid,
+                command,
+            }
+        })
+        .collect()
 }
 
 /// The first half of `gameplan __game-exec`: sets the limits on this

@@ -19,12 +19,13 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use serde_json::json;
 
-use super::launcher::{LazyLauncher, Leftover, Request, group_alive};
+use super::launcher::{LazyLauncher, Leftover, Request};
 use super::{
     BoxFuture, KeyContext, Kind, LeftRunning, Outputs, Reuse, StepContext, StepError, StepIo,
     StepOutcome, expand,
 };
 use crate::plan::model::{Params, Program, Step, StepKind};
+use crate::process_table::group_alive;
 use crate::reuse::{RestoreScope, ReuseKey};
 
 /// The `command` kind, holding the run's process launcher (started by the
@@ -329,6 +330,7 @@ pub const LEFTOVER_WAIT: Duration = Duration::from_secs(5 * 60);
 
 /// How an attempt that a dead gameplan left running ended (see `launcher`).
 async fn leftover(cx: &StepContext, attempt: u32) -> super::launcher::Leftover {
+    let marks = marks(&cx.left_by, &cx.instance.id, attempt);
     let step_dir = &cx.step_dir;
     let log = log_path(step_dir);
     let claim = claim_path(step_dir, attempt);
@@ -344,6 +346,7 @@ async fn leftover(cx: &StepContext, attempt: u32) -> super::launcher::Leftover {
         claim: &claim,
         exits: &exits,
         name: &name,
+        marks: &marks,
         label: &label,
     };
     let note = |text: &str| (cx.note)(text);
@@ -356,6 +359,18 @@ async fn leftover(cx: &StepContext, attempt: u32) -> super::launcher::Leftover {
         note: &note,
     };
     super::launcher::leftover(&attempt, &wait, &cx.cancel).await
+}
+
+/// The environment entries every process of one attempt carries (gameplan
+/// sets them on the step, and children inherit them): how a resume finds
+/// the attempt when its launcher died before it wrote its process group
+/// down.
+fn marks(run_id: &str, step: &str, attempt: u32) -> Vec<String> {
+    vec![
+        format!("GAMEPLAN_RUN_ID={run_id}"),
+        format!("GAMEPLAN_STEP={step}"),
+        format!("GAMEPLAN_ATTEMPT={attempt}"),
+    ]
 }
 
 pub fn log_path(step_dir: &Path) -> PathBuf {
@@ -382,14 +397,16 @@ async fn spawn_and_wait(
     let mut env = cx.step.env.clone();
     env.insert("GAMEPLAN_RUN_ID".into(), cx.run_id.clone());
     env.insert("GAMEPLAN_STEP".into(), cx.instance.id.clone());
+    // With the run and the step, it marks every process of this attempt
+    // (see `marks`).
+    env.insert("GAMEPLAN_ATTEMPT".into(), cx.attempt.to_string());
     env.insert("GAMEPLAN_ROOT".into(), cx.root.display().to_string());
     // A matrix cell's values, so the command can act on them:
     // `matrix = { seed = [1, 2] }` gives GAMEPLAN_MATRIX_SEED=1 or 2.
     for (axis, value) in &cx.instance.cell {
         env.insert(format!("GAMEPLAN_MATRIX_{}", env_name(axis)), value.clone());
     }
-    let launcher = launcher.get().await.map_err(StepError)?;
-    let submitted = launcher
+    let (launcher, submitted) = launcher
         .submit(Request {
             token: 0,
             argv: argv(p.program),

@@ -42,7 +42,9 @@
 //! lock of an attempt it found running, saying that it waits and for how
 //! long at most, and looks up its ending: a code means the step ended;
 //! nothing means it died mid-way, so once the recorded process group is
-//! empty too (the launcher may have been killed alone) it leaves the
+//! empty too (the launcher may have been killed alone; killed between a
+//! spawn and its record, it left no group, and the step's processes are
+//! found by the run, step and attempt in their environment) it leaves the
 //! `claimed.N` marker (while holding the lock, so no launcher can slip in)
 //! and runs the step again.
 
@@ -678,14 +680,18 @@ pub struct Launcher {
     stdin: tokio::sync::Mutex<ChildStdin>,
     waiters: Arc<Mutex<Waiters>>,
     next: std::sync::atomic::AtomicU64,
+    /// Set once its reports end: it died (or was killed) under gameplan.
+    gone: Arc<std::sync::atomic::AtomicBool>,
     _child: tokio::process::Child,
 }
 
-/// The run's launcher, started by the first step that needs it.
+/// The run's launcher, started by the first step that needs it, and again
+/// by the next step after one died under a live gameplan (its running steps
+/// were stopped and failed; the steps after them must not fail for it).
 pub struct LazyLauncher {
     slots: usize,
     redactor: crate::template::Redactor,
-    cell: tokio::sync::OnceCell<Launcher>,
+    current: tokio::sync::Mutex<Option<Arc<Launcher>>>,
 }
 
 impl LazyLauncher {
@@ -695,23 +701,42 @@ impl LazyLauncher {
         LazyLauncher {
             slots,
             redactor,
-            cell: tokio::sync::OnceCell::new(),
+            current: tokio::sync::Mutex::new(None),
         }
     }
 
-    pub async fn get(&self) -> Result<&Launcher, String> {
-        self.cell
-            .get_or_try_init(|| async {
-                let launcher = Launcher::start(self.slots)?;
-                // `secret("X")` reads the variable X, which every step
-                // inherits: any step may print it, so all logs are redacted.
-                let secrets = self.redactor.values();
-                if !secrets.is_empty() {
-                    launcher.send(&Message::Redact(secrets)).await?;
-                }
-                Ok(launcher)
-            })
-            .await
+    pub async fn get(&self) -> Result<Arc<Launcher>, String> {
+        let mut current = self.current.lock().await;
+        if let Some(launcher) = current.as_ref()
+            && !launcher.gone.load(std::sync::atomic::Ordering::Acquire)
+        {
+            return Ok(Arc::clone(launcher));
+        }
+        let launcher = Arc::new(Launcher::start(self.slots)?);
+        // `secret("X")` reads the variable X, which every step inherits:
+        // any step may print it, so all logs are redacted.
+        let secrets = self.redactor.values();
+        if !secrets.is_empty() {
+            launcher.send(&Message::Redact(secrets)).await?;
+        }
+        *current = Some(Arc::clone(&launcher));
+        Ok(launcher)
+    }
+
+    /// Queues an attempt at the current launcher, or at a new one when that
+    /// one turns out to have died (before gameplan read the end of its
+    /// reports). Returns the launcher it went to, which cancels it.
+    pub async fn submit(&self, request: Request) -> Result<(Arc<Launcher>, Submitted), String> {
+        let launcher = self.get().await?;
+        match launcher.submit(request.clone()).await {
+            Ok(submitted) => Ok((launcher, submitted)),
+            Err(_) if launcher.gone.load(std::sync::atomic::Ordering::Acquire) => {
+                let launcher = self.get().await?;
+                let submitted = launcher.submit(request).await?;
+                Ok((launcher, submitted))
+            }
+            Err(e) => Err(e),
+        }
     }
 }
 
@@ -736,6 +761,8 @@ impl Launcher {
         let stdout = child.stdout.take().ok_or("the launcher has no stdout")?;
         let waiters: Arc<Mutex<Waiters>> = Arc::default();
         let reader_waiters = Arc::clone(&waiters);
+        let gone = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let reader_gone = Arc::clone(&gone);
         tokio::spawn(async move {
             let mut lines = BufReader::new(stdout).lines();
             while let Ok(Some(line)) = lines.next_line().await {
@@ -765,7 +792,9 @@ impl Launcher {
                     }
                 }
             }
-            // The launcher is gone: every waiter learns it by its channel closing.
+            // The launcher is gone: every waiter learns it by its channel
+            // closing, and the next step starts a new one.
+            reader_gone.store(true, std::sync::atomic::Ordering::Release);
             reader_waiters
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
@@ -775,6 +804,7 @@ impl Launcher {
             stdin: tokio::sync::Mutex::new(stdin),
             waiters,
             next: std::sync::atomic::AtomicU64::new(1),
+            gone,
             _child: child,
         })
     }
@@ -783,14 +813,14 @@ impl Launcher {
         let mut line = serde_json::to_vec(message).map_err(|e| e.to_string())?;
         line.push(b'\n');
         let mut stdin = self.stdin.lock().await;
-        stdin
-            .write_all(&line)
-            .await
-            .map_err(|e| format!("the step launcher is gone: {e}"))?;
-        stdin
-            .flush()
-            .await
-            .map_err(|e| format!("the step launcher is gone: {e}"))
+        let sent = match stdin.write_all(&line).await {
+            Ok(()) => stdin.flush().await,
+            Err(e) => Err(e),
+        };
+        sent.map_err(|e| {
+            self.gone.store(true, std::sync::atomic::Ordering::Release);
+            format!("the step launcher is gone: {e}")
+        })
     }
 
     /// Queues an attempt at the launcher.
@@ -836,6 +866,10 @@ pub struct Attempt<'a> {
     pub claim: &'a Path,
     pub exits: &'a Path,
     pub name: &'a str,
+    /// The `NAME=value` entries every process of this attempt carries in
+    /// its environment (run, step, attempt): how its processes are found
+    /// when the launcher died before it wrote their process group down.
+    pub marks: &'a [String],
     /// The step as the messages name it (`` `a` ``, `` `a` of run X ``).
     pub label: &'a str,
 }
@@ -869,32 +903,6 @@ fn recorded(exits: &Path, name: &str) -> (Option<i32>, Option<String>) {
         }
     }
     (pid, ended)
-}
-
-/// Whether process group `pgid` has a live process. A zombie holds nothing
-/// (where nobody reaps orphans, as under some container inits, zombies of a
-/// step's children stay for good): only processes that still run count.
-pub fn group_alive(pgid: i32) -> bool {
-    use nix::sys::signal::killpg;
-    if pgid <= 1 || killpg(nix::unistd::Pid::from_raw(pgid), None).is_err() {
-        return false;
-    }
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return true;
-    };
-    entries.flatten().any(|entry| {
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-            return false;
-        };
-        // `pid (comm) state ppid pgrp …`; comm may hold spaces and parentheses.
-        let Some(rest) = stat.rfind(')').map(|at| &stat[at + 1..]) else {
-            return false;
-        };
-        let mut fields = rest.split_whitespace();
-        let state = fields.next();
-        let group = fields.nth(1).and_then(|g| g.parse::<i32>().ok());
-        group == Some(pgid) && state != Some("Z") && state != Some("X")
-    })
 }
 
 /// Waits until no process of the attempt lives, then looks up its ending.
@@ -935,12 +943,22 @@ pub async fn leftover(
             Err(std::fs::TryLockError::WouldBlock) => false,
             Err(std::fs::TryLockError::Error(_)) => return Leftover::Unfinished,
         };
-        let (pid, ended) = recorded(attempt.exits, attempt.name);
+        let (recorded_pid, ended) = recorded(attempt.exits, attempt.name);
+        // The launcher writes a step's process group down just after it
+        // started it, so one killed in between left a live step with no
+        // group on record: its processes are found by their environment.
+        let pid = recorded_pid.or_else(|| {
+            crate::process_table::carrying(|env| {
+                crate::process_table::has_entries(env, attempt.marks)
+            })
+            .first()
+            .map(|found| found.group)
+        });
         if locked {
             if let Some(code) = ended.as_deref().and_then(|e| e.parse().ok()) {
                 return Leftover::Finished(code);
             }
-            if !pid.is_some_and(group_alive) {
+            if !pid.is_some_and(crate::process_table::group_alive) {
                 let _ = File::create(attempt.claim);
                 drop(log);
                 return Leftover::Unfinished;
@@ -1008,6 +1026,7 @@ mod tests {
             claim: &r.claim,
             exits: &r.exits,
             name: &r.attempt,
+            marks: &[],
             label: "`step`",
         }
     }
@@ -1018,6 +1037,63 @@ mod tests {
             grace: std::time::Duration::from_secs(1),
             note: &|_| {},
         }
+    }
+
+    /// The launcher killed after it started a step but before it wrote the
+    /// step's process group down: no group on record, yet the step lives.
+    /// A resume finds it by its environment and waits for it.
+    #[tokio::test]
+    async fn a_step_whose_group_was_never_written_down_is_waited_for() {
+        use std::os::unix::process::CommandExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (_stop, cancel) = tokio::sync::watch::channel(false);
+        let unrecorded = request(dir.path(), 1);
+        let run = format!("GAMEPLAN_RUN_ID=test-{}", std::process::id());
+        let marks = vec![
+            run.clone(),
+            "GAMEPLAN_STEP=step".into(),
+            "GAMEPLAN_ATTEMPT=1".into(),
+        ];
+        let mut step = std::process::Command::new("sleep")
+            .arg("30")
+            .env("GAMEPLAN_RUN_ID", &run["GAMEPLAN_RUN_ID=".len()..])
+            .env("GAMEPLAN_STEP", "step")
+            .env("GAMEPLAN_ATTEMPT", "1")
+            .process_group(0)
+            .spawn()
+            .expect("spawn the step");
+        let pid = step.id();
+        let ender = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(400));
+            step.kill().expect("kill the step");
+            step.wait().expect("reap the step");
+        });
+        let said = Mutex::new(Vec::new());
+        let note = |text: &str| said.lock().expect("notes").push(text.to_owned());
+        let wait = Wait {
+            bound: std::time::Duration::from_secs(60),
+            grace: std::time::Duration::from_secs(1),
+            note: &note,
+        };
+        let began = std::time::Instant::now();
+        let found = leftover(
+            &Attempt {
+                marks: &marks,
+                ..attempt(&unrecorded)
+            },
+            &wait,
+            &cancel,
+        )
+        .await;
+        ender.join().expect("ender");
+        assert_eq!(found, Leftover::Unfinished);
+        assert!(
+            began.elapsed() >= std::time::Duration::from_millis(400),
+            "the resume did not wait for the live step"
+        );
+        let said = said.lock().expect("notes").join("\n");
+        assert!(said.contains(&format!("process group {pid}")), "{said}");
+        assert!(unrecorded.claim.exists(), "claimed once it was gone");
     }
 
     #[tokio::test]

@@ -277,7 +277,7 @@ retries = 2
 [[steps]]
 id = "broken"
 kind = "command"
-run = "n=$(( $(cat broken.count 2>/dev/null || echo 0) + 1 )); echo $n > broken.count; exit 4"
+run = "n=$(( $(cat broken.count 2>/dev/null || echo 0) + 1 )); echo $n > broken.count; echo $GAMEPLAN_ATTEMPT >> broken.attempts; exit 4"
 retries = 2
 "#,
     );
@@ -292,7 +292,12 @@ retries = 2
     assert_eq!(broken["attempts"], 3, "{out}");
     assert_eq!(broken["exit_code"], 4, "{out}");
     assert_eq!(t.read("broken.count"), "3\n");
-    out.stderr_has("flaky: attempt 1 failed; retrying");
+    assert_eq!(
+        t.read("broken.attempts"),
+        "1\n2\n3\n",
+        "each attempt sees its number in GAMEPLAN_ATTEMPT"
+    );
+    out.stderr_has("flaky: attempt 1 failed (exited with code 1); retrying");
 }
 
 #[test]

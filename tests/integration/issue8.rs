@@ -782,9 +782,11 @@ run = "echo ran >> runs.txt; echo $$ > a.pid; while [ ! -f release ]; do sleep 0
         .map(|p| p.pid)
         .collect();
     assert_eq!(launchers.len(), 1, "gameplan's one child is its launcher");
-    let _ = nix::sys::signal::kill(Pid::from_raw(launchers[0]), Signal::SIGKILL);
+    // Gameplan first: a gameplan that outlives its launcher, even for a
+    // moment, stops the step it can no longer follow (and fails it).
     let killed = gameplan.kill9();
     assert_eq!(killed.code, None, "{killed}");
+    let _ = nix::sys::signal::kill(Pid::from_raw(launchers[0]), Signal::SIGKILL);
     let id = t.run_ids().remove(0);
     let journal = format!(".gameplan/runs/{id}/journal.jsonl");
 
@@ -795,12 +797,62 @@ run = "echo ran >> runs.txt; echo $$ > a.pid; while [ ! -f release ]; do sleep 0
     // An absence can only be watched for a while: no second attempt may
     // start while the first one runs.
     let watched = Instant::now();
-    while watched.elapsed() < Duration::from_millis(1500) {
-        assert_eq!(t.read("runs.txt"), "ran\n", "a second attempt started");
+    let mut second = false;
+    while watched.elapsed() < Duration::from_millis(1500) && !second {
+        second = t.read("runs.txt") != "ran\n";
         std::thread::sleep(Duration::from_millis(20));
     }
     t.write("release", "");
     let out = resume.wait();
+    let exits = t.read(&format!(".gameplan/runs/{id}/exits.jsonl"));
+    assert!(!second, "a second attempt started\n{exits}\n{out}");
     out.code(0).stderr_has("waiting for `a` (process group");
     assert_eq!(t.read("runs.txt"), "ran\ndone\nran\ndone\n", "{out}");
+}
+
+/// A launcher killed under a live gameplan (the OOM killer picks it): the
+/// step it ran can no longer be followed, so gameplan stops what is left of
+/// it and fails the attempt, and the retry goes to a new launcher instead
+/// of failing on the dead one's pipe.
+#[test]
+fn a_launcher_killed_under_a_live_gameplan_fails_the_attempt_and_the_retry_gets_a_new_one() {
+    const PLAN: &str = r#"version = 1
+name = "relaunch"
+
+[[steps]]
+id = "a"
+kind = "command"
+retries = 1
+run = "echo $$ >> a.pids; while [ ! -f release ]; do sleep 0.1; done; echo released"
+
+[[steps]]
+id = "b"
+kind = "command"
+needs = ["a"]
+run = "echo b ran"
+"#;
+    let t = Test::new().file("plan.toml", PLAN);
+    let gameplan = t.spawn(&["plan", "run", "plan.toml", "--json"]);
+    wait_until("`a` to start", SOON, || !t.read("a.pids").trim().is_empty());
+    let first: i32 = t.read("a.pids").trim().parse().expect("a pid");
+    let launchers: Vec<i32> = crate::support::processes()
+        .into_iter()
+        .filter(|p| p.ppid == gameplan.pid())
+        .map(|p| p.pid)
+        .collect();
+    assert_eq!(launchers.len(), 1, "gameplan's one child is its launcher");
+    let _ = nix::sys::signal::kill(Pid::from_raw(launchers[0]), Signal::SIGKILL);
+    wait_until("the retry to start", SOON, || {
+        t.read("a.pids").lines().count() == 2
+    });
+    assert!(
+        live_in_group(first).is_empty(),
+        "the first attempt was left running beside the retry"
+    );
+    t.write("release", "");
+    let out = gameplan.wait();
+    let report = out.code(0).json();
+    assert_eq!(step(&report, "a")["attempts"], 2, "{out}");
+    assert_eq!(step(&report, "b")["state"], "succeeded", "{out}");
+    out.stderr_has("a: attempt 1 failed (the step launcher died while the step ran); retrying");
 }
