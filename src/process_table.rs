@@ -118,8 +118,20 @@ mod tests {
             .spawn()
             .expect("spawn sleep");
         let pid = i32::try_from(child.id()).expect("pid");
-        let found = carrying(|env| has_entries(env, std::slice::from_ref(&marker)));
-        assert_eq!(found, vec![Found { pid, group: pid }]);
+        let find = || carrying(|env| has_entries(env, std::slice::from_ref(&marker)));
+        // Polled: under load the child may not have been scheduled yet.
+        let began = std::time::Instant::now();
+        let mut found = find();
+        while found.is_empty() && began.elapsed() < std::time::Duration::from_secs(2) {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            found = find();
+        }
+        assert_eq!(
+            found,
+            vec![Found { pid, group: pid }],
+            "{}",
+            command_line(pid)
+        );
         assert!(group_alive(pid));
         assert!(command_line(pid).starts_with("sleep 30"));
         child.kill().expect("kill");

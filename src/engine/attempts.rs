@@ -266,7 +266,9 @@ pub fn try_reuse(
     // files in the step's directory gets it made first.
     let base = kind.restore_base(cx);
     let scope = kind.restore_scope(cx).ok()?;
-    std::fs::create_dir_all(&base).ok()?;
+    if !base.is_dir() {
+        std::fs::create_dir_all(&base).ok()?;
+    }
     keeper.store.restore_within(&entry, &base, &scope).ok()?;
     keeper.store.mark_used(&digest);
     Some(Finished {

@@ -451,9 +451,15 @@ impl Store {
             return;
         }
         let path = self.entry_dir(digest).join(ENTRY_FILE);
-        if let Ok(file) = fs::OpenOptions::new().append(true).open(&path) {
-            let _ = file.set_modified(SystemTime::now());
-        }
+        // By path, one call (an open, a set and a close was three, per
+        // reused step); the access time is left alone.
+        let _ = nix::sys::stat::utimensat(
+            nix::fcntl::AT_FDCWD,
+            &path,
+            &nix::sys::time::TimeSpec::UTIME_OMIT,
+            &nix::sys::time::TimeSpec::UTIME_NOW,
+            nix::sys::stat::UtimensatFlags::NoFollowSymlink,
+        );
     }
 
     /// Every stored entry with its size on disk and when it was last stored
@@ -745,6 +751,10 @@ fn create_dir_inside(canonical_root: &Path, root: &Path, dir: &Path) -> Result<(
     match resolve_inside(canonical_root, existing, &shown)? {
         Some(real) if real.is_dir() => {}
         _ => return Err(ReuseError::RestoreBlocked { path: shown }),
+    }
+    if existing == dir {
+        // It is there, and a directory inside the root: nothing to make.
+        return Ok(());
     }
     fs::create_dir_all(dir).map_err(io_error("create", dir))
 }
