@@ -151,6 +151,9 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
     let started = Instant::now();
     let run_id = request.start.run_id().to_owned();
     let run_dir = RunDir::new(&request.state_dir, &run_id);
+    // Before the journal says the run started or resumed: a Ctrl-C from
+    // then on stops the run, never kills gameplan mid-way by default.
+    let caught = signals::Caught::install();
     let (journal, history) = open_journal(&request, &run_dir)?;
     let RunRequest {
         loaded,
@@ -203,6 +206,7 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
     let (cancel_tx, cancel_rx) = watch::channel(false);
     let cancelled = Cancelled::default();
     signals::listen(
+        caught,
         [stop_tx.clone(), cancel_tx.clone()],
         cancelled.clone(),
         progress.clone(),

@@ -28,22 +28,45 @@ impl Cancelled {
 /// Signals this close together are one request to stop, not two.
 pub const SAME_REQUEST: std::time::Duration = std::time::Duration::from_millis(500);
 
+/// The stop signals, caught from the moment this exists: a signal that
+/// comes before [`listen`] runs waits in it, instead of killing gameplan by
+/// its default action after the journal said the run started.
+pub struct Caught {
+    interrupt: tokio::signal::unix::Signal,
+    terminate: tokio::signal::unix::Signal,
+    hangup: tokio::signal::unix::Signal,
+}
+
+impl Caught {
+    /// Catches SIGINT, SIGTERM and SIGHUP. `None` only if the runtime cannot
+    /// (then they keep their default action).
+    pub fn install() -> Option<Caught> {
+        Some(Caught {
+            interrupt: signal(SignalKind::interrupt()).ok()?,
+            terminate: signal(SignalKind::terminate()).ok()?,
+            hangup: signal(SignalKind::hangup()).ok()?,
+        })
+    }
+}
+
 /// Listens for SIGINT, SIGTERM and SIGHUP for the life of the runtime. A
 /// closed terminal or a lost SSH session (SIGHUP) stops the run like
 /// SIGTERM: journaled, resumable, exit 10, never steps left unsupervised.
 /// `stops`: every channel a signal flips (the ordinary stop, and the one
 /// that also stops `always` steps).
 pub fn listen(
+    caught: Option<Caught>,
     stops: [watch::Sender<bool>; 2],
     cancelled: Cancelled,
     progress: Progress,
     kinds: Arc<Kinds>,
 ) {
-    let (Ok(mut interrupt), Ok(mut terminate), Ok(mut hangup)) = (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-        signal(SignalKind::hangup()),
-    ) else {
+    let Some(Caught {
+        mut interrupt,
+        mut terminate,
+        mut hangup,
+    }) = caught
+    else {
         return;
     };
     tokio::spawn(async move {
