@@ -182,12 +182,11 @@ async fn attempts(
         {
             // Why, in a line: the log's tail is shown once, by the last
             // attempt, not once per retry.
-            let why = message.lines().next().unwrap_or_default();
-            let why = why.split("; last lines of").next().unwrap_or(why);
             keeper.progress.note(&format!(
-                "{}: attempt {} failed ({why}); retrying",
+                "{}: attempt {} failed ({}); retrying",
                 cx.instance.id,
-                cx.attempt.saturating_sub(base.last)
+                cx.attempt.saturating_sub(base.last),
+                crate::report::run::reason(message)
             ));
             continue;
         }

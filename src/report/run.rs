@@ -61,15 +61,25 @@ pub struct RunReport {
     pub playtest: Option<super::playtest::Playtest>,
 }
 
+/// Where a step kind's failure message goes on to the last lines of its log.
+const LOG_LINES_MARKER: &str = "; last lines of ";
+
+/// Why a step failed, in one line: the message's first line without the
+/// log lines a step kind appended (for a retry's note; the last attempt
+/// shows them).
+pub fn reason(message: &str) -> &str {
+    let first = message.lines().next().unwrap_or_default();
+    first.split(LOG_LINES_MARKER).next().unwrap_or(first)
+}
+
 /// The first line of a failure message, saying where the whole log is in
 /// place of the lines a step kind appended (`...; last lines of LOG:` and
 /// the lines): what a summary shows, where the lines were shown already.
 pub fn headline(message: &str, log: Option<&str>) -> String {
     let (first, rest) = message.split_once('\n').unwrap_or((message, ""));
-    let marker = "; last lines of ";
-    match first.find(marker) {
+    match first.find(LOG_LINES_MARKER) {
         Some(at) if first.ends_with(':') => {
-            let path = log.unwrap_or(&first[at + marker.len()..first.len() - 1]);
+            let path = log.unwrap_or(&first[at + LOG_LINES_MARKER.len()..first.len() - 1]);
             format!("{} (log: {path})", &first[..at])
         }
         _ if rest.trim().is_empty() => first.to_owned(),

@@ -361,16 +361,24 @@ async fn leftover(cx: &StepContext, attempt: u32) -> super::launcher::Leftover {
     super::launcher::leftover(&attempt, &wait, &cx.cancel).await
 }
 
-/// The environment entries every process of one attempt carries (gameplan
-/// sets them on the step, and children inherit them): how a resume finds
+/// The variables that name one attempt (README lists them). Every process
+/// of the attempt carries them (children inherit them): how a resume finds
 /// the attempt when its launcher died before it wrote its process group
 /// down.
-fn marks(run_id: &str, step: &str, attempt: u32) -> Vec<String> {
-    vec![
-        format!("GAMEPLAN_RUN_ID={run_id}"),
-        format!("GAMEPLAN_STEP={step}"),
-        format!("GAMEPLAN_ATTEMPT={attempt}"),
+fn attempt_env(run_id: &str, step: &str, attempt: u32) -> [(String, String); 3] {
+    [
+        ("GAMEPLAN_RUN_ID".into(), run_id.to_owned()),
+        ("GAMEPLAN_STEP".into(), step.to_owned()),
+        ("GAMEPLAN_ATTEMPT".into(), attempt.to_string()),
     ]
+}
+
+/// [`attempt_env`] as the `NAME=value` entries of an environment block.
+fn marks(run_id: &str, step: &str, attempt: u32) -> Vec<String> {
+    attempt_env(run_id, step, attempt)
+        .into_iter()
+        .map(|(name, value)| format!("{name}={value}"))
+        .collect()
 }
 
 pub fn log_path(step_dir: &Path) -> PathBuf {
@@ -395,11 +403,7 @@ async fn spawn_and_wait(
         None => cx.root.clone(),
     };
     let mut env = cx.step.env.clone();
-    env.insert("GAMEPLAN_RUN_ID".into(), cx.run_id.clone());
-    env.insert("GAMEPLAN_STEP".into(), cx.instance.id.clone());
-    // With the run and the step, it marks every process of this attempt
-    // (see `marks`).
-    env.insert("GAMEPLAN_ATTEMPT".into(), cx.attempt.to_string());
+    env.extend(attempt_env(&cx.run_id, &cx.instance.id, cx.attempt));
     env.insert("GAMEPLAN_ROOT".into(), cx.root.display().to_string());
     // A matrix cell's values, so the command can act on them:
     // `matrix = { seed = [1, 2] }` gives GAMEPLAN_MATRIX_SEED=1 or 2.

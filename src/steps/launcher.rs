@@ -726,13 +726,13 @@ impl LazyLauncher {
     /// Queues an attempt at the current launcher, or at a new one when that
     /// one turns out to have died (before gameplan read the end of its
     /// reports). Returns the launcher it went to, which cancels it.
-    pub async fn submit(&self, request: Request) -> Result<(Arc<Launcher>, Submitted), String> {
+    pub async fn submit(&self, mut request: Request) -> Result<(Arc<Launcher>, Submitted), String> {
         let launcher = self.get().await?;
-        match launcher.submit(request.clone()).await {
+        match launcher.submit(&mut request).await {
             Ok(submitted) => Ok((launcher, submitted)),
             Err(_) if launcher.gone.load(std::sync::atomic::Ordering::Acquire) => {
                 let launcher = self.get().await?;
-                let submitted = launcher.submit(request).await?;
+                let submitted = launcher.submit(&mut request).await?;
                 Ok((launcher, submitted))
             }
             Err(e) => Err(e),
@@ -810,6 +810,11 @@ impl Launcher {
     }
 
     async fn send(&self, message: &Message) -> Result<(), String> {
+        self.send_json(message).await
+    }
+
+    /// Writes one JSON line: a [`Message`], or one serialized like it.
+    async fn send_json(&self, message: &impl Serialize) -> Result<(), String> {
         let mut line = serde_json::to_vec(message).map_err(|e| e.to_string())?;
         line.push(b'\n');
         let mut stdin = self.stdin.lock().await;
@@ -823,8 +828,9 @@ impl Launcher {
         })
     }
 
-    /// Queues an attempt at the launcher.
-    pub async fn submit(&self, mut request: Request) -> Result<Submitted, String> {
+    /// Queues an attempt at the launcher (giving it its token). Borrowed, so
+    /// that a caller can take it to a new launcher when this one is gone.
+    pub async fn submit(&self, request: &mut Request) -> Result<Submitted, String> {
         request.token = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let token = request.token;
         let (started_tx, started) = oneshot::channel();
@@ -833,7 +839,9 @@ impl Launcher {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(token, (Some(started_tx), Some(exit_tx)));
-        self.send(&Message::Start(request)).await?;
+        // What `Message::Start(request)` is on the wire, without the copy.
+        self.send_json(&BTreeMap::from([("start", &*request)]))
+            .await?;
         Ok(Submitted {
             token,
             started,
@@ -937,6 +945,7 @@ pub async fn leftover(
     let began = tokio::time::Instant::now();
     let mut said = false;
     let mut stopping: Option<tokio::time::Instant> = None;
+    let mut found_group = None;
     loop {
         let locked = match log.try_lock() {
             Ok(()) => true,
@@ -946,14 +955,16 @@ pub async fn leftover(
         let (recorded_pid, ended) = recorded(attempt.exits, attempt.name);
         // The launcher writes a step's process group down just after it
         // started it, so one killed in between left a live step with no
-        // group on record: its processes are found by their environment.
-        let pid = recorded_pid.or_else(|| {
-            crate::process_table::carrying(|env| {
+        // group on record: its processes are found by their environment
+        // (once: a scan reads every process's environment).
+        if recorded_pid.is_none() && found_group.is_none() {
+            found_group = crate::process_table::carrying(|env| {
                 crate::process_table::has_entries(env, attempt.marks)
             })
             .first()
-            .map(|found| found.group)
-        });
+            .map(|found| found.group);
+        }
+        let pid = recorded_pid.or(found_group);
         if locked {
             if let Some(code) = ended.as_deref().and_then(|e| e.parse().ok()) {
                 return Leftover::Finished(code);
@@ -1131,6 +1142,16 @@ mod tests {
             Leftover::Unfinished
         );
         assert!(never.claim.exists(), "an unfinished attempt is claimed");
+    }
+
+    #[test]
+    fn a_borrowed_start_is_a_start_on_the_wire() {
+        let sent = request(Path::new("/r"), 2);
+        let line = serde_json::to_string(&BTreeMap::from([("start", &sent)])).expect("encode");
+        match serde_json::from_str::<Message>(&line).expect("decode") {
+            Message::Start(read) => assert_eq!(read.attempt, "step#2"),
+            _ => panic!("not a start: {line}"),
+        }
     }
 
     #[test]

@@ -776,17 +776,12 @@ run = "echo ran >> runs.txt; echo $$ > a.pid; while [ ! -f release ]; do sleep 0
     let t = Test::new().file("plan.toml", PLAN);
     let gameplan = t.spawn(&["plan", "run", "plan.toml"]);
     wait_until("`a` to start", SOON, || !t.read("a.pid").trim().is_empty());
-    let launchers: Vec<i32> = crate::support::processes()
-        .into_iter()
-        .filter(|p| p.ppid == gameplan.pid())
-        .map(|p| p.pid)
-        .collect();
-    assert_eq!(launchers.len(), 1, "gameplan's one child is its launcher");
+    let launcher = gameplan.launcher();
     // Gameplan first: a gameplan that outlives its launcher, even for a
     // moment, stops the step it can no longer follow (and fails it).
     let killed = gameplan.kill9();
     assert_eq!(killed.code, None, "{killed}");
-    let _ = nix::sys::signal::kill(Pid::from_raw(launchers[0]), Signal::SIGKILL);
+    let _ = nix::sys::signal::kill(Pid::from_raw(launcher), Signal::SIGKILL);
     let id = t.run_ids().remove(0);
     let journal = format!(".gameplan/runs/{id}/journal.jsonl");
 
@@ -835,13 +830,8 @@ run = "echo b ran"
     let gameplan = t.spawn(&["plan", "run", "plan.toml", "--json"]);
     wait_until("`a` to start", SOON, || !t.read("a.pids").trim().is_empty());
     let first: i32 = t.read("a.pids").trim().parse().expect("a pid");
-    let launchers: Vec<i32> = crate::support::processes()
-        .into_iter()
-        .filter(|p| p.ppid == gameplan.pid())
-        .map(|p| p.pid)
-        .collect();
-    assert_eq!(launchers.len(), 1, "gameplan's one child is its launcher");
-    let _ = nix::sys::signal::kill(Pid::from_raw(launchers[0]), Signal::SIGKILL);
+    let launcher = gameplan.launcher();
+    let _ = nix::sys::signal::kill(Pid::from_raw(launcher), Signal::SIGKILL);
     wait_until("the retry to start", SOON, || {
         t.read("a.pids").lines().count() == 2
     });

@@ -210,6 +210,18 @@ impl Spawned {
         nix::sys::signal::kill(Pid::from_raw(self.pid()), signal).expect("signal gameplan");
     }
 
+    /// The pid of gameplan's step launcher: its one child, once a command
+    /// step started.
+    pub fn launcher(&self) -> i32 {
+        let children: Vec<i32> = processes()
+            .into_iter()
+            .filter(|p| p.ppid == self.pid())
+            .map(|p| p.pid)
+            .collect();
+        assert_eq!(children.len(), 1, "gameplan's one child is its launcher");
+        children[0]
+    }
+
     /// Whether gameplan has exited (without reaping it).
     pub fn is_running(&mut self) -> bool {
         self.child.try_wait().expect("poll gameplan").is_none()
