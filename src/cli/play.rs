@@ -258,8 +258,9 @@ pub struct CellArgs {
 }
 
 /// `gameplan __play`: one cell, its files in `--out`, a one-line summary
-/// on stdout. Exit 0 when it played (whatever it found), 10 when
-/// interrupted, 3 when the game could not be started.
+/// on stdout. Exit 0 when it played (whatever it found), 1 when the game
+/// never got through `hello` and `reset`, 10 when interrupted, 3 when the
+/// game could not be started.
 pub fn play_cell(cx: &Context, args: &CellArgs) -> u8 {
     let player = match args.player.as_str() {
         "scripted" => PlayerSpec::Scripted {
@@ -322,7 +323,16 @@ pub fn play_cell(cx: &Context, args: &CellArgs) -> u8 {
         Ok(result) => {
             cx.console
                 .out(&play_results::cell(&result.report, &args.out));
-            if result.report.state == crate::play::CellState::Interrupted {
+            for warning in &result.report.warnings {
+                cx.console.err(&format!("gameplan: warning: {warning}\n"));
+            }
+            if let Some(why) = &result.report.not_played {
+                cx.console.err(&format!(
+                    "gameplan: {}\n",
+                    crate::report::play_cell::not_played(why)
+                ));
+                exit_code::FAILED
+            } else if result.report.state == crate::play::CellState::Interrupted {
                 exit_code::CANCELED
             } else {
                 exit_code::SUCCESS

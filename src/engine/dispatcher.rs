@@ -743,6 +743,11 @@ impl Run {
             let base = self.attempt_base[node.index()];
             move |attempt| progress.step_started(&started_id, attempt, base, live_log.clone())
         })
+        .on_warn({
+            let progress = progress.clone();
+            let id = id.clone();
+            move |text| progress.step_warning(&id, text)
+        })
         .on_progress(move |text| progress.step_progress(&progress_id, text))
     }
 

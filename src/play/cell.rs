@@ -14,7 +14,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use super::cell_report::{CellReport, CellState, GameInfo, Metrics, REPORT_FORMAT};
+use super::cell_report::{CellReport, CellState, GameInfo, Metrics, NotPlayed, REPORT_FORMAT};
 use super::controllers::{Controller, ControllerKind};
 use super::episode::{Episode, Stepped, failure_finding};
 use super::findings::{Category, Evidence, FindingSet, Spotted};
@@ -60,6 +60,10 @@ pub enum PlayError {
     },
     #[error("the player failed: {0}")]
     Player(#[from] PlayerError),
+    /// The game never gave a first observation (simulate: its first game);
+    /// a cell says so in its report instead.
+    #[error("{0}")]
+    NotPlayed(NotPlayed),
 }
 
 /// The names of the files a cell writes.
@@ -90,21 +94,26 @@ pub async fn play_cell(
     let mut game = GameProcess::spawn(&spec.game)?;
     let mut metrics = Metrics::default();
     let (hello, opened) = open(&mut game, spec.seed).await;
+    let opened = match opened {
+        Ok(first) => reset_again(&mut game, spec.seed, first).await,
+        Err(failure) => Err((failure, Opening::First)),
+    };
+    let mut warnings = Vec::new();
+    let mut not_played = None;
     let (end, findings) = match opened {
-        Err(failure) => {
-            let mut findings = FindingSet::default();
-            findings.add(
-                failure_finding(&failure, 0, "", None, &[]),
-                &spec.persona,
-                controller_name,
-            );
+        // Not a finding: a game that never gave its first observation was
+        // not played, so the cell fails (and is never reused) instead of
+        // reporting a "crash" of a bridge that never worked.
+        Err((failure, opening)) => {
             line(
                 &mut transcript,
                 &serde_json::json!({"step": 0, "failure": failure.describe()}),
             );
-            (quit_for(&failure), findings)
+            not_played = Some(not_played_by(&failure, opening));
+            (quit_for(&failure), FindingSet::default())
         }
-        Ok(first) => {
+        Ok((first, warning)) => {
+            warnings.extend(warning);
             let mut episode =
                 Episode::new(first, &spec.persona, controller_name, spec.game.stuck_after);
             line(
@@ -144,7 +153,9 @@ pub async fn play_cell(
             name: hello.name,
             version: hello.version,
         },
-        state: if end == QuitReason::Interrupted {
+        state: if not_played.is_some() {
+            CellState::NotPlayed
+        } else if end == QuitReason::Interrupted {
             CellState::Interrupted
         } else {
             CellState::Succeeded
@@ -154,6 +165,8 @@ pub async fn play_cell(
         findings: findings.into_vec(),
         metrics,
         leaked,
+        not_played,
+        warnings,
     };
     let files = write_files(out_dir, &report, &transcript, &trace)?;
     Ok(CellResult { report, files })
@@ -190,6 +203,177 @@ fn refused_opening(game: &GameProcess, op: &str, error: &str) -> Failure {
         reason: format!("the game refused `{op}`: {error}"),
         evidence: String::new(),
         stderr_tail: game.stderr_tail(),
+    }
+}
+
+/// Which request of the opening failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Opening {
+    /// `hello` or the first `reset`.
+    First,
+    /// The second `reset` (see [`reset_again`]).
+    Again,
+}
+
+/// The second `reset`, with the same seed: the observation the cell plays
+/// from, and a warning naming what differs from the first one's.
+///
+/// Why two: stuck detection and replay compare observation hashes, so a
+/// game whose observation changes under the same seed (a clock, a counter
+/// of resets) hides traps and never replays. One extra round trip says so
+/// before play, by field, where only `replay` would have.
+///
+/// The trace stays right: it records the seed and the actions, and replay
+/// resets once then acts. The second reset's observation is the one the
+/// player sees; for a deterministic game it is the first one's (checked
+/// here), so replay's single reset starts where the cell started. For a
+/// game that is not, replay diverges, which is what the warning is about.
+async fn reset_again(
+    game: &mut GameProcess,
+    seed: i64,
+    first: Seen,
+) -> Result<(Seen, Option<String>), (Failure, Opening)> {
+    match game.reset(seed).await {
+        Ok(Ok(second)) => {
+            let warning = (second.hash != first.hash)
+                .then(|| nondeterminism_warning(&first.raw, &second.raw, seed));
+            Ok((second, warning))
+        }
+        Ok(Err(refusal)) => Err((
+            refused_opening(game, "reset", &refusal.error),
+            Opening::Again,
+        )),
+        Err(failure) => Err((failure, Opening::Again)),
+    }
+}
+
+/// "`state.t` changes between two resets with seed 1 (…)": the first field
+/// (in the game's own key order) whose value differs, with both values.
+fn nondeterminism_warning(
+    first: &serde_json::Value,
+    second: &serde_json::Value,
+    seed: i64,
+) -> String {
+    let mut differing = Vec::new();
+    differences(first, second, &mut String::new(), &mut differing);
+    let Some((path, a, b)) = differing.first() else {
+        return format!(
+            "the observation changes between two resets with seed {seed}: stuck detection \
+             and replay need a deterministic observation"
+        );
+    };
+    let shown = |v: Option<&serde_json::Value>| {
+        v.map_or_else(
+            || "absent".to_owned(),
+            |v| super::episode::cut(&v.to_string(), 40),
+        )
+    };
+    let also = match &differing[1..] {
+        [] => String::new(),
+        rest => {
+            let names: Vec<String> = rest
+                .iter()
+                .take(3)
+                .map(|(p, ..)| format!("`{p}`"))
+                .collect();
+            let more = if rest.len() > 3 { ", …" } else { "" };
+            format!("; {}{more} too", names.join(", "))
+        }
+    };
+    format!(
+        "`{path}` changes between two resets with seed {seed} ({} then {}{also}): stuck \
+         detection and replay need a deterministic observation",
+        shown(a.as_ref()),
+        shown(b.as_ref()),
+    )
+}
+
+/// A differing leaf: its path, its value in the first and in the second.
+type Difference = (String, Option<serde_json::Value>, Option<serde_json::Value>);
+
+/// Every path where `a` and `b` differ, depth first in `a`'s key order
+/// (keys only `b` has come last); arrays of the same length are compared
+/// item by item (`actions[2]`), others as a whole.
+fn differences(
+    a: &serde_json::Value,
+    b: &serde_json::Value,
+    path: &mut String,
+    out: &mut Vec<Difference>,
+) {
+    use serde_json::Value;
+    let at = |path: &str, key: &str| {
+        if path.is_empty() {
+            key.to_owned()
+        } else {
+            format!("{path}.{key}")
+        }
+    };
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            for (key, value) in x {
+                let mut inner = at(path, key);
+                match y.get(key) {
+                    Some(other) => differences(value, other, &mut inner, out),
+                    None => out.push((inner, Some(value.clone()), None)),
+                }
+            }
+            for (key, value) in y {
+                if !x.contains_key(key) {
+                    out.push((at(path, key), None, Some(value.clone())));
+                }
+            }
+        }
+        (Value::Array(x), Value::Array(y)) if x.len() == y.len() => {
+            for (i, (p, q)) in x.iter().zip(y).enumerate() {
+                differences(p, q, &mut format!("{path}[{i}]"), out);
+            }
+        }
+        _ if a != b => out.push((path.clone(), Some(a.clone()), Some(b.clone()))),
+        _ => {}
+    }
+}
+
+/// What a game that failed at `hello` or its first `reset` tells, for a
+/// caller that opens games itself (simulate).
+pub fn not_opened(failure: &Failure) -> NotPlayed {
+    not_played_by(failure, Opening::First)
+}
+
+/// What a cell whose game failed before its first observation tells: the
+/// failure as a finding's title would say it, and the likely mistake.
+fn not_played_by(failure: &Failure, opening: Opening) -> NotPlayed {
+    let title = failure_finding(failure, 0, "", None, &[]).title;
+    let mut cause = title
+        .strip_prefix("The game")
+        .map_or_else(|| title.clone(), |rest| format!("the game{rest}"));
+    if opening == Opening::Again {
+        cause.push_str(" (the second `reset`)");
+    }
+    let hint = match failure {
+        _ if failure.stray_output().is_some() => failure.stray_output().map(|line| {
+            format!(
+                "the game printed this on stdout: `{}`; logs belong on stderr",
+                super::episode::cut(&line, 80)
+            )
+        }),
+        Failure::Hang { .. } if opening == Opening::First => Some(
+            "did the game flush stdout? (Python: `print(..., flush=True)` or `python3 -u`)"
+                .to_owned(),
+        ),
+        _ if opening == Opening::Again => Some(
+            "a game must accept `reset` at any time: gameplan resets twice with the same seed \
+             before play, to check that the first observation is deterministic"
+                .to_owned(),
+        ),
+        _ => None,
+    };
+    NotPlayed {
+        cause,
+        hint,
+        stderr_tail: failure
+            .stderr_tail()
+            .filter(|t| !t.trim().is_empty())
+            .map(str::to_owned),
     }
 }
 

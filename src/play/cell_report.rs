@@ -23,6 +23,36 @@ pub enum CellState {
     Succeeded,
     /// Stopped by a signal after the turn in flight; a resume plays it again.
     Interrupted,
+    /// The game never gave its first observation (it exited, hung, or wrote
+    /// something that is not the protocol during `hello` or `reset`):
+    /// nothing was played, the step fails and is never reused. `not_played`
+    /// says why.
+    NotPlayed,
+}
+
+/// Why a cell did not play: the bridge is broken, not the game's play.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct NotPlayed {
+    /// What happened, in one line (`the game did not answer `hello` within 10.0 s`).
+    pub cause: String,
+    /// The likely mistake behind it (no flush, a log line on stdout), when
+    /// there is a usual one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
+    /// The last lines the game wrote to stderr, when it wrote any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr_tail: Option<String>,
+}
+
+impl std::fmt::Display for NotPlayed {
+    /// The cause, then the hint: one line.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.cause)?;
+        if let Some(hint) = &self.hint {
+            write!(f, "; {hint}")?;
+        }
+        Ok(())
+    }
 }
 
 /// The game as the cell met it.
@@ -73,4 +103,12 @@ pub struct CellReport {
     /// Processes of the game that escaped its process group (killed at the end).
     #[serde(default)]
     pub leaked: Vec<Leaked>,
+    /// Why the cell did not play (state `not_played` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_played: Option<NotPlayed>,
+    /// What looks wrong with the game but did not stop the play (an
+    /// observation that differs between two resets with the same seed):
+    /// not findings, since they are about the bridge, not the game's play.
+    #[serde(default)]
+    pub warnings: Vec<String>,
 }

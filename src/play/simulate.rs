@@ -207,7 +207,7 @@ async fn worker(
         }
         let strategy = &strategies[usize::try_from(i).unwrap_or(0) % strategies.len()];
         let seed = spec.seed.wrapping_add_unsigned(i);
-        let end = play_one(
+        let end = match play_one(
             spec,
             &marker,
             &mut game,
@@ -217,7 +217,19 @@ async fn worker(
             seed,
             i,
         )
-        .await?;
+        .await
+        {
+            Ok(end) => end,
+            Err(e) => {
+                // No other worker starts a game: the simulation is over.
+                next.fetch_max(spec.games, Ordering::Relaxed);
+                if let Some(process) = game.take() {
+                    process.shutdown(false, false).await;
+                }
+                super::stdio::kill_marked(&marker);
+                return Err(e);
+            }
+        };
         tally.games += 1;
         match end {
             QuitReason::Done => tally.completed += 1,
@@ -273,7 +285,7 @@ async fn play_one(
         let mut process = GameProcess::spawn_marked(&spec.game, marker)?;
         tally.processes += 1;
         if let Err(failure) = process.hello().await.map(|r| r.map(|_| ())) {
-            return Ok(fail_at_start(tally, &failure, header(), index, &mut Some(process)).await);
+            return fail_at_start(tally, &failure, header(), index, &mut Some(process)).await;
         }
         *game = Some(process);
     }
@@ -289,9 +301,9 @@ async fn play_one(
                 evidence: String::new(),
                 stderr_tail: process.stderr_tail(),
             };
-            return Ok(fail_at_start(tally, &failure, header(), index, game).await);
+            return fail_at_start(tally, &failure, header(), index, game).await;
         }
-        Err(failure) => return Ok(fail_at_start(tally, &failure, header(), index, game).await),
+        Err(failure) => return fail_at_start(tally, &failure, header(), index, game).await,
     };
     let ep = match episode {
         Some(ep) => {
@@ -344,14 +356,23 @@ async fn play_one(
     Ok(end)
 }
 
-/// A game that failed at hello or reset: counted, its trace kept, the process dropped.
+/// A game that failed at hello or reset: counted, its trace kept, the
+/// process dropped. When the first game (index 0, always on a fresh
+/// process) fails there, the game cannot open at all: the simulation stops
+/// saying why, rather than counting every game as a crash.
 async fn fail_at_start(
     tally: &mut Tally,
     failure: &super::stdio::Failure,
     header: super::trace::TraceHeader,
     index: u64,
     game: &mut Option<GameProcess>,
-) -> QuitReason {
+) -> Result<QuitReason, PlayError> {
+    if index == 0 {
+        if let Some(process) = game.take() {
+            process.shutdown(false, false).await;
+        }
+        return Err(PlayError::NotPlayed(super::cell::not_opened(failure)));
+    }
     let end = quit_for(failure);
     let spotted = failure_finding(failure, 0, "", None, &[]);
     tally.findings.insert(spotted.id(), spotted.category);
@@ -361,7 +382,7 @@ async fn fail_at_start(
     if let Some(process) = game.take() {
         process.shutdown(false, false).await;
     }
-    end
+    Ok(end)
 }
 
 #[cfg(test)]

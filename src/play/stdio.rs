@@ -226,6 +226,54 @@ impl Failure {
             _ => None,
         }
     }
+
+    /// The line the game wrote where an answer belonged, when it was not a
+    /// protocol message at all (not JSON, JSON that is no response, or an
+    /// endless line): usually a log line on stdout. Unquoted from the
+    /// evidence, and only its first [`EVIDENCE_MAX`] bytes.
+    pub fn stray_output(&self) -> Option<String> {
+        let Failure::Violation {
+            reason, evidence, ..
+        } = self
+        else {
+            return None;
+        };
+        if !(reason.starts_with(NOT_A_MESSAGE) || reason.starts_with(TOO_LONG)) {
+            return None;
+        }
+        Some(unquote(evidence))
+    }
+}
+
+/// How a violation's reason starts when the line was no protocol message.
+const NOT_A_MESSAGE: &str = "the answer is not a protocol message";
+/// How a violation's reason starts when the line had no end in sight.
+const TOO_LONG: &str = "a line longer than";
+
+/// The text [`quote`] quoted: its outer quotes, its `\"` and `\\`
+/// escapes and its "… (N bytes in all)" tail dropped (other escapes stay,
+/// which keeps control characters out of a one-line message).
+fn unquote(quoted: &str) -> String {
+    let Some(body) = quoted.strip_prefix('"') else {
+        return quoted.to_owned();
+    };
+    let mut text = String::with_capacity(body.len());
+    let mut chars = body.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' => break,
+            '\\' => match chars.next() {
+                Some(e @ ('"' | '\\')) => text.push(e),
+                Some(e) => {
+                    text.push('\\');
+                    text.push(e);
+                }
+                None => text.push('\\'),
+            },
+            c => text.push(c),
+        }
+    }
+    text
 }
 
 /// A request the game answered with `ok: false`.
@@ -621,11 +669,7 @@ impl GameProcess {
             Ok(Err(LineError::TooLong)) => {
                 let evidence = quote(&self.line);
                 Err(self
-                    .violation(
-                        op,
-                        format!("a line longer than {} KiB", MAX_LINE / 1024),
-                        evidence,
-                    )
+                    .violation(op, format!("{TOO_LONG} {} KiB", MAX_LINE / 1024), evidence)
                     .await)
             }
             Ok(Err(LineError::Closed | LineError::Broken)) => Err(self.exited(op).await),
@@ -644,11 +688,7 @@ impl GameProcess {
                 Err(e) => {
                     let evidence = quote(&self.line);
                     Err(self
-                        .violation(
-                            op,
-                            format!("the answer is not a protocol message: {e}"),
-                            evidence,
-                        )
+                        .violation(op, format!("{NOT_A_MESSAGE}: {e}"), evidence)
                         .await)
                 }
             },

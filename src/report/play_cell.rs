@@ -5,7 +5,7 @@
 
 use std::fmt::Write;
 
-use crate::play::cell_report::{CellReport, CellState};
+use crate::play::cell_report::{CellReport, CellState, NotPlayed};
 use crate::play::trace::QuitReason;
 
 pub fn markdown(report: &CellReport) -> String {
@@ -31,8 +31,18 @@ pub fn markdown(report: &CellReport) -> String {
         match report.state {
             CellState::Succeeded => "played",
             CellState::Interrupted => "interrupted",
+            CellState::NotPlayed => "did not play",
         }
     );
+    if let Some(why) = &report.not_played {
+        let _ = writeln!(md, "- Why: {}", why.cause);
+        if let Some(hint) = &why.hint {
+            let _ = writeln!(md, "- Likely mistake: {hint}");
+        }
+    }
+    for warning in &report.warnings {
+        let _ = writeln!(md, "- Warning: {warning}");
+    }
     let _ = writeln!(md, "- Actions taken: {}", report.actions_taken);
     let _ = writeln!(md, "- Quit reason: {}", report.quit_reason.name());
     let _ = writeln!(md, "- Findings: {}", report.findings.len());
@@ -70,7 +80,13 @@ pub fn markdown(report: &CellReport) -> String {
     md.push_str("\n## How it felt\n\n");
     md.push_str(&felt(report));
     md.push_str("\n## Evidence\n\n");
-    if report.findings.is_empty() {
+    if let Some(tail) = report
+        .not_played
+        .as_ref()
+        .and_then(|n| n.stderr_tail.as_ref())
+    {
+        let _ = writeln!(md, "stderr (tail):\n\n```text\n{}\n```", tail.trim_end());
+    } else if report.findings.is_empty() {
         md.push_str("Nothing to show.\n");
     }
     for f in &report.findings {
@@ -92,6 +108,24 @@ pub fn markdown(report: &CellReport) -> String {
         md.push('\n');
     }
     md
+}
+
+/// Why a cell did not play, as its step's failure message: the cause and
+/// hint on the first line (what the run's summary shows), then the last
+/// lines of the game's stderr.
+pub fn not_played(why: &NotPlayed) -> String {
+    let mut text = format!("the cell did not play: {why}");
+    if let Some(tail) = &why.stderr_tail {
+        let lines: Vec<&str> = tail.lines().filter(|l| !l.trim().is_empty()).collect();
+        // One line is in the cause already (a crash's title quotes it).
+        if lines.len() > 1 {
+            text.push_str("\n  the game's stderr ended:");
+            for line in &lines[lines.len().saturating_sub(5)..] {
+                let _ = write!(text, "\n    {line}");
+            }
+        }
+    }
+    text
 }
 
 fn severity(s: crate::play::findings::Severity) -> &'static str {
@@ -116,6 +150,9 @@ fn quoted_list(items: &[String]) -> String {
 fn felt(report: &CellReport) -> String {
     let n = report.actions_taken;
     let m = &report.metrics;
+    if report.state == CellState::NotPlayed {
+        return "Nothing was played: the game never gave its first observation.\n".to_owned();
+    }
     let mut text = match report.quit_reason {
         QuitReason::Done => format!("Reached the end of the game after {n} actions."),
         QuitReason::Patience => format!("Gave up bored after {n} actions: patience ran out."),

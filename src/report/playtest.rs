@@ -31,13 +31,18 @@ pub struct CellLine {
     pub persona: String,
     pub controller: String,
     pub seed: i64,
-    /// `succeeded`, `reused` or `interrupted`.
+    /// `succeeded`, `reused`, `interrupted`, or `failed` (the game never
+    /// got through `hello` and `reset`: nothing was played).
     pub state: String,
     pub quit_reason: String,
     pub actions_taken: u64,
     pub findings: usize,
     /// The cell's `report.md`.
     pub report: String,
+    /// What looks wrong with the game but did not stop the cell (an
+    /// observation that is not deterministic under its seed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
@@ -111,6 +116,7 @@ pub fn collect(steps: &[StepReport], step_dir: impl Fn(&str) -> PathBuf) -> Opti
                     actions_taken: report.actions_taken,
                     findings: report.findings.len(),
                     report: report_md,
+                    warnings: report.warnings.clone(),
                 });
             }
             "simulate" => {
@@ -184,11 +190,21 @@ pub fn text(playtest: &Playtest) -> String {
             .iter()
             .filter(|c| c.state == "reused")
             .count();
+        let unplayed = playtest
+            .cells
+            .iter()
+            .filter(|c| c.state == "failed")
+            .count();
         let _ = writeln!(
             out,
-            "playtest: {} ({} played, {reused} reused), {}",
+            "playtest: {} ({} played, {reused} reused{}), {}",
             super::plural(playtest.cells.len(), "cell"),
-            playtest.cells.len() - reused,
+            playtest.cells.len() - reused - unplayed,
+            if unplayed > 0 {
+                format!(", {unplayed} did not play")
+            } else {
+                String::new()
+            },
             super::plural(playtest.findings.len(), "distinct finding")
         );
         for f in &playtest.findings {
@@ -202,6 +218,7 @@ pub fn text(playtest: &Playtest) -> String {
                 f.found_by.join(", ")
             );
         }
+        cell_warnings(&mut out, &playtest.cells);
         let dirs: Vec<&str> = playtest
             .cells
             .iter()
@@ -233,6 +250,25 @@ pub fn text(playtest: &Playtest) -> String {
         );
     }
     out
+}
+
+/// The cells' warnings: the first few, each with its cell; a count of the rest.
+fn cell_warnings(out: &mut String, cells: &[CellLine]) {
+    const SHOWN: usize = 3;
+    let warned: Vec<(&str, &str)> = cells
+        .iter()
+        .flat_map(|c| c.warnings.iter().map(|w| (c.step.as_str(), w.as_str())))
+        .collect();
+    for (step, warning) in warned.iter().take(SHOWN) {
+        let _ = writeln!(out, "  warning: {step}: {warning}");
+    }
+    if warned.len() > SHOWN {
+        let _ = writeln!(
+            out,
+            "  warning: {} more (each cell's report.md has its own)",
+            warned.len() - SHOWN
+        );
+    }
 }
 
 /// `text` cut to `max` characters, on one line.

@@ -307,6 +307,16 @@ impl Progress {
         }
     }
 
+    /// A step's warning (`StepIo::warn`): it did not fail the step, but
+    /// the user must see it, whatever the mode.
+    pub fn step_warning(&self, id: &str, text: &str) {
+        let color = self.inner.options.color;
+        self.note(&format!(
+            "{id}: {} {text}",
+            paint(color, "1;33", "warning:")
+        ));
+    }
+
     /// Something the user must see (stopping, retrying), whatever the mode.
     /// The lines steps printed before it come first ("attempt 1 failed"
     /// after that attempt's lines).

@@ -326,7 +326,11 @@ pub struct StepIo {
     /// (a retry's fresh log) exists.
     on_attempt: Option<Box<dyn Fn(u32) + Send + Sync>>,
     on_progress: Option<ProgressFn>,
+    on_warn: Option<WarnFn>,
 }
+
+/// Where a step's warnings go (the run's output).
+type WarnFn = Box<dyn Fn(&str) + Send + Sync>;
 
 /// Where a step's progress lines go (the terminal's progress display).
 pub type ProgressFn = Arc<dyn Fn(&str) + Send + Sync>;
@@ -364,6 +368,23 @@ impl StepIo {
             on_start: None,
             on_attempt: None,
             on_progress: None,
+            on_warn: None,
+        }
+    }
+
+    /// Sends the step's warnings ([`StepIo::warn`]) to `on_warn`.
+    #[must_use]
+    pub fn on_warn(mut self, on_warn: impl Fn(&str) + Send + Sync + 'static) -> StepIo {
+        self.on_warn = Some(Box::new(on_warn));
+        self
+    }
+
+    /// Something the user should know that does not fail the step (a game
+    /// whose observation is not deterministic): shown in the run's output
+    /// whatever `--output` says, as a warning of this step.
+    pub fn warn(&self, text: &str) {
+        if let Some(on_warn) = &self.on_warn {
+            on_warn(text);
         }
     }
 

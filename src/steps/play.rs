@@ -18,8 +18,14 @@
 //!   default for an attempt a dead gameplan left running, too). A second
 //!   Ctrl-C kills every game this gameplan started, at once.
 //! - **Findings are not failures**: a cell that found a crash played well.
-//!   The step fails only when the cell could not be played (no game, a
-//!   command that does not start, an artifact that cannot be written).
+//!   The step fails only when the cell could not be played: no game, a
+//!   command that does not start, a game that never got through `hello`
+//!   and its first `reset` (the message says why and hints at the usual
+//!   mistake; the cell's files are still written), an artifact that cannot
+//!   be written.
+//! - **Warnings** (an observation that differs between two resets with the
+//!   same seed) go to the run's output and the cell's report, not to its
+//!   findings; the cell plays on.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -101,7 +107,20 @@ impl Kind for Play {
                         ),
                     }
                 }
-                Ok(_) => StepOutcome::Succeeded,
+                Ok(result) => {
+                    for warning in &result.report.warnings {
+                        io.warn(warning);
+                    }
+                    match &result.report.not_played {
+                        // The bridge never worked: nothing was playtested, so
+                        // the step fails and its result is never stored.
+                        Some(why) => StepOutcome::Failed {
+                            exit_code: None,
+                            message: crate::report::play_cell::not_played(why),
+                        },
+                        None => StepOutcome::Succeeded,
+                    }
+                }
                 Err(e) => StepOutcome::Failed {
                     exit_code: None,
                     message: format!("the cell could not be played: {e}"),

@@ -274,11 +274,13 @@ fn live_with_env(needle: &str) -> Vec<i32> {
         .collect()
 }
 
-/// Plays a hostile game; asserts the cell ends in time with `category` and
-/// that no process of it survives (found by a TMPDIR only this test uses,
-/// which the game inherits).
+/// Plays a hostile game that breaks the bridge before its first
+/// observation; asserts the cell ends in time, did not play (exit 1, no
+/// finding, quit reason `end`), and that no process of it survives (found
+/// by a TMPDIR only this test uses, which the game inherits). Returns the
+/// report's `not_played`.
 #[track_caller]
-fn contained(mode: &str, category: &str) -> (Test, serde_json::Value) {
+fn contained(mode: &str, end: &str) -> serde_json::Value {
     let probe = tempfile::tempdir().expect("tempdir");
     let tmp = probe.path().to_str().expect("utf8").to_owned();
     let t = game_repo().env("TMPDIR", &tmp);
@@ -294,7 +296,7 @@ fn contained(mode: &str, category: &str) -> (Test, serde_json::Value) {
         "hostile.py",
         mode,
     ]);
-    out.code(0);
+    out.code(1).stderr_has("the cell did not play: ");
     assert!(
         out.elapsed < timeout + GRACE,
         "{mode}: took {:?}\n{out}",
@@ -302,86 +304,87 @@ fn contained(mode: &str, category: &str) -> (Test, serde_json::Value) {
     );
     let report: serde_json::Value =
         serde_json::from_str(&t.read("cell/report.json")).expect("report.json");
-    assert!(
-        categories(&report).contains(category),
-        "{mode}: no {category} finding\n{report:#}"
-    );
-    assert_eq!(report["quit_reason"], category, "{report:#}");
+    assert_eq!(report["state"], "not_played", "{report:#}");
+    assert_eq!(report["findings"], serde_json::json!([]), "{report:#}");
+    assert_eq!(report["quit_reason"], end, "{report:#}");
+    assert!(t.read("cell/report.md").contains("- State: did not play"));
     let needle = format!("TMPDIR={tmp}\0");
     wait_until(
         &format!("no process of `{mode}` alive"),
         Duration::from_secs(3),
         || live_with_env(&needle).is_empty(),
     );
-    (t, report)
+    report["not_played"].clone()
 }
 
 #[test]
-fn play_a_game_that_never_answers_is_a_hang() {
-    let (_, report) = contained("silent", "hang");
+fn play_a_game_that_never_answers_did_not_play_and_hints_at_the_flush() {
+    let why = contained("silent", "hang");
     assert!(
-        report["findings"][0]["title"]
+        why["cause"]
             .as_str()
-            .expect("title")
-            .contains("hello")
+            .expect("cause")
+            .contains("hung on `hello`"),
+        "{why:#}"
+    );
+    assert!(
+        why["hint"]
+            .as_str()
+            .expect("hint")
+            .starts_with("did the game flush stdout?"),
+        "{why:#}"
     );
 }
 
 #[test]
-fn play_a_game_that_floods_output_without_a_newline_is_a_crash() {
-    let (_, report) = contained("flood", "crash");
-    let f = &report["findings"][0];
+fn play_a_game_that_floods_output_without_a_newline_did_not_play() {
+    let why = contained("flood", "crash");
     assert!(
-        f["title"]
+        why["cause"]
             .as_str()
-            .expect("title")
+            .expect("cause")
             .contains("longer than 1024 KiB"),
-        "{f:#}"
+        "{why:#}"
     );
-    let detail = f["evidence"]["detail"].as_str().expect("detail");
+    let hint = why["hint"].as_str().expect("hint");
     assert!(
-        detail.starts_with("\"xxxx") && detail.len() < 1000,
-        "evidence is quoted and cut: {detail}"
+        hint.starts_with("the game printed this on stdout: `xxxx") && hint.len() < 200,
+        "the line is quoted and cut: {hint}"
     );
 }
 
 #[test]
-fn play_a_game_that_prints_invalid_json_is_a_crash_quoting_it() {
-    let (_, report) = contained("garbage", "crash");
-    let f = &report["findings"][0];
+fn play_a_game_that_prints_invalid_json_did_not_play_quoting_it() {
+    let why = contained("garbage", "crash");
+    assert_eq!(
+        why["hint"], "the game printed this on stdout: `this is not json {`; logs belong on stderr",
+        "{why:#}"
+    );
+}
+
+#[test]
+fn play_a_game_that_answers_with_another_id_did_not_play() {
+    let why = contained("wrong_id", "crash");
+    let cause = why["cause"].as_str().expect("cause");
+    assert!(cause.contains("names id 43 instead of 2"), "{cause}");
+}
+
+#[test]
+fn play_a_game_that_exits_at_once_did_not_play_and_keeps_its_stderr() {
+    let why = contained("exit", "crash");
     assert!(
-        f["evidence"]["detail"]
+        why["cause"]
             .as_str()
-            .expect("detail")
-            .contains("this is not json {"),
-        "{f:#}"
-    );
-}
-
-#[test]
-fn play_a_game_that_answers_with_another_id_is_a_crash() {
-    let (_, report) = contained("wrong_id", "crash");
-    let title = report["findings"][0]["title"].as_str().expect("title");
-    assert!(title.contains("names id 43 instead of 2"), "{title}");
-}
-
-#[test]
-fn play_a_game_that_exits_at_once_is_a_crash_with_its_stderr() {
-    let (_, report) = contained("exit", "crash");
-    let f = &report["findings"][0];
-    assert!(
-        f["title"]
-            .as_str()
-            .expect("title")
+            .expect("cause")
             .contains("exited with code 3"),
-        "{f:#}"
+        "{why:#}"
     );
     assert!(
-        f["evidence"]["stderr_tail"]
+        why["stderr_tail"]
             .as_str()
             .expect("stderr")
             .contains("config file not found"),
-        "{f:#}"
+        "{why:#}"
     );
 }
 
@@ -648,7 +651,7 @@ fn play_simulate_names_and_kills_what_its_games_leaked() {
 }
 
 #[test]
-fn play_a_line_of_exactly_1_mib_is_read_and_one_byte_more_is_a_crash() {
+fn play_a_line_of_exactly_1_mib_is_read_and_one_byte_more_is_refused() {
     let t = game_repo();
     let limit = 1024 * 1024;
     let report = play(
@@ -659,19 +662,21 @@ fn play_a_line_of_exactly_1_mib_is_read_and_one_byte_more_is_a_crash() {
     );
     assert_eq!(report["findings"], serde_json::json!([]), "{report:#}");
     assert_eq!(report["quit_reason"], "patience");
-    let report = play(
-        &t,
+    // The over-long line is the first observation: the cell did not play.
+    t.run(&[
+        "__play",
+        "--out",
         "over",
-        &["--patience", "1"],
-        &["python3", "hostile.py", &format!("line={}", limit + 1)],
-    );
-    assert_eq!(report["quit_reason"], "crash", "{report:#}");
-    assert!(
-        report["findings"][0]["title"]
-            .as_str()
-            .is_some_and(|t| t.contains("longer than 1024 KiB")),
-        "{report:#}"
-    );
+        "--",
+        "python3",
+        "hostile.py",
+        &format!("line={}", limit + 1),
+    ])
+    .code(1)
+    .stderr_has("longer than 1024 KiB");
+    let report: serde_json::Value =
+        serde_json::from_str(&t.read("over/report.json")).expect("report.json");
+    assert_eq!(report["state"], "not_played", "{report:#}");
 }
 
 #[test]
