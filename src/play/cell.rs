@@ -356,10 +356,16 @@ fn not_played_by(failure: &Failure, opening: Opening) -> NotPlayed {
                 super::episode::cut(&line, 80)
             )
         }),
-        Failure::Hang { .. } if opening == Opening::First => Some(
-            "did the game flush stdout? (Python: `print(..., flush=True)` or `python3 -u`)"
-                .to_owned(),
-        ),
+        Failure::Hang { during, .. } if opening == Opening::First => {
+            let mut hint =
+                "did the game flush stdout? (Python: `print(..., flush=True)` or `python3 -u`)"
+                    .to_owned();
+            // `hello`'s deadline includes the game's start-up.
+            if *during == super::protocol::Op::Hello {
+                hint.push_str("; a game slower to start needs a longer `game.action_timeout`");
+            }
+            Some(hint)
+        }
         _ if opening == Opening::Again => Some(
             "a game must accept `reset` at any time: gameplan resets twice with the same seed \
              before play, to check that the first observation is deterministic"
@@ -562,6 +568,32 @@ pub fn by_category<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 15, item 8: the warning names the first differing field by its
+    /// JSON path (the game's key order), both values, and the others.
+    #[test]
+    fn issue15_a_nondeterministic_observation_is_named_by_its_first_differing_path() {
+        let a = serde_json::json!({"text": "Room 1", "actions": ["n", "s"], "state": {"t": 1.5, "hp": 3}});
+        let b = serde_json::json!({"text": "Room 1", "actions": ["n", "e"], "state": {"t": 2.5, "hp": 3, "x": 0}});
+        assert_eq!(
+            nondeterminism_warning(&a, &b, 7),
+            "`actions[1]` changes between two resets with seed 7 (\"s\" then \"e\"; `state.t`, \
+             `state.x` too): stuck detection and replay need a deterministic observation"
+        );
+        let c = serde_json::json!({"text": "at 12:00:01", "actions": ["n"]});
+        let d = serde_json::json!({"text": "at 12:00:02", "actions": ["n", "s"]});
+        let mut found = Vec::new();
+        differences(&c, &d, &mut String::new(), &mut found);
+        let paths: Vec<&str> = found.iter().map(|(p, ..)| p.as_str()).collect();
+        assert_eq!(
+            paths,
+            ["text", "actions"],
+            "arrays of other lengths differ whole"
+        );
+        let mut none = Vec::new();
+        differences(&c, &c.clone(), &mut String::new(), &mut none);
+        assert!(none.is_empty());
+    }
 
     /// The step kinds spawn cells and simulations on a multi-threaded
     /// runtime: their futures must be `Send`.
