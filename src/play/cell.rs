@@ -8,6 +8,11 @@
 //! `report.md`, `transcript.jsonl` (every observation and action),
 //! `trace.jsonl` (what replay needs). Does not own reuse or the journal:
 //! the `play` step kind decides whether a cell runs at all.
+//!
+//! Also owns the opening: `hello`, then `reset` twice with the cell's seed.
+//! A game that fails there never played: the cell is `not_played` (no
+//! finding; the cause and the likely mistake in the report, and the step
+//! fails). Two observations that differ are a warning naming the field.
 
 use std::collections::{BTreeMap, HashSet};
 use std::io::Write;
@@ -255,7 +260,7 @@ fn nondeterminism_warning(
     seed: i64,
 ) -> String {
     let mut differing = Vec::new();
-    differences(first, second, &mut String::new(), &mut differing);
+    differences(first, second, "", &mut differing);
     let Some((path, a, b)) = differing.first() else {
         return format!(
             "the observation changes between two resets with seed {seed}: stuck detection \
@@ -297,7 +302,7 @@ type Difference = (String, Option<serde_json::Value>, Option<serde_json::Value>)
 fn differences(
     a: &serde_json::Value,
     b: &serde_json::Value,
-    path: &mut String,
+    path: &str,
     out: &mut Vec<Difference>,
 ) {
     use serde_json::Value;
@@ -311,9 +316,9 @@ fn differences(
     match (a, b) {
         (Value::Object(x), Value::Object(y)) => {
             for (key, value) in x {
-                let mut inner = at(path, key);
+                let inner = at(path, key);
                 match y.get(key) {
-                    Some(other) => differences(value, other, &mut inner, out),
+                    Some(other) => differences(value, other, &inner, out),
                     None => out.push((inner, Some(value.clone()), None)),
                 }
             }
@@ -325,10 +330,10 @@ fn differences(
         }
         (Value::Array(x), Value::Array(y)) if x.len() == y.len() => {
             for (i, (p, q)) in x.iter().zip(y).enumerate() {
-                differences(p, q, &mut format!("{path}[{i}]"), out);
+                differences(p, q, &format!("{path}[{i}]"), out);
             }
         }
-        _ if a != b => out.push((path.clone(), Some(a.clone()), Some(b.clone()))),
+        _ if a != b => out.push((path.to_owned(), Some(a.clone()), Some(b.clone()))),
         _ => {}
     }
 }
@@ -349,29 +354,30 @@ fn not_played_by(failure: &Failure, opening: Opening) -> NotPlayed {
     if opening == Opening::Again {
         cause.push_str(" (the second `reset`)");
     }
-    let hint = match failure {
-        _ if failure.stray_output().is_some() => failure.stray_output().map(|line| {
-            format!(
-                "the game printed this on stdout: `{}`; logs belong on stderr",
-                super::episode::cut(&line, 80)
-            )
-        }),
-        Failure::Hang { during, .. } if opening == Opening::First => {
-            let mut hint =
-                "did the game flush stdout? (Python: `print(..., flush=True)` or `python3 -u`)"
-                    .to_owned();
-            // `hello`'s deadline includes the game's start-up.
-            if *during == super::protocol::Op::Hello {
-                hint.push_str("; a game slower to start needs a longer `game.action_timeout`");
+    let hint = if let Some(line) = failure.stray_output() {
+        Some(format!(
+            "the game printed this on stdout: `{}`; logs belong on stderr",
+            super::episode::cut(&line, 80)
+        ))
+    } else {
+        match (failure, opening) {
+            (Failure::Hang { during, .. }, Opening::First) => {
+                let mut hint =
+                    "did the game flush stdout? (Python: `print(..., flush=True)` or `python3 -u`)"
+                        .to_owned();
+                // `hello`'s deadline includes the game's start-up.
+                if *during == super::protocol::Op::Hello {
+                    hint.push_str("; a game slower to start needs a longer `game.action_timeout`");
+                }
+                Some(hint)
             }
-            Some(hint)
+            (_, Opening::Again) => Some(
+                "a game must accept `reset` at any time: gameplan resets twice with the same \
+                 seed before play, to check that the first observation is deterministic"
+                    .to_owned(),
+            ),
+            _ => None,
         }
-        _ if opening == Opening::Again => Some(
-            "a game must accept `reset` at any time: gameplan resets twice with the same seed \
-             before play, to check that the first observation is deterministic"
-                .to_owned(),
-        ),
-        _ => None,
     };
     NotPlayed {
         cause,
@@ -583,7 +589,7 @@ mod tests {
         let c = serde_json::json!({"text": "at 12:00:01", "actions": ["n"]});
         let d = serde_json::json!({"text": "at 12:00:02", "actions": ["n", "s"]});
         let mut found = Vec::new();
-        differences(&c, &d, &mut String::new(), &mut found);
+        differences(&c, &d, "", &mut found);
         let paths: Vec<&str> = found.iter().map(|(p, ..)| p.as_str()).collect();
         assert_eq!(
             paths,
@@ -591,7 +597,7 @@ mod tests {
             "arrays of other lengths differ whole"
         );
         let mut none = Vec::new();
-        differences(&c, &c.clone(), &mut String::new(), &mut none);
+        differences(&c, &c.clone(), "", &mut none);
         assert!(none.is_empty());
     }
 

@@ -25,8 +25,9 @@
 //!   reused before anything is bought) and for the run alike.
 //! - **A running step reaches the run through [`StepIo`]**: checkpoints (plain
 //!   or durable: the latter returns only once the record is on disk), the
-//!   checkpoints of earlier attempts on resume, the backend, and the person at
-//!   the terminal.
+//!   checkpoints of earlier attempts on resume, the backend, the person at
+//!   the terminal, and the run's output for a warning that does not fail
+//!   the step.
 
 pub mod command;
 pub mod game;
