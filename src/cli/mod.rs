@@ -60,9 +60,10 @@ pub enum Command {
         /// The trace.jsonl of a play cell (or of a simulated game, or a shrunk one).
         #[arg(value_name = "TRACE")]
         trace: PathBuf,
-        /// Seconds without an answer before the game counts as hung.
-        #[arg(long, value_name = "SECS", default_value_t = 10.0)]
-        action_timeout: f64,
+        /// Seconds without an answer before the game counts as hung [default: the
+        /// trace's own, as the game was played; 10 for a trace that does not say].
+        #[arg(long, value_name = "SECS")]
+        action_timeout: Option<f64>,
     },
     /// Reduce a trace that ends in a crash or a hang to a shortest one that still does.
     ///
@@ -77,9 +78,10 @@ pub enum Command {
         /// Stop searching after this many seconds and keep the shortest found.
         #[arg(long, value_name = "SECS", default_value_t = 120)]
         time_limit: u64,
-        /// Seconds without an answer before the game counts as hung.
-        #[arg(long, value_name = "SECS", default_value_t = 10.0)]
-        action_timeout: f64,
+        /// Seconds without an answer before the game counts as hung [default: the
+        /// trace's own, as the game was played; 10 for a trace that does not say].
+        #[arg(long, value_name = "SECS")]
+        action_timeout: Option<f64>,
     },
     /// Internal: set rlimits on this process, then exec the game (started by the stdio driver).
     #[command(name = "__game-exec", hide = true)]
