@@ -388,3 +388,61 @@ fn issue15_a_divergence_names_the_field_that_differs() {
         .code(1)
         .stdout_has("the trace holds hashes only");
 }
+
+/// A game that dies on its second reset: the cell's trace records the
+/// reset that failed, replay confirms it, and shrink cuts everything but
+/// that reset.
+#[test]
+fn issue15_a_reset_that_crashes_is_recorded_replayed_and_shrunk() {
+    let dies = TRAP
+        .replace("room = \"hall\"\nfor line", "room = \"hall\"\ngames = 0\nfor line")
+        .replace(
+            "        room = \"hall\"\n        resp[\"observation\"]",
+            "        games += 1\n        if games > 1:\n            sys.exit(\"no second game\")\n        room = \"hall\"\n        resp[\"observation\"]",
+        );
+    let t = Test::new().file("trap.py", dies);
+    t.run(&[
+        "__play",
+        "--out",
+        "cell",
+        "--seed",
+        "1",
+        "--patience",
+        "60",
+        "--",
+        "python3",
+        "trap.py",
+    ])
+    .code(0);
+    let report: serde_json::Value =
+        serde_json::from_str(&t.read("cell/report.json")).expect("report.json");
+    assert_eq!(report["quit_reason"], "crash", "{report:#}");
+    let crash = report["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .find(|f| f["category"] == "crash")
+        .expect("a crash finding");
+    assert!(
+        crash["title"]
+            .as_str()
+            .is_some_and(|t| t.contains("`reset`") && t.contains("no second game")),
+        "{crash:#}"
+    );
+    let trace = t.read("cell/trace.jsonl");
+    assert!(
+        trace.ends_with("{\"reset\":1,\"obs\":null}\n{\"end\":\"crash\"}\n"),
+        "{trace}"
+    );
+    t.run(&["replay", "cell/trace.jsonl"])
+        .code(0)
+        .stdout_has("same end `crash`");
+    t.run(&["shrink", "cell/trace.jsonl", "--out", "short.jsonl"])
+        .code(0);
+    let short = lines(&t.read("short.jsonl"));
+    assert_eq!(short.len(), 3, "header, the reset, the end: {short:#?}");
+    assert_eq!(short[1], serde_json::json!({"reset": 1, "obs": null}));
+    t.run(&["replay", "short.jsonl"])
+        .code(0)
+        .stdout_has("confirmed: 0 steps");
+}
