@@ -55,7 +55,9 @@ pub enum Command {
     },
     /// Play a trace.jsonl again from the repo root; exit 0 when every observation matches.
     ///
-    /// Exits 1 naming the first step where the game did otherwise (expected vs got).
+    /// Exits 1 naming the first step where the game did otherwise (expected vs got, and the
+    /// fields that differ when the cell's transcript.jsonl is beside the trace). Resets where
+    /// the trace did, with the action timeout its header recorded.
     Replay {
         /// The trace.jsonl of a play cell (or of a simulated game, or a shrunk one).
         #[arg(value_name = "TRACE")]
