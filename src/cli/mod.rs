@@ -55,14 +55,17 @@ pub enum Command {
     },
     /// Play a trace.jsonl again from the repo root; exit 0 when every observation matches.
     ///
-    /// Exits 1 naming the first step where the game did otherwise (expected vs got).
+    /// Exits 1 naming the first step where the game did otherwise (expected vs got, and the
+    /// fields that differ when the cell's transcript.jsonl is beside the trace). Resets where
+    /// the trace did, with the action timeout its header recorded.
     Replay {
         /// The trace.jsonl of a play cell (or of a simulated game, or a shrunk one).
         #[arg(value_name = "TRACE")]
         trace: PathBuf,
-        /// Seconds without an answer before the game counts as hung.
-        #[arg(long, value_name = "SECS", default_value_t = 10.0)]
-        action_timeout: f64,
+        /// Seconds without an answer before the game counts as hung [default: the
+        /// trace's own, as the game was played; 10 for a trace that does not say].
+        #[arg(long, value_name = "SECS")]
+        action_timeout: Option<f64>,
     },
     /// Reduce a trace that ends in a crash or a hang to a shortest one that still does.
     ///
@@ -77,9 +80,10 @@ pub enum Command {
         /// Stop searching after this many seconds and keep the shortest found.
         #[arg(long, value_name = "SECS", default_value_t = 120)]
         time_limit: u64,
-        /// Seconds without an answer before the game counts as hung.
-        #[arg(long, value_name = "SECS", default_value_t = 10.0)]
-        action_timeout: f64,
+        /// Seconds without an answer before the game counts as hung [default: the
+        /// trace's own, as the game was played; 10 for a trace that does not say].
+        #[arg(long, value_name = "SECS")]
+        action_timeout: Option<f64>,
     },
     /// Internal: set rlimits on this process, then exec the game (started by the stdio driver).
     #[command(name = "__game-exec", hide = true)]

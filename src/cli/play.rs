@@ -36,17 +36,26 @@ fn read_trace(cx: &Context, path: &Path) -> Result<Trace, u8> {
     })
 }
 
-fn options(cx: &Context, action_timeout: f64) -> ReplayOptions {
+/// How `trace_path` plays again: the trace's own action timeout unless
+/// `--action-timeout` says otherwise.
+fn options(cx: &Context, trace_path: &Path, action_timeout: Option<f64>) -> ReplayOptions {
     ReplayOptions {
         root: repo_root(),
         parent_env: cx.env.clone(),
-        action_timeout: Duration::from_secs_f64(action_timeout.max(0.01)),
+        action_timeout: action_timeout.map(|secs| Duration::from_secs_f64(secs.max(0.01))),
         limits: ResourceLimits::default(),
+        transcript: Some(
+            trace_path
+                .parent()
+                .unwrap_or(Path::new("."))
+                .join("transcript.jsonl"),
+        )
+        .filter(|p| p.is_file()),
     }
 }
 
 /// `gameplan replay TRACE`: 0 when it replays the same, 1 naming the first difference.
-pub fn replay(cx: &Context, trace_path: &Path, action_timeout: f64) -> u8 {
+pub fn replay(cx: &Context, trace_path: &Path, action_timeout: Option<f64>) -> u8 {
     let trace = match read_trace(cx, trace_path) {
         Ok(trace) => trace,
         Err(code) => return code,
@@ -54,10 +63,12 @@ pub fn replay(cx: &Context, trace_path: &Path, action_timeout: f64) -> u8 {
     let Some(runtime) = runtime() else {
         return exit_code::PLAN_ERROR;
     };
-    let options = options(cx, action_timeout);
+    let options = options(cx, trace_path, action_timeout);
+    let timeout = options.action_timeout(&trace);
     match runtime.block_on(crate::play::replay(&trace, &options)) {
         Ok(outcome) => {
-            cx.console.out(&play_results::replay(trace_path, &outcome));
+            cx.console
+                .out(&play_results::replay(trace_path, &outcome, timeout));
             match outcome {
                 ReplayOutcome::Confirmed { .. } => exit_code::SUCCESS,
                 ReplayOutcome::Diverged { .. } => exit_code::FAILED,
@@ -79,7 +90,7 @@ pub fn shrink(
     trace_path: &Path,
     out: &Path,
     time_limit: u64,
-    action_timeout: f64,
+    action_timeout: Option<f64>,
 ) -> u8 {
     let trace = match read_trace(cx, trace_path) {
         Ok(trace) => trace,
@@ -90,14 +101,16 @@ pub fn shrink(
     };
     let limit = Duration::from_secs(time_limit);
     let end = trace.end.map_or("none", crate::play::QuitReason::name);
+    let replay = options(cx, trace_path, action_timeout);
     cx.console.err(&play_results::shrink_start(
         trace_path,
         trace.steps.len(),
         end,
         limit,
+        replay.action_timeout(&trace),
     ));
     let options = ShrinkOptions {
-        replay: options(cx, action_timeout),
+        replay,
         time_limit: limit,
     };
     match runtime.block_on(crate::play::shrink(&trace, &options)) {

@@ -3,8 +3,13 @@
 //! a signal stops it; then the cell's four files are written.
 //!
 //! Owns the cell's bounds (patience, `budget.max_actions`,
-//! `max_wall_seconds`), the interrupt rule (the turn in flight finishes,
-//! then the cell ends `interrupted`), and the artifacts: `report.json`,
+//! `max_wall_seconds`: all count the actions of the whole cell, every
+//! episode), the reset rule (after a `stuck` finding a `random` or
+//! `explorer` player's episode ends and, while the bounds allow another
+//! action, the game is reset with the cell's seed and play goes on, so one
+//! trap does not hide the rest of the game), the interrupt rule (the turn
+//! in flight finishes, then the cell ends `interrupted`), and the
+//! artifacts: `report.json`,
 //! `report.md`, `transcript.jsonl` (every observation and action),
 //! `trace.jsonl` (what replay needs). Does not own reuse or the journal:
 //! the `play` step kind decides whether a cell runs at all.
@@ -90,7 +95,7 @@ pub async fn play_cell(
     let started = Instant::now();
     let controller_name = spec.controller.name();
     let mut trace = Trace::new(Trace::header(
-        &spec.game.command,
+        &spec.game,
         spec.seed,
         &spec.persona,
         controller_name,
@@ -141,6 +146,7 @@ pub async fn play_cell(
             .await?;
             metrics.final_score = episode.current.observation.score;
             trace.steps = std::mem::take(&mut episode.steps);
+            trace.resets = std::mem::take(&mut episode.resets);
             (end, episode.findings)
         }
     };
@@ -198,7 +204,7 @@ pub async fn open(game: &mut GameProcess, seed: i64) -> (Hello, Result<Seen, Fai
     (hello, first)
 }
 
-fn refused_opening(game: &GameProcess, op: &str, error: &str) -> Failure {
+pub(super) fn refused_opening(game: &GameProcess, op: &str, error: &str) -> Failure {
     Failure::Violation {
         during: if op == "hello" {
             super::protocol::Op::Hello
@@ -397,7 +403,8 @@ pub fn quit_for(failure: &Failure) -> QuitReason {
     }
 }
 
-/// The turns of a cell, until its end.
+/// The turns of a cell, until its end: one or more episodes (a `stuck`
+/// finding ends one; see the module doc).
 async fn play(
     spec: &CellSpec,
     game: &mut GameProcess,
@@ -413,6 +420,7 @@ async fn play(
     distinct.insert(episode.current.hash.clone());
     let mut unchanged = 0u64;
     let budget = spec.max_actions.unwrap_or(u64::MAX);
+    let mut reset_due = false;
     loop {
         if *cancel.borrow() {
             return Ok(QuitReason::Interrupted);
@@ -424,6 +432,32 @@ async fn play(
         if taken >= budget || spec.max_wall.is_some_and(|w| started.elapsed() >= w) {
             return Ok(QuitReason::Budget);
         }
+        if std::mem::take(&mut reset_due) {
+            // The same seed, not seed + episode: the game is deterministic
+            // under its seed, so a reset gives the same first observation
+            // (the same hash), and the player's memory, keyed by
+            // observation hash (what it tried from where, which way led
+            // into the trap), applies at once: the next episode goes
+            // elsewhere. Another seed would be another world the memory
+            // never saw, and the cell's findings would no longer all
+            // replay from the one seed its report names.
+            let reset = episode.reset(game, spec.seed).await;
+            let entry = match &reset {
+                Ok(()) => serde_json::json!({
+                    "after_step": taken, "reset": spec.seed, "observation": episode.current.raw,
+                }),
+                Err(failure) => serde_json::json!({
+                    "after_step": taken, "reset": spec.seed, "failure": failure.describe(),
+                }),
+            };
+            line(transcript, &entry);
+            if let Err(failure) = reset {
+                return Ok(quit_for(&failure));
+            }
+            unchanged = 0;
+            distinct.insert(episode.current.hash.clone());
+            metrics.distinct_observations = distinct.len() as u64;
+        }
         if episode.current.observation.actions.is_empty() {
             episode.add_finding(Spotted {
                 category: Category::Stuck,
@@ -432,7 +466,7 @@ async fn play(
                 evidence: Evidence {
                     step: taken,
                     observation: episode.current.hash.clone(),
-                    last_actions: super::findings::last_actions(episode.history.actions()),
+                    last_actions: super::findings::last_actions(episode.episode_actions()),
                     detail: Some(super::episode::cut(&episode.current.observation.text, 200)),
                     stderr_tail: None,
                 },
@@ -473,6 +507,7 @@ async fn play(
             Stepped::Failed(failure) => return Ok(quit_for(&failure)),
             _ => {}
         }
+        reset_due = episode.is_stuck() && spec.player.resets_after_stuck();
     }
 }
 
@@ -633,12 +668,13 @@ mod tests {
             std::sync::Arc::new(|_, _| {}),
             cancel,
         ));
-        let trace = Trace::new(Trace::header(&["true".into()], 1, "p", "standard"));
+        let trace = Trace::new(Trace::header(&spec.game, 1, "p", "standard"));
         let options = super::super::ReplayOptions {
             root: PathBuf::from("."),
             parent_env: BTreeMap::new(),
-            action_timeout: Duration::from_secs(1),
+            action_timeout: Some(Duration::from_secs(1)),
             limits: super::super::ResourceLimits::NONE,
+            transcript: None,
         };
         spawnable(&super::super::replay(&trace, &options));
         let shrink = super::super::ShrinkOptions {

@@ -109,13 +109,12 @@ impl Controller {
         }
     }
 
-    /// jev's selector: the alternative least tried from here; seeded ties.
+    /// jev's selector: the alternative least tried from here, one that led
+    /// into a trap last (as the explorer ranks them); seeded ties.
     fn select(&mut self, proposals: &[String], hash: &str, history: &History) -> Option<String> {
-        let fewest = proposals.iter().map(|p| history.tried(hash, p)).min()?;
-        let tied: Vec<&String> = proposals
-            .iter()
-            .filter(|p| history.tried(hash, p) == fewest)
-            .collect();
+        let rank = |p: &String| (history.leads_to_trap(hash, p), history.tried(hash, p));
+        let fewest = proposals.iter().map(rank).min()?;
+        let tied: Vec<&String> = proposals.iter().filter(|p| rank(p) == fewest).collect();
         Some(tied[self.rng.below(tied.len())].clone())
     }
 

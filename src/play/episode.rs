@@ -1,17 +1,24 @@
-//! One episode of a game: from `reset` to its end, every action recorded.
+//! One play of a game: from `reset` to its end, every action recorded,
+//! and the resets that start a new episode in the same play.
 //!
 //! Owns turning the driver's answers into what a play keeps: the trace
-//! steps, the history players read, and the findings (crash, hang, error,
-//! refused, stuck) with their evidence. Used alike by a cell, a simulated
-//! game, replay and shrink, so a finding means the same everywhere. It does
-//! not choose actions (players, controllers) or own the process's lifetime
-//! (the caller starts and ends it).
+//! steps and resets, the history players read, and the findings (crash,
+//! hang, error, refused, stuck) with their evidence. Used alike by a cell,
+//! a simulated game, replay and shrink, so a finding means the same
+//! everywhere. It does not choose actions (players, controllers), decide
+//! when to reset (the cell), or own the process's lifetime (the caller
+//! starts and ends it).
+//!
+//! Across a [`Episode::reset`] the history and the findings stay (the
+//! explorer remembers what it tried; one bug met twice is one finding);
+//! the stuck count, the way into the trap and the evidence's last actions
+//! start again.
 
 use super::findings::{Category, Evidence, FindingSet, Spotted, last_actions, normalize};
 use super::players::History;
 use super::protocol::{Event, EventKind, Op};
 use super::stdio::{Failure, GameProcess, Seen};
-use super::trace::TraceStep;
+use super::trace::{TraceReset, TraceStep};
 
 /// What one action did.
 #[derive(Debug, Clone, PartialEq)]
@@ -34,10 +41,19 @@ pub struct Episode {
     pub history: History,
     pub findings: FindingSet,
     pub steps: Vec<TraceStep>,
+    /// The resets after the first, where they happened.
+    pub resets: Vec<TraceReset>,
     persona: String,
     controller: String,
     stuck_after: u64,
     unchanged: u64,
+    /// Whether this episode was declared `stuck`.
+    stuck: bool,
+    /// The last action that changed the observation, and where from: the
+    /// way into the place that turned out to be a trap.
+    entered: Option<(String, String)>,
+    /// Where this episode's actions start in the history.
+    since_reset: usize,
     /// Whether to keep trace steps (a simulated game that passes needs none).
     keep_steps: bool,
 }
@@ -50,10 +66,14 @@ impl Episode {
             history: History::default(),
             findings: FindingSet::default(),
             steps: Vec::new(),
+            resets: Vec::new(),
             persona: persona.to_owned(),
             controller: controller.to_owned(),
             stuck_after,
             unchanged: 0,
+            stuck: false,
+            entered: None,
+            since_reset: 0,
             keep_steps: true,
         }
     }
@@ -64,13 +84,74 @@ impl Episode {
         self.history.clear();
         self.findings = FindingSet::default();
         self.steps.clear();
+        self.resets.clear();
         persona.clone_into(&mut self.persona);
         self.unchanged = 0;
+        self.stuck = false;
+        self.entered = None;
+        self.since_reset = 0;
     }
 
-    /// How many actions were taken.
+    /// How many actions were taken, in all episodes.
     pub fn step(&self) -> u64 {
         self.history.actions().len() as u64
+    }
+
+    /// The actions of this episode (since the last reset).
+    pub fn episode_actions(&self) -> &[String] {
+        &self.history.actions()[self.since_reset..]
+    }
+
+    /// Whether this episode was declared `stuck` (the cell then resets).
+    pub fn is_stuck(&self) -> bool {
+        self.stuck
+    }
+
+    /// Resets `game` with `seed`: a new episode from its first observation,
+    /// the history and findings kept. A failure (or a refusal, which breaks
+    /// the protocol) is a finding and ends the play.
+    pub async fn reset(&mut self, game: &mut GameProcess, seed: i64) -> Result<(), Failure> {
+        let after = self.step();
+        let answered = match game.reset(seed).await {
+            Ok(Ok(first)) => Ok(first),
+            Ok(Err(refusal)) => Err(super::cell::refused_opening(game, "reset", &refusal.error)),
+            Err(failure) => Err(failure),
+        };
+        match answered {
+            Ok(first) => {
+                if self.keep_steps {
+                    self.resets.push(TraceReset {
+                        after,
+                        seed,
+                        obs: Some(first.hash.clone()),
+                    });
+                }
+                self.current = first;
+                self.unchanged = 0;
+                self.stuck = false;
+                self.entered = None;
+                self.since_reset = self.history.actions().len();
+                Ok(())
+            }
+            Err(failure) => {
+                let spotted = failure_finding(
+                    &failure,
+                    after,
+                    &self.current.hash,
+                    None,
+                    self.episode_actions(),
+                );
+                self.spot(spotted);
+                if self.keep_steps {
+                    self.resets.push(TraceReset {
+                        after,
+                        seed,
+                        obs: None,
+                    });
+                }
+                Err(failure)
+            }
+        }
     }
 
     /// Takes `action` in `game` and records what happened.
@@ -110,7 +191,7 @@ impl Episode {
                         refused: None,
                     });
                 }
-                self.count_change(changed, step, &from);
+                self.count_change(changed, step, &from, action);
                 Stepped::Acted {
                     reward: acted.reward,
                     done: acted.done,
@@ -139,12 +220,12 @@ impl Episode {
                     });
                 }
                 self.current.hash.clone_from(&from);
-                self.count_change(false, step, &from);
+                self.count_change(false, step, &from, action);
                 Stepped::Refused(refusal.error)
             }
             Err(failure) => {
                 let spotted =
-                    failure_finding(&failure, step, &from, Some(action), self.history.actions());
+                    failure_finding(&failure, step, &from, Some(action), self.episode_actions());
                 self.spot(spotted);
                 if self.keep_steps {
                     self.steps.push(TraceStep {
@@ -161,13 +242,18 @@ impl Episode {
         }
     }
 
-    fn count_change(&mut self, changed: bool, step: u64, from: &str) {
+    fn count_change(&mut self, changed: bool, step: u64, from: &str, action: &str) {
         if changed {
             self.unchanged = 0;
+            self.entered = Some((from.to_owned(), action.to_owned()));
             return;
         }
         self.unchanged += 1;
         if self.stuck_after > 0 && self.unchanged == self.stuck_after {
+            self.stuck = true;
+            if let Some((hash, action)) = &self.entered {
+                self.history.mark_trap(hash, action);
+            }
             let place = self
                 .current
                 .observation
@@ -205,7 +291,7 @@ impl Episode {
         Evidence {
             step,
             observation: from.to_owned(),
-            last_actions: last_actions(self.history.actions()),
+            last_actions: last_actions(self.episode_actions()),
             detail,
             stderr_tail: stderr,
         }

@@ -10,7 +10,7 @@
 //! trait as the ones here: given the observation, the history and how many
 //! proposals are wanted, it returns proposals.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
 
@@ -35,6 +35,13 @@ impl PlayerSpec {
             PlayerSpec::Random => "random",
             PlayerSpec::Explorer => "explorer",
         }
+    }
+
+    /// Whether a cell resets the game after a `stuck` finding and plays on.
+    /// `random` and `explorer` do (they search); a script is a script: it
+    /// plays on as written after `stuck`, and the cell ends when it does.
+    pub fn resets_after_stuck(&self) -> bool {
+        !matches!(self, PlayerSpec::Scripted { .. })
     }
 
     /// The player, seeded by the cell's `seed`.
@@ -80,12 +87,18 @@ pub trait Player: Send {
     fn propose<'a>(&'a mut self, turn: &'a Turn<'a>) -> Proposals<'a>;
 }
 
-/// What happened so far in a cell: the actions taken, and how often each
-/// action was tried from each observation.
+/// What happened so far in a cell, across its episodes: the actions taken,
+/// how often each action was tried from each observation, and which
+/// actions led into a trap. A cell resets the game with the same seed
+/// after `stuck`, so the same observation has the same hash in every
+/// episode and this memory sends the next episode elsewhere.
 #[derive(Debug, Default)]
 pub struct History {
     actions: Vec<String>,
     tried: HashMap<String, HashMap<String, u32>>,
+    /// (observation, action) pairs that entered a place where nothing
+    /// changed for `stuck_after` actions.
+    traps: HashSet<(String, String)>,
 }
 
 impl History {
@@ -116,10 +129,21 @@ impl History {
         }
     }
 
+    /// Remembers that `action` from the observation `hash` led into a trap.
+    pub fn mark_trap(&mut self, hash: &str, action: &str) {
+        self.traps.insert((hash.to_owned(), action.to_owned()));
+    }
+
+    /// Whether `action` from `hash` led into a trap before.
+    pub fn leads_to_trap(&self, hash: &str, action: &str) -> bool {
+        !self.traps.is_empty() && self.traps.contains(&(hash.to_owned(), action.to_owned()))
+    }
+
     /// Forgets everything (a new game in the same worker).
     pub fn clear(&mut self) {
         self.actions.clear();
         self.tried.clear();
+        self.traps.clear();
     }
 }
 
@@ -180,7 +204,8 @@ impl Player for Explorer {
     }
 }
 
-/// Up to `wanted` of `actions`, least tried from `hash` first; ties are
+/// Up to `wanted` of `actions`, least tried from `hash` first, and an
+/// action that led into a trap only when nothing else is left; ties are
 /// broken by `rng`, so two seeds explore differently.
 pub fn least_tried(
     actions: &[String],
@@ -189,13 +214,20 @@ pub fn least_tried(
     wanted: usize,
     rng: &mut Rng,
 ) -> Vec<String> {
-    let mut ranked: Vec<(u32, u64, &String)> = actions
+    let mut ranked: Vec<(bool, u32, u64, &String)> = actions
         .iter()
-        .map(|a| (history.tried(hash, a), rng.next_u64(), a))
+        .map(|a| {
+            (
+                history.leads_to_trap(hash, a),
+                history.tried(hash, a),
+                rng.next_u64(),
+                a,
+            )
+        })
         .collect();
     ranked.sort_unstable();
     let mut picked: Vec<String> = Vec::with_capacity(wanted.max(1));
-    for (_, _, action) in ranked {
+    for (_, _, _, action) in ranked {
         if picked.len() >= wanted.max(1) {
             break;
         }
@@ -255,6 +287,17 @@ mod tests {
         }
         seen.sort();
         assert_eq!(seen, ["e", "n", "s", "w"]);
+    }
+
+    #[test]
+    fn explorer_takes_a_way_into_a_trap_last() {
+        let obs = observation(&["n", "s"]);
+        let mut history = History::default();
+        history.record("h", "s");
+        history.mark_trap("h", "n");
+        let mut player = PlayerSpec::Explorer.build(3);
+        assert_eq!(ask(player.as_mut(), &obs, &history, 1), ["s"]);
+        assert_eq!(ask(player.as_mut(), &obs, &history, 2), ["s", "n"]);
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! Shrink: the shortest action sequence that still ends a game the same way.
 //!
 //! Owns the reduction of a trace that ends in `crash` or `hang`: delta
-//! debugging (Zeller's ddmin) over its actions, each candidate played in a
+//! debugging (Zeller's ddmin) over its inputs (actions, and the resets of a
+//! cell that went on after `stuck`: a reset is cut like an action, and
+//! kept only where the failure needs it), each candidate played in a
 //! fresh game process. A candidate "still fails" when it ends in the same
 //! category with the same fingerprint, so shrinking cannot slide from one
 //! bug to another. A candidate that fails earlier than its last action is
@@ -12,8 +14,8 @@
 use std::time::{Duration, Instant};
 
 use super::cell::PlayError;
-use super::replay::{ReplayOptions, Run, run_actions};
-use super::trace::{QuitReason, Trace};
+use super::replay::{ReplayOptions, Run, run_inputs};
+use super::trace::{Input, QuitReason, Trace};
 
 #[derive(Debug, Clone)]
 pub struct ShrinkOptions {
@@ -25,7 +27,7 @@ pub struct ShrinkOptions {
 pub enum ShrinkOutcome {
     /// The shortest failing trace found.
     Shrunk {
-        trace: Trace,
+        trace: Box<Trace>,
         original: usize,
         /// Game runs it took.
         runs: u64,
@@ -43,9 +45,9 @@ pub async fn shrink(trace: &Trace, options: &ShrinkOptions) -> Result<ShrinkOutc
         return Ok(ShrinkOutcome::NotAFailure(trace.end));
     };
     let started = Instant::now();
-    let actions: Vec<String> = trace.actions().map(str::to_owned).collect();
-    let original = actions.len();
-    let first = run_actions(trace, &options.replay, actions.iter().map(String::as_str)).await?;
+    let inputs = trace.inputs();
+    let original = trace.steps.len();
+    let first = run_inputs(trace, &options.replay, &inputs, |_| false).await?;
     let mut runs = 1u64;
     if first.end != Some(target) {
         return Ok(ShrinkOutcome::NotReproduced {
@@ -57,7 +59,7 @@ pub async fn shrink(trace: &Trace, options: &ShrinkOptions) -> Result<ShrinkOutc
     }
     let fingerprint = first.failure_id.clone();
     let mut best = first;
-    let mut current: Vec<String> = best.steps.iter().map(|s| s.action.clone()).collect();
+    let mut current: Vec<Input> = best.inputs();
     let mut timed_out = false;
     let mut n = 2usize;
     'search: while current.len() >= 2 {
@@ -83,11 +85,10 @@ pub async fn shrink(trace: &Trace, options: &ShrinkOptions) -> Result<ShrinkOutc
             if candidate.is_empty() {
                 continue;
             }
-            let run =
-                run_actions(trace, &options.replay, candidate.iter().map(String::as_str)).await?;
+            let run = run_inputs(trace, &options.replay, &candidate, |_| false).await?;
             runs += 1;
             if still_fails(&run, target, fingerprint.as_deref()) {
-                current = run.steps.iter().map(|s| s.action.clone()).collect();
+                current = run.inputs();
                 best = run;
                 n = n.saturating_sub(1).max(2);
                 reduced = true;
@@ -103,9 +104,10 @@ pub async fn shrink(trace: &Trace, options: &ShrinkOptions) -> Result<ShrinkOutc
     }
     let mut shrunk = Trace::new(trace.header.clone());
     shrunk.steps = best.steps;
+    shrunk.resets = best.resets;
     shrunk.end = Some(target);
     Ok(ShrinkOutcome::Shrunk {
-        trace: shrunk,
+        trace: Box::new(shrunk),
         original,
         runs,
         timed_out,

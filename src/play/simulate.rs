@@ -273,14 +273,7 @@ async fn play_one(
     index: u64,
 ) -> Result<QuitReason, PlayError> {
     let kind = strategy.kind();
-    let header = || {
-        Trace::header(
-            &spec.game.command,
-            seed,
-            kind,
-            ControllerKind::Standard.name(),
-        )
-    };
+    let header = || Trace::header(&spec.game, seed, kind, ControllerKind::Standard.name());
     if game.is_none() {
         let mut process = GameProcess::spawn_marked(&spec.game, marker)?;
         tally.processes += 1;

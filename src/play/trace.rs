@@ -5,20 +5,28 @@
 //! the same seed and the same actions give the same bytes.
 //!
 //! ```text
-//! {"trace":1,"game":{"driver":"stdio","command":[...],"cwd":"."},"seed":7,"persona":"kid","controller":"jev"}
+//! {"trace":1,"game":{"driver":"stdio","command":[...],"cwd":".","action_timeout":10.0,"stuck_after":8},"seed":7,"persona":"kid","controller":"jev"}
 //! {"step":1,"action":"north","obs":"<sha256>","events":[]}
+//! {"reset":7,"obs":"<sha256>"}                                  <- a new episode (after `stuck`)
 //! {"step":2,"action":"pull lever","obs":null,"events":[]}      <- the game died answering it
 //! {"end":"crash"}
 //! ```
 //!
 //! A step the game refused (`ok: false`) keeps the previous observation's
 //! hash and says `"refused":"<error>"`; a step that ended the game (crash,
-//! hang) has `"obs":null`.
+//! hang) has `"obs":null`. A reset line sits where the cell reset the game:
+//! its seed and the hash of the observation the reset gave (`null` when the
+//! game failed answering it); step numbers go on across resets, as the
+//! cell's report counts them. The header's `action_timeout` (seconds) and
+//! `stuck_after` are the game's settings when it was played, so replay and
+//! shrink judge a hang as the cell did; traces written before they were
+//! recorded lack both, and still read.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::protocol::Event;
+use super::stdio::GameSpec;
 
 /// How a cell (or a trace) ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
@@ -79,6 +87,12 @@ pub struct TraceGame {
     pub command: Vec<String>,
     /// The game's cwd, relative to the repo root (`.`).
     pub cwd: String,
+    /// Seconds without an answer before the game counted as hung.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action_timeout: Option<f64>,
+    /// Actions with no change before a `stuck` finding.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stuck_after: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -100,11 +114,39 @@ struct TraceEnd {
     end: QuitReason,
 }
 
+/// A `reset` of the game in the middle of a trace (a new episode).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TraceReset {
+    /// How many steps came before it.
+    pub after: u64,
+    pub seed: i64,
+    /// The sha256 of the observation it gave; `None` when the game failed
+    /// answering it.
+    pub obs: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ResetLine {
+    reset: i64,
+    obs: Option<String>,
+}
+
+/// What a trace sent the game after its opening `reset`, in order: what
+/// replay plays again and what shrink cuts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Input {
+    Action(String),
+    Reset(i64),
+}
+
 /// A whole trace.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Trace {
     pub header: TraceHeader,
     pub steps: Vec<TraceStep>,
+    /// The resets between steps, in order.
+    pub resets: Vec<TraceReset>,
     /// `None` while the cell plays, or for a trace cut short.
     pub end: Option<QuitReason>,
 }
@@ -129,18 +171,21 @@ impl Trace {
         Trace {
             header,
             steps: Vec::new(),
+            resets: Vec::new(),
             end: None,
         }
     }
 
-    /// The header for a stdio game started with `command` from the repo root.
-    pub fn header(command: &[String], seed: i64, persona: &str, controller: &str) -> TraceHeader {
+    /// The header for the stdio game `game`, started from the repo root.
+    pub fn header(game: &GameSpec, seed: i64, persona: &str, controller: &str) -> TraceHeader {
         TraceHeader {
             trace: 1,
             game: TraceGame {
                 driver: "stdio".to_owned(),
-                command: command.to_vec(),
+                command: game.command.clone(),
                 cwd: ".".to_owned(),
+                action_timeout: Some(game.action_timeout.as_secs_f64()),
+                stuck_after: Some(game.stuck_after),
             },
             seed,
             persona: persona.to_owned(),
@@ -153,10 +198,23 @@ impl Trace {
         let mut out = Vec::with_capacity(128 + self.steps.len() * 128);
         let _ = serde_json::to_writer(&mut out, &self.header);
         out.push(b'\n');
-        for step in &self.steps {
+        let mut resets = self.resets.iter().peekable();
+        let mut reset_lines = |out: &mut Vec<u8>, before: u64| {
+            while let Some(reset) = resets.next_if(|r| r.after <= before) {
+                let line = ResetLine {
+                    reset: reset.seed,
+                    obs: reset.obs.clone(),
+                };
+                let _ = serde_json::to_writer(&mut *out, &line);
+                out.push(b'\n');
+            }
+        };
+        for (done, step) in self.steps.iter().enumerate() {
+            reset_lines(&mut out, done as u64);
             let _ = serde_json::to_writer(&mut out, step);
             out.push(b'\n');
         }
+        reset_lines(&mut out, u64::MAX);
         if let Some(end) = self.end {
             let _ = serde_json::to_writer(&mut out, &TraceEnd { end });
             out.push(b'\n');
@@ -166,6 +224,11 @@ impl Trace {
 
     pub fn actions(&self) -> impl Iterator<Item = &str> {
         self.steps.iter().map(|s| s.action.as_str())
+    }
+
+    /// The actions and resets, in the order they were sent.
+    pub fn inputs(&self) -> Vec<Input> {
+        inputs(&self.steps, &self.resets)
     }
 
     pub fn read(path: &std::path::Path) -> Result<Trace, TraceError> {
@@ -218,8 +281,16 @@ impl Trace {
                 trace.end = Some(end.end);
                 continue;
             }
+            if let Ok(reset) = serde_json::from_str::<ResetLine>(line) {
+                trace.resets.push(TraceReset {
+                    after: trace.steps.len() as u64,
+                    seed: reset.reset,
+                    obs: reset.obs,
+                });
+                continue;
+            }
             let step: TraceStep = serde_json::from_str(line)
-                .map_err(|e| invalid(i + 1, format!("not a step or end line: {e}")))?;
+                .map_err(|e| invalid(i + 1, format!("not a step, reset or end line: {e}")))?;
             if step.step != trace.steps.len() as u64 + 1 {
                 return Err(invalid(
                     i + 1,
@@ -236,24 +307,44 @@ impl Trace {
     }
 }
 
+/// `steps` and `resets` merged in the order they happened.
+pub fn inputs(steps: &[TraceStep], resets: &[TraceReset]) -> Vec<Input> {
+    let mut out = Vec::with_capacity(steps.len() + resets.len());
+    let mut resets = resets.iter().peekable();
+    for (done, step) in steps.iter().enumerate() {
+        while let Some(reset) = resets.next_if(|r| r.after <= done as u64) {
+            out.push(Input::Reset(reset.seed));
+        }
+        out.push(Input::Action(step.action.clone()));
+    }
+    out.extend(resets.map(|r| Input::Reset(r.seed)));
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn a_trace_reads_back_as_written_in_the_documented_shape() {
-        let mut trace = Trace::new(Trace::header(
-            &["python3".into(), "g.py".into()],
-            7,
-            "kid",
-            "jev",
-        ));
+        let mut game = GameSpec::new(
+            vec!["python3".into(), "g.py".into()],
+            ".".into(),
+            &std::collections::BTreeMap::new(),
+        );
+        game.action_timeout = std::time::Duration::from_millis(2500);
+        let mut trace = Trace::new(Trace::header(&game, 7, "kid", "jev"));
         trace.steps.push(TraceStep {
             step: 1,
             action: "north".into(),
             obs: Some("ab".into()),
             events: vec![],
             refused: None,
+        });
+        trace.resets.push(TraceReset {
+            after: 1,
+            seed: 7,
+            obs: Some("cd".into()),
         });
         trace.steps.push(TraceStep {
             step: 2,
@@ -267,12 +358,33 @@ mod tests {
         let text = String::from_utf8(bytes).expect("utf8");
         assert_eq!(
             text,
-            "{\"trace\":1,\"game\":{\"driver\":\"stdio\",\"command\":[\"python3\",\"g.py\"],\"cwd\":\".\"},\"seed\":7,\"persona\":\"kid\",\"controller\":\"jev\"}\n\
+            "{\"trace\":1,\"game\":{\"driver\":\"stdio\",\"command\":[\"python3\",\"g.py\"],\"cwd\":\".\",\"action_timeout\":2.5,\"stuck_after\":8},\"seed\":7,\"persona\":\"kid\",\"controller\":\"jev\"}\n\
              {\"step\":1,\"action\":\"north\",\"obs\":\"ab\",\"events\":[]}\n\
+             {\"reset\":7,\"obs\":\"cd\"}\n\
              {\"step\":2,\"action\":\"boom\",\"obs\":null,\"events\":[]}\n\
              {\"end\":\"crash\"}\n"
         );
         assert_eq!(Trace::parse(&text, "t").expect("parses"), trace);
+        assert_eq!(
+            trace.inputs(),
+            [
+                Input::Action("north".into()),
+                Input::Reset(7),
+                Input::Action("boom".into())
+            ]
+        );
         assert!(Trace::parse("{\"end\":\"done\"}", "t").is_err());
+    }
+
+    /// A trace written before the header carried the timeouts, and before
+    /// resets, still reads.
+    #[test]
+    fn an_old_trace_without_timeouts_or_resets_reads() {
+        let old = "{\"trace\":1,\"game\":{\"driver\":\"stdio\",\"command\":[\"g\"],\"cwd\":\".\"},\"seed\":1,\"persona\":\"p\",\"controller\":\"standard\"}\n\
+                   {\"step\":1,\"action\":\"a\",\"obs\":\"x\",\"events\":[]}\n{\"end\":\"patience\"}\n";
+        let trace = Trace::parse(old, "t").expect("parses");
+        assert_eq!(trace.header.game.action_timeout, None);
+        assert!(trace.resets.is_empty());
+        assert_eq!(String::from_utf8(trace.to_jsonl()).expect("utf8"), old);
     }
 }

@@ -4,43 +4,135 @@ use std::fmt::Write;
 use std::path::Path;
 use std::time::Duration;
 
-use crate::play::replay::ReplayOutcome;
+use crate::play::replay::{Detail, Difference, ReplayOutcome, TimeoutFrom};
 use crate::play::simulate::SimulateSummary;
 use crate::play::trace::QuitReason;
 
-/// The outcome of a replay, one or two lines.
-pub fn replay(trace: &Path, outcome: &ReplayOutcome) -> String {
+/// The outcome of a replay: one line, or the divergence with what differed.
+pub fn replay(trace: &Path, outcome: &ReplayOutcome, timeout: (Duration, TimeoutFrom)) -> String {
     match outcome {
         ReplayOutcome::Confirmed { steps, end } => format!(
-            "{}: confirmed: {steps} steps, every observation hash matches, same end `{}`\n",
+            "{}: confirmed: {steps} steps, every observation hash matches, same end `{}` ({})\n",
             trace.display(),
-            end.map_or("none", QuitReason::name)
+            end.map_or("none", QuitReason::name),
+            action_timeout(timeout)
         ),
         ReplayOutcome::Diverged {
             step,
             action,
+            at_reset,
             expected,
             got,
+            detail,
         } => {
             let at = match action {
                 Some(action) => format!("step {step} (`{action}`)"),
+                None if *at_reset => format!("the reset after step {step}"),
                 None if *step == 0 => "step 0 (hello/reset)".to_owned(),
                 None => format!("the end, after step {}", step.saturating_sub(1)),
             };
-            format!(
+            let mut text = format!(
                 "{}: diverged at {at}\n  expected: {expected}\n  got:      {got}\n",
                 trace.display()
-            )
+            );
+            match detail {
+                Detail::Nothing => {}
+                Detail::HashesOnly(why) => {
+                    let _ = writeln!(text, "  ({why}: what differed is not known)");
+                }
+                Detail::Differences(differences) => {
+                    text.push_str("  differs:\n");
+                    for difference in differences {
+                        render_difference(&mut text, difference);
+                    }
+                }
+            }
+            let _ = writeln!(text, "  ({})", action_timeout(timeout));
+            text
         }
     }
 }
 
-/// The start line of a shrink: what it reduces, and its time limit.
-pub fn shrink_start(trace: &Path, actions: usize, end: &str, limit: Duration) -> String {
+/// "action timeout 2 s, from the trace".
+fn action_timeout((timeout, from): (Duration, TimeoutFrom)) -> String {
+    let from = match from {
+        TimeoutFrom::Flag => "from --action-timeout",
+        TimeoutFrom::Trace => "from the trace",
+        TimeoutFrom::Default => "the default: the trace does not say",
+    };
+    format!("action timeout {} s, {from}", seconds(timeout))
+}
+
+/// Whole seconds without a fraction: `2`, `0.5`.
+fn seconds(d: Duration) -> String {
+    let secs = d.as_secs_f64();
+    if d.subsec_nanos() == 0 {
+        format!("{}", d.as_secs())
+    } else {
+        format!("{secs:.3}")
+            .trim_end_matches('0')
+            .trim_end_matches('.')
+            .to_owned()
+    }
+}
+
+fn render_difference(text: &mut String, difference: &Difference) {
+    let cut = |s: &str| crate::play::episode::cut(s, 160);
+    match difference {
+        Difference::Text { expected, got } => {
+            let _ = writeln!(text, "    text:");
+            for line in expected {
+                let _ = writeln!(text, "      - {}", cut(line));
+            }
+            for line in got {
+                let _ = writeln!(text, "      + {}", cut(line));
+            }
+        }
+        Difference::Actions { added, removed } => {
+            let mut parts = Vec::new();
+            if !added.is_empty() {
+                parts.push(format!("added {}", quoted(added)));
+            }
+            if !removed.is_empty() {
+                parts.push(format!("removed {}", quoted(removed)));
+            }
+            if parts.is_empty() {
+                parts.push("the same, in another order".to_owned());
+            }
+            let _ = writeln!(text, "    actions: {}", parts.join("; "));
+        }
+        Difference::Field {
+            name,
+            expected,
+            got,
+        } => {
+            let value = |v: &Option<String>| v.as_deref().map_or("(missing)".to_owned(), cut);
+            let _ = writeln!(text, "    {name}: {} → {}", value(expected), value(got));
+        }
+    }
+}
+
+fn quoted(actions: &[String]) -> String {
+    actions
+        .iter()
+        .map(|a| format!("`{a}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The start line of a shrink: what it reduces, its time limit and action timeout.
+pub fn shrink_start(
+    trace: &Path,
+    actions: usize,
+    end: &str,
+    limit: Duration,
+    timeout: (Duration, TimeoutFrom),
+) -> String {
     format!(
-        "shrinking {} ({actions} actions, ends `{end}`) with a time limit of {} s\n",
+        "shrinking {} ({actions} actions, ends `{end}`) with a time limit of {} s ({})\n",
         trace.display(),
-        limit.as_secs()
+        limit.as_secs(),
+        action_timeout(timeout)
     )
 }
 
