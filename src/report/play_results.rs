@@ -12,8 +12,9 @@ use crate::play::trace::QuitReason;
 pub fn replay(trace: &Path, outcome: &ReplayOutcome) -> String {
     match outcome {
         ReplayOutcome::Confirmed { steps, end } => format!(
-            "{}: confirmed: {steps} steps, every observation hash matches, same end `{}`\n",
+            "{}: confirmed: {}, every observation hash matches, same end `{}`\n",
             trace.display(),
+            super::plural(usize::try_from(*steps).unwrap_or(usize::MAX), "step"),
             end.map_or("none", QuitReason::name)
         ),
         ReplayOutcome::Diverged {
@@ -38,8 +39,9 @@ pub fn replay(trace: &Path, outcome: &ReplayOutcome) -> String {
 /// The start line of a shrink: what it reduces, and its time limit.
 pub fn shrink_start(trace: &Path, actions: usize, end: &str, limit: Duration) -> String {
     format!(
-        "shrinking {} ({actions} actions, ends `{end}`) with a time limit of {} s\n",
+        "shrinking {} ({}, ends `{end}`) with a time limit of {} s\n",
         trace.display(),
+        super::plural(actions, "action"),
         limit.as_secs()
     )
 }
@@ -52,8 +54,10 @@ pub fn shrink_done(
     timed_out: bool,
 ) -> String {
     let mut text = format!(
-        "wrote {}: {shrunk} actions (from {original}) after {runs} game runs",
-        out.display()
+        "wrote {}: {} (from {original}) after {} game runs",
+        out.display(),
+        super::plural(shrunk, "action"),
+        runs
     );
     if timed_out {
         text.push_str("; the time limit cut the search short, so a shorter one may exist");

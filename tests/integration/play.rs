@@ -1,8 +1,8 @@
 //! Play: cells against real game processes (Python fixtures and examples),
 //! replay, shrink, simulate, and hostile games that must be contained.
 //!
-//! Cells are played through the hidden `gameplan __play` command (what a
-//! `play` step does, without a plan), so these tests need no plan.
+//! Cells are played through `gameplan play` (what a `play` step does,
+//! without a plan; `__play` is its old name), so these tests need no plan.
 
 use std::collections::BTreeSet;
 use std::path::Path;
