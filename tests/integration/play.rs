@@ -274,16 +274,30 @@ fn live_with_env(needle: &str) -> Vec<i32> {
         .collect()
 }
 
+/// Asserts the probe TMPDIR reached the game: hostile.py writes
+/// `game-<pid>` into its TMPDIR first thing. Without it, "no process with
+/// this TMPDIR is alive" would hold of a game that never had it.
+#[track_caller]
+fn probe_reached_the_game(tmp: &str) {
+    let wrote = std::fs::read_dir(tmp)
+        .expect("the probe dir")
+        .flatten()
+        .any(|e| e.file_name().to_string_lossy().starts_with("game-"));
+    assert!(wrote, "the game never saw TMPDIR={tmp}");
+}
+
 /// Plays a hostile game; asserts the cell ends in time with `category` and
 /// that no process of it survives (found by a TMPDIR only this test uses,
-/// which the game inherits).
+/// which the game inherits: the probe is shown to reach the game, and to
+/// match its live processes while a game that waits runs).
 #[track_caller]
 fn contained(mode: &str, category: &str) -> (Test, serde_json::Value) {
     let probe = tempfile::tempdir().expect("tempdir");
     let tmp = probe.path().to_str().expect("utf8").to_owned();
     let t = game_repo().env("TMPDIR", &tmp);
     let timeout = Duration::from_secs(1);
-    let out = t.run(&[
+    let needle = format!("TMPDIR={tmp}\0");
+    let mut spawned = t.spawn(&[
         "__play",
         "--action-timeout",
         "1",
@@ -294,7 +308,20 @@ fn contained(mode: &str, category: &str) -> (Test, serde_json::Value) {
         "hostile.py",
         mode,
     ]);
+    // gameplan itself carries the probe too: only another process counts.
+    let gameplan = spawned.pid();
+    let mut matched = false;
+    while spawned.is_running() {
+        matched = matched || live_with_env(&needle).iter().any(|&pid| pid != gameplan);
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let out = spawned.wait();
     out.code(0);
+    probe_reached_the_game(&tmp);
+    // These games wait a whole action timeout before they are killed.
+    if ["silent", "grandchild"].contains(&mode) {
+        assert!(matched, "{mode}: the probe matched no live process\n{out}");
+    }
     assert!(
         out.elapsed < timeout + GRACE,
         "{mode}: took {:?}\n{out}",
@@ -307,7 +334,6 @@ fn contained(mode: &str, category: &str) -> (Test, serde_json::Value) {
         "{mode}: no {category} finding\n{report:#}"
     );
     assert_eq!(report["quit_reason"], category, "{report:#}");
-    let needle = format!("TMPDIR={tmp}\0");
     wait_until(
         &format!("no process of `{mode}` alive"),
         Duration::from_secs(3),
@@ -407,6 +433,7 @@ fn play_a_process_that_escapes_with_setsid_is_named_as_leaked_and_killed() {
         "{report:#}"
     );
     assert!(t.read("cell/report.md").contains("Leaked processes"));
+    probe_reached_the_game(&tmp);
     let needle = format!("TMPDIR={tmp}\0");
     wait_until(
         "the escaped process is gone",
@@ -429,7 +456,8 @@ fn play_an_interrupted_cell_finishes_its_turn_and_ends_interrupted() {
         "slow.py",
         BUGGY.replace(
             "        req = json.loads(raw)",
-            "        import time; time.sleep(0.05)\n        req = json.loads(raw)",
+            "        import time; time.sleep(0.05)\n        \
+             open('acts.log', 'a').write(raw)\n        req = json.loads(raw)",
         ),
     );
     let spawned = t.spawn(&[
@@ -444,7 +472,12 @@ fn play_an_interrupted_cell_finishes_its_turn_and_ends_interrupted() {
         "python3",
         "slow.py",
     ]);
-    std::thread::sleep(Duration::from_millis(1500));
+    // Interrupted mid-play: once the game has answered a few actions.
+    wait_until(
+        "the cell to play a few actions",
+        Duration::from_secs(30),
+        || t.read("acts.log").matches("\"act\"").count() >= 3,
+    );
     spawned.signal(nix::sys::signal::Signal::SIGINT);
     let out = spawned.wait();
     out.code(10);
@@ -639,6 +672,7 @@ fn play_simulate_names_and_kills_what_its_games_leaked() {
         .stdout_has("games 3 ")
         .stdout_has("leaked (killed): ");
     assert!(out.stdout.contains("sleep 1000"), "{out}");
+    probe_reached_the_game(&tmp);
     let needle = format!("TMPDIR={tmp}\0");
     wait_until(
         "no process of the simulation alive",
