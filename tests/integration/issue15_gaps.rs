@@ -21,11 +21,12 @@ use crate::support::{Test, by_step};
 /// `seen_env.json` on start; `spans` writes its start and end times to
 /// `spans/<pid>`; `still`: `wait` changes nothing; `slow`: the action `slow`
 /// takes 2.5 s; `freeze`: the action `freeze` is never answered; `boom`:
-/// the action `boom` kills the game; `noactions`: after one action nothing
-/// is offered.
+/// the action `boom` kills the game (with `late=N`, only after N other
+/// actions); `noactions`: after one action nothing is offered.
 const GAME: &str = r#"import json, os, sys, time
 args = sys.argv[1:]
 delay = float(next((a[6:] for a in args if a.startswith("delay=")), "0"))
+late = int(next((a[5:] for a in args if a.startswith("late=")), "0"))
 if "env" in args:
     with open("seen_env.json", "w") as f:
         json.dump(dict(os.environ), f)
@@ -59,7 +60,7 @@ for line in sys.stdin:
             time.sleep(2.5)
         if action == "freeze":
             time.sleep(1000)
-        if action == "boom":
+        if action == "boom" and n >= late:
             sys.exit(5)
         if not (action == "wait" and "still" in args):
             n += 1
@@ -176,8 +177,10 @@ fn issue15_budget_max_wall_seconds_ends_a_cell_on_budget() {
     .repo();
     let report = one_cell(&t);
     assert_eq!(report["quit_reason"], "budget", "{report:#}");
+    // At most five actions fit in the second (none, on a machine so busy
+    // that starting the game took it all).
     let taken = report["actions_taken"].as_u64().expect("actions_taken");
-    assert!((1..=10).contains(&taken), "{report:#}");
+    assert!(taken <= 6, "{report:#}");
 }
 
 #[test]
@@ -411,8 +414,9 @@ player = { kind = "scripted", actions = ["go", "wait"] }
 
 #[test]
 fn issue15_shrink_stops_near_its_time_limit_and_says_so() {
-    // 40 `wait`s then `boom`, 0.05 s an action: every run of the whole
-    // trace takes 2 s, so the search cannot finish within 3 s.
+    // 40 `wait`s then `boom`, which crashes only after 40 actions: nothing
+    // can be cut, so the search tries every chunking (minutes of 1-2 s
+    // runs at 0.05 s an action) unless the limit stops it.
     let t = Test::new().file("game.py", GAME);
     let mut args = vec!["play", "--player", "scripted", "--patience", "100"];
     args.extend(std::iter::repeat_n(["--action", "wait"], 40).flatten());
@@ -425,6 +429,7 @@ fn issue15_shrink_stops_near_its_time_limit_and_says_so() {
         "python3",
         "game.py",
         "boom",
+        "late=40",
         "delay=0.05",
     ]);
     t.run(&args).code(0);
@@ -445,13 +450,12 @@ fn issue15_shrink_stops_near_its_time_limit_and_says_so() {
         .stdout_has("the time limit cut the search short");
     // The limit, plus the one run in flight when it passed, plus start-up.
     assert!(
-        out.elapsed < Duration::from_secs(limit + 2 + 4),
+        out.elapsed < Duration::from_secs(limit + 3 + 6),
         "shrink ran {:?} with a {limit} s limit\n{out}",
         out.elapsed
     );
     let short = t.read("short.jsonl");
     assert!(short.ends_with("{\"end\":\"crash\"}\n"), "{short}");
-    assert!(short.lines().count() < 43, "some actions were cut: {short}");
 }
 
 #[test]
