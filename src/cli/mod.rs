@@ -72,6 +72,7 @@ pub enum Command {
     /// Delta debugging: each candidate plays in a fresh game process. Writes a trace that
     /// `gameplan replay` confirms.
     Shrink {
+        /// The trace.jsonl to shrink; it must end in `crash` or `hang`.
         #[arg(value_name = "TRACE")]
         trace: PathBuf,
         /// Where to write the shrunk trace.
@@ -101,37 +102,49 @@ pub enum Command {
         #[arg(last = true, required = true)]
         argv: Vec<String>,
     },
-    /// Internal: play one cell of COMMAND into --out (what a `play` step does, without a plan).
-    #[command(name = "__play", hide = true)]
+    /// Play one cell of a game (no plan needed): COMMAND is the game, e.g. `-- python3 game.py`.
+    ///
+    /// What one cell of a `play` step does: a fresh game process, one persona's player and
+    /// one controller, until the game is done, patience or a bound runs out, or the game
+    /// fails. Writes report.md, report.json, transcript.jsonl and trace.jsonl into --out.
+    /// The bridge protocol the game must speak is docs/bridge.md.
+    #[command(name = "play", alias = "__play")]
     PlayCell {
+        /// The persona's name in the report.
         #[arg(long, default_value = "tester")]
         persona: String,
-        /// scripted, random or explorer.
+        /// The player: scripted, random or explorer.
         #[arg(long, default_value = "explorer")]
         player: String,
-        /// The scripted player's actions (repeatable).
-        #[arg(long = "action")]
+        /// The scripted player's actions, in order (repeatable).
+        #[arg(long = "action", value_name = "ACTION")]
         actions: Vec<String>,
-        /// standard, jev or rune.
+        /// The controller: standard, jev or rune.
         #[arg(long, default_value = "standard")]
         controller: String,
+        /// Seeds the game's `reset`, the player and the controller.
         #[arg(long, default_value_t = 1)]
         seed: i64,
-        #[arg(long, default_value_t = 40)]
+        /// Actions before the persona gives up.
+        #[arg(long, value_name = "N", default_value_t = 40)]
         patience: u64,
-        #[arg(long)]
+        /// Stop after this many actions (a plan's `budget.max_actions`).
+        #[arg(long, value_name = "N")]
         max_actions: Option<u64>,
-        #[arg(long)]
+        /// Stop after this many seconds (a plan's `budget.max_wall_seconds`).
+        #[arg(long, value_name = "SECS")]
         max_wall: Option<u64>,
-        #[arg(long, default_value_t = 10.0)]
+        /// Seconds without an answer before the game counts as hung.
+        #[arg(long, value_name = "SECS", default_value_t = 10.0)]
         action_timeout: f64,
-        #[arg(long, default_value_t = 8)]
+        /// Actions with no change in the observation before a `stuck` finding.
+        #[arg(long, value_name = "N", default_value_t = 8)]
         stuck_after: u64,
-        /// Where the cell's files go.
-        #[arg(long)]
+        /// Where the cell's files go (created if needed).
+        #[arg(long, value_name = "DIR")]
         out: PathBuf,
-        /// The game command.
-        #[arg(last = true, required = true)]
+        /// The game command, after `--`.
+        #[arg(last = true, required = true, value_name = "COMMAND")]
         command: Vec<String>,
     },
     /// Internal: simulate many seeded games of COMMAND (the benchmark's entry).
@@ -188,7 +201,7 @@ pub enum Command {
     },
     /// Play a built-in game over bridge protocol v1 on stdin/stdout (maze, ...).
     ///
-    /// One JSON request per line in, one reply per line out (shared/DESIGN.md §7).
+    /// One JSON request per line in, one reply per line out: the protocol is docs/bridge.md.
     /// Plans reach it as `game.command = "builtin:NAME"`.
     Game {
         /// The game: maze.

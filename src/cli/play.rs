@@ -254,7 +254,7 @@ pub fn simulate(cx: &Context, args: SimulateArgs) -> u8 {
     }
 }
 
-/// The settings of `gameplan __play`.
+/// The settings of `gameplan play`.
 pub struct CellArgs {
     pub persona: String,
     pub player: String,
@@ -270,7 +270,7 @@ pub struct CellArgs {
     pub command: Vec<String>,
 }
 
-/// `gameplan __play`: one cell, its files in `--out`, a one-line summary
+/// `gameplan play`: one cell, its files in `--out`, a one-line summary
 /// on stdout. Exit 0 when it played (whatever it found), 1 when the game
 /// never got through `hello` and `reset`, 10 when interrupted, 3 when the
 /// game could not be started.

@@ -1,6 +1,6 @@
 //! `gameplan completions SHELL` and `gameplan man`: generated from the clap
 //! definitions, so they cannot drift from the commands they describe.
-//! Internal commands (`__launch`, `__play`, ...) are left out of both.
+//! Internal commands (`__launch`, `__simulate`, ...) are left out of both.
 
 use std::path::Path;
 

@@ -202,6 +202,19 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
         .iter()
         .map(|(name, size)| (name.clone(), Arc::new(Semaphore::new(*size as usize))))
         .collect();
+    // A pool wider than the run's concurrency never fills: say so, or
+    // `[pools] play = 8` on a two-core machine silently plays two at once.
+    for (name, size) in &loaded.plan.pools {
+        if *size as usize > concurrency {
+            let by = match options.concurrency {
+                Some(n) => format!("--concurrency {n}"),
+                None => format!("the machine's {concurrency} cores; --concurrency N raises it"),
+            };
+            progress.note(&format!(
+                "pools.{name} = {size} is capped at {concurrency} at once ({by})"
+            ));
+        }
+    }
     let (stop_tx, stop_rx) = watch::channel(false);
     let (cancel_tx, cancel_rx) = watch::channel(false);
     let cancelled = Cancelled::default();

@@ -1,4 +1,4 @@
-//! Built-in bridge games, run as `gameplan game NAME` (shared/DESIGN.md §7).
+//! Built-in bridge games, run as `gameplan game NAME` (the protocol of docs/bridge.md).
 //!
 //! Owns the game side of bridge protocol v1 (one JSON object per line each
 //! way on stdin/stdout, every reply echoing its request's `id`) and the

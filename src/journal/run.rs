@@ -18,7 +18,7 @@ use super::{Journal, JournalError};
 /// The version of the event vocabulary below (the line format has its own).
 pub const EVENTS_VERSION: u32 = 1;
 
-/// The state of one step instance (DESIGN §5).
+/// The state of one step instance.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum StepState {

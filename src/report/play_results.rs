@@ -12,8 +12,9 @@ use crate::play::trace::QuitReason;
 pub fn replay(trace: &Path, outcome: &ReplayOutcome, timeout: (Duration, TimeoutFrom)) -> String {
     match outcome {
         ReplayOutcome::Confirmed { steps, end } => format!(
-            "{}: confirmed: {steps} steps, every observation hash matches, same end `{}` ({})\n",
+            "{}: confirmed: {}, every observation hash matches, same end `{}` ({})\n",
             trace.display(),
+            super::plural(usize::try_from(*steps).unwrap_or(usize::MAX), "step"),
             end.map_or("none", QuitReason::name),
             action_timeout(timeout)
         ),
@@ -129,8 +130,9 @@ pub fn shrink_start(
     timeout: (Duration, TimeoutFrom),
 ) -> String {
     format!(
-        "shrinking {} ({actions} actions, ends `{end}`) with a time limit of {} s ({})\n",
+        "shrinking {} ({}, ends `{end}`) with a time limit of {} s ({})\n",
         trace.display(),
+        super::plural(actions, "action"),
         limit.as_secs(),
         action_timeout(timeout)
     )
@@ -144,8 +146,10 @@ pub fn shrink_done(
     timed_out: bool,
 ) -> String {
     let mut text = format!(
-        "wrote {}: {shrunk} actions (from {original}) after {runs} game runs",
-        out.display()
+        "wrote {}: {} (from {original}) after {} game runs",
+        out.display(),
+        super::plural(shrunk, "action"),
+        runs
     );
     if timed_out {
         text.push_str("; the time limit cut the search short, so a shorter one may exist");

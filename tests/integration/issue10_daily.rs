@@ -53,17 +53,19 @@ fn interrupted_run(t: &Test) {
     gameplan.wait().code(10);
 }
 
-fn git(t: &Test, args: &[&str]) -> Option<String> {
+/// Runs git in the repo; fails the test when git is missing or fails
+/// (`.ci/run` installs it): a test that skips silently proves nothing.
+#[track_caller]
+fn git(t: &Test, args: &[&str]) -> String {
     let out = Command::new("git")
         .args(args)
         .current_dir(t.path(""))
         .env("GIT_CONFIG_NOSYSTEM", "1")
         .env("HOME", t.path(""))
         .output()
-        .ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+        .unwrap_or_else(|e| panic!("cannot run git (install it: apt-get install git): {e}"));
+    assert!(out.status.success(), "git {args:?} failed: {out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 #[test]
@@ -91,15 +93,13 @@ fn issue10_the_state_dir_ignores_itself_so_git_status_stays_clean() {
     assert!(!t.path("custom/.gitignore").exists());
     // What a user checks: git sees the plan, not the state.
     std::fs::remove_dir(t.path(".git")).expect("remove the fake .git");
-    if git(&t, &["init", "-q"]).is_some() {
-        let status =
-            git(&t, &["status", "--porcelain", "--untracked-files=all"]).expect("git status");
-        assert!(status.contains("plan.toml"), "{status}");
-        assert!(
-            !status.contains(".gameplan") && !status.contains("elsewhere/"),
-            "git status shows gameplan's state:\n{status}"
-        );
-    }
+    git(&t, &["init", "-q"]);
+    let status = git(&t, &["status", "--porcelain", "--untracked-files=all"]);
+    assert!(status.contains("plan.toml"), "{status}");
+    assert!(
+        !status.contains(".gameplan") && !status.contains("elsewhere/"),
+        "git status shows gameplan's state:\n{status}"
+    );
 }
 
 #[test]
@@ -472,7 +472,7 @@ fn issue10_the_resume_question_says_that_n_starts_a_new_run() {
     interrupted_run(&t);
     t.write("delay", "0");
     let command = format!("{} plan run plan.toml", crate::support::BIN);
-    let Ok(mut script) = Command::new("script")
+    let mut script = Command::new("script")
         .args(["-qec", &command, "/dev/null"])
         .current_dir(t.path(""))
         .env_clear()
@@ -483,9 +483,9 @@ fn issue10_the_resume_question_says_that_n_starts_a_new_run() {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-    else {
-        return; // no script(1) here: nothing to give gameplan a terminal
-    };
+        .unwrap_or_else(|e| {
+            panic!("cannot run script(1), which gives gameplan a terminal (install bsdutils): {e}")
+        });
     script
         .stdin
         .take()

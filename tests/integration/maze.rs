@@ -1,5 +1,5 @@
 //! The built-in maze over real pipes: `gameplan game maze` speaks bridge
-//! protocol v1 (shared/DESIGN.md §7) to a driver in another process.
+//! protocol v1 (docs/bridge.md) to a driver in another process.
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};

@@ -1,8 +1,8 @@
 //! Play: cells against real game processes (Python fixtures and examples),
 //! replay, shrink, simulate, and hostile games that must be contained.
 //!
-//! Cells are played through the hidden `gameplan __play` command (what a
-//! `play` step does, without a plan), so these tests need no plan.
+//! Cells are played through `gameplan play` (what a `play` step does,
+//! without a plan; `__play` is its old name), so these tests need no plan.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -274,6 +274,18 @@ fn live_with_env(needle: &str) -> Vec<i32> {
         .collect()
 }
 
+/// Asserts the probe TMPDIR reached the game: hostile.py writes
+/// `game-<pid>` into its TMPDIR first thing. Without it, "no process with
+/// this TMPDIR is alive" would hold of a game that never had it.
+#[track_caller]
+fn probe_reached_the_game(tmp: &str) {
+    let wrote = std::fs::read_dir(tmp)
+        .expect("the probe dir")
+        .flatten()
+        .any(|e| e.file_name().to_string_lossy().starts_with("game-"));
+    assert!(wrote, "the game never saw TMPDIR={tmp}");
+}
+
 /// Plays a hostile game that breaks the bridge before its first
 /// observation; asserts the cell ends in time, did not play (exit 1, no
 /// finding, quit reason `end`), and that no process of it survives (found
@@ -285,7 +297,8 @@ fn contained(mode: &str, end: &str) -> serde_json::Value {
     let tmp = probe.path().to_str().expect("utf8").to_owned();
     let t = game_repo().env("TMPDIR", &tmp);
     let timeout = Duration::from_secs(1);
-    let out = t.run(&[
+    let needle = format!("TMPDIR={tmp}\0");
+    let mut spawned = t.spawn(&[
         "__play",
         "--action-timeout",
         "1",
@@ -296,7 +309,20 @@ fn contained(mode: &str, end: &str) -> serde_json::Value {
         "hostile.py",
         mode,
     ]);
+    // gameplan itself carries the probe too: only another process counts.
+    let gameplan = spawned.pid();
+    let mut matched = false;
+    while spawned.is_running() {
+        matched = matched || live_with_env(&needle).iter().any(|&pid| pid != gameplan);
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let out = spawned.wait();
     out.code(1).stderr_has("the cell did not play: ");
+    probe_reached_the_game(&tmp);
+    // These games wait a whole action timeout before they are killed.
+    if ["silent", "grandchild"].contains(&mode) {
+        assert!(matched, "{mode}: the probe matched no live process\n{out}");
+    }
     assert!(
         out.elapsed < timeout + GRACE,
         "{mode}: took {:?}\n{out}",
@@ -308,7 +334,6 @@ fn contained(mode: &str, end: &str) -> serde_json::Value {
     assert_eq!(report["findings"], serde_json::json!([]), "{report:#}");
     assert_eq!(report["quit_reason"], end, "{report:#}");
     assert!(t.read("cell/report.md").contains("- State: did not play"));
-    let needle = format!("TMPDIR={tmp}\0");
     wait_until(
         &format!("no process of `{mode}` alive"),
         Duration::from_secs(3),
@@ -410,6 +435,7 @@ fn play_a_process_that_escapes_with_setsid_is_named_as_leaked_and_killed() {
         "{report:#}"
     );
     assert!(t.read("cell/report.md").contains("Leaked processes"));
+    probe_reached_the_game(&tmp);
     let needle = format!("TMPDIR={tmp}\0");
     wait_until(
         "the escaped process is gone",
@@ -435,7 +461,8 @@ fn play_an_interrupted_cell_finishes_its_turn_and_ends_interrupted() {
         BUGGY
             .replace(
                 "        req = json.loads(raw)",
-                "        import time; time.sleep(0.05)\n        req = json.loads(raw)",
+                "        import time; time.sleep(0.05)\n        \
+                 open('acts.log', 'a').write(raw)\n        req = json.loads(raw)",
             )
             .replace(
                 "raise RuntimeError(\"lever mechanism failed: gear index 3 out of range\")",
@@ -455,7 +482,12 @@ fn play_an_interrupted_cell_finishes_its_turn_and_ends_interrupted() {
         "python3",
         "slow.py",
     ]);
-    std::thread::sleep(Duration::from_millis(1500));
+    // Interrupted mid-play: once the game has answered a few actions.
+    wait_until(
+        "the cell to play a few actions",
+        Duration::from_secs(30),
+        || t.read("acts.log").matches("\"act\"").count() >= 3,
+    );
     spawned.signal(nix::sys::signal::Signal::SIGINT);
     let out = spawned.wait();
     out.code(10);
@@ -650,6 +682,7 @@ fn play_simulate_names_and_kills_what_its_games_leaked() {
         .stdout_has("games 3 ")
         .stdout_has("leaked (killed): ");
     assert!(out.stdout.contains("sleep 1000"), "{out}");
+    probe_reached_the_game(&tmp);
     let needle = format!("TMPDIR={tmp}\0");
     wait_until(
         "no process of the simulation alive",
