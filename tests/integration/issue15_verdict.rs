@@ -367,3 +367,68 @@ fn issue15_the_checked_in_plans_have_no_warning() {
         assert!(file.get("warnings").is_none(), "{file:#}");
     }
 }
+
+/// A cell of the maze that finds its crash, then a step that waits for a
+/// file `go`: a run to interrupt once the crash is found.
+const WAITING: &str = r#"version = 1
+name = "waiting"
+
+[game]
+id = "maze"
+command = ["builtin:maze"]
+
+[[personas]]
+slug = "curious-kid"
+card = "Clicks everything."
+player = { kind = "explorer" }
+
+[[steps]]
+id = "play"
+kind = "play"
+seed = 1
+
+[[steps]]
+id = "wait"
+kind = "command"
+needs = ["play"]
+run = "while [ ! -e go ]; do sleep 0.05; done"
+"#;
+
+/// Starts `plan run waiting.toml EXTRA...`, stops it (exit 10) once the
+/// play cell is done and `wait` is waiting, and lets `wait` finish next time.
+fn interrupted(extra: &[&str]) -> Test {
+    let t = Test::new().file("waiting.toml", WAITING);
+    let mut args = vec!["plan", "run", "waiting.toml"];
+    args.extend_from_slice(extra);
+    let spawned = t.spawn(&args);
+    crate::support::wait_until(
+        "the wait step to start",
+        std::time::Duration::from_secs(30),
+        || {
+            t.run_ids().first().is_some_and(|id| {
+                t.read(&format!(".gameplan/runs/{id}/journal.jsonl"))
+                    .contains("\"step\":\"wait\"")
+            })
+        },
+    );
+    spawned.signal(nix::sys::signal::Signal::SIGINT);
+    spawned.wait().code(10);
+    t.write("go", "");
+    t
+}
+
+#[test]
+fn issue15_a_resume_judges_by_the_run_s_fail_on_unless_given_its_own() {
+    // The run was started with --fail-on crash: its resume fails on the
+    // crash the first leg found.
+    let t = interrupted(&["--fail-on", "crash"]);
+    t.run(&["plan", "resume"])
+        .code(1)
+        .stdout_has("failed: 1 finding matches --fail-on crash: 8df40e09ffdc5950 (critical crash)");
+
+    // --fail-on given to the resume judges it instead.
+    let t = interrupted(&["--fail-on", "crash"]);
+    t.run(&["plan", "resume", "--fail-on", "hang"])
+        .code(0)
+        .stdout_has("judged by --fail-on hang: none match");
+}
