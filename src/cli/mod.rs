@@ -27,7 +27,7 @@ use crate::report::Console;
 #[derive(Debug, Parser)]
 #[command(name = "gameplan", version, about, long_about = None, propagate_version = true)]
 #[command(
-    after_help = "Exit codes: 0 ok, 1 failed / FIX FIRST, 2 incomplete, 3 plan or environment error \
+    after_help = "Exit codes: 0 ok, 1 failed / FIX FIRST / a --fail-on match, 2 incomplete, 3 plan or environment error \
 (nothing charged), 4 auth, 5 model unreachable, 10 canceled."
 )]
 pub struct Cli {
