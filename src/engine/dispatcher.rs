@@ -491,7 +491,8 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
         journal_error: run.journal_error,
         playtest,
         fail_on: verdict.fail_on,
-        unjudged_findings: verdict.unjudged,
+        // An unfinished run's gates may still run on its resume.
+        unjudged_findings: verdict.unjudged.filter(|_| !resumable),
     };
     if !resumable && run_dir.journal().exists() {
         let summary = serde_json::to_vec_pretty(&report).unwrap_or_default();

@@ -270,5 +270,24 @@ pub fn markdown(report: &RunReport) -> String {
         );
     }
     out.push('\n');
+    if let Some(fail_on) = report.fail_on.as_ref().filter(|f| !f.matched.is_empty()) {
+        let ids: Vec<String> = fail_on
+            .matched
+            .iter()
+            .map(|f| format!("`{}`", f.id))
+            .collect();
+        let _ = writeln!(
+            out,
+            "**Failed:** {} {} `{}`: {}\n",
+            super::plural(fail_on.matched.len(), "finding"),
+            if fail_on.matched.len() == 1 {
+                "matches"
+            } else {
+                "match"
+            },
+            fail_on_named(fail_on),
+            ids.join(", ")
+        );
+    }
     out
 }

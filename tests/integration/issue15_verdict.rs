@@ -206,8 +206,8 @@ kind = "play"
 }
 
 #[test]
-fn issue15_junit_has_a_failing_case_for_the_fail_on_check() {
-    let t = maze();
+fn issue15_junit_and_the_step_summary_say_the_fail_on_check_failed() {
+    let t = maze().env("GITHUB_STEP_SUMMARY", "summary.md");
     t.run(&[
         "plan",
         "run",
@@ -226,6 +226,12 @@ fn issue15_junit_has_a_failing_case_for_the_fail_on_check() {
     assert!(
         case.contains("<failure") && case.contains("1 finding matches --fail-on crash"),
         "{case}"
+    );
+    assert!(
+        t.read("summary.md")
+            .contains("**Failed:** 1 finding matches `--fail-on crash`: `8df40e09ffdc5950`"),
+        "{}",
+        t.read("summary.md")
     );
     t.run(&[
         "plan",
@@ -396,7 +402,7 @@ run = "while [ ! -e go ]; do sleep 0.05; done"
 
 /// Starts `plan run waiting.toml EXTRA...`, stops it (exit 10) once the
 /// play cell is done and `wait` is waiting, and lets `wait` finish next time.
-fn interrupted(extra: &[&str]) -> Test {
+fn interrupted(extra: &[&str]) -> (Test, crate::support::Output) {
     let t = Test::new().file("waiting.toml", WAITING);
     let mut args = vec!["plan", "run", "waiting.toml"];
     args.extend_from_slice(extra);
@@ -412,23 +418,34 @@ fn interrupted(extra: &[&str]) -> Test {
         },
     );
     spawned.signal(nix::sys::signal::Signal::SIGINT);
-    spawned.wait().code(10);
+    let stopped = spawned.wait();
+    stopped.code(10);
     t.write("go", "");
-    t
+    (t, stopped)
 }
 
 #[test]
 fn issue15_a_resume_judges_by_the_run_s_fail_on_unless_given_its_own() {
     // The run was started with --fail-on crash: its resume fails on the
     // crash the first leg found.
-    let t = interrupted(&["--fail-on", "crash"]);
+    let (t, _) = interrupted(&["--fail-on", "crash"]);
     t.run(&["plan", "resume"])
         .code(1)
         .stdout_has("failed: 1 finding matches --fail-on crash: 8df40e09ffdc5950 (critical crash)");
 
     // --fail-on given to the resume judges it instead.
-    let t = interrupted(&["--fail-on", "crash"]);
+    let (t, _) = interrupted(&["--fail-on", "crash"]);
     t.run(&["plan", "resume", "--fail-on", "hang"])
         .code(0)
         .stdout_has("judged by --fail-on hang: none match");
+}
+
+#[test]
+fn issue15_an_interrupted_run_does_not_call_its_findings_unjudged_yet() {
+    let (t, stopped) = interrupted(&[]);
+    stopped.stdout_has("resume with:");
+    assert!(!stopped.stdout.contains("not judged"), "{stopped}");
+    t.run(&["plan", "resume"])
+        .code(0)
+        .stdout_has("1 finding was not judged: no gate ran");
 }
