@@ -2,7 +2,7 @@
 
 /// Every step succeeded or was reused; every gate SEND-READY.
 pub const SUCCESS: u8 = 0;
-/// A step failed, or a gate is FIX FIRST.
+/// A step failed, a gate is FIX FIRST, or a finding matched `--fail-on`.
 pub const FAILED: u8 = 1;
 /// Incomplete: budget exceeded with partial results, or a gate INCOMPLETE.
 pub const INCOMPLETE: u8 = 2;

@@ -27,7 +27,7 @@ use crate::report::Console;
 #[derive(Debug, Parser)]
 #[command(name = "gameplan", version, about, long_about = None, propagate_version = true)]
 #[command(
-    after_help = "Exit codes: 0 ok, 1 failed / FIX FIRST, 2 incomplete, 3 plan or environment error \
+    after_help = "Exit codes: 0 ok, 1 failed / FIX FIRST / a --fail-on match, 2 incomplete, 3 plan or environment error \
 (nothing charged), 4 auth, 5 model unreachable, 10 canceled."
 )]
 pub struct Cli {
@@ -363,6 +363,21 @@ pub struct RunArgs {
     /// Where runs, the store and locks live (default: .gameplan/ at the repo root).
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
+    /// Fail the run (exit 1) when a finding is of one of these categories
+    /// (crash, hang, error, refused, stuck, console) or of one of these
+    /// severities or worse (critical, high, medium, low). Overrides the
+    /// plan's `fail_on`; a resume without it keeps the run's.
+    #[arg(
+        long,
+        value_name = "CATEGORY|SEVERITY,...",
+        value_delimiter = ',',
+        value_parser = parse_fail_on
+    )]
+    pub fail_on: Vec<crate::plan::model::FailOn>,
+}
+
+fn parse_fail_on(text: &str) -> Result<crate::plan::model::FailOn, String> {
+    crate::plan::model::FailOn::parse(text)
 }
 
 /// How a plan is loaded.

@@ -21,14 +21,30 @@ pub fn run(cx: &Context, plans: &[PathBuf], args: &LoadArgs, as_json: bool) -> u
         match outcome {
             Ok((loaded, pipeline)) => {
                 let mut file = json!({"file": name, "valid": true, "plan": loaded.plan.name, "steps": pipeline.order.len(), "problems": []});
+                if !loaded.warnings.is_empty() {
+                    file["warnings"] = json!(diagnostics::list_json(
+                        Some(&loaded.source),
+                        &name,
+                        &loaded.warnings
+                    ));
+                }
                 if !loaded.unset_secrets.is_empty() {
                     file["unset_secrets"] =
                         crate::report::explain::unset_secrets_json(&loaded.unset_secrets);
                 }
                 files.push(file);
                 if !as_json {
+                    cx.console.err(&diagnostics::render_warnings(
+                        &loaded.source,
+                        &loaded.warnings,
+                        cx.console.color,
+                    ));
+                    let warned = match loaded.warnings.len() {
+                        0 => String::new(),
+                        n => format!(", {}", crate::report::plural(n, "warning")),
+                    };
                     cx.console.err(&format!(
-                        "{name}: ok (plan `{}`, {} steps)\n",
+                        "{name}: ok (plan `{}`, {} steps{warned})\n",
                         loaded.plan.name,
                         pipeline.order.len()
                     ));

@@ -335,6 +335,7 @@ fn execute(
         yes: args.yes,
         dry_upload: args.dry_upload,
         steps: steps.to_vec(),
+        fail_on: args.fail_on.clone(),
     };
     let kinds = Arc::new(Kinds::for_run(RunSettings {
         concurrency: options.effective_concurrency(),
@@ -428,6 +429,8 @@ fn publish(
             cx.console
                 .out(&redactor.redact(&crate::report::playtest::text(playtest)));
         }
+        cx.console
+            .out(&redactor.redact(&run_summary::findings_verdict_text(report)));
     }
     report.exit_code
 }

@@ -99,6 +99,11 @@ fn open_journal(
                     fail_fast: options.fail_fast,
                     dry_upload: options.dry_upload,
                     steps: options.steps.clone(),
+                    fail_on: options
+                        .fail_on
+                        .iter()
+                        .map(|f| f.name().to_owned())
+                        .collect(),
                 },
             });
             if let Err(e) = first {
@@ -172,6 +177,15 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
         options.no_reuse |= history.options.no_reuse;
         options.fail_fast |= history.options.fail_fast;
         options.dry_upload |= history.options.dry_upload;
+        // `--fail-on` given now judges this resume; without it, the run's.
+        if options.fail_on.is_empty() {
+            options.fail_on = history
+                .options
+                .fail_on
+                .iter()
+                .filter_map(|name| crate::plan::model::FailOn::parse(name).ok())
+                .collect();
+        }
         // A resume runs the part of the plan the run was started for,
         // whatever part this command named.
         if history.options.steps != options.steps {
@@ -385,10 +399,25 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
     if !interrupted && !run.halted {
         run.skip_unstarted();
     }
+    // What the playing steps found, judged before the run's end is
+    // journaled: a finding that matches `fail_on` is the run's exit code.
+    let steps: Vec<StepReport> = pipeline
+        .order
+        .iter()
+        .map(|i| run.reports[i.index()].clone())
+        .collect();
+    let playtest = crate::report::playtest::collect(&steps, |id| run_dir.step(id));
+    let verdict = super::outcome::judge_findings(
+        playtest.as_ref(),
+        &steps,
+        &options.fail_on,
+        &shared.plan.fail_on,
+    );
     let (outcome, code) = super::outcome::run_outcome(
         run.reports.iter().map(|r| r.state),
         interrupted,
         run.aborted,
+        verdict.failed(),
     );
     let closing = if interrupted || run.halted {
         Event::RunStopped {
@@ -440,11 +469,6 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
     for r in &run.reports {
         *counts.entry(r.state.word().to_owned()).or_default() += 1;
     }
-    let steps: Vec<StepReport> = pipeline
-        .order
-        .iter()
-        .map(|i| run.reports[i.index()].clone())
-        .collect();
     // A run whose journal is gone has nothing to resume from.
     let resumable =
         !journal.is_unlinked() && (interrupted || run.halted || run.journal_error.is_some());
@@ -478,11 +502,10 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
         steps,
         resume_command: resumable.then_some(resume_hint),
         journal_error: run.journal_error,
-        playtest: None,
-    };
-    let report = RunReport {
-        playtest: crate::report::playtest::collect(&report.steps, |id| run_dir.step(id)),
-        ..report
+        playtest,
+        fail_on: verdict.fail_on,
+        // An unfinished run's gates may still run on its resume.
+        unjudged_findings: verdict.unjudged.filter(|_| !resumable),
     };
     if !resumable && run_dir.journal().exists() {
         let summary = serde_json::to_vec_pretty(&report).unwrap_or_default();

@@ -86,6 +86,9 @@ pub struct RunOptions {
     /// already this part; the journal records the names so a resume runs
     /// the same part.
     pub steps: Vec<String>,
+    /// `--fail-on`: findings that fail the run; empty when not given (the
+    /// plan's `fail_on` then judges).
+    pub fail_on: Vec<crate::plan::model::FailOn>,
 }
 
 impl RunOptions {

@@ -11,17 +11,109 @@
 //! 2. **4, unauthorized**: the backend refused the token or a scope. Nothing
 //!    after it could run; fixing the token and resuming is the next step.
 //! 3. **5, model unreachable**: the model endpoint never answered.
-//! 4. **1, failed**: a step failed (or fail-fast stopped the run at one).
+//! 4. **1, failed**: a step failed (or fail-fast stopped the run at one),
+//!    or a finding matched `--fail-on` (the plan's `fail_on`).
 //! 5. **2, incomplete**: everything ran, but something could not be judged
 //!    or finished (a gate INCOMPLETE, a budget stop with partial results).
 //! 6. **0**: every step succeeded or was reused.
 //!
 //! Environment problems (4, 5) outrank a failure because they explain it;
 //! a cancel outranks everything because the run is not over.
+//!
+//! # Findings
+//!
+//! A play cell that finds a crash succeeded: it did its job. Findings are
+//! judged by gates, or, without one, by `fail_on` ([`judge_findings`]);
+//! findings neither judged are counted, so the summary can say so.
 
 use crate::exit_code;
 use crate::journal::run::{RunOutcome, StepState};
+use crate::plan::model::{Category, FailOn};
+use crate::report::playtest::{FindingLine, Playtest};
+use crate::report::run::{FailOnReport, MatchedFinding, StepReport};
 use crate::steps::StepOutcome;
+
+/// How a run's findings were judged.
+#[derive(Debug, Default)]
+pub struct FindingsVerdict {
+    /// `fail_on` was set (by the flag or the plan): what it matched.
+    pub fail_on: Option<FailOnReport>,
+    /// Findings no gate and no `fail_on` judged, when there are any.
+    pub unjudged: Option<usize>,
+}
+
+impl FindingsVerdict {
+    /// A finding matched `fail_on`: the run fails.
+    pub fn failed(&self) -> bool {
+        self.fail_on.as_ref().is_some_and(|f| !f.matched.is_empty())
+    }
+}
+
+/// Judges the merged findings of a run by `--fail-on` (`flag`), else the
+/// plan's `fail_on`; without either, counts the findings no gate step
+/// judged (a gate step that ran judged them).
+pub fn judge_findings(
+    playtest: Option<&Playtest>,
+    steps: &[StepReport],
+    flag: &[FailOn],
+    plan: &[FailOn],
+) -> FindingsVerdict {
+    let findings = playtest.map_or(&[][..], |p| p.findings.as_slice());
+    let (selectors, from) = if flag.is_empty() {
+        (plan, "plan")
+    } else {
+        (flag, "flag")
+    };
+    if selectors.is_empty() {
+        let gate_ran = steps.iter().any(|s| {
+            s.kind == "gate"
+                && matches!(
+                    s.state,
+                    StepState::Succeeded
+                        | StepState::Reused
+                        | StepState::Failed
+                        | StepState::Incomplete
+                )
+        });
+        return FindingsVerdict {
+            fail_on: None,
+            unjudged: (!gate_ran && !findings.is_empty()).then_some(findings.len()),
+        };
+    }
+    let matched = findings
+        .iter()
+        .filter(|f| selectors.iter().any(|s| matches(*s, f)))
+        .map(|f| MatchedFinding {
+            id: f.id.clone(),
+            category: f.category.clone(),
+            severity: f.severity.clone(),
+            title: f.title.clone(),
+        })
+        .collect();
+    FindingsVerdict {
+        fail_on: Some(FailOnReport {
+            selectors: selectors.iter().map(|s| s.name().to_owned()).collect(),
+            from: from.to_owned(),
+            judged: findings.len(),
+            matched,
+        }),
+        unjudged: None,
+    }
+}
+
+/// Whether `selector` matches a merged finding (named as its cells wrote it).
+fn matches(selector: FailOn, finding: &FindingLine) -> bool {
+    let category = Category::ALL
+        .into_iter()
+        .find(|c| c.name() == finding.category);
+    let severity = match FailOn::parse(&finding.severity) {
+        Ok(FailOn::Severity(s)) => Some(s),
+        _ => None,
+    };
+    category
+        .zip(severity)
+        .is_some_and(|(c, s)| selector.matches(c, s))
+}
 
 /// The state a step is left in by an attempt's outcome, and its message.
 pub fn state_of(outcome: &StepOutcome) -> (StepState, Option<String>) {
@@ -50,11 +142,13 @@ pub fn halts_run(state: StepState) -> bool {
 
 /// The run's outcome and exit code from its steps' states, by the order in
 /// the module doc. `interrupted`: a signal or `plan stop` came; `aborted`:
-/// fail-fast stopped it at a failure.
+/// fail-fast stopped it at a failure; `findings_failed`: a finding matched
+/// `fail_on`.
 pub fn run_outcome(
     states: impl IntoIterator<Item = StepState>,
     interrupted: bool,
     aborted: bool,
+    findings_failed: bool,
 ) -> (RunOutcome, u8) {
     let mut seen = [false; 6];
     for state in states {
@@ -85,7 +179,7 @@ pub fn run_outcome(
         (RunOutcome::Unauthorized, exit_code::AUTH)
     } else if unreachable {
         (RunOutcome::Unreachable, exit_code::MODEL_UNREACHABLE)
-    } else if failed || aborted || stopped {
+    } else if failed || aborted || stopped || findings_failed {
         (RunOutcome::Failed, exit_code::FAILED)
     } else if incomplete {
         (RunOutcome::Incomplete, exit_code::INCOMPLETE)
@@ -100,7 +194,7 @@ mod tests {
     use StepState::{Declined, Failed, Incomplete, Reused, Succeeded, Unauthorized, Unreachable};
 
     fn code(states: &[StepState], interrupted: bool) -> u8 {
-        run_outcome(states.iter().copied(), interrupted, false).1
+        run_outcome(states.iter().copied(), interrupted, false, false).1
     }
 
     #[test]
@@ -113,10 +207,25 @@ mod tests {
         assert_eq!(code(&[Unauthorized, Declined], false), 10);
         assert_eq!(code(&[Succeeded], true), 10);
         assert_eq!(
-            run_outcome([Succeeded], false, true).1,
+            run_outcome([Succeeded], false, true, false).1,
             1,
             "fail-fast abort"
         );
+        let findings = |states: &[StepState], interrupted| {
+            run_outcome(states.iter().copied(), interrupted, false, true).1
+        };
+        assert_eq!(
+            findings(&[Succeeded], false),
+            1,
+            "a finding matched fail_on"
+        );
+        assert_eq!(
+            findings(&[Incomplete], false),
+            1,
+            "a match outranks incomplete"
+        );
+        assert_eq!(findings(&[Unreachable], false), 5);
+        assert_eq!(findings(&[Succeeded], true), 10);
     }
 
     #[test]

@@ -121,6 +121,9 @@ pub struct RecordedOptions {
     /// `plan run PLAN STEP...`: the part of the plan the run is for.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub steps: Vec<String>,
+    /// `--fail-on`: what the run was started to fail on.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fail_on: Vec<String>,
 }
 
 /// One journal record.

@@ -57,11 +57,26 @@ pub struct Diagnostics {
     /// deferred (`LoadOptions::defer_secrets`); carried along the same
     /// path through rendering as the problems are.
     pub unset_secrets: Vec<(String, super::source::Span)>,
+    /// Not problems either: what is valid but very likely not meant (a
+    /// gate no step runs). `plan check` shows them; they never fail a load.
+    pub warnings: Vec<Diagnostic>,
 }
 
 impl Diagnostics {
     pub fn push(&mut self, diagnostic: Diagnostic) {
         self.list.push(diagnostic);
+    }
+
+    pub fn warn(&mut self, diagnostic: Diagnostic) {
+        self.warnings.push(diagnostic);
+    }
+
+    /// The warnings, in file order.
+    pub fn take_warnings(&mut self) -> Vec<Diagnostic> {
+        let mut warnings = std::mem::take(&mut self.warnings);
+        warnings.sort_by_key(|d| d.span.map_or((0, 0), |s| (s.start, s.end)));
+        warnings.dedup();
+        warnings
     }
 
     pub fn is_empty(&self) -> bool {

@@ -62,6 +62,9 @@ pub struct LoadedPlan {
     /// Secrets the plan reads that were not set (only with
     /// [`LoadOptions::defer_secrets`]; otherwise each is a load error).
     pub unset_secrets: Vec<UnsetSecret>,
+    /// What is valid but likely not meant (a gate no step runs), for
+    /// `plan check` to show; never a reason to refuse the plan.
+    pub warnings: Vec<Diagnostic>,
 }
 
 impl LoadedPlan {
@@ -111,8 +114,13 @@ pub fn load(path: &Path, options: &LoadOptions) -> Result<LoadedPlan, LoadFailur
     })?);
     let root = options.root.clone().unwrap_or_else(|| find_root(path));
     match load_source_deferring(&source, &root, options) {
-        Ok((plan, unset_secrets)) => Ok(LoadedPlan {
+        Ok(Loaded {
+            plan,
+            unset: unset_secrets,
+            warnings,
+        }) => Ok(LoadedPlan {
             source,
+            warnings,
             root,
             plan,
             redactor: options.redactor.clone(),
@@ -247,15 +255,22 @@ pub fn load_source(
     root: &Path,
     options: &LoadOptions,
 ) -> Result<Plan, Diagnostics> {
-    load_source_deferring(source, root, options).map(|(plan, _)| plan)
+    load_source_deferring(source, root, options).map(|loaded| loaded.plan)
 }
 
-/// [`load_source`], with the unset secrets it deferred.
+/// What a clean load gives besides the plan.
+struct Loaded {
+    plan: Plan,
+    unset: Vec<UnsetSecret>,
+    warnings: Vec<Diagnostic>,
+}
+
+/// [`load_source`], with the unset secrets it deferred and its warnings.
 fn load_source_deferring(
     source: &Source,
     root: &Path,
     options: &LoadOptions,
-) -> Result<(Plan, Vec<UnsetSecret>), Diagnostics> {
+) -> Result<Loaded, Diagnostics> {
     let mut diags = Diagnostics::default();
     let tree = match source.format {
         Format::Toml => node::from_toml(&source.text, &mut diags),
@@ -309,7 +324,11 @@ fn load_source_deferring(
         diags,
     };
     match validator.plan(&raw) {
-        (Some(plan), d) if d.is_empty() => Ok((plan, unset)),
+        (Some(plan), mut d) if d.is_empty() => Ok(Loaded {
+            plan,
+            unset,
+            warnings: d.take_warnings(),
+        }),
         (_, d) => Err(d),
     }
 }

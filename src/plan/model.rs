@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 pub use super::raw::{BackendKind, Driver, LensKind, LensOver, StepKind};
+pub use crate::play::findings::{Category, Severity};
 
 /// The built-in action controllers (DESIGN §7).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -57,10 +58,94 @@ pub struct Plan {
     pub personas: Vec<Persona>,
     pub lenses: Vec<Lens>,
     pub gates: Vec<Gate>,
+    /// `fail_on`: which findings fail the run (exit 1) without a gate;
+    /// empty when the plan does not say.
+    pub fail_on: Vec<FailOn>,
     /// False when the plan omits `steps` and gets the default paid pipeline.
     pub explicit_steps: bool,
     /// Steps in file order (or the default pipeline's order), before matrix expansion.
     pub steps: Vec<Step>,
+}
+
+/// One entry of `fail_on` / `--fail-on`: a finding category, or a severity
+/// that stands for itself and every worse one (`high` is high or critical),
+/// as `trivy --severity` but ordered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailOn {
+    Category(Category),
+    Severity(Severity),
+}
+
+impl FailOn {
+    /// Every severity, most severe first (the order `Severity` sorts in).
+    const SEVERITIES: [Severity; 4] = [
+        Severity::Critical,
+        Severity::High,
+        Severity::Medium,
+        Severity::Low,
+    ];
+
+    /// Every name `fail_on` takes: the categories, then the severities.
+    pub fn names() -> Vec<&'static str> {
+        Category::ALL
+            .iter()
+            .map(|c| c.name())
+            .chain(Self::SEVERITIES.iter().map(|s| severity_name(*s)))
+            .collect()
+    }
+
+    /// Reads one name; the error is the help to show (a "did you mean").
+    pub fn parse(text: &str) -> Result<FailOn, String> {
+        let text = text.trim();
+        if let Some(c) = Category::ALL.iter().find(|c| c.name() == text) {
+            return Ok(FailOn::Category(*c));
+        }
+        if let Some(s) = Self::SEVERITIES.iter().find(|s| severity_name(**s) == text) {
+            return Ok(FailOn::Severity(*s));
+        }
+        let names = Self::names();
+        let all = super::diagnostic::one_of(&names);
+        Err(
+            match super::diagnostic::did_you_mean(text, names.iter().copied()) {
+                Some(hint) => format!("{hint} (a finding category or a severity: {all})"),
+                None => format!("use a finding category or a severity: {all}"),
+            },
+        )
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            FailOn::Category(c) => c.name(),
+            FailOn::Severity(s) => severity_name(s),
+        }
+    }
+
+    /// Whether a finding of this category and severity is one this entry
+    /// fails the run on.
+    pub fn matches(self, category: Category, severity: Severity) -> bool {
+        match self {
+            FailOn::Category(c) => c == category,
+            // `Severity` sorts most severe first.
+            FailOn::Severity(s) => severity <= s,
+        }
+    }
+}
+
+impl Serialize for FailOn {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.name())
+    }
+}
+
+/// A severity's name as findings write it (`report.json`), so `fail_on`
+/// reads the same words.
+pub fn severity_name(severity: Severity) -> &'static str {
+    match severity {
+        Severity::Critical => "critical",
+        Severity::High => "high",
+        Severity::Medium => "medium",
+        Severity::Low => "low",
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -238,5 +323,30 @@ impl Plan {
 
     pub fn persona(&self, slug: &str) -> Option<&Persona> {
         self.personas.iter().find(|p| p.slug == slug)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{FailOn, Severity, severity_name};
+
+    #[test]
+    fn issue15_fail_on_reads_the_severity_names_findings_write() {
+        for s in FailOn::SEVERITIES {
+            assert_eq!(
+                serde_json::to_value(s).unwrap(),
+                severity_name(s),
+                "report.json and fail_on must name {s:?} alike"
+            );
+        }
+        let high = FailOn::parse("high").unwrap();
+        assert!(high.matches(super::Category::Crash, Severity::Critical));
+        assert!(high.matches(super::Category::Hang, Severity::High));
+        assert!(!high.matches(super::Category::Error, Severity::Medium));
+        assert!(
+            FailOn::parse("crsh")
+                .unwrap_err()
+                .contains("did you mean `crash`?")
+        );
     }
 }

@@ -39,6 +39,11 @@ pub struct RawPlan {
     pub lenses: Vec<RawLens>,
     #[schemars(default)]
     pub gates: Vec<RawGate>,
+    /// Findings that fail the run (exit 1) without a gate: categories
+    /// (`crash`, `hang`, ...) and severities, each severity meaning itself
+    /// or worse (`high`: high or critical). `plan run --fail-on` overrides it.
+    #[schemars(schema_with = "fail_on_schema", default)]
+    pub fail_on: Option<Spanned<Vec<Spanned<String>>>>,
     /// Exactly the steps to run. Omit for the default paid pipeline.
     pub steps: Option<Spanned<Vec<RawStep>>>,
     /// Sections the file writes but that could not be read (already
@@ -54,6 +59,15 @@ pub struct RawPlan {
     /// `needs` naming one of these is not called unknown (issue 8, item 22).
     #[schemars(skip)]
     pub unread_step_ids: Vec<String>,
+}
+
+/// `fail_on`'s schema: a list of the names it takes (one list, the model's).
+fn fail_on_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "array",
+        "items": { "enum": super::model::FailOn::names() },
+        "uniqueItems": true
+    })
 }
 
 /// Reads `steps` step by step: the readable steps, and the ids of the
@@ -109,6 +123,9 @@ impl RawPlan {
         let personas = t.optional("personas", diags);
         let lenses = t.optional("lenses", diags);
         let gates = t.optional("gates", diags);
+        let fail_on = t
+            .entry("fail_on")
+            .and_then(|e| Decode::decode(&e.value, diags).map(|v| Spanned::new(v, e.key_span)));
         let steps = t.entry("steps").and_then(|e| decode_steps(&e.value, diags));
         let (steps, unread_step_ids) = match steps {
             Some((steps, unread)) => (Some(steps), unread),
@@ -163,6 +180,7 @@ impl RawPlan {
             personas: personas.unwrap_or_default(),
             lenses: lenses.unwrap_or_default(),
             gates: gates.unwrap_or_default(),
+            fail_on,
             steps,
             unreadable,
             unread_step_ids,
@@ -704,6 +722,8 @@ pub struct RawStep {
     pub matrix: Option<RawMatrix>,
     pub per: Option<Spanned<String>>,
     pub always: bool,
+    /// Where `always` is written, for the warning when it has no effect.
+    pub always_span: Option<crate::plan::source::Span>,
     pub pool: Option<Spanned<String>>,
     pub timeout: Option<Spanned<u64>>,
     pub retries: Option<Spanned<u64>>,
@@ -842,6 +862,7 @@ impl Decode for RawStep {
         // problems (a `per` naming it "has no matrix").
         let matrix_unreadable = matrix.is_none() && t.entry("matrix").is_some();
         let per = t.optional("per", diags);
+        let always_span = t.entry("always").map(|e| e.key_span);
         let always = t.optional("always", diags);
         let pool = t.optional("pool", diags);
         let timeout = t.entry("timeout").and_then(|e| {
@@ -894,6 +915,7 @@ impl Decode for RawStep {
             matrix,
             per,
             always: always.unwrap_or(false),
+            always_span,
             pool,
             timeout,
             retries,

@@ -11,7 +11,7 @@ use std::path::{Component, Path};
 use super::decode::Spanned;
 use super::diagnostic::{Diagnostic, Diagnostics, did_you_mean, one_of};
 use super::model::{
-    Axis, Backend, BackendKind, Budget, Card, Controller, Driver, Game, Gate, Judge, Lens,
+    Axis, Backend, BackendKind, Budget, Card, Controller, Driver, FailOn, Game, Gate, Judge, Lens,
     LensKind, LensOver, Params, Persona, Plan, Player, Program, Step,
 };
 use super::raw::{RawAxis, RawLens, RawMatrix, RawParams, RawPersona, RawPlan, RawPlayer, RawStep};
@@ -217,6 +217,26 @@ impl Validator<'_> {
         );
     }
 
+    /// Warns of a `game.inputs` pattern that names no file: the build hash
+    /// then leaves out what was meant, and a changed build may be reused.
+    fn unmatched_input(&mut self, input: &Spanned<String>) {
+        let matched = crate::reuse::expand_inputs(self.root, std::slice::from_ref(&input.value));
+        if matched.is_ok_and(|files| files.is_empty()) {
+            self.diags.warn(
+                Diagnostic::new(
+                    "plan::input_matches_nothing",
+                    format!("game input `{}` matches no file", input.value),
+                )
+                .at(input.span)
+                .label("no file here")
+                .help(format!(
+                    "`game.inputs` are globs relative to the repo root {}, hashed into the build hash: a pattern that matches nothing leaves the build out, so a rebuilt game can be reused. Fix the pattern, or build first",
+                    self.root.display()
+                )),
+            );
+        }
+    }
+
     /// A repo file that must exist now (persona cards, lens charters).
     fn repo_file(&mut self, path: &Spanned<String>, what: &str) {
         if self.repo_path(path, what) && !self.root.join(path.value.as_str()).is_file() {
@@ -342,6 +362,13 @@ impl Validator<'_> {
             },
         );
         let game = self.game(raw, plays);
+        let fail_on = self.fail_on(raw);
+        if let (Some(steps), true, true) = (&raw.steps, readable("steps"), readable("gates")) {
+            self.unrun_gates(raw, &steps.value);
+        }
+        if let (Some(steps), true) = (&raw.steps, readable("steps")) {
+            self.idle_always(&steps.value);
+        }
 
         let ok = self.diags.is_empty();
         let plan = ok.then(|| Plan {
@@ -356,10 +383,85 @@ impl Validator<'_> {
             personas: personas.into_iter().flatten().collect(),
             lenses: lenses.into_iter().flatten().collect(),
             gates,
+            fail_on,
             explicit_steps: raw.steps.is_some(),
             steps,
         });
         (plan, self.diags)
+    }
+
+    /// `fail_on`: every name a category or a severity.
+    fn fail_on(&mut self, raw: &RawPlan) -> Vec<FailOn> {
+        let Some(list) = &raw.fail_on else {
+            return Vec::new();
+        };
+        let mut read = Vec::new();
+        for name in &list.value {
+            match FailOn::parse(name) {
+                Ok(f) if !read.contains(&f) => read.push(f),
+                Ok(_) => {}
+                Err(help) => self.push(
+                    Diagnostic::new(
+                        "plan::unknown_fail_on",
+                        format!(
+                            "unknown finding category or severity `{}` in `fail_on`",
+                            name.value
+                        ),
+                    )
+                    .at(name.span)
+                    .label("not a category or severity")
+                    .help(help),
+                ),
+            }
+        }
+        read
+    }
+
+    /// Warns of each gate that no step runs: with explicit `steps`, only a
+    /// `gate` step judges a gate, so one without a step judges nothing,
+    /// silently.
+    fn unrun_gates(&mut self, raw: &RawPlan, steps: &[RawStep]) {
+        for gate in &raw.gates {
+            let run = steps.iter().any(|s| match &s.params {
+                RawParams::Gate { gate: Some(g) } => g.value == gate.name.value,
+                RawParams::Gate { gate: None } => s.id.value == gate.name.value,
+                _ => false,
+            });
+            if !run {
+                self.diags.warn(
+                    Diagnostic::new(
+                        "plan::gate_not_run",
+                        format!("gate `{}` is never run: no step of this plan judges it", gate.name.value),
+                    )
+                    .at(gate.name.span)
+                    .label("no `gate` step runs this gate")
+                    .help(format!(
+                        "with `steps`, only the steps listed run: add a `[[steps]]` with `id = \"{0}\"`, `kind = \"gate\"` and `needs` naming the steps whose findings it judges; or remove the gate",
+                        gate.name.value
+                    )),
+                );
+            }
+        }
+    }
+
+    /// Warns of `always = true` on a step that needs nothing: `always`
+    /// makes a step run when a step it needs failed, and this one has none.
+    fn idle_always(&mut self, steps: &[RawStep]) {
+        for s in steps {
+            if let (true, Some(span), true, None) =
+                (s.always, s.always_span, s.needs.is_empty(), &s.per)
+            {
+                self.diags.warn(
+                    Diagnostic::new(
+                        "plan::always_without_needs",
+                        format!("`always` on step `{}`, which needs no step", s.id.value),
+                    )
+                    .at(span)
+                    .label("no step it needs can fail")
+                    .help("`always = true` runs a step even when a step in its `needs` failed (a cleanup after the build); add the `needs` it should follow, or remove `always`"),
+                );
+            }
+        }
     }
 
     fn controllers(&mut self, raw: &RawPlan) -> Vec<Controller> {
@@ -492,7 +594,9 @@ impl Validator<'_> {
             );
         }
         for input in &g.inputs {
-            self.repo_path(input, "input");
+            if self.repo_path(input, "input") {
+                self.unmatched_input(input);
+            }
         }
         Some(Game {
             id: g.id.value.clone(),

@@ -20,6 +20,8 @@ struct Located<'a> {
     /// `file:line:col`, in the message so it is greppable even where the
     /// excerpt is not shown.
     location: String,
+    /// A warning (`plan check` passes) rather than a problem.
+    warning: bool,
 }
 
 impl fmt::Debug for Located<'_> {
@@ -39,6 +41,14 @@ impl std::error::Error for Located<'_> {}
 impl MietteDiagnostic for Located<'_> {
     fn code<'b>(&'b self) -> Option<Box<dyn fmt::Display + 'b>> {
         Some(Box::new(self.diagnostic.code))
+    }
+
+    fn severity(&self) -> Option<miette::Severity> {
+        Some(if self.warning {
+            miette::Severity::Warning
+        } else {
+            miette::Severity::Error
+        })
     }
 
     fn help<'b>(&'b self) -> Option<Box<dyn fmt::Display + 'b>> {
@@ -73,28 +83,13 @@ pub fn location(source: Option<&Source>, name: &str, diagnostic: &Diagnostic) ->
 
 /// Every problem of a failed load, rendered for a person.
 pub fn render(failure: &LoadFailure, color: bool) -> String {
-    let theme = if color {
-        GraphicalTheme::unicode()
-    } else {
-        GraphicalTheme::unicode_nocolor()
-    };
-    let handler = GraphicalReportHandler::new_themed(theme)
-        .with_links(false)
-        .with_width(100);
-    let source = failure.source.as_deref();
-    let named = source.map(|s| NamedSource::new(&s.name, Arc::clone(&s.text)));
-    let mut out = String::new();
-    for diagnostic in &failure.diagnostics {
-        let located = Located {
-            diagnostic,
-            source: named.clone(),
-            location: location(source, &failure.name, diagnostic),
-        };
-        if handler.render_report(&mut out, &located).is_err() {
-            out.push_str(&located.to_string());
-        }
-        out.push('\n');
-    }
+    let mut out = excerpts(
+        failure.source.as_deref(),
+        &failure.name,
+        &failure.diagnostics,
+        false,
+        color,
+    );
     let n = failure.diagnostics.len();
     let _ = writeln!(
         out,
@@ -105,11 +100,61 @@ pub fn render(failure: &LoadFailure, color: bool) -> String {
     out
 }
 
+/// The warnings of a plan that loaded: each with its excerpt, marked as a
+/// warning (the plan is valid; they are likely mistakes, not errors).
+pub fn render_warnings(source: &Source, warnings: &[Diagnostic], color: bool) -> String {
+    excerpts(Some(source), &source.name, warnings, true, color)
+}
+
+fn excerpts(
+    source: Option<&Source>,
+    name: &str,
+    diagnostics: &[Diagnostic],
+    warning: bool,
+    color: bool,
+) -> String {
+    let theme = if color {
+        GraphicalTheme::unicode()
+    } else {
+        GraphicalTheme::unicode_nocolor()
+    };
+    let handler = GraphicalReportHandler::new_themed(theme)
+        .with_links(false)
+        .with_width(100);
+    let named = source.map(|s| NamedSource::new(&s.name, Arc::clone(&s.text)));
+    let mut out = String::new();
+    for diagnostic in diagnostics {
+        let located = Located {
+            diagnostic,
+            source: named.clone(),
+            location: location(source, name, diagnostic),
+            warning,
+        };
+        if handler.render_report(&mut out, &located).is_err() {
+            out.push_str(&located.to_string());
+        }
+        out.push('\n');
+    }
+    out
+}
+
 /// The problems of a failed load as JSON objects (for `--json`).
 pub fn to_json(failure: &LoadFailure) -> Vec<serde_json::Value> {
-    let source = failure.source.as_deref();
-    failure
-        .diagnostics
+    list_json(
+        failure.source.as_deref(),
+        &failure.name,
+        &failure.diagnostics,
+    )
+}
+
+/// Problems or warnings as JSON objects: file, line, column, code, message,
+/// label, help.
+pub fn list_json(
+    source: Option<&Source>,
+    name: &str,
+    diagnostics: &[Diagnostic],
+) -> Vec<serde_json::Value> {
+    diagnostics
         .iter()
         .map(|d| {
             let (line, column) = match (source, d.span) {
@@ -120,7 +165,7 @@ pub fn to_json(failure: &LoadFailure) -> Vec<serde_json::Value> {
                 _ => (None, None),
             };
             json!({
-                "file": failure.name,
+                "file": name,
                 "line": line,
                 "column": column,
                 "code": d.code,

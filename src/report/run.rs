@@ -59,6 +59,36 @@ pub struct RunReport {
     /// What the play and simulate steps found, when the plan has any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub playtest: Option<super::playtest::Playtest>,
+    /// How `--fail-on` (or the plan's `fail_on`) judged the findings, when
+    /// either was set; any match fails the run (exit 1).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fail_on: Option<FailOnReport>,
+    /// How many distinct findings nothing judged: no gate step ran and no
+    /// `fail_on` was set. Absent when there were none (or they were judged).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unjudged_findings: Option<usize>,
+}
+
+/// What `fail_on` judged.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct FailOnReport {
+    /// The categories and severities it fails on, as given.
+    pub selectors: Vec<String>,
+    /// `flag` (`--fail-on`) or `plan` (the plan's `fail_on`).
+    pub from: String,
+    /// How many distinct findings it judged.
+    pub judged: usize,
+    /// The findings that matched, most severe first: the run failed on them.
+    pub matched: Vec<MatchedFinding>,
+}
+
+/// A finding that matched `fail_on` (its whole line is in `playtest.findings`).
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct MatchedFinding {
+    pub id: String,
+    pub category: String,
+    pub severity: String,
+    pub title: String,
 }
 
 /// Where a step kind's failure message goes on to the last lines of its log.

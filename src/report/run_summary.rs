@@ -7,7 +7,7 @@ use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
 
 use super::paint;
 use super::progress::Duration;
-use super::run::{RunReport, headline};
+use super::run::{FailOnReport, RunReport, headline};
 use crate::journal::run::{RunOutcome, StepState};
 
 /// The closing table: counts, failures (each once, by its headline: the
@@ -68,6 +68,26 @@ pub fn text(report: &RunReport, color: bool) -> String {
             );
         }
     }
+    if let Some(fail_on) = report.fail_on.as_ref().filter(|f| !f.matched.is_empty()) {
+        let found: Vec<String> = fail_on
+            .matched
+            .iter()
+            .map(|f| format!("{} ({} {})", f.id, f.severity, f.category))
+            .collect();
+        let _ = writeln!(
+            out,
+            "  {}: {} {} {}: {}",
+            paint(color, "31", "failed"),
+            super::plural(fail_on.matched.len(), "finding"),
+            if fail_on.matched.len() == 1 {
+                "matches"
+            } else {
+                "match"
+            },
+            fail_on_named(fail_on),
+            found.join(", ")
+        );
+    }
     root_causes_text(&mut out, report, failed);
     if let Some(why) = &report.journal_error {
         let _ = writeln!(
@@ -84,6 +104,39 @@ pub fn text(report: &RunReport, color: bool) -> String {
         let _ = writeln!(out, "  resume with: {resume}");
     }
     out
+}
+
+/// `--fail-on crash,high`, or the plan's key when it judged.
+fn fail_on_named(fail_on: &FailOnReport) -> String {
+    if fail_on.from == "flag" {
+        format!("--fail-on {}", fail_on.selectors.join(","))
+    } else {
+        format!("fail_on [{}]", fail_on.selectors.join(", "))
+    }
+}
+
+/// The run's last line, on how its findings were judged: that nothing
+/// judged them (no gate ran, no `fail_on`), or that `fail_on` found none
+/// to fail on. Empty when there were no findings or a gate judged them.
+pub fn findings_verdict_text(report: &RunReport) -> String {
+    if let Some(n) = report.unjudged_findings {
+        return format!(
+            "{} not judged: no gate ran (add [[gates]] and a gate step, or --fail-on)\n",
+            if n == 1 {
+                "1 finding was".to_owned()
+            } else {
+                format!("{n} findings were")
+            }
+        );
+    }
+    match &report.fail_on {
+        Some(f) if f.matched.is_empty() && f.judged > 0 => format!(
+            "{} judged by {}: none match\n",
+            super::plural(f.judged, "finding"),
+            fail_on_named(f)
+        ),
+        _ => String::new(),
+    }
 }
 
 /// With one failure its line says it all; with more, which of them to fix
@@ -162,10 +215,42 @@ pub fn write_junit(report: &RunReport, path: &Path) -> std::io::Result<()> {
         case.set_time(std::time::Duration::from_millis(step.duration_ms));
         suite.add_test_case(case);
     }
+    if let Some(fail_on) = &report.fail_on {
+        suite.add_test_case(fail_on_case(report, fail_on));
+    }
     let mut junit = Report::new(format!("gameplan run {}", report.run_id));
     junit.add_test_suite(suite);
     let xml = junit.to_string().map_err(std::io::Error::other)?;
     crate::journal::atomic_write(path, xml.as_bytes()).map_err(std::io::Error::other)
+}
+
+/// The `fail_on` check as one test case: failed when a finding matched.
+fn fail_on_case(report: &RunReport, fail_on: &FailOnReport) -> TestCase {
+    let status = if fail_on.matched.is_empty() {
+        TestCaseStatus::success()
+    } else {
+        let mut s = TestCaseStatus::non_success(NonSuccessKind::Failure);
+        s.set_message(format!(
+            "{} {} {}",
+            super::plural(fail_on.matched.len(), "finding"),
+            if fail_on.matched.len() == 1 {
+                "matches"
+            } else {
+                "match"
+            },
+            fail_on_named(fail_on)
+        ));
+        let lines: Vec<String> = fail_on
+            .matched
+            .iter()
+            .map(|f| format!("{} {} {}: {}", f.severity, f.category, f.id, f.title))
+            .collect();
+        s.set_description(lines.join("\n"));
+        s
+    };
+    let mut case = TestCase::new("fail-on", status);
+    case.set_classname(format!("{}.fail_on", report.plan));
+    case
 }
 
 /// A markdown summary for CI pages (GitHub's `GITHUB_STEP_SUMMARY`).
@@ -185,5 +270,24 @@ pub fn markdown(report: &RunReport) -> String {
         );
     }
     out.push('\n');
+    if let Some(fail_on) = report.fail_on.as_ref().filter(|f| !f.matched.is_empty()) {
+        let ids: Vec<String> = fail_on
+            .matched
+            .iter()
+            .map(|f| format!("`{}`", f.id))
+            .collect();
+        let _ = writeln!(
+            out,
+            "**Failed:** {} {} `{}`: {}\n",
+            super::plural(fail_on.matched.len(), "finding"),
+            if fail_on.matched.len() == 1 {
+                "matches"
+            } else {
+                "match"
+            },
+            fail_on_named(fail_on),
+            ids.join(", ")
+        );
+    }
     out
 }

@@ -12,6 +12,7 @@ mod issue10_output;
 mod issue15_bridge;
 mod issue15_search;
 mod issue15_gaps;
+mod issue15_verdict;
 mod issue8;
 mod maze;
 mod plan_check;
