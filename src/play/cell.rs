@@ -124,6 +124,7 @@ pub async fn play_cell(
         }
         Ok((first, warning)) => {
             warnings.extend(warning);
+            let opened_hash = first.hash.clone();
             let mut episode =
                 Episode::new(first, &spec.persona, controller_name, spec.game.stuck_after);
             line(
@@ -146,7 +147,15 @@ pub async fn play_cell(
             .await?;
             metrics.final_score = episode.current.observation.score;
             trace.steps = std::mem::take(&mut episode.steps);
-            trace.resets = std::mem::take(&mut episode.resets);
+            // The opening's second reset is in the trace too, so replay
+            // sends what the cell sent: a game that counts its resets
+            // replays the same, and the first observation is checked.
+            trace.resets.push(super::trace::TraceReset {
+                after: 0,
+                seed: spec.seed,
+                obs: Some(opened_hash),
+            });
+            trace.resets.append(&mut episode.resets);
             (end, episode.findings)
         }
     };
@@ -234,11 +243,9 @@ enum Opening {
 /// of resets) hides traps and never replays. One extra round trip says so
 /// before play, by field, where only `replay` would have.
 ///
-/// The trace stays right: it records the seed and the actions, and replay
-/// resets once then acts. The second reset's observation is the one the
-/// player sees; for a deterministic game it is the first one's (checked
-/// here), so replay's single reset starts where the cell started. For a
-/// game that is not, replay diverges, which is what the warning is about.
+/// The trace stays right: it records this reset as a reset before step 1
+/// (with its observation hash), so replay resets twice too, then acts, and
+/// checks the observation the player started from.
 async fn reset_again(
     game: &mut GameProcess,
     seed: i64,

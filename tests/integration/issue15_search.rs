@@ -202,7 +202,12 @@ fn issue15_a_scripted_player_plays_its_script_through_a_trap_without_a_reset() {
     assert_eq!(report["quit_reason"], "script_end", "{report:#}");
     assert_eq!(report["actions_taken"], 13);
     assert_eq!(categories(&report), ["stuck"]);
-    assert!(!t.read("cell/trace.jsonl").contains("\"reset\""));
+    // Only the opening's second reset, before step 1: none after the trap.
+    let trace = lines(&t.read("cell/trace.jsonl"));
+    let resets: Vec<usize> = (0..trace.len())
+        .filter(|&i| trace[i].get("reset").is_some())
+        .collect();
+    assert_eq!(resets, [1], "{trace:#?}");
 }
 
 /// A crash trace with a reset before the crash shrinks to the path past
@@ -258,24 +263,28 @@ fn issue15_replay_checks_the_observation_of_every_reset() {
     ])
     .code(0);
     let trace = lines(&t.read("cell/trace.jsonl"));
-    let after = trace
+    // The first reset line is the opening's second reset (before step 1);
+    // the one after it is the reset that followed `stuck`.
+    assert!(trace[1].get("reset").is_some(), "{trace:?}");
+    let after = trace[2..]
         .iter()
         .take_while(|l| l.get("reset").is_none())
         .filter(|l| l.get("step").is_some())
         .count();
-    // The game now counts its games in the state of every reset but the first.
+    // The game now counts its games in the state of every reset but the
+    // opening's two.
     t.write(
         "trap.py",
         TRAP.replace("room = \"hall\"\nfor line", "room = \"hall\"\ngames = 0\nfor line")
             .replace(
                 "resp[\"observation\"] = observation(room)",
-                "games += 1\n        resp[\"observation\"] = observation(room)\n        if games > 1:\n            resp[\"observation\"][\"state\"][\"games\"] = games",
+                "games += 1\n        resp[\"observation\"] = observation(room)\n        if games > 2:\n            resp[\"observation\"][\"state\"][\"games\"] = games",
             ),
     );
     let out = t.run(&["replay", "cell/trace.jsonl"]);
     out.code(1)
         .stdout_has(&format!("diverged at the reset after step {after}\n"))
-        .stdout_has("    state.games: (missing) → 2\n");
+        .stdout_has("    state.games: (missing) → 3\n");
 }
 
 /// A hang trace from a plan with `action_timeout = 2` replays in the
@@ -389,16 +398,16 @@ fn issue15_a_divergence_names_the_field_that_differs() {
         .stdout_has("the trace holds hashes only");
 }
 
-/// A game that dies on its second reset: the cell's trace records the
-/// reset that failed, replay confirms it, and shrink cuts everything but
-/// that reset.
+/// A game that dies when reset for a second game (its first is the
+/// opening's two resets): the cell's trace records the reset that failed,
+/// replay confirms it, and shrink cuts everything but the resets.
 #[test]
 fn issue15_a_reset_that_crashes_is_recorded_replayed_and_shrunk() {
     let dies = TRAP
         .replace("room = \"hall\"\nfor line", "room = \"hall\"\ngames = 0\nfor line")
         .replace(
             "        room = \"hall\"\n        resp[\"observation\"]",
-            "        games += 1\n        if games > 1:\n            sys.exit(\"no second game\")\n        room = \"hall\"\n        resp[\"observation\"]",
+            "        games += 1\n        if games > 2:\n            sys.exit(\"no second game\")\n        room = \"hall\"\n        resp[\"observation\"]",
         );
     let t = Test::new().file("trap.py", dies);
     t.run(&[
@@ -440,8 +449,11 @@ fn issue15_a_reset_that_crashes_is_recorded_replayed_and_shrunk() {
     t.run(&["shrink", "cell/trace.jsonl", "--out", "short.jsonl"])
         .code(0);
     let short = lines(&t.read("short.jsonl"));
-    assert_eq!(short.len(), 3, "header, the reset, the end: {short:#?}");
-    assert_eq!(short[1], serde_json::json!({"reset": 1, "obs": null}));
+    // The opening's second reset stays: without it the failing reset would
+    // be the game's second, which it answers.
+    assert_eq!(short.len(), 4, "header, two resets, the end: {short:#?}");
+    assert!(short[1]["obs"].is_string(), "{short:#?}");
+    assert_eq!(short[2], serde_json::json!({"reset": 1, "obs": null}));
     t.run(&["replay", "short.jsonl"])
         .code(0)
         .stdout_has("confirmed: 0 steps");
