@@ -208,6 +208,7 @@ pub fn simulate(cx: &Context, args: SimulateArgs) -> u8 {
         max_steps: args.max_steps,
         seed: args.seed,
         out_dir: args.out,
+        trace_findings: false,
     };
     let Some(runtime) = runtime() else {
         return exit_code::PLAN_ERROR;
