@@ -9,6 +9,7 @@ mod hostile;
 mod issue10_check;
 mod issue10_daily;
 mod issue10_output;
+mod issue15_findings;
 mod issue8;
 mod maze;
 mod plan_check;
