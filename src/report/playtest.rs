@@ -547,6 +547,52 @@ fn one_line(text: &str, max: usize) -> String {
 mod tests {
     use super::*;
 
+    fn stuck_at(id: &str, place: &str) -> FindingLine {
+        FindingLine {
+            id: id.into(),
+            category: Category::Stuck,
+            severity: Severity::Low,
+            title: format!(
+                "Nothing changed for 8 actions at \"{}\"",
+                crate::play::episode::cut(place, 80)
+            ),
+            location: crate::play::findings::normalize(place),
+            found_by: vec!["kid/standard".into()],
+            first: FoundAt {
+                step: "play".into(),
+                persona: "kid".into(),
+                controller: "standard".into(),
+                seed: 1,
+                game: None,
+            },
+            met: 1,
+            report: "r/report.md".into(),
+            trace: Some("r/trace.jsonl".into()),
+            replay: Some(replay_command("r/trace.jsonl")),
+            shrink: None,
+        }
+    }
+
+    /// Issue 15 item 4: two places whose titles are cut alike show where
+    /// they differ; a finding with a title of its own shows nothing more.
+    #[test]
+    fn findings_that_look_alike_show_the_part_that_differs() {
+        let long =
+            "A sealed vault, one of the two twin vaults the mad king had built long ago, in the";
+        let findings = [
+            stuck_at("aaaa", &format!("{long} west wing.")),
+            stuck_at("bbbb", &format!("{long} east wing.")),
+            stuck_at("cccc", "A cellar."),
+        ];
+        assert_eq!(findings[0].title, findings[1].title);
+        let mut out = String::new();
+        finding_lines(&mut out, &findings, "cell");
+        let lines: Vec<&str> = out.lines().filter(|l| l.starts_with("  low")).collect();
+        assert!(lines[0].ends_with("[differs: …west wing.]"), "{out}");
+        assert!(lines[1].ends_with("[differs: …east wing.]"), "{out}");
+        assert!(!lines[2].contains("differs"), "{out}");
+    }
+
     #[test]
     fn a_cell_path_is_quoted_for_a_shell_and_a_plain_one_is_not() {
         assert_eq!(

@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use serde_json::json;
 
-use super::game::{self, KeyOrWait};
+use super::game;
 use super::{
     BoxFuture, KeyContext, Kind, Outputs, Reuse, StepContext, StepError, StepIo, StepOutcome,
 };
@@ -61,13 +61,7 @@ fn settings(step: &Step) -> Result<Settings, StepError> {
 fn strategies(names: &[String]) -> Result<Vec<PlayerSpec>, StepError> {
     names
         .iter()
-        .map(|name| match name.as_str() {
-            "random" => Ok(PlayerSpec::Random),
-            "explorer" => Ok(PlayerSpec::Explorer),
-            other => Err(StepError(format!(
-                "unknown strategy `{other}` (random, explorer)"
-            ))),
-        })
+        .map(|name| PlayerSpec::strategy(name).map_err(|e| StepError(e.0)))
         .collect()
 }
 
@@ -84,10 +78,7 @@ impl Kind for Simulate {
             "max_steps": s.max_steps,
             "seed": s.seed,
         });
-        Ok(match game::key(cx, "simulate", &config)? {
-            KeyOrWait::Key(key) => Reuse::Key(key),
-            KeyOrWait::Wait(why) => Reuse::AfterUpstream(why),
-        })
+        game::reuse(cx, "simulate", &config)
     }
 
     fn run<'a>(&'a self, cx: &'a StepContext, io: &'a StepIo) -> BoxFuture<'a, StepOutcome> {
@@ -113,7 +104,7 @@ impl Kind for Simulate {
     }
 
     fn restore_base(&self, cx: &StepContext) -> PathBuf {
-        cx.step_dir.clone()
+        game::restore_base(cx)
     }
 
     fn log(&self, step_dir: &Path) -> Option<PathBuf> {
@@ -125,14 +116,11 @@ impl Kind for Simulate {
     }
 
     fn kill_now(&self) {
-        crate::play::stdio::kill_games_of_this_process();
+        game::kill_now();
     }
 
     fn resource(&self, plan: &Plan) -> Option<&'static str> {
-        Some(match plan.game.as_ref().map(|g| g.driver) {
-            Some(crate::plan::model::Driver::Webdriver) => "browser",
-            _ => "play",
-        })
+        game::resource(plan)
     }
 }
 
