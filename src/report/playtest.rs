@@ -593,6 +593,38 @@ mod tests {
         assert!(!lines[2].contains("differs"), "{out}");
     }
 
+    /// What `--fail-on` judges: a bug met by a cell and by a simulation is
+    /// one finding; the most severe comes first.
+    #[test]
+    fn the_run_s_distinct_findings_merge_play_and_simulate_by_fingerprint() {
+        let mut crash = stuck_at("cccc", "x");
+        crash.category = Category::Crash;
+        crash.severity = Severity::Critical;
+        let playtest = Playtest {
+            cells: Vec::new(),
+            findings: vec![stuck_at("aaaa", "vault")],
+            simulations: vec![SimulationLine {
+                step: "sim".into(),
+                games: 10,
+                completed: 0,
+                crashed: 1,
+                hung: 0,
+                truncated: 9,
+                summary: "summary.json".into(),
+                findings: vec![stuck_at("aaaa", "vault"), crash],
+            }],
+        };
+        let found: Vec<(&str, Severity)> = playtest
+            .distinct_findings()
+            .iter()
+            .map(|f| (f.id, f.severity))
+            .collect();
+        assert_eq!(
+            found,
+            [("cccc", Severity::Critical), ("aaaa", Severity::Low)]
+        );
+    }
+
     #[test]
     fn a_cell_path_is_quoted_for_a_shell_and_a_plain_one_is_not() {
         assert_eq!(
