@@ -57,8 +57,10 @@ pub struct CellLine {
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct FindingLine {
     pub id: String,
-    pub category: Category,
-    pub severity: Severity,
+    /// A [`Category`]'s name (`crash`, …).
+    pub category: String,
+    /// A [`Severity`]'s name (`critical`, …).
+    pub severity: String,
     pub title: String,
     /// What the fingerprint is made of besides the category (normalized).
     pub location: String,
@@ -135,10 +137,13 @@ impl Playtest {
             if out.iter().any(|known| known.id == f.id) {
                 continue;
             }
+            let Some(category) = Category::ALL.into_iter().find(|c| c.name() == f.category) else {
+                continue;
+            };
             out.push(RunFinding {
                 id: &f.id,
-                category: f.category,
-                severity: f.severity,
+                category,
+                severity: f.rank(),
                 title: &f.title,
                 step: &f.first.step,
             });
@@ -176,8 +181,8 @@ pub fn collect(steps: &[StepReport], step_dir: impl Fn(&str) -> PathBuf) -> Opti
                         order.push(finding.id.clone());
                         FindingLine {
                             id: finding.id.clone(),
-                            category: finding.category,
-                            severity: finding.severity,
+                            category: finding.category.name().to_owned(),
+                            severity: finding.severity.name().to_owned(),
                             title: finding.title.clone(),
                             location: finding.location.clone(),
                             found_by: Vec::new(),
@@ -249,7 +254,7 @@ pub fn collect(steps: &[StepReport], step_dir: impl Fn(&str) -> PathBuf) -> Opti
         .filter_map(|id| findings.remove(&id))
         .collect();
     // Most severe first; among equals, in the order they were first met.
-    playtest.findings.sort_by_key(|f| f.severity);
+    playtest.findings.sort_by_key(FindingLine::rank);
     Some(playtest)
 }
 
@@ -259,8 +264,8 @@ fn simulated_line(step: &str, f: &SimulatedFinding, dir: &Path, summary: &str) -
     let trace = f.trace.as_ref().map(|t| shown(&dir.join(t)));
     FindingLine {
         id: f.id.clone(),
-        category: f.category,
-        severity: f.severity,
+        category: f.category.name().to_owned(),
+        severity: f.severity.name().to_owned(),
         title: f.title.clone(),
         location: f.location.clone(),
         found_by: vec![f.strategy.clone()],
@@ -279,6 +284,16 @@ fn simulated_line(step: &str, f: &SimulatedFinding, dir: &Path, summary: &str) -
             .filter(|_| shrinkable(f.category))
             .map(shrink_command),
         trace,
+    }
+}
+
+impl FindingLine {
+    /// Its severity, for ordering (a name no [`Severity`] has sorts as `low`).
+    fn rank(&self) -> Severity {
+        Severity::ALL
+            .into_iter()
+            .find(|s| s.name() == self.severity)
+            .unwrap_or(Severity::Low)
     }
 }
 
@@ -404,10 +419,7 @@ fn finding_lines(out: &mut String, findings: &[FindingLine], unit: &str) {
         let _ = writeln!(
             out,
             "  {:<8} {:<8} {}  {}{differs}",
-            f.severity.name(),
-            f.category.name(),
-            f.id,
-            titles[i],
+            f.severity, f.category, f.id, titles[i],
         );
         let more = match f.met.saturating_sub(1) {
             0 => String::new(),
@@ -550,8 +562,8 @@ mod tests {
     fn stuck_at(id: &str, place: &str) -> FindingLine {
         FindingLine {
             id: id.into(),
-            category: Category::Stuck,
-            severity: Severity::Low,
+            category: "stuck".into(),
+            severity: "low".into(),
             title: format!(
                 "Nothing changed for 8 actions at \"{}\"",
                 crate::play::episode::cut(place, 80)
@@ -598,8 +610,8 @@ mod tests {
     #[test]
     fn the_run_s_distinct_findings_merge_play_and_simulate_by_fingerprint() {
         let mut crash = stuck_at("cccc", "x");
-        crash.category = Category::Crash;
-        crash.severity = Severity::Critical;
+        crash.category = "crash".into();
+        crash.severity = "critical".into();
         let playtest = Playtest {
             cells: Vec::new(),
             findings: vec![stuck_at("aaaa", "vault")],
