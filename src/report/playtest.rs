@@ -47,10 +47,10 @@ pub struct CellLine {
     pub quit_reason: String,
     pub actions_taken: u64,
     pub findings: usize,
-    /// The cell's `report.md`.
-    pub report: String,
     /// The cell's `trace.jsonl`.
     pub trace: String,
+    /// The cell's `report.md`.
+    pub report: String,
 }
 
 /// One distinct finding, with where it was met first.
@@ -216,9 +216,9 @@ pub fn collect(steps: &[StepReport], step_dir: impl Fn(&str) -> PathBuf) -> Opti
                     state: step.state.word().to_owned(),
                     quit_reason: report.quit_reason.name().to_owned(),
                     actions_taken: report.actions_taken,
+                    trace: shown(&trace_path),
                     findings: report.findings.len(),
                     report: report_md,
-                    trace: shown(&trace_path),
                 });
             }
             "simulate" => {
