@@ -197,13 +197,10 @@ pub struct SimulateArgs {
 pub fn simulate(cx: &Context, args: SimulateArgs) -> u8 {
     let mut strategies = Vec::new();
     for name in &args.strategies {
-        match name.as_str() {
-            "random" => strategies.push(PlayerSpec::Random),
-            "explorer" => strategies.push(PlayerSpec::Explorer),
-            other => {
-                cx.console.err(&format!(
-                    "gameplan: unknown strategy `{other}` (random, explorer)\n"
-                ));
+        match PlayerSpec::strategy(name) {
+            Ok(strategy) => strategies.push(strategy),
+            Err(e) => {
+                cx.console.err(&format!("gameplan: {e}\n"));
                 return exit_code::PLAN_ERROR;
             }
         }
@@ -221,6 +218,7 @@ pub fn simulate(cx: &Context, args: SimulateArgs) -> u8 {
         max_steps: args.max_steps,
         seed: args.seed,
         out_dir: args.out,
+        trace_findings: false,
     };
     let Some(runtime) = runtime() else {
         return exit_code::PLAN_ERROR;
@@ -275,18 +273,13 @@ pub struct CellArgs {
 /// never got through `hello` and `reset`, 10 when interrupted, 3 when the
 /// game could not be started.
 pub fn play_cell(cx: &Context, args: &CellArgs) -> u8 {
-    let player = match args.player.as_str() {
-        "scripted" => PlayerSpec::Scripted {
-            actions: args.actions.clone(),
-        },
-        "random" => PlayerSpec::Random,
-        "explorer" => PlayerSpec::Explorer,
-        other => {
-            cx.console.err(&format!(
-                "gameplan: unknown player `{other}` (scripted, random, explorer)\n"
-            ));
-            return exit_code::PLAN_ERROR;
-        }
+    let Some(player) = PlayerSpec::named(&args.player, &args.actions) else {
+        cx.console.err(&format!(
+            "gameplan: unknown player `{}` ({})\n",
+            args.player,
+            PlayerSpec::NAMES
+        ));
+        return exit_code::PLAN_ERROR;
     };
     let Some(controller) = crate::plan::model::Controller::from_name(&args.controller) else {
         cx.console.err(&format!(

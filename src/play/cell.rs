@@ -469,7 +469,10 @@ async fn play(
             episode.add_finding(Spotted {
                 category: Category::Stuck,
                 title: "The game offers no action and is not done".to_owned(),
-                location: format!("no actions\n{}", episode.current.observation.text),
+                location: format!(
+                    "no actions\n{}",
+                    super::findings::place(&episode.current.observation)
+                ),
                 evidence: Evidence {
                     step: taken,
                     observation: episode.current.hash.clone(),
@@ -669,6 +672,7 @@ mod tests {
             max_steps: 1,
             seed: 0,
             out_dir: None,
+            trace_findings: false,
         };
         spawnable(&super::super::simulate(
             &sim,

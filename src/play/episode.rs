@@ -270,7 +270,7 @@ impl Episode {
                     self.stuck_after,
                     cut(&place, 80)
                 ),
-                location: self.current.observation.text.clone(),
+                location: super::findings::place(&self.current.observation),
                 evidence: self.evidence(
                     step,
                     from,

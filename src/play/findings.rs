@@ -14,6 +14,15 @@
 //! or two controllers has the same id and the aggregate can merge them.
 //! Normalizing masks numbers and long hex runs and collapses whitespace, so
 //! a pid or an address in a message does not make a new bug.
+//!
+//! A *place* (where a player got stuck) is fingerprinted by what stays put
+//! while the player's pockets change ([`place`]): the first line of the
+//! text (a room's name or opening sentence, numbers masked) and the
+//! state's text fields (`"room": "vault"`), never the score, the state's
+//! numbers (gold, turn counters) or lists (inventory), nor the rest of the
+//! text or the offered actions, which tell what the player carries
+//! ("You carry: lamp", `use lamp`). So one softlock room is one finding
+//! however much gold the player brought into it.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -72,8 +81,9 @@ impl Category {
     }
 }
 
+/// How bad a finding is; the order is most severe first.
 #[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
 )]
 #[serde(rename_all = "snake_case")]
 pub enum Severity {
@@ -81,6 +91,25 @@ pub enum Severity {
     High,
     Medium,
     Low,
+}
+
+impl Severity {
+    pub const ALL: [Severity; 4] = [
+        Severity::Critical,
+        Severity::High,
+        Severity::Medium,
+        Severity::Low,
+    ];
+
+    /// The name a plan, a report and `--json` use (`critical`, …).
+    pub fn name(self) -> &'static str {
+        match self {
+            Severity::Critical => "critical",
+            Severity::High => "high",
+            Severity::Medium => "medium",
+            Severity::Low => "low",
+        }
+    }
 }
 
 /// What shows where a finding happened.
@@ -113,6 +142,10 @@ pub struct Finding {
     pub evidence: Evidence,
     /// How many times the cell met it (the evidence is of the first).
     pub occurrences: u64,
+    /// What the fingerprint is made of besides the category, normalized
+    /// (numbers masked): what tells two findings with alike titles apart.
+    #[serde(default)]
+    pub location: String,
 }
 
 /// What a finding is about, before persona and controller are attached.
@@ -135,6 +168,47 @@ impl Spotted {
 pub fn fingerprint(category: Category, location: &str) -> String {
     let text = format!("{}\n{}", category.name(), normalize(location));
     crate::reuse::sha256_hex(text.as_bytes())[..16].to_owned()
+}
+
+/// Where an observation is, as a finding's location: the first non-empty
+/// line of its text and the text fields of its state (`path=value`, sorted),
+/// leaving out what changes with inventory or score (see the module doc).
+pub fn place(observation: &super::protocol::Observation) -> String {
+    let first_line = observation
+        .text
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("");
+    let mut fields = Vec::new();
+    text_fields(&observation.state, &mut String::new(), &mut fields);
+    fields.sort();
+    let mut location = normalize(first_line);
+    for field in fields {
+        location.push('\n');
+        location.push_str(&field);
+    }
+    location
+}
+
+/// The string values under `value`, as `path=value` (normalized): numbers,
+/// booleans and lists are counters, flags and inventories.
+fn text_fields(value: &serde_json::Value, path: &mut String, out: &mut Vec<String>) {
+    match value {
+        serde_json::Value::String(text) => out.push(format!("{path}={}", normalize(text))),
+        serde_json::Value::Object(map) => {
+            for (key, inner) in map {
+                let len = path.len();
+                if !path.is_empty() {
+                    path.push('.');
+                }
+                path.push_str(key);
+                text_fields(inner, path, out);
+                path.truncate(len);
+            }
+        }
+        _ => {}
+    }
 }
 
 /// Lowercase, numbers and long hex runs masked as `#`, whitespace collapsed,
@@ -199,6 +273,7 @@ impl FindingSet {
             controller: controller.to_owned(),
             evidence: spotted.evidence,
             occurrences: 1,
+            location: normalize(&spotted.location),
         });
     }
 
@@ -264,6 +339,49 @@ mod tests {
             set.as_slice()[0].persona,
             "kid",
             "the first finder's evidence stays"
+        );
+    }
+
+    fn observation(text: &str, state: serde_json::Value) -> super::super::protocol::Observation {
+        super::super::protocol::Observation {
+            text: text.into(),
+            actions: vec!["wait".into()],
+            state,
+            score: 0.0,
+        }
+    }
+
+    /// Issue 15 item 4: gold, inventory and score do not move a place; the
+    /// room's name and its state text do.
+    #[test]
+    fn a_place_ignores_what_changes_with_inventory_or_score() {
+        let poor = observation(
+            "A sealed vault.\nYou carry nothing.\nYou have no gold.",
+            serde_json::json!({"room": "vault", "gold": 0, "items": []}),
+        );
+        let mut rich = observation(
+            "A sealed vault.\nYou carry: lamp, rope.\nYou have 1 gold coin.",
+            serde_json::json!({"room": "vault", "gold": 1, "items": ["lamp", "rope"], "lit": true}),
+        );
+        rich.actions.push("use lamp".into());
+        rich.score = 30.0;
+        assert_eq!(place(&poor), place(&rich));
+        let elsewhere = observation(
+            "A sealed vault.\nYou carry nothing.",
+            serde_json::json!({"room": "cellar", "gold": 0}),
+        );
+        assert_ne!(place(&poor), place(&elsewhere));
+        let other_room = observation("A dark cellar.", serde_json::json!({}));
+        assert_ne!(
+            place(&other_room),
+            place(&observation("A cold cellar.", serde_json::json!({})))
+        );
+        assert_eq!(
+            place(&observation(
+                "Turn 3: the pit.",
+                serde_json::json!({"at": {"zone": "Pit 2"}})
+            )),
+            "turn #: the pit.\nat.zone=pit #"
         );
     }
 

@@ -61,6 +61,51 @@ impl PlayerSpec {
     }
 }
 
+/// Players by name and from a plan: the one mapping `gameplan play`, a
+/// simulation's `strategies` and a plan's personas all go through.
+impl PlayerSpec {
+    /// The names [`PlayerSpec::named`] knows.
+    pub const NAMES: &'static str = "scripted, random, explorer";
+    /// The names [`PlayerSpec::strategy`] knows.
+    pub const STRATEGIES: &'static str = "random, explorer";
+
+    /// The player called `name`; a `scripted` one plays `actions`.
+    pub fn named(name: &str, actions: &[String]) -> Option<PlayerSpec> {
+        match name {
+            "scripted" => Some(PlayerSpec::Scripted {
+                actions: actions.to_vec(),
+            }),
+            "random" => Some(PlayerSpec::Random),
+            "explorer" => Some(PlayerSpec::Explorer),
+            _ => None,
+        }
+    }
+
+    /// A simulation's strategy: a player that needs no script.
+    pub fn strategy(name: &str) -> Result<PlayerSpec, PlayerError> {
+        PlayerSpec::named(name, &[])
+            .filter(|p| !matches!(p, PlayerSpec::Scripted { .. }))
+            .ok_or_else(|| {
+                PlayerError(format!(
+                    "unknown strategy `{name}` ({})",
+                    PlayerSpec::STRATEGIES
+                ))
+            })
+    }
+
+    /// The player of a plan's persona; `None` for an `llm` player, which
+    /// this gameplan does not build yet.
+    pub fn of(player: &crate::plan::model::Player) -> Option<PlayerSpec> {
+        use crate::plan::model::Player;
+        match player {
+            Player::Scripted { actions } => PlayerSpec::named("scripted", actions),
+            Player::Random { .. } => PlayerSpec::named("random", &[]),
+            Player::Explorer { .. } => PlayerSpec::named("explorer", &[]),
+            Player::Llm { .. } => None,
+        }
+    }
+}
+
 /// Why a player could not propose (a model endpoint down, say).
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{0}")]
@@ -241,6 +286,33 @@ pub fn least_tried(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 15 item 10: one mapping, whichever way a player is named.
+    #[test]
+    fn a_player_is_found_by_its_own_name_and_a_strategy_needs_no_script() {
+        let scripted = PlayerSpec::Scripted {
+            actions: vec!["look".into()],
+        };
+        for spec in [scripted, PlayerSpec::Random, PlayerSpec::Explorer] {
+            let actions = match &spec {
+                PlayerSpec::Scripted { actions } => actions.clone(),
+                _ => Vec::new(),
+            };
+            assert_eq!(PlayerSpec::named(spec.kind(), &actions), Some(spec.clone()));
+            assert!(PlayerSpec::NAMES.contains(spec.kind()));
+        }
+        assert_eq!(PlayerSpec::named("llm", &[]), None);
+        assert_eq!(
+            PlayerSpec::strategy("explorer").ok(),
+            Some(PlayerSpec::Explorer)
+        );
+        let refused = PlayerSpec::strategy("scripted").expect_err("needs a script");
+        assert_eq!(refused.0, "unknown strategy `scripted` (random, explorer)");
+        assert_eq!(
+            PlayerSpec::of(&crate::plan::model::Player::Random { seed: Some(3) }),
+            Some(PlayerSpec::Random)
+        );
+    }
 
     fn observation(actions: &[&str]) -> Observation {
         Observation {

@@ -1,8 +1,10 @@
 //! Simulate: many seeded games, no model, to test a game's mechanics.
 //!
 //! Owns spreading `games` over `workers` game processes, the per-game bound
-//! (`max_steps`), progress every 100 games, the summary, and writing the
-//! traces of games that crashed or hung.
+//! (`max_steps`), progress every 100 games, the summary (each distinct
+//! finding with how many games met it), and writing the traces of games
+//! that crashed or hung and of the first game (lowest number) that met each
+//! finding, so every finding has a trace to replay.
 //!
 //! # Design
 //!
@@ -23,7 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use super::cell::{PlayError, quit_for};
 use super::controllers::{Controller, ControllerKind};
 use super::episode::{Episode, Stepped, failure_finding};
-use super::findings::Category;
+use super::findings::{Category, Finding, FindingSet, Severity};
 use super::players::PlayerSpec;
 use super::stdio::{GameProcess, GameSpec, Leaked};
 use super::trace::{QuitReason, Trace};
@@ -45,10 +47,13 @@ pub struct SimulateSpec {
     pub seed: i64,
     /// Where the traces of crashed and hung games go (none written without).
     pub out_dir: Option<PathBuf>,
+    /// Also write there the trace of the first game that met each finding
+    /// (a `stuck`, say) when that game did not crash or hang.
+    pub trace_findings: bool,
 }
 
 /// What a simulation found.
-#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
 pub struct SimulateSummary {
     /// Games played (fewer than asked when interrupted).
     pub games: u64,
@@ -62,14 +67,71 @@ pub struct SimulateSummary {
     pub other: u64,
     /// Actions taken in all games.
     pub steps: u64,
-    /// Distinct findings (by fingerprint) by category.
-    pub findings: BTreeMap<String, u64>,
-    /// The traces written, one per crashed or hung game.
-    pub failed_traces: Vec<PathBuf>,
+    /// Every distinct finding (by fingerprint), most severe first, each
+    /// with the trace of the first game that met it.
+    #[serde(default, deserialize_with = "findings_or_none")]
+    pub findings: Vec<SimulatedFinding>,
+    /// The traces written: every crashed or hung game's, and the first
+    /// game's of each finding, by game number.
+    #[serde(default)]
+    pub traces: Vec<GameTrace>,
     /// Game processes started.
     pub processes: u64,
     pub leaked: Vec<Leaked>,
     pub interrupted: bool,
+}
+
+/// One distinct finding of a simulation.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct SimulatedFinding {
+    /// The fingerprint: the same bug has the same id in a play cell.
+    pub id: String,
+    pub category: Category,
+    pub severity: Severity,
+    /// The title as the first game that met it found it.
+    pub title: String,
+    /// What the fingerprint is made of besides the category (normalized).
+    pub location: String,
+    /// How many games met it.
+    pub games: u64,
+    /// The first game that met it (by number): its seed and strategy.
+    pub game: u64,
+    pub seed: i64,
+    pub strategy: String,
+    /// That game's trace, for `gameplan replay` (none when traces are not written).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<PathBuf>,
+}
+
+/// A trace the simulation wrote, and how its game ended.
+#[derive(
+    Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+pub struct GameTrace {
+    pub game: u64,
+    pub seed: i64,
+    pub strategy: String,
+    pub end: QuitReason,
+    pub path: PathBuf,
+}
+
+/// A summary written before findings were listed held counts by category
+/// there: read as no list rather than not at all.
+fn findings_or_none<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Vec<SimulatedFinding>, D::Error> {
+    let value = <serde_json::Value as serde::Deserialize>::deserialize(deserializer)?;
+    Ok(serde_json::from_value(value).unwrap_or_default())
+}
+
+/// A finding as the games of one worker met it.
+struct Met {
+    category: Category,
+    title: String,
+    location: String,
+    games: u64,
+    /// The lowest game number that met it.
+    first: u64,
 }
 
 #[derive(Default)]
@@ -81,10 +143,37 @@ struct Tally {
     truncated: u64,
     other: u64,
     steps: u64,
-    findings: BTreeMap<String, Category>,
-    failed: Vec<(u64, Trace)>,
+    findings: BTreeMap<String, Met>,
+    /// Traces that may be written: failed games and first meetings.
+    kept: Vec<(u64, Trace)>,
     processes: u64,
     leaked: Vec<Leaked>,
+}
+
+impl Tally {
+    /// Counts the findings of game `index`; true when one of them is met
+    /// here for the first time (so its trace is kept).
+    fn meet<'a>(&mut self, index: u64, findings: impl Iterator<Item = &'a Finding>) -> bool {
+        let mut first = false;
+        for f in findings {
+            match self.findings.entry(f.id.clone()) {
+                std::collections::btree_map::Entry::Occupied(mut known) => {
+                    known.get_mut().games += 1;
+                }
+                std::collections::btree_map::Entry::Vacant(slot) => {
+                    slot.insert(Met {
+                        category: f.category,
+                        title: f.title.clone(),
+                        location: f.location.clone(),
+                        games: 1,
+                        first: index,
+                    });
+                    first = true;
+                }
+            }
+        }
+        first
+    }
 }
 
 /// Runs the simulation. `progress(done, total)` is called every
@@ -126,31 +215,7 @@ pub async fn simulate(
     if let Some(e) = first_error {
         return Err(e);
     }
-    tally.failed.sort_by_key(|(i, _)| *i);
-    let mut failed_traces = Vec::new();
-    if let Some(dir) = &spec.out_dir {
-        if !tally.failed.is_empty() {
-            std::fs::create_dir_all(dir).map_err(|source| PlayError::Write {
-                path: dir.display().to_string(),
-                source,
-            })?;
-        }
-        for (i, trace) in &tally.failed {
-            let path = dir.join(format!("game-{i}.trace.jsonl"));
-            std::fs::write(&path, trace.to_jsonl()).map_err(|source| PlayError::Write {
-                path: path.display().to_string(),
-                source,
-            })?;
-            failed_traces.push(path);
-        }
-    }
-    let mut findings: BTreeMap<String, u64> = Category::ALL
-        .iter()
-        .map(|c| (c.name().to_owned(), 0))
-        .collect();
-    for category in tally.findings.values() {
-        *findings.entry(category.name().to_owned()).or_default() += 1;
-    }
+    let (findings, traces) = write_traces(&spec, tally.findings, std::mem::take(&mut tally.kept))?;
     Ok(SimulateSummary {
         games: tally.games,
         completed: tally.completed,
@@ -160,11 +225,89 @@ pub async fn simulate(
         other: tally.other,
         steps: tally.steps,
         findings,
-        failed_traces,
+        traces,
         processes: tally.processes,
         leaked: tally.leaked,
         interrupted: *cancel.borrow() && tally.games < spec.games,
     })
+}
+
+/// Writes the traces of the failed games (and with `trace_findings`, of
+/// the first game of each finding) and lists the findings, most severe
+/// first; a kept trace of a finding another worker met earlier is dropped.
+fn write_traces(
+    spec: &SimulateSpec,
+    met: BTreeMap<String, Met>,
+    mut kept: Vec<(u64, Trace)>,
+) -> Result<(Vec<SimulatedFinding>, Vec<GameTrace>), PlayError> {
+    let strategies = strategy_names(&spec.strategies);
+    let who = |game: u64| {
+        (
+            spec.seed.wrapping_add_unsigned(game),
+            strategies[usize::try_from(game).unwrap_or(0) % strategies.len()].to_owned(),
+        )
+    };
+    let firsts: std::collections::BTreeSet<u64> = met.values().map(|m| m.first).collect();
+    kept.sort_by_key(|(i, _)| *i);
+    kept.retain(|(i, t)| {
+        t.end.is_some_and(QuitReason::is_failure) || spec.trace_findings && firsts.contains(i)
+    });
+    let mut traces = Vec::new();
+    if let Some(dir) = &spec.out_dir {
+        if !kept.is_empty() {
+            std::fs::create_dir_all(dir).map_err(|source| PlayError::Write {
+                path: dir.display().to_string(),
+                source,
+            })?;
+        }
+        for (i, trace) in &kept {
+            let path = dir.join(format!("game-{i}.trace.jsonl"));
+            std::fs::write(&path, trace.to_jsonl()).map_err(|source| PlayError::Write {
+                path: path.display().to_string(),
+                source,
+            })?;
+            let (seed, strategy) = who(*i);
+            traces.push(GameTrace {
+                game: *i,
+                seed,
+                strategy,
+                end: trace.end.unwrap_or(QuitReason::Done),
+                path,
+            });
+        }
+    }
+    let mut findings: Vec<SimulatedFinding> = met
+        .into_iter()
+        .map(|(id, met)| {
+            let (seed, strategy) = who(met.first);
+            SimulatedFinding {
+                id,
+                category: met.category,
+                severity: met.category.severity(),
+                title: met.title,
+                location: met.location,
+                games: met.games,
+                game: met.first,
+                seed,
+                strategy,
+                trace: traces
+                    .iter()
+                    .find(|t| t.game == met.first)
+                    .map(|t| t.path.clone()),
+            }
+        })
+        .collect();
+    findings.sort_by_key(|f| (f.severity, f.game));
+    Ok((findings, traces))
+}
+
+/// The name of each strategy, as game `i` plays `strategies[i % len]`.
+fn strategy_names(strategies: &[PlayerSpec]) -> Vec<&'static str> {
+    if strategies.is_empty() {
+        vec![PlayerSpec::Random.kind()]
+    } else {
+        strategies.iter().map(PlayerSpec::kind).collect()
+    }
 }
 
 fn merge(into: &mut Tally, t: Tally) {
@@ -175,8 +318,23 @@ fn merge(into: &mut Tally, t: Tally) {
     into.truncated += t.truncated;
     into.other += t.other;
     into.steps += t.steps;
-    into.findings.extend(t.findings);
-    into.failed.extend(t.failed);
+    for (id, met) in t.findings {
+        match into.findings.entry(id) {
+            std::collections::btree_map::Entry::Occupied(mut known) => {
+                let known = known.get_mut();
+                known.games += met.games;
+                if met.first < known.first {
+                    let games = known.games;
+                    *known = met;
+                    known.games = games;
+                }
+            }
+            std::collections::btree_map::Entry::Vacant(slot) => {
+                slot.insert(met);
+            }
+        }
+    }
+    into.kept.extend(t.kept);
     into.processes += t.processes;
     into.leaked.extend(t.leaked);
 }
@@ -337,14 +495,12 @@ async fn play_one(
         }
     };
     tally.steps += ep.step();
-    for finding in ep.findings.as_slice() {
-        tally.findings.insert(finding.id.clone(), finding.category);
-    }
-    if end.is_failure() {
+    let first = tally.meet(index, ep.findings.as_slice().iter());
+    if end.is_failure() || first {
         let mut trace = Trace::new(header());
         trace.steps = std::mem::take(&mut ep.steps);
         trace.end = Some(end);
-        tally.failed.push((index, trace));
+        tally.kept.push((index, trace));
     }
     Ok(end)
 }
@@ -367,11 +523,12 @@ async fn fail_at_start(
         return Err(PlayError::NotPlayed(super::cell::not_opened(failure)));
     }
     let end = quit_for(failure);
-    let spotted = failure_finding(failure, 0, "", None, &[]);
-    tally.findings.insert(spotted.id(), spotted.category);
+    let mut found = FindingSet::default();
+    found.add(failure_finding(failure, 0, "", None, &[]), "", "");
+    tally.meet(index, found.as_slice().iter());
     let mut trace = Trace::new(header);
     trace.end = Some(end);
-    tally.failed.push((index, trace));
+    tally.kept.push((index, trace));
     if let Some(process) = game.take() {
         process.shutdown(false, false).await;
     }
@@ -411,6 +568,7 @@ mod tests {
             max_steps: 6,
             seed: 1,
             out_dir: None,
+            trace_findings: false,
         };
         let (_stop, cancel) = tokio::sync::watch::channel(false);
         let summary = simulate(
@@ -441,6 +599,7 @@ mod tests {
             max_steps: 5,
             seed: 1,
             out_dir: None,
+            trace_findings: false,
         };
         let (stop, cancel) = tokio::sync::watch::channel(false);
         stop.send(true).expect("send");

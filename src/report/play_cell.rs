@@ -73,7 +73,7 @@ pub fn markdown(report: &CellReport) -> String {
             "- **{}** [{}, {}] {}{times}",
             f.id,
             f.category.name(),
-            severity(f.severity),
+            f.severity.name(),
             f.title
         );
     }
@@ -126,16 +126,6 @@ pub fn not_played(why: &NotPlayed) -> String {
         }
     }
     text
-}
-
-fn severity(s: crate::play::findings::Severity) -> &'static str {
-    use crate::play::findings::Severity;
-    match s {
-        Severity::Critical => "critical",
-        Severity::High => "high",
-        Severity::Medium => "medium",
-        Severity::Low => "low",
-    }
 }
 
 fn quoted_list(items: &[String]) -> String {

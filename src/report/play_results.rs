@@ -182,10 +182,12 @@ pub fn simulate(
         summary.other,
         summary.steps
     );
-    let findings: Vec<String> = summary
-        .findings
+    let mut by_category = std::collections::BTreeMap::<&str, usize>::new();
+    for f in &summary.findings {
+        *by_category.entry(f.category.name()).or_default() += 1;
+    }
+    let findings: Vec<String> = by_category
         .iter()
-        .filter(|(_, n)| **n > 0)
         .map(|(c, n)| format!("{c} {n}"))
         .collect();
     let _ = writeln!(
@@ -214,8 +216,26 @@ pub fn simulate(
             cpu.as_secs_f64()
         );
     }
-    for path in &summary.failed_traces {
-        let _ = writeln!(text, "trace of a failed game: {}", path.display());
+    for f in &summary.findings {
+        let _ = writeln!(
+            text,
+            "finding {} {} {} ({} games, first game {}): {}",
+            f.severity.name(),
+            f.category.name(),
+            f.id,
+            f.games,
+            f.game,
+            f.title
+        );
+    }
+    for t in summary.traces.iter().filter(|t| t.end.is_failure()) {
+        let _ = writeln!(
+            text,
+            "trace of a failed game: {} (game {}, {})",
+            t.path.display(),
+            t.game,
+            t.end.name()
+        );
     }
     for leaked in &summary.leaked {
         let _ = writeln!(text, "leaked (killed): {} {}", leaked.pid, leaked.command);

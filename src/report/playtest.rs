@@ -1,10 +1,16 @@
 //! What a run's playing steps found, for the end of `plan run`: each cell's
 //! report, the findings of all cells merged by fingerprint, and each
-//! simulation's counts.
+//! simulation's counts and distinct findings; and the failure line of a
+//! simulation that met a crash or a hang.
 //!
 //! Read from the files the steps left in the run's directory (a reused
 //! cell's files are restored there too), so a resumed run counts the cells
 //! an earlier process played.
+//!
+//! Every finding points at its evidence: the cell (or simulated game) that
+//! met it first, the real path of that trace in the run's directory, and
+//! the `gameplan replay` (and for a crash or hang `gameplan shrink`)
+//! command to copy.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -14,13 +20,18 @@ use serde::Serialize;
 
 use super::run::StepReport;
 use crate::journal::run::StepState;
+use crate::play::findings::{Category, Severity};
+use crate::play::simulate::SimulatedFinding;
 use crate::play::{CellReport, SimulateSummary};
+
+/// At most this many findings are named in a simulation's failure line.
+const FAILURE_LINE_FINDINGS: usize = 5;
 
 /// The `playtest` part of `plan run --json`.
 #[derive(Debug, Clone, Default, Serialize, schemars::JsonSchema)]
 pub struct Playtest {
     pub cells: Vec<CellLine>,
-    /// Every distinct finding (by fingerprint), most severe first.
+    /// Every distinct finding of the play cells (by fingerprint), most severe first.
     pub findings: Vec<FindingLine>,
     pub simulations: Vec<SimulationLine>,
 }
@@ -37,6 +48,8 @@ pub struct CellLine {
     pub quit_reason: String,
     pub actions_taken: u64,
     pub findings: usize,
+    /// The cell's `trace.jsonl`.
+    pub trace: String,
     /// The cell's `report.md`.
     pub report: String,
     /// What looks wrong with the game but did not stop the cell (an
@@ -45,16 +58,49 @@ pub struct CellLine {
     pub warnings: Vec<String>,
 }
 
+/// One distinct finding, with where it was met first.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct FindingLine {
     pub id: String,
+    /// A [`Category`]'s name (`crash`, …).
     pub category: String,
+    /// A [`Severity`]'s name (`critical`, …).
     pub severity: String,
     pub title: String,
-    /// `persona/controller` of every cell that met it.
+    /// What the fingerprint is made of besides the category (normalized).
+    pub location: String,
+    /// `persona/controller` of every cell that met it (a simulation's: the
+    /// strategy of the first game that met it).
     pub found_by: Vec<String>,
-    /// The `report.md` of the first cell that met it (its evidence).
+    /// The cell or simulated game that met it first.
+    pub first: FoundAt,
+    /// How many cells (of a simulation: games) met it.
+    pub met: u64,
+    /// The `report.md` of the first cell that met it (of a simulation: its `summary.json`).
     pub report: String,
+    /// The trace of the first cell or game that met it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace: Option<String>,
+    /// The command that plays that trace again.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replay: Option<String>,
+    /// For a crash or a hang: the command that cuts that trace down.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shrink: Option<String>,
+}
+
+/// Where a finding was met first.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct FoundAt {
+    /// The step (a play cell's id, or the simulate step's).
+    pub step: String,
+    /// The persona (of a simulation: the strategy).
+    pub persona: String,
+    pub controller: String,
+    pub seed: i64,
+    /// Of a simulation: the game's number.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub game: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
@@ -65,8 +111,51 @@ pub struct SimulationLine {
     pub crashed: u64,
     pub hung: u64,
     pub truncated: u64,
-    /// Its `summary.json`; the failed games' traces are under `traces/` beside it.
+    /// Its `summary.json`; the traces are under `traces/` beside it.
     pub summary: String,
+    /// Every distinct finding, most severe first, each with a trace.
+    pub findings: Vec<FindingLine>,
+}
+
+/// A distinct finding of the whole run, for whatever judges the run by
+/// its findings (`--fail-on`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunFinding<'a> {
+    pub id: &'a str,
+    pub category: Category,
+    pub severity: Severity,
+    pub title: &'a str,
+    /// The first step that met it.
+    pub step: &'a str,
+}
+
+impl Playtest {
+    /// Every distinct finding of the run's play cells and simulations, by
+    /// fingerprint (a bug met by both is one), most severe first.
+    pub fn distinct_findings(&self) -> Vec<RunFinding<'_>> {
+        let mut out: Vec<RunFinding<'_>> = Vec::new();
+        let all = self
+            .findings
+            .iter()
+            .chain(self.simulations.iter().flat_map(|s| &s.findings));
+        for f in all {
+            if out.iter().any(|known| known.id == f.id) {
+                continue;
+            }
+            let Some(category) = Category::ALL.into_iter().find(|c| c.name() == f.category) else {
+                continue;
+            };
+            out.push(RunFinding {
+                id: &f.id,
+                category,
+                severity: f.rank(),
+                title: &f.title,
+                step: &f.first.step,
+            });
+        }
+        out.sort_by_key(|f| f.severity);
+        out
+    }
 }
 
 /// Collects what the steps of `steps` left in their directories
@@ -74,7 +163,7 @@ pub struct SimulationLine {
 pub fn collect(steps: &[StepReport], step_dir: impl Fn(&str) -> PathBuf) -> Option<Playtest> {
     let mut playtest = Playtest::default();
     let mut findings: BTreeMap<String, FindingLine> = BTreeMap::new();
-    let mut order: Vec<(u8, String)> = Vec::new();
+    let mut order: Vec<String> = Vec::new();
     for step in steps {
         if !matches!(
             step.state,
@@ -89,19 +178,37 @@ pub fn collect(steps: &[StepReport], step_dir: impl Fn(&str) -> PathBuf) -> Opti
                     continue;
                 };
                 let report_md = shown(&dir.join("report.md"));
+                let trace_path = dir.join("trace.jsonl");
+                let trace = trace_path.is_file().then(|| shown(&trace_path));
                 for finding in &report.findings {
                     let by = format!("{}/{}", report.persona, report.controller);
                     let line = findings.entry(finding.id.clone()).or_insert_with(|| {
-                        order.push((severity_rank(finding.severity), finding.id.clone()));
+                        order.push(finding.id.clone());
                         FindingLine {
                             id: finding.id.clone(),
                             category: finding.category.name().to_owned(),
-                            severity: name_of(&finding.severity),
+                            severity: finding.severity.name().to_owned(),
                             title: finding.title.clone(),
+                            location: finding.location.clone(),
                             found_by: Vec::new(),
+                            first: FoundAt {
+                                step: step.id.clone(),
+                                persona: report.persona.clone(),
+                                controller: report.controller.clone(),
+                                seed: report.seed,
+                                game: None,
+                            },
+                            met: 0,
                             report: report_md.clone(),
+                            replay: trace.as_deref().map(replay_command),
+                            shrink: trace
+                                .as_deref()
+                                .filter(|_| shrinkable(finding.category))
+                                .map(shrink_command),
+                            trace: trace.clone(),
                         }
                     });
+                    line.met += 1;
                     if !line.found_by.contains(&by) {
                         line.found_by.push(by);
                     }
@@ -114,6 +221,7 @@ pub fn collect(steps: &[StepReport], step_dir: impl Fn(&str) -> PathBuf) -> Opti
                     state: step.state.word().to_owned(),
                     quit_reason: report.quit_reason.name().to_owned(),
                     actions_taken: report.actions_taken,
+                    trace: shown(&trace_path),
                     findings: report.findings.len(),
                     report: report_md,
                     warnings: report.warnings.clone(),
@@ -124,6 +232,12 @@ pub fn collect(steps: &[StepReport], step_dir: impl Fn(&str) -> PathBuf) -> Opti
                 let Some(summary) = read::<SimulateSummary>(&path) else {
                     continue;
                 };
+                let summary_shown = shown(&path);
+                let lines = summary
+                    .findings
+                    .iter()
+                    .map(|f| simulated_line(&step.id, f, &dir, &summary_shown))
+                    .collect();
                 playtest.simulations.push(SimulationLine {
                     step: step.id.clone(),
                     games: summary.games,
@@ -131,7 +245,8 @@ pub fn collect(steps: &[StepReport], step_dir: impl Fn(&str) -> PathBuf) -> Opti
                     crashed: summary.crashed,
                     hung: summary.hung,
                     truncated: summary.truncated,
-                    summary: shown(&path),
+                    summary: summary_shown,
+                    findings: lines,
                 });
             }
             _ => {}
@@ -140,34 +255,86 @@ pub fn collect(steps: &[StepReport], step_dir: impl Fn(&str) -> PathBuf) -> Opti
     if playtest.cells.is_empty() && playtest.simulations.is_empty() {
         return None;
     }
-    // Most severe first; among equals, in the order they were first met.
-    order.sort_by_key(|(rank, _)| *rank);
     playtest.findings = order
         .into_iter()
-        .filter_map(|(_, id)| findings.remove(&id))
+        .filter_map(|id| findings.remove(&id))
         .collect();
+    // Most severe first; among equals, in the order they were first met.
+    playtest.findings.sort_by_key(FindingLine::rank);
     Some(playtest)
+}
+
+/// A simulation's finding as a line of the playtest; its trace path is
+/// relative to the step's directory `dir` in `summary.json`.
+fn simulated_line(step: &str, f: &SimulatedFinding, dir: &Path, summary: &str) -> FindingLine {
+    let trace = f.trace.as_ref().map(|t| shown(&dir.join(t)));
+    FindingLine {
+        id: f.id.clone(),
+        category: f.category.name().to_owned(),
+        severity: f.severity.name().to_owned(),
+        title: f.title.clone(),
+        location: f.location.clone(),
+        found_by: vec![f.strategy.clone()],
+        first: FoundAt {
+            step: step.to_owned(),
+            persona: f.strategy.clone(),
+            controller: crate::play::ControllerKind::Standard.name().to_owned(),
+            seed: f.seed,
+            game: Some(f.game),
+        },
+        met: f.games,
+        report: summary.to_owned(),
+        replay: trace.as_deref().map(replay_command),
+        shrink: trace
+            .as_deref()
+            .filter(|_| shrinkable(f.category))
+            .map(shrink_command),
+        trace,
+    }
+}
+
+impl FindingLine {
+    /// Its severity, for ordering (a name no [`Severity`] has sorts as `low`).
+    fn rank(&self) -> Severity {
+        Severity::ALL
+            .into_iter()
+            .find(|s| s.name() == self.severity)
+            .unwrap_or(Severity::Low)
+    }
+}
+
+/// Crashes and hangs are what `gameplan shrink` cuts down.
+fn shrinkable(category: Category) -> bool {
+    matches!(category, Category::Crash | Category::Hang)
+}
+
+/// `gameplan replay TRACE`, the path quoted for a shell.
+pub fn replay_command(trace: &str) -> String {
+    format!("gameplan replay {}", shell_word(trace))
+}
+
+/// `gameplan shrink TRACE --out shrunk.jsonl`, the path quoted for a shell.
+pub fn shrink_command(trace: &str) -> String {
+    format!("gameplan shrink {} --out shrunk.jsonl", shell_word(trace))
+}
+
+/// `text` as one word of a POSIX shell: as is when it holds nothing a
+/// shell reads specially (a cell's `play[kid,jev,1]` is a glob), else in
+/// single quotes.
+pub fn shell_word(text: &str) -> String {
+    let plain = !text.is_empty()
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./:@%+=,".contains(c));
+    if plain {
+        text.to_owned()
+    } else {
+        format!("'{}'", text.replace('\'', r"'\''"))
+    }
 }
 
 fn read<T: serde::de::DeserializeOwned>(path: &Path) -> Option<T> {
     serde_json::from_slice(&std::fs::read(path).ok()?).ok()
-}
-
-fn name_of(value: &impl Serialize) -> String {
-    serde_json::to_value(value)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_default()
-}
-
-fn severity_rank(severity: crate::play::findings::Severity) -> u8 {
-    use crate::play::findings::Severity;
-    match severity {
-        Severity::Critical => 0,
-        Severity::High => 1,
-        Severity::Medium => 2,
-        Severity::Low => 3,
-    }
 }
 
 /// A path as the person who ran gameplan would type it: relative to the
@@ -180,6 +347,9 @@ fn shown(path: &Path) -> String {
         .display()
         .to_string()
 }
+
+/// How long a finding's title may be on its summary line.
+const TITLE_WIDTH: usize = 90;
 
 /// The lines `plan run` prints after its summary.
 pub fn text(playtest: &Playtest) -> String {
@@ -207,47 +377,38 @@ pub fn text(playtest: &Playtest) -> String {
             },
             super::plural(playtest.findings.len(), "distinct finding")
         );
-        for f in &playtest.findings {
-            let _ = writeln!(
-                out,
-                "  {:<8} {:<8} {}  {} ({})",
-                f.severity,
-                f.category,
-                f.id,
-                one_line(&f.title, 90),
-                f.found_by.join(", ")
-            );
-        }
+        finding_lines(&mut out, &playtest.findings, "cell");
         cell_warnings(&mut out, &playtest.cells);
         let dirs: Vec<&str> = playtest
             .cells
             .iter()
             .filter_map(|c| Path::new(&c.report).parent()?.parent()?.to_str())
             .collect();
-        if let Some(first) = playtest.cells.first() {
-            if dirs.windows(2).all(|w| w[0] == w[1]) && !dirs.is_empty() {
-                let _ = writeln!(
-                    out,
-                    "  reports: {}/*/report.md (e.g. {})",
-                    dirs[0], first.report
-                );
-            } else {
-                let _ = writeln!(out, "  reports: e.g. {}", first.report);
-            }
+        // The example is a report with a finding in it, when there is one.
+        let example = playtest
+            .findings
+            .first()
+            .map_or_else(|| playtest.cells[0].report.as_str(), |f| f.report.as_str());
+        if dirs.windows(2).all(|w| w[0] == w[1]) && !dirs.is_empty() {
+            let _ = writeln!(out, "  reports: {}/*/report.md (e.g. {example})", dirs[0]);
+        } else {
+            let _ = writeln!(out, "  reports: e.g. {example}");
         }
     }
     for s in &playtest.simulations {
         let _ = writeln!(
             out,
-            "simulate {}: {}, {} completed, {} crashed, {} hung, {} truncated ({})",
+            "simulate {}: {}, {} completed, {} crashed, {} hung, {} truncated, {} ({})",
             s.step,
             super::plural(usize::try_from(s.games).unwrap_or(usize::MAX), "game"),
             s.completed,
             s.crashed,
             s.hung,
             s.truncated,
+            super::plural(s.findings.len(), "distinct finding"),
             s.summary
         );
+        finding_lines(&mut out, &s.findings, "game");
     }
     out
 }
@@ -271,6 +432,151 @@ fn cell_warnings(out: &mut String, cells: &[CellLine]) {
     }
 }
 
+/// Each finding: severity, category, id and title, then where it was met
+/// first (`unit`: `cell` or `game`) and the commands that replay and
+/// shrink its trace.
+fn finding_lines(out: &mut String, findings: &[FindingLine], unit: &str) {
+    let titles: Vec<String> = findings
+        .iter()
+        .map(|f| one_line(&f.title, TITLE_WIDTH))
+        .collect();
+    for (i, f) in findings.iter().enumerate() {
+        let alike: Vec<&FindingLine> = findings
+            .iter()
+            .zip(&titles)
+            .filter(|(other, title)| other.id != f.id && **title == titles[i])
+            .map(|(other, _)| other)
+            .collect();
+        let differs = if alike.is_empty() {
+            String::new()
+        } else {
+            format!("  [differs: {}]", differing_part(f, &alike))
+        };
+        let _ = writeln!(
+            out,
+            "  {:<8} {:<8} {}  {}{differs}",
+            f.severity, f.category, f.id, titles[i],
+        );
+        let more = match f.met.saturating_sub(1) {
+            0 => String::new(),
+            1 => format!(", and 1 more {unit}"),
+            n => format!(", and {n} more {unit}s"),
+        };
+        let at = match f.first.game {
+            Some(game) => format!("game {game} ({}, seed {})", f.first.persona, f.first.seed),
+            None => format!(
+                "{}/{} seed {}",
+                f.first.persona, f.first.controller, f.first.seed
+            ),
+        };
+        match &f.replay {
+            Some(replay) => {
+                let _ = writeln!(out, "      first in {at}{more}: {replay}");
+            }
+            None => {
+                let _ = writeln!(out, "      first in {at}{more}: {}", f.report);
+            }
+        }
+        if let Some(shrink) = &f.shrink {
+            let _ = writeln!(out, "      {shrink}");
+        }
+    }
+}
+
+/// What tells `f` apart from the findings whose title looks the same: its
+/// title and location from where they stop agreeing, cut short.
+fn differing_part(f: &FindingLine, alike: &[&FindingLine]) -> String {
+    let whole = |x: &FindingLine| format!("{} {}", x.title, x.location.replace('\n', " "));
+    let mine: Vec<char> = whole(f).chars().collect();
+    let common = alike
+        .iter()
+        .map(|other| {
+            whole(other)
+                .chars()
+                .zip(&mine)
+                .take_while(|(a, b)| a == *b)
+                .count()
+        })
+        .min()
+        .unwrap_or(0);
+    // Back up to the start of the word where they part.
+    let start = mine[..common]
+        .iter()
+        .rposition(|c| c.is_whitespace())
+        .map_or(0, |p| p + 1);
+    let part: String = mine[start..].iter().collect();
+    let part = one_line(part.trim(), 60);
+    if part.is_empty() {
+        format!("fingerprint {}", f.id)
+    } else if start > 0 {
+        format!("…{part}")
+    } else {
+        part
+    }
+}
+
+/// The message of a simulate step that met a crash or a hang: counts, then
+/// each distinct finding (at most [`FAILURE_LINE_FINDINGS`]) with the trace
+/// of the first game that met it, and the commands to replay the most
+/// severe one and to shrink. `shown_trace` turns a trace path of the
+/// summary into the path to print.
+pub fn simulate_failure(
+    summary: &SimulateSummary,
+    shown_trace: impl Fn(&Path) -> String,
+) -> String {
+    let failed = summary.crashed + summary.hung;
+    let mut text = format!(
+        "{failed} of {} games failed ({} crashed, {} hung)",
+        summary.games, summary.crashed, summary.hung,
+    );
+    let dir = summary
+        .findings
+        .iter()
+        .find_map(|f| f.trace.as_deref()?.parent())
+        .map(&shown_trace);
+    let _ = write!(
+        text,
+        "; {}",
+        super::plural(summary.findings.len(), "distinct finding")
+    );
+    if let Some(dir) = &dir {
+        let _ = write!(text, ", traces in {dir}/");
+    }
+    let named: Vec<String> = summary
+        .findings
+        .iter()
+        .take(FAILURE_LINE_FINDINGS)
+        .map(|f| {
+            let trace = f.trace.as_deref().and_then(Path::file_name).map_or_else(
+                || "no trace".to_owned(),
+                |n| n.to_string_lossy().into_owned(),
+            );
+            format!(
+                "{}: {} ({}) {trace}",
+                f.category.name(),
+                one_line(&f.title, 60),
+                super::plural(usize::try_from(f.games).unwrap_or(usize::MAX), "game")
+            )
+        })
+        .collect();
+    if !named.is_empty() {
+        let _ = write!(text, ": {}", named.join("; "));
+    }
+    let rest = summary.findings.len().saturating_sub(FAILURE_LINE_FINDINGS);
+    if rest > 0 {
+        let _ = write!(text, "; and {rest} more in summary.json");
+    }
+    if let Some(first) = summary.findings.iter().find_map(|f| f.trace.as_deref()) {
+        let _ = write!(
+            text,
+            "; replay one with `{}`, cut a crash or hang down with `gameplan shrink TRACE --out \
+             shrunk.jsonl`",
+            replay_command(&shown_trace(first))
+        );
+    }
+    text
+}
+
 /// `text` cut to `max` characters, on one line.
 fn one_line(text: &str, max: usize) -> String {
     let flat: String = text
@@ -282,5 +588,101 @@ fn one_line(text: &str, max: usize) -> String {
     } else {
         let cut: String = flat.chars().take(max.saturating_sub(1)).collect();
         format!("{cut}…")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stuck_at(id: &str, place: &str) -> FindingLine {
+        FindingLine {
+            id: id.into(),
+            category: "stuck".into(),
+            severity: "low".into(),
+            title: format!(
+                "Nothing changed for 8 actions at \"{}\"",
+                crate::play::episode::cut(place, 80)
+            ),
+            location: crate::play::findings::normalize(place),
+            found_by: vec!["kid/standard".into()],
+            first: FoundAt {
+                step: "play".into(),
+                persona: "kid".into(),
+                controller: "standard".into(),
+                seed: 1,
+                game: None,
+            },
+            met: 1,
+            report: "r/report.md".into(),
+            trace: Some("r/trace.jsonl".into()),
+            replay: Some(replay_command("r/trace.jsonl")),
+            shrink: None,
+        }
+    }
+
+    /// Issue 15 item 4: two places whose titles are cut alike show where
+    /// they differ; a finding with a title of its own shows nothing more.
+    #[test]
+    fn findings_that_look_alike_show_the_part_that_differs() {
+        let long =
+            "A sealed vault, one of the two twin vaults the mad king had built long ago, in the";
+        let findings = [
+            stuck_at("aaaa", &format!("{long} west wing.")),
+            stuck_at("bbbb", &format!("{long} east wing.")),
+            stuck_at("cccc", "A cellar."),
+        ];
+        assert_eq!(findings[0].title, findings[1].title);
+        let mut out = String::new();
+        finding_lines(&mut out, &findings, "cell");
+        let lines: Vec<&str> = out.lines().filter(|l| l.starts_with("  low")).collect();
+        assert!(lines[0].ends_with("[differs: …west wing.]"), "{out}");
+        assert!(lines[1].ends_with("[differs: …east wing.]"), "{out}");
+        assert!(!lines[2].contains("differs"), "{out}");
+    }
+
+    /// What `--fail-on` judges: a bug met by a cell and by a simulation is
+    /// one finding; the most severe comes first.
+    #[test]
+    fn the_run_s_distinct_findings_merge_play_and_simulate_by_fingerprint() {
+        let mut crash = stuck_at("cccc", "x");
+        crash.category = "crash".into();
+        crash.severity = "critical".into();
+        let playtest = Playtest {
+            cells: Vec::new(),
+            findings: vec![stuck_at("aaaa", "vault")],
+            simulations: vec![SimulationLine {
+                step: "sim".into(),
+                games: 10,
+                completed: 0,
+                crashed: 1,
+                hung: 0,
+                truncated: 9,
+                summary: "summary.json".into(),
+                findings: vec![stuck_at("aaaa", "vault"), crash],
+            }],
+        };
+        let found: Vec<(&str, Severity)> = playtest
+            .distinct_findings()
+            .iter()
+            .map(|f| (f.id, f.severity))
+            .collect();
+        assert_eq!(
+            found,
+            [("cccc", Severity::Critical), ("aaaa", Severity::Low)]
+        );
+    }
+
+    #[test]
+    fn a_cell_path_is_quoted_for_a_shell_and_a_plain_one_is_not() {
+        assert_eq!(
+            shell_word(".gameplan/runs/r/steps/sim/traces/game-3.trace.jsonl"),
+            ".gameplan/runs/r/steps/sim/traces/game-3.trace.jsonl"
+        );
+        assert_eq!(
+            shell_word("steps/play[kid,jev,1]/trace.jsonl"),
+            "'steps/play[kid,jev,1]/trace.jsonl'"
+        );
+        assert_eq!(shell_word("it's"), r"'it'\''s'");
     }
 }

@@ -1,5 +1,7 @@
 //! What the `play` and `simulate` kinds share: the plan's `[game]` as a
-//! [`GameSpec`], and the build hash their keys are made of.
+//! [`GameSpec`], the build hash their keys are made of (and the key as the
+//! step's [`Reuse`]), the pool their game processes take a slot of, where
+//! their files are restored, and the second Ctrl-C that kills their games.
 //!
 //! The build hash is everything that decides how the game behaves: the
 //! content of `game.inputs`, the command, any repo file the command names
@@ -11,7 +13,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::{KeyContext, StepContext, StepError, Upstream, expand};
+use super::{KeyContext, Reuse, StepContext, StepError, Upstream, expand};
 use crate::plan::model::{Driver, Game, Plan};
 use crate::play::GameSpec;
 use crate::reuse::ReuseKey;
@@ -40,10 +42,30 @@ pub fn spec(cx: &StepContext) -> Result<GameSpec, StepError> {
     Ok(spec)
 }
 
+/// The pool a playing step's game process takes a slot of: a browser for
+/// a webdriver game, else `play` (`[pools] play`).
+pub fn resource(plan: &Plan) -> Option<&'static str> {
+    Some(match plan.game.as_ref().map(|g| g.driver) {
+        Some(Driver::Webdriver) => "browser",
+        _ => "play",
+    })
+}
+
+/// A second Ctrl-C: every game this gameplan started dies at once.
+pub fn kill_now() {
+    crate::play::stdio::kill_games_of_this_process();
+}
+
+/// A playing step's files live in its own directory, and a reused one's
+/// are restored there.
+pub fn restore_base(cx: &StepContext) -> std::path::PathBuf {
+    cx.step_dir.clone()
+}
+
 /// A key of `kind` over the build hash and `settings`, with the digests of
 /// the steps it needs that are not money steps (a paid cell keys on what it
 /// plays, not on the purchase before it), or why it waits for them.
-pub fn key(cx: &KeyContext<'_>, kind: &str, settings: &Value) -> Result<KeyOrWait, StepError> {
+pub fn reuse(cx: &KeyContext<'_>, kind: &str, settings: &Value) -> Result<Reuse, StepError> {
     let game = game_of(cx.plan)?;
     let upstream: Vec<&Upstream> = cx
         .upstream
@@ -51,7 +73,7 @@ pub fn key(cx: &KeyContext<'_>, kind: &str, settings: &Value) -> Result<KeyOrWai
         .filter(|u| !crate::plan::kinds::row(u.kind).moves_money)
         .collect();
     if let Some(pending) = upstream.iter().find(|u| u.outputs.is_none()) {
-        return Ok(KeyOrWait::Wait(format!(
+        return Ok(Reuse::AfterUpstream(format!(
             "`{}` runs first; reused if its outputs come out the same",
             pending.id
         )));
@@ -110,13 +132,7 @@ pub fn key(cx: &KeyContext<'_>, kind: &str, settings: &Value) -> Result<KeyOrWai
         .iter()
         .map(|u| (u.id.clone(), u.outputs.clone().unwrap_or_default()))
         .collect();
-    Ok(KeyOrWait::Key(key))
-}
-
-/// A key, or the step it must wait for.
-pub enum KeyOrWait {
-    Key(ReuseKey),
-    Wait(String),
+    Ok(Reuse::Key(key))
 }
 
 /// The files of `dir`, relative to it, sorted (a step's artifacts).

@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::game::{self, KeyOrWait};
+use super::game;
 use super::{
     BoxFuture, KeyContext, Kind, Outputs, Reuse, StepContext, StepError, StepIo, StepOutcome,
 };
@@ -71,10 +71,7 @@ impl Kind for Play {
             "max_actions": cx.plan.budget.max_actions,
             "max_wall_seconds": Cell::max_wall(cx.plan, cx.step).map(|d| d.as_secs()),
         });
-        Ok(match game::key(cx, "play", &settings)? {
-            KeyOrWait::Key(key) => Reuse::Key(key),
-            KeyOrWait::Wait(why) => Reuse::AfterUpstream(why),
-        })
+        game::reuse(cx, "play", &settings)
     }
 
     fn run<'a>(&'a self, cx: &'a StepContext, io: &'a StepIo) -> BoxFuture<'a, StepOutcome> {
@@ -148,7 +145,7 @@ impl Kind for Play {
     }
 
     fn restore_base(&self, cx: &StepContext) -> PathBuf {
-        cx.step_dir.clone()
+        game::restore_base(cx)
     }
 
     fn log(&self, step_dir: &Path) -> Option<PathBuf> {
@@ -160,14 +157,11 @@ impl Kind for Play {
     }
 
     fn kill_now(&self) {
-        crate::play::stdio::kill_games_of_this_process();
+        game::kill_now();
     }
 
     fn resource(&self, plan: &Plan) -> Option<&'static str> {
-        Some(match plan.game.as_ref().map(|g| g.driver) {
-            Some(crate::plan::model::Driver::Webdriver) => "browser",
-            _ => "play",
-        })
+        game::resource(plan)
     }
 }
 
@@ -257,20 +251,13 @@ impl<'p> Cell<'p> {
 
 fn cell_spec(cx: &StepContext) -> Result<CellSpec, StepError> {
     let cell = Cell::of(&cx.plan, &cx.step, &cx.instance)?;
-    let player = match &cell.persona.player {
-        Player::Scripted { actions } => PlayerSpec::Scripted {
-            actions: actions.clone(),
-        },
-        Player::Random { .. } => PlayerSpec::Random,
-        Player::Explorer { .. } => PlayerSpec::Explorer,
-        Player::Llm { .. } => {
-            return Err(StepError(format!(
-                "persona `{}` plays with an `llm` player, which is not built in this gameplan \
-                 yet (scripted, random and explorer are)",
-                cell.persona.slug
-            )));
-        }
-    };
+    let player = PlayerSpec::of(&cell.persona.player).ok_or_else(|| {
+        StepError(format!(
+            "persona `{}` plays with an `llm` player, which is not built in this gameplan yet \
+             (scripted, random and explorer are)",
+            cell.persona.slug
+        ))
+    })?;
     Ok(CellSpec {
         game: game::spec(cx)?,
         persona: cell.persona.slug.clone(),

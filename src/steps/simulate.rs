@@ -7,16 +7,17 @@
 //! directory: `summary.json` and the traces of the games that crashed or
 //! hung under `traces/`, each one `gameplan replay` and `gameplan shrink`
 //! take as is.
+//! Every distinct finding gets the trace of the first game that met it.
 //!
 //! Unlike a play cell, a simulation is a test: a game that crashed or hung
-//! fails the step, naming the traces to replay.
+//! fails the step, naming a trace to replay for each distinct finding.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde_json::json;
 
-use super::game::{self, KeyOrWait};
+use super::game;
 use super::{
     BoxFuture, KeyContext, Kind, Outputs, Reuse, StepContext, StepError, StepIo, StepOutcome,
 };
@@ -60,13 +61,7 @@ fn settings(step: &Step) -> Result<Settings, StepError> {
 fn strategies(names: &[String]) -> Result<Vec<PlayerSpec>, StepError> {
     names
         .iter()
-        .map(|name| match name.as_str() {
-            "random" => Ok(PlayerSpec::Random),
-            "explorer" => Ok(PlayerSpec::Explorer),
-            other => Err(StepError(format!(
-                "unknown strategy `{other}` (random, explorer)"
-            ))),
-        })
+        .map(|name| PlayerSpec::strategy(name).map_err(|e| StepError(e.0)))
         .collect()
 }
 
@@ -83,10 +78,7 @@ impl Kind for Simulate {
             "max_steps": s.max_steps,
             "seed": s.seed,
         });
-        Ok(match game::key(cx, "simulate", &config)? {
-            KeyOrWait::Key(key) => Reuse::Key(key),
-            KeyOrWait::Wait(why) => Reuse::AfterUpstream(why),
-        })
+        game::reuse(cx, "simulate", &config)
     }
 
     fn run<'a>(&'a self, cx: &'a StepContext, io: &'a StepIo) -> BoxFuture<'a, StepOutcome> {
@@ -112,7 +104,7 @@ impl Kind for Simulate {
     }
 
     fn restore_base(&self, cx: &StepContext) -> PathBuf {
-        cx.step_dir.clone()
+        game::restore_base(cx)
     }
 
     fn log(&self, step_dir: &Path) -> Option<PathBuf> {
@@ -124,14 +116,11 @@ impl Kind for Simulate {
     }
 
     fn kill_now(&self) {
-        crate::play::stdio::kill_games_of_this_process();
+        game::kill_now();
     }
 
     fn resource(&self, plan: &Plan) -> Option<&'static str> {
-        Some(match plan.game.as_ref().map(|g| g.driver) {
-            Some(crate::plan::model::Driver::Webdriver) => "browser",
-            _ => "play",
-        })
+        game::resource(plan)
     }
 }
 
@@ -152,6 +141,7 @@ async fn run(cx: &StepContext, io: &StepIo) -> Result<StepOutcome, StepError> {
         max_steps: s.max_steps,
         seed: s.seed,
         out_dir: Some(traces),
+        trace_findings: true,
     };
     std::fs::create_dir_all(&cx.step_dir)
         .map_err(|e| StepError(format!("cannot create {}: {e}", cx.step_dir.display())))?;
@@ -173,11 +163,20 @@ fn write_summary(dir: &Path, summary: &SimulateSummary) -> Result<(), StepError>
     // Trace paths relative to the step's directory: a reused result is
     // restored into another run's directory.
     let mut summary = summary.clone();
-    for trace in &mut summary.failed_traces {
-        if let Ok(relative) = trace.strip_prefix(dir) {
-            *trace = relative.to_path_buf();
+    let relative = |path: &mut PathBuf| {
+        if let Ok(inside) = path.strip_prefix(dir) {
+            *path = inside.to_path_buf();
         }
-    }
+    };
+    summary
+        .traces
+        .iter_mut()
+        .for_each(|t| relative(&mut t.path));
+    summary
+        .findings
+        .iter_mut()
+        .filter_map(|f| f.trace.as_mut())
+        .for_each(relative);
     let mut text = serde_json::to_string_pretty(&summary).unwrap_or_default();
     text.push('\n');
     std::fs::write(&path, text)
@@ -197,25 +196,14 @@ fn outcome(root: &Path, summary: &SimulateSummary) -> StepOutcome {
     if failed == 0 {
         return StepOutcome::Succeeded;
     }
-    let first = summary
-        .failed_traces
-        .first()
-        .map(|p| p.strip_prefix(root).unwrap_or(p).display().to_string());
     StepOutcome::Failed {
         exit_code: None,
-        message: format!(
-            "{failed} of {} games failed ({} crashed, {} hung); traces in {}{}",
-            summary.games,
-            summary.crashed,
-            summary.hung,
-            summary
-                .failed_traces
-                .first()
-                .and_then(|p| p.parent())
-                .map_or_else(String::new, |d| d.display().to_string()),
-            first.map_or_else(String::new, |t| format!(
-                "; see the first with `gameplan replay {t}` and cut it down with `gameplan shrink {t} --out min.jsonl`"
-            ))
-        ),
+        message: crate::report::playtest::simulate_failure(summary, |trace| {
+            trace
+                .strip_prefix(root)
+                .unwrap_or(trace)
+                .display()
+                .to_string()
+        }),
     }
 }

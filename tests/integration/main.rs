@@ -13,6 +13,7 @@ mod issue15_bridge;
 mod issue15_gaps;
 mod issue15_search;
 mod issue15_verdict;
+mod issue15_findings;
 mod issue8;
 mod maze;
 mod plan_check;
