@@ -297,6 +297,7 @@ pub fn play_cell(cx: &Context, args: &CellArgs) -> u8 {
         player,
         controller: controller.into(),
         seed: args.seed,
+        player_seed: args.seed,
         patience: args.patience,
         max_actions: args.max_actions,
         max_wall: args.max_wall.map(Duration::from_secs),

@@ -40,8 +40,11 @@ pub struct CellSpec {
     pub persona: String,
     pub player: PlayerSpec,
     pub controller: ControllerKind,
-    /// Seeds the game (`reset`), the player and the selector.
+    /// Seeds the game (`reset`).
     pub seed: i64,
+    /// Seeds the player and the selector: the cell's seed, unless the
+    /// persona's player has a seed of its own (see `steps::play`).
+    pub player_seed: i64,
     /// The persona's patience: actions before it quits bored.
     pub patience: u64,
     /// `budget.max_actions`, if any.
@@ -421,8 +424,8 @@ async fn play(
     cancel: &tokio::sync::watch::Receiver<bool>,
     started: Instant,
 ) -> Result<QuitReason, PlayError> {
-    let mut player = spec.player.build(spec.seed);
-    let mut controller = Controller::new(spec.controller, spec.seed);
+    let mut player = spec.player.build(spec.player_seed);
+    let mut controller = Controller::new(spec.controller, spec.player_seed);
     let mut distinct: HashSet<String> = HashSet::new();
     distinct.insert(episode.current.hash.clone());
     let mut unchanged = 0u64;
@@ -658,6 +661,7 @@ mod tests {
             player: PlayerSpec::Explorer,
             controller: ControllerKind::Rune,
             seed: 1,
+            player_seed: 1,
             patience: 1,
             max_actions: None,
             max_wall: None,

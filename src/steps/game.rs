@@ -62,6 +62,14 @@ pub fn restore_base(cx: &StepContext) -> std::path::PathBuf {
     cx.step_dir.clone()
 }
 
+/// How a play cell or a simulated game plays: bumped whenever the same
+/// build, persona, controller and seed would play differently or write
+/// other files (a player's choices, the stuck rule, the trace or report
+/// format), so a result stored by an older gameplan is never reused as if
+/// it were this one's. 2: a cell resets after `stuck`, the trace records
+/// resets and its timeouts, a persona's own seed seeds its player.
+const PLAY_SEMANTICS: u32 = 2;
+
 /// A key of `kind` over the build hash and `settings`, with the digests of
 /// the steps it needs that are not money steps (a paid cell keys on what it
 /// plays, not on the purchase before it), or why it waits for them.
@@ -102,6 +110,7 @@ pub fn reuse(cx: &KeyContext<'_>, kind: &str, settings: &Value) -> Result<Reuse,
                 "builtin": builtin,
             },
             "step": settings.clone(),
+            "semantics": PLAY_SEMANTICS,
         }),
     );
     let mut files = expand(cx.root, &game.inputs)?;

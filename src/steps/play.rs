@@ -169,7 +169,22 @@ impl Kind for Play {
 struct Cell<'p> {
     persona: &'p Persona,
     controller: Controller,
+    /// The game's seed (`reset`).
     seed: i64,
+    /// The player's and the selector's seed.
+    player_seed: i64,
+}
+
+/// One seed from a cell's seed and a persona's own: a fixed, documented
+/// mix (splitmix64's constant), so the same pair always plays the same.
+fn mix_seeds(cell: i64, own: i64) -> i64 {
+    #[expect(
+        clippy::cast_sign_loss,
+        clippy::cast_possible_wrap,
+        reason = "bits, not numbers"
+    )]
+    let mixed = ((cell as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (own as u64)) as i64;
+    mixed
 }
 
 impl<'p> Cell<'p> {
@@ -216,21 +231,29 @@ impl<'p> Cell<'p> {
             })?,
             None => controller.unwrap_or(Controller::Standard),
         };
-        let seed = match axis("seed") {
-            Some(text) => text.parse::<i64>().map_err(|_| {
+        let own_seed = match persona.player {
+            Player::Random { seed } | Player::Explorer { seed } => seed,
+            _ => None,
+        };
+        let cell_seed = match axis("seed") {
+            Some(text) => Some(text.parse::<i64>().map_err(|_| {
                 StepError(format!("the matrix seed `{text}` is not a whole number"))
-            })?,
-            None => seed
-                .or(match persona.player {
-                    Player::Random { seed } | Player::Explorer { seed } => seed,
-                    _ => None,
-                })
-                .unwrap_or(DEFAULT_SEED),
+            })?),
+            None => seed,
+        };
+        let seed = cell_seed.or(own_seed).unwrap_or(DEFAULT_SEED);
+        // The cell's seed picks the game; a persona's own seed is its
+        // player's, so two personas that differ only in `seed` play the
+        // same game seed differently (with no seed axis it is both).
+        let player_seed = match (cell_seed, own_seed) {
+            (Some(cell), Some(own)) => mix_seeds(cell, own),
+            _ => seed,
         };
         Ok(Cell {
             persona,
             controller,
             seed,
+            player_seed,
         })
     }
 
@@ -264,6 +287,7 @@ fn cell_spec(cx: &StepContext) -> Result<CellSpec, StepError> {
         player,
         controller: ControllerKind::from(cell.controller),
         seed: cell.seed,
+        player_seed: cell.player_seed,
         patience: cell.patience(),
         max_actions: cx.plan.budget.max_actions,
         max_wall: Cell::max_wall(&cx.plan, &cx.step),

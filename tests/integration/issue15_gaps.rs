@@ -577,3 +577,45 @@ fn issue15_the_bridge_contract_is_a_page_of_the_project() {
         "the hidden name is not documented"
     );
 }
+
+/// The actions of a cell's trace, in order.
+fn actions_of(t: &Test, cell: &serde_json::Value) -> Vec<String> {
+    let trace = t.read(cell["trace"].as_str().expect("trace path"));
+    trace
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|l| l["action"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// A newcomer gave two random personas their own `seed` and a matrix
+/// `seed` axis, and both played exactly alike: the persona's seed was
+/// dropped. It now seeds the player (mixed with the cell's game seed), so
+/// personas that differ only in `seed` play the same game seed differently,
+/// and the same seed plays alike.
+#[test]
+fn issue15_a_personas_own_seed_seeds_its_player_beside_a_seed_axis() {
+    let personas = |seed_b: u32| {
+        format!(
+            "[[personas]]\nslug = \"a\"\ncard = \"One.\"\nplayer = {{ kind = \"random\", seed = 3 }}\n\
+             patience = 16\n\n[[personas]]\nslug = \"b\"\ncard = \"Two.\"\n\
+             player = {{ kind = \"random\", seed = {seed_b} }}\npatience = 16\n"
+        )
+    };
+    for (seed_b, alike) in [(4, false), (3, true)] {
+        let text = personas(seed_b);
+        let t = Plan {
+            personas: &text,
+            ..Plan::default()
+        }
+        .repo();
+        let out = t.run(&["plan", "run", "plan.toml", "--json"]);
+        out.code(0);
+        let doc = out.json();
+        let cells = doc["playtest"]["cells"].as_array().expect("cells").clone();
+        assert_eq!(cells.len(), 2, "{out}");
+        let (a, b) = (actions_of(&t, &cells[0]), actions_of(&t, &cells[1]));
+        assert_eq!(a.len(), 16, "{a:?}");
+        assert_eq!(a == b, alike, "seed 3 vs {seed_b}: {a:?} / {b:?}");
+    }
+}
