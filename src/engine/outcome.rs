@@ -28,8 +28,8 @@
 
 use crate::exit_code;
 use crate::journal::run::{RunOutcome, StepState};
-use crate::plan::model::{Category, FailOn};
-use crate::report::playtest::{FindingLine, Playtest};
+use crate::plan::model::FailOn;
+use crate::report::playtest::Playtest;
 use crate::report::run::{FailOnReport, MatchedFinding, StepReport};
 use crate::steps::StepOutcome;
 
@@ -58,7 +58,10 @@ pub fn judge_findings(
     flag: &[FailOn],
     plan: &[FailOn],
 ) -> FindingsVerdict {
-    let findings = playtest.map_or(&[][..], |p| p.findings.as_slice());
+    // Play cells' and simulations' findings alike, a bug met by both once.
+    let findings = playtest
+        .map(Playtest::distinct_findings)
+        .unwrap_or_default();
     let (selectors, from) = if flag.is_empty() {
         (plan, "plan")
     } else {
@@ -82,12 +85,12 @@ pub fn judge_findings(
     }
     let matched = findings
         .iter()
-        .filter(|f| selectors.iter().any(|s| matches(*s, f)))
+        .filter(|f| selectors.iter().any(|s| s.matches(f.category, f.severity)))
         .map(|f| MatchedFinding {
-            id: f.id.clone(),
-            category: f.category.clone(),
-            severity: f.severity.clone(),
-            title: f.title.clone(),
+            id: f.id.to_owned(),
+            category: f.category.name().to_owned(),
+            severity: f.severity.name().to_owned(),
+            title: f.title.to_owned(),
         })
         .collect();
     FindingsVerdict {
@@ -99,20 +102,6 @@ pub fn judge_findings(
         }),
         unjudged: None,
     }
-}
-
-/// Whether `selector` matches a merged finding (named as its cells wrote it).
-fn matches(selector: FailOn, finding: &FindingLine) -> bool {
-    let category = Category::ALL
-        .into_iter()
-        .find(|c| c.name() == finding.category);
-    let severity = match FailOn::parse(&finding.severity) {
-        Ok(FailOn::Severity(s)) => Some(s),
-        _ => None,
-    };
-    category
-        .zip(severity)
-        .is_some_and(|(c, s)| selector.matches(c, s))
 }
 
 /// The state a step is left in by an attempt's outcome, and its message.

@@ -449,3 +449,47 @@ fn issue15_an_interrupted_run_does_not_call_its_findings_unjudged_yet() {
         .code(0)
         .stdout_has("1 finding was not judged: no gate ran");
 }
+
+/// A game whose listed `jam` is always refused: a simulation meets a
+/// `refused` finding, and nothing crashes or hangs, so the step succeeds.
+const JAMMED: &str = r#"import json, sys
+n = 0
+def obs():
+    return {"text": "step %d" % n, "actions": ["go", "jam"], "state": {"n": n}, "score": n}
+for line in sys.stdin:
+    req = json.loads(line)
+    rid, op = req["id"], req["op"]
+    if op == "hello":
+        r = {"id": rid, "ok": True, "name": "jammed", "version": "1", "protocol": 1}
+    elif op == "reset":
+        n = 0
+        r = {"id": rid, "ok": True, "observation": obs()}
+    elif op == "act" and req["action"] == "jam":
+        r = {"id": rid, "ok": False, "error": "the lever is jammed"}
+    elif op == "act":
+        n += 1
+        r = {"id": rid, "ok": True, "observation": obs(), "reward": 0, "done": n >= 5, "events": []}
+    else:
+        r = {"id": rid, "ok": True}
+    print(json.dumps(r), flush=True)
+"#;
+
+/// `--fail-on` judges a simulation's findings like a cell's: a `refused`
+/// met only by the `simulate` step fails the run under `--fail-on
+/// refused`, and counts as unjudged without it.
+#[test]
+fn issue15_fail_on_judges_the_findings_of_a_simulation_too() {
+    let plan = "version = 1\nname = \"sim\"\n\n[game]\nid = \"jammed\"\n\
+                command = [\"python3\", \"jammed.py\"]\n\n[[steps]]\nid = \"mechanics\"\n\
+                kind = \"simulate\"\ngames = 10\nstrategies = [\"random\"]\nmax_steps = 20\n";
+    let t = Test::new()
+        .file("plan.toml", plan)
+        .file("jammed.py", JAMMED);
+    t.run(&["plan", "run", "plan.toml"])
+        .code(0)
+        .stdout_has("1 finding was not judged: no gate ran");
+    t.run(&["plan", "run", "plan.toml", "--fail-on", "refused"])
+        .code(1)
+        .stdout_has("1 finding matches --fail-on refused: ")
+        .stdout_has("(low refused)");
+}
