@@ -464,6 +464,7 @@ async fn play(
             if let Err(failure) = reset {
                 return Ok(quit_for(&failure));
             }
+            metrics.resets += 1;
             unchanged = 0;
             distinct.insert(episode.current.hash.clone());
             metrics.distinct_observations = distinct.len() as u64;

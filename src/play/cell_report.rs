@@ -81,6 +81,9 @@ pub struct Metrics {
     pub final_score: f64,
     /// Wall time of the cell, game start to game end.
     pub wall_ms: u64,
+    /// Times the cell reset the game after a `stuck` finding to play on.
+    #[serde(default)]
+    pub resets: u64,
 }
 
 /// `report.json`.

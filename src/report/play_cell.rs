@@ -172,6 +172,13 @@ fn felt(report: &CellReport) -> String {
     if m.refused_actions > 0 {
         let _ = write!(text, " {} action(s) were refused.", m.refused_actions);
     }
+    match m.resets {
+        0 => {}
+        1 => text.push_str(" Got stuck, and started over once to play on."),
+        n => {
+            let _ = write!(text, " Got stuck, and started over {n} times to play on.");
+        }
+    }
     if m.longest_unchanged > 1 {
         let _ = write!(
             text,
