@@ -108,10 +108,79 @@ fn ids(list: &Value) -> BTreeSet<String> {
         .iter()
         .map(|v| {
             v.as_str()
-                .map_or_else(|| v["id"].as_str().unwrap_or_default(), |s| s)
+                .unwrap_or_else(|| v["id"].as_str().unwrap_or_default())
                 .to_owned()
         })
         .collect()
+}
+
+/// Per persona (in the plan's order, with its card), each cell's "How it felt".
+fn assert_personas_felt(agg: &Value) {
+    let personas = agg["personas"].as_array().expect("personas");
+    let names: Vec<&str> = personas
+        .iter()
+        .filter_map(|p| p["persona"].as_str())
+        .collect();
+    assert_eq!(names, ["kid", "mapper"]);
+    for p in personas {
+        assert_eq!(p["felt"].as_array().map(Vec::len), Some(2), "{p:#}");
+        assert!(
+            p["felt"][0]["text"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("actions"),
+            "{p:#}"
+        );
+    }
+    assert_eq!(personas[0]["card"], "Clicks whatever is first.");
+}
+
+/// The controllers compared: each ran two cells, both complete; the bug
+/// `shared` was seen by both, and the split covers every finding, each
+/// seen-by-one finding met by that controller's cells alone.
+fn assert_controllers_compared(agg: &Value, shared: &str) {
+    let findings = agg["findings"].as_array().expect("findings");
+    let cmp = &agg["controllers"];
+    assert!(
+        cmp["limits"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("separate game process")
+    );
+    assert!(
+        cmp["limits"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("not proof")
+    );
+    for row in cmp["controllers"].as_array().expect("rows") {
+        assert_eq!(row["runs"], 2, "{row:#}");
+        assert_eq!(row["complete"], 2, "{row:#}");
+    }
+    let several = ids(&cmp["seen_by_several"]);
+    let by_one = ids(&cmp["seen_by_one"]);
+    assert!(several.contains(shared), "{cmp:#}");
+    assert!(
+        !by_one.is_empty(),
+        "no finding met by one controller only: {cmp:#}"
+    );
+    assert_eq!(several.len() + by_one.len(), findings.len(), "{cmp:#}");
+    for one in cmp["seen_by_one"].as_array().expect("seen_by_one") {
+        let f = findings
+            .iter()
+            .find(|f| f["id"] == one["id"])
+            .expect("listed");
+        let controllers: BTreeSet<&str> = f["found_by"]
+            .as_array()
+            .expect("found_by")
+            .iter()
+            .filter_map(|b| b.as_str()?.split('/').nth(1))
+            .collect();
+        assert_eq!(
+            controllers,
+            BTreeSet::from([one["controller"].as_str().unwrap_or_default()])
+        );
+    }
 }
 
 #[test]
@@ -194,71 +263,8 @@ fn issue16_the_aggregate_merges_every_cell_by_fingerprint_persona_and_controller
     let agg_ids: Vec<&str> = findings.iter().filter_map(|f| f["id"].as_str()).collect();
     assert_eq!(run_ids, agg_ids);
 
-    // Per persona, each cell's "How it felt".
-    let personas = agg["personas"].as_array().expect("personas");
-    let names: Vec<&str> = personas
-        .iter()
-        .filter_map(|p| p["persona"].as_str())
-        .collect();
-    assert_eq!(names, ["kid", "mapper"]);
-    for p in personas {
-        assert_eq!(p["felt"].as_array().map(Vec::len), Some(2), "{p:#}");
-        assert!(
-            p["felt"][0]["text"]
-                .as_str()
-                .unwrap_or_default()
-                .contains("actions"),
-            "{p:#}"
-        );
-    }
-    assert_eq!(personas[0]["card"], "Clicks whatever is first.");
-
-    // The controllers compared: each ran two cells, both complete; the
-    // shared bug was seen by both, and the split covers every finding.
-    let cmp = &agg["controllers"];
-    assert!(
-        cmp["limits"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("separate game process")
-    );
-    assert!(
-        cmp["limits"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("not proof")
-    );
-    for row in cmp["controllers"].as_array().expect("rows") {
-        assert_eq!(row["runs"], 2, "{row:#}");
-        assert_eq!(row["complete"], 2, "{row:#}");
-    }
-    let several = ids(&cmp["seen_by_several"]);
-    let by_one = ids(&cmp["seen_by_one"]);
-    assert!(
-        several.contains(first["id"].as_str().unwrap_or_default()),
-        "{cmp:#}"
-    );
-    assert!(
-        !by_one.is_empty(),
-        "no finding met by one controller only: {cmp:#}"
-    );
-    assert_eq!(several.len() + by_one.len(), findings.len(), "{cmp:#}");
-    for one in cmp["seen_by_one"].as_array().expect("seen_by_one") {
-        let f = findings
-            .iter()
-            .find(|f| f["id"] == one["id"])
-            .expect("listed");
-        let controllers: BTreeSet<&str> = f["found_by"]
-            .as_array()
-            .expect("found_by")
-            .iter()
-            .filter_map(|b| b.as_str()?.split('/').nth(1))
-            .collect();
-        assert_eq!(
-            controllers,
-            BTreeSet::from([one["controller"].as_str().unwrap_or_default()])
-        );
-    }
+    assert_personas_felt(&agg);
+    assert_controllers_compared(&agg, first["id"].as_str().unwrap_or_default());
 
     // aggregate.md has the same sections.
     let md = t.read(&format!("{}/steps/aggregate/aggregate.md", run_dir(&t)));
@@ -324,14 +330,12 @@ fn issue16_a_resumed_run_aggregates_every_cell_like_an_uninterrupted_one() {
     let gameplan = t.spawn(&["plan", "run", "plan.toml"]);
     wait_until("two cells have reported", Duration::from_secs(60), || {
         t.run_ids().last().is_some_and(|id| {
-            std::fs::read_dir(t.path(&format!(".gameplan/runs/{id}/steps")))
-                .map(|dirs| {
-                    dirs.flatten()
-                        .filter(|d| d.path().join("report.json").is_file())
-                        .count()
-                        >= 2
-                })
-                .unwrap_or(false)
+            std::fs::read_dir(t.path(&format!(".gameplan/runs/{id}/steps"))).is_ok_and(|dirs| {
+                dirs.flatten()
+                    .filter(|d| d.path().join("report.json").is_file())
+                    .count()
+                    >= 2
+            })
         })
     });
     let killed = gameplan.kill9();
