@@ -583,3 +583,38 @@ pub(crate) fn severity_of(name: &str) -> Severity {
         .find(|s| s.name() == name)
         .unwrap_or(Severity::Low)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_report(step: &str, controller: &str) -> CellInput {
+        CellInput {
+            step: step.into(),
+            report: None,
+            report_sha256: None,
+            report_md: format!("steps/{step}/report.md"),
+            trace: None,
+            persona: "kid".into(),
+            controller: controller.into(),
+            seed: 1,
+        }
+    }
+
+    /// A cell that left no report (it was skipped) is listed, by its
+    /// persona, and counts as a run that did not complete.
+    #[test]
+    fn a_cell_without_a_report_is_listed_and_not_complete() {
+        let cells = [no_report("play[kid,jev,1]", "jev")];
+        let personas = [PersonaCard {
+            slug: "kid".into(),
+            card: "Clicks.".into(),
+        }];
+        let agg = build(&cells, &personas, Vec::new());
+        assert_eq!(agg.cells[0].state, AggregateCellState::NoReport);
+        let row = &agg.controllers.controllers[0];
+        assert_eq!((row.runs, row.complete, row.incomplete), (1, 0, 1));
+        assert_eq!(agg.personas[0].felt[0].text, "No report: the cell did not run.");
+        assert!(markdown(&agg).contains("`play[kid,jev,1]`: no report"));
+    }
+}

@@ -5,7 +5,9 @@
 //!
 //! Read from the files the steps left in the run's directory (a reused
 //! cell's files are restored there too), so a resumed run counts the cells
-//! an earlier process played.
+//! an earlier process played. When an `aggregate` step ran, the playtest is
+//! its `aggregate.json`; otherwise the cells are merged here by the same
+//! merge (`report::aggregate`), so both list the same findings.
 //!
 //! Every finding points at its evidence: the cell (or simulated game) that
 //! met it first, the real path of that trace in the run's directory, and

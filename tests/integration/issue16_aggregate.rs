@@ -374,6 +374,12 @@ fn issue16_the_aggregate_is_reused_until_a_cell_it_reads_changes() {
         "{second}"
     );
     assert_eq!(aggregate_json(&t), first, "the restored aggregate differs");
+    // Its summary points at this run's (restored) cells, not the first run's.
+    let text = t.run(&["plan", "run", "plan.toml"]);
+    text.code(0).stdout_has(&format!(
+        "gameplan replay '{}/steps/play[kid,standard,1]/trace.jsonl'",
+        run_dir(&t)
+    ));
     assert!(
         t.path(&format!("{}/steps/aggregate/aggregate.md", run_dir(&t)))
             .is_file()
