@@ -614,7 +614,10 @@ mod tests {
         assert_eq!(agg.cells[0].state, AggregateCellState::NoReport);
         let row = &agg.controllers.controllers[0];
         assert_eq!((row.runs, row.complete, row.incomplete), (1, 0, 1));
-        assert_eq!(agg.personas[0].felt[0].text, "No report: the cell did not run.");
+        assert_eq!(
+            agg.personas[0].felt[0].text,
+            "No report: the cell did not run."
+        );
         assert!(markdown(&agg).contains("`play[kid,jev,1]`: no report"));
     }
 }
