@@ -435,6 +435,8 @@ pub enum SchemaName {
     Bridge,
     /// report.json of a play cell.
     Report,
+    /// aggregate.json of an aggregate step.
+    Aggregate,
 }
 
 /// What a command may read from the outside world: captured once, here, so

@@ -4,6 +4,7 @@
 //! this one decides how it looks (colour on a terminal, plain in CI, JSON on
 //! request) and redacts secrets on the way out.
 
+pub mod aggregate;
 pub mod diagnostics;
 pub mod explain;
 pub mod gc;

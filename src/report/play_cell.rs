@@ -137,7 +137,7 @@ fn quoted_list(items: &[String]) -> String {
 }
 
 /// A few plain sentences on the play, from the metrics.
-fn felt(report: &CellReport) -> String {
+pub(crate) fn felt(report: &CellReport) -> String {
     let n = report.actions_taken;
     let m = &report.metrics;
     if report.state == CellState::NotPlayed {

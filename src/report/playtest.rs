@@ -5,19 +5,23 @@
 //!
 //! Read from the files the steps left in the run's directory (a reused
 //! cell's files are restored there too), so a resumed run counts the cells
-//! an earlier process played.
+//! an earlier process played. When an `aggregate` step ran, the playtest is
+//! its `aggregate.json`; otherwise the cells are merged here by the same
+//! merge (`report::aggregate`), so both list the same findings.
 //!
 //! Every finding points at its evidence: the cell (or simulated game) that
 //! met it first, the real path of that trace in the run's directory, and
 //! the `gameplan replay` (and for a crash or hang `gameplan shrink`)
 //! command to copy.
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
+use super::aggregate::{
+    AGGREGATE_JSON, AGGREGATE_MD, Aggregate, CellInput, merge_findings, shrinkable,
+};
 use super::run::StepReport;
 use crate::journal::run::StepState;
 use crate::play::findings::{Category, Severity};
@@ -34,6 +38,9 @@ pub struct Playtest {
     /// Every distinct finding of the play cells (by fingerprint), most severe first.
     pub findings: Vec<FindingLine>,
     pub simulations: Vec<SimulationLine>,
+    /// The `aggregate.md` of the aggregate step this playtest is, when one ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub aggregate: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
@@ -59,7 +66,7 @@ pub struct CellLine {
 }
 
 /// One distinct finding, with where it was met first.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct FindingLine {
     pub id: String,
     /// A [`Category`]'s name (`crash`, …).
@@ -72,6 +79,9 @@ pub struct FindingLine {
     /// `persona/controller` of every cell that met it (a simulation's: the
     /// strategy of the first game that met it).
     pub found_by: Vec<String>,
+    /// The step id of every play cell that met it (none for a simulation's).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cells: Vec<String>,
     /// The cell or simulated game that met it first.
     pub first: FoundAt,
     /// How many cells (of a simulation: games) met it.
@@ -79,18 +89,18 @@ pub struct FindingLine {
     /// The `report.md` of the first cell that met it (of a simulation: its `summary.json`).
     pub report: String,
     /// The trace of the first cell or game that met it.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace: Option<String>,
     /// The command that plays that trace again.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replay: Option<String>,
     /// For a crash or a hang: the command that cuts that trace down.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shrink: Option<String>,
 }
 
 /// Where a finding was met first.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct FoundAt {
     /// The step (a play cell's id, or the simulate step's).
     pub step: String,
@@ -99,11 +109,11 @@ pub struct FoundAt {
     pub controller: String,
     pub seed: i64,
     /// Of a simulation: the game's number.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub game: Option<u64>,
 }
 
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SimulationLine {
     pub step: String,
     pub games: u64,
@@ -160,17 +170,41 @@ impl Playtest {
 
 /// Collects what the steps of `steps` left in their directories
 /// (`step_dir(id)`). `None` when no step played.
+///
+/// When an `aggregate` step ran (or was reused) and read every play cell
+/// of the run, the playtest is its `aggregate.json`, paths made the run's;
+/// otherwise the cells' reports are merged here, by the same merge
+/// ([`super::aggregate::merge_findings`]).
 pub fn collect(steps: &[StepReport], step_dir: impl Fn(&str) -> PathBuf) -> Option<Playtest> {
-    let mut playtest = Playtest::default();
-    let mut findings: BTreeMap<String, FindingLine> = BTreeMap::new();
-    let mut order: Vec<String> = Vec::new();
-    for step in steps {
-        if !matches!(
-            step.state,
+    let ended = |s: &&StepReport| {
+        matches!(
+            s.state,
             StepState::Succeeded | StepState::Reused | StepState::Interrupted | StepState::Failed
-        ) {
-            continue;
+        )
+    };
+    let aggregate = steps
+        .iter()
+        .filter(|s| {
+            s.kind == "aggregate" && matches!(s.state, StepState::Succeeded | StepState::Reused)
+        })
+        .find_map(|s| {
+            let path = step_dir(&s.id).join(AGGREGATE_JSON);
+            read::<Aggregate>(&path).map(|a| (path, a))
+        });
+    if let Some((path, agg)) = aggregate {
+        let covers_every_cell = steps
+            .iter()
+            .filter(ended)
+            .filter(|s| s.kind == "play")
+            .all(|s| agg.cells.iter().any(|c| c.step == s.id));
+        // The run's directory: `<run>/steps/<aggregate>/aggregate.json`.
+        if let (true, Some(run_dir)) = (covers_every_cell, path.ancestors().nth(3)) {
+            return Some(from_aggregate(&agg, &path, run_dir, steps, &step_dir));
         }
+    }
+    let mut playtest = Playtest::default();
+    let mut inputs: Vec<CellInput> = Vec::new();
+    for step in steps.iter().filter(ended) {
         let dir = step_dir(&step.id);
         match step.kind.as_str() {
             "play" => {
@@ -179,40 +213,6 @@ pub fn collect(steps: &[StepReport], step_dir: impl Fn(&str) -> PathBuf) -> Opti
                 };
                 let report_md = shown(&dir.join("report.md"));
                 let trace_path = dir.join("trace.jsonl");
-                let trace = trace_path.is_file().then(|| shown(&trace_path));
-                for finding in &report.findings {
-                    let by = format!("{}/{}", report.persona, report.controller);
-                    let line = findings.entry(finding.id.clone()).or_insert_with(|| {
-                        order.push(finding.id.clone());
-                        FindingLine {
-                            id: finding.id.clone(),
-                            category: finding.category.name().to_owned(),
-                            severity: finding.severity.name().to_owned(),
-                            title: finding.title.clone(),
-                            location: finding.location.clone(),
-                            found_by: Vec::new(),
-                            first: FoundAt {
-                                step: step.id.clone(),
-                                persona: report.persona.clone(),
-                                controller: report.controller.clone(),
-                                seed: report.seed,
-                                game: None,
-                            },
-                            met: 0,
-                            report: report_md.clone(),
-                            replay: trace.as_deref().map(replay_command),
-                            shrink: trace
-                                .as_deref()
-                                .filter(|_| shrinkable(finding.category))
-                                .map(shrink_command),
-                            trace: trace.clone(),
-                        }
-                    });
-                    line.met += 1;
-                    if !line.found_by.contains(&by) {
-                        line.found_by.push(by);
-                    }
-                }
                 playtest.cells.push(CellLine {
                     step: step.id.clone(),
                     persona: report.persona.clone(),
@@ -223,31 +223,24 @@ pub fn collect(steps: &[StepReport], step_dir: impl Fn(&str) -> PathBuf) -> Opti
                     actions_taken: report.actions_taken,
                     trace: shown(&trace_path),
                     findings: report.findings.len(),
-                    report: report_md,
+                    report: report_md.clone(),
                     warnings: report.warnings.clone(),
+                });
+                inputs.push(CellInput {
+                    step: step.id.clone(),
+                    persona: report.persona.clone(),
+                    controller: report.controller.clone(),
+                    seed: report.seed,
+                    report: Some(report),
+                    report_sha256: None,
+                    report_md,
+                    trace: trace_path.is_file().then(|| shown(&trace_path)),
                 });
             }
             "simulate" => {
-                let path = dir.join(crate::steps::simulate::SUMMARY);
-                let Some(summary) = read::<SimulateSummary>(&path) else {
-                    continue;
-                };
-                let summary_shown = shown(&path);
-                let lines = summary
-                    .findings
-                    .iter()
-                    .map(|f| simulated_line(&step.id, f, &dir, &summary_shown))
-                    .collect();
-                playtest.simulations.push(SimulationLine {
-                    step: step.id.clone(),
-                    games: summary.games,
-                    completed: summary.completed,
-                    crashed: summary.crashed,
-                    hung: summary.hung,
-                    truncated: summary.truncated,
-                    summary: summary_shown,
-                    findings: lines,
-                });
+                if let Some(line) = simulation_at(&step.id, &dir) {
+                    playtest.simulations.push(line);
+                }
             }
             _ => {}
         }
@@ -255,19 +248,127 @@ pub fn collect(steps: &[StepReport], step_dir: impl Fn(&str) -> PathBuf) -> Opti
     if playtest.cells.is_empty() && playtest.simulations.is_empty() {
         return None;
     }
-    playtest.findings = order
-        .into_iter()
-        .filter_map(|id| findings.remove(&id))
-        .collect();
-    // Most severe first; among equals, in the order they were first met.
-    playtest.findings.sort_by_key(FindingLine::rank);
+    playtest.findings = merge_findings(&inputs);
     Some(playtest)
 }
 
-/// A simulation's finding as a line of the playtest; its trace path is
-/// relative to the step's directory `dir` in `summary.json`.
-fn simulated_line(step: &str, f: &SimulatedFinding, dir: &Path, summary: &str) -> FindingLine {
-    let trace = f.trace.as_ref().map(|t| shown(&dir.join(t)));
+/// A simulate step's line, read from its `summary.json` in `dir`, paths as
+/// the person who ran gameplan types them.
+fn simulation_at(step: &str, dir: &Path) -> Option<SimulationLine> {
+    let path = dir.join(crate::steps::simulate::SUMMARY);
+    let summary = read::<SimulateSummary>(&path)?;
+    Some(simulation_line(step, &summary, &shown(&path), |t| {
+        shown(&dir.join(t))
+    }))
+}
+
+/// The playtest an aggregate step merged (`path`, its `aggregate.json`, in
+/// `run_dir`): its cells with their states in this run, its findings and
+/// simulations with the run's paths, and the simulations it did not read.
+fn from_aggregate(
+    agg: &Aggregate,
+    path: &Path,
+    run_dir: &Path,
+    steps: &[StepReport],
+    step_dir: &impl Fn(&str) -> PathBuf,
+) -> Playtest {
+    let at = |rel: &str| shown(&run_dir.join(rel));
+    let cells = agg
+        .cells
+        .iter()
+        .map(|c| CellLine {
+            step: c.step.clone(),
+            persona: c.persona.clone(),
+            controller: c.controller.clone(),
+            seed: c.seed,
+            state: steps
+                .iter()
+                .find(|s| s.id == c.step)
+                .map_or_else(|| c.state.name().to_owned(), |s| s.state.word().to_owned()),
+            quit_reason: c.quit_reason.clone().unwrap_or_default(),
+            actions_taken: c.actions_taken,
+            findings: c.findings,
+            trace: at(c.trace.as_deref().unwrap_or(&c.report)),
+            report: at(&c.report),
+            warnings: c.warnings.clone(),
+        })
+        .collect();
+    let mut findings = agg.findings.clone();
+    for line in &mut findings {
+        relocate(line, &at);
+    }
+    let mut simulations = agg.simulations.clone();
+    for s in &mut simulations {
+        s.summary = at(&s.summary);
+        for line in &mut s.findings {
+            relocate(line, &at);
+        }
+    }
+    for step in steps.iter().filter(|s| {
+        s.kind == "simulate"
+            && !agg.simulations.iter().any(|read| read.step == s.id)
+            && matches!(
+                s.state,
+                StepState::Succeeded | StepState::Reused | StepState::Failed
+            )
+    }) {
+        simulations.extend(simulation_at(&step.id, &step_dir(&step.id)));
+    }
+    Playtest {
+        cells,
+        findings,
+        simulations,
+        aggregate: Some(shown(&path.with_file_name(AGGREGATE_MD))),
+    }
+}
+
+/// `line` with its paths (relative to the run's directory) made `at`'s,
+/// and its commands made again from them.
+fn relocate(line: &mut FindingLine, at: &impl Fn(&str) -> String) {
+    line.report = at(&line.report);
+    line.trace = line.trace.as_deref().map(at);
+    line.replay = line.trace.as_deref().map(replay_command);
+    line.shrink = line
+        .shrink
+        .as_ref()
+        .and(line.trace.as_deref())
+        .map(shrink_command);
+}
+
+/// A simulation's line: its counts and each distinct finding with the
+/// trace of the first game that met it. `summary_path` is how the line
+/// names its `summary.json`; `trace_of` turns a trace path of the summary
+/// (relative to the step's directory) into the path the line names.
+pub fn simulation_line(
+    step: &str,
+    summary: &SimulateSummary,
+    summary_path: &str,
+    trace_of: impl Fn(&Path) -> String,
+) -> SimulationLine {
+    SimulationLine {
+        step: step.to_owned(),
+        games: summary.games,
+        completed: summary.completed,
+        crashed: summary.crashed,
+        hung: summary.hung,
+        truncated: summary.truncated,
+        summary: summary_path.to_owned(),
+        findings: summary
+            .findings
+            .iter()
+            .map(|f| simulated_line(step, f, &trace_of, summary_path))
+            .collect(),
+    }
+}
+
+/// A simulation's finding as a line of the playtest.
+fn simulated_line(
+    step: &str,
+    f: &SimulatedFinding,
+    trace_of: &impl Fn(&Path) -> String,
+    summary: &str,
+) -> FindingLine {
+    let trace = f.trace.as_deref().map(trace_of);
     FindingLine {
         id: f.id.clone(),
         category: f.category.name().to_owned(),
@@ -275,6 +376,7 @@ fn simulated_line(step: &str, f: &SimulatedFinding, dir: &Path, summary: &str) -
         title: f.title.clone(),
         location: f.location.clone(),
         found_by: vec![f.strategy.clone()],
+        cells: Vec::new(),
         first: FoundAt {
             step: step.to_owned(),
             persona: f.strategy.clone(),
@@ -295,17 +397,9 @@ fn simulated_line(step: &str, f: &SimulatedFinding, dir: &Path, summary: &str) -
 
 impl FindingLine {
     /// Its severity, for ordering (a name no [`Severity`] has sorts as `low`).
-    fn rank(&self) -> Severity {
-        Severity::ALL
-            .into_iter()
-            .find(|s| s.name() == self.severity)
-            .unwrap_or(Severity::Low)
+    pub(crate) fn rank(&self) -> Severity {
+        super::aggregate::severity_of(&self.severity)
     }
-}
-
-/// Crashes and hangs are what `gameplan shrink` cuts down.
-fn shrinkable(category: Category) -> bool {
-    matches!(category, Category::Crash | Category::Hang)
 }
 
 /// `gameplan replay TRACE`, the path quoted for a shell.
@@ -393,6 +487,9 @@ pub fn text(playtest: &Playtest) -> String {
             let _ = writeln!(out, "  reports: {}/*/report.md (e.g. {example})", dirs[0]);
         } else {
             let _ = writeln!(out, "  reports: e.g. {example}");
+        }
+        if let Some(aggregate) = &playtest.aggregate {
+            let _ = writeln!(out, "  merged: {aggregate} (and aggregate.json beside it)");
         }
     }
     for s in &playtest.simulations {
@@ -606,6 +703,7 @@ mod tests {
             ),
             location: crate::play::findings::normalize(place),
             found_by: vec!["kid/standard".into()],
+            cells: vec!["play".into()],
             first: FoundAt {
                 step: "play".into(),
                 persona: "kid".into(),
@@ -661,6 +759,7 @@ mod tests {
                 summary: "summary.json".into(),
                 findings: vec![stuck_at("aaaa", "vault"), crash],
             }],
+            aggregate: None,
         };
         let found: Vec<(&str, Severity)> = playtest
             .distinct_findings()

@@ -29,6 +29,7 @@
 //!   the terminal, and the run's output for a warning that does not fail
 //!   the step.
 
+pub mod aggregate;
 pub mod command;
 pub mod game;
 pub mod launcher;
@@ -261,6 +262,7 @@ impl Kinds {
                 )),
                 Box::new(play::Play),
                 Box::new(simulate::Simulate),
+                Box::new(aggregate::Aggregate),
             ],
         }
     }

@@ -449,13 +449,13 @@ run = "touch built"
 
 [[steps]]
 id = "report"
-kind = "aggregate"
+kind = "finish"
 needs = ["build"]
 "#,
     );
     let out = t.run(&["plan", "run", "plan.toml", "--json"]);
     out.code(3)
-        .stderr_has("step `report` is of kind `aggregate`, which this gameplan cannot run yet")
+        .stderr_has("step `report` is of kind `finish`, which this gameplan cannot run yet")
         .stderr_has("Nothing was run or charged");
     assert!(out.stdout.is_empty(), "{out}");
     assert!(!t.path("built").exists(), "the command step ran\n{out}");

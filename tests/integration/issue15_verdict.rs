@@ -134,7 +134,7 @@ fn issue15_a_reused_run_still_fails_on_the_findings_of_its_restored_reports() {
     let again = t.run(&["plan", "run", "plans/maze.toml", "--fail-on", "crash"]);
     again
         .code(1)
-        .stdout_has("(8 reused)")
+        .stdout_has("(9 reused)")
         .stdout_has("failed: 1 finding matches --fail-on crash: 8df40e09ffdc5950");
 }
 

@@ -1,0 +1,295 @@
+//! The `aggregate` step kind: every play cell's report merged into
+//! `aggregate.json` and `aggregate.md` in the step's directory (DESIGN §3).
+//! The merge and the rendering are `crate::report::aggregate`'s; this kind
+//! owns which cells it reads, its key, and its files.
+//!
+//! - **What it reads**: every `play` cell and `simulate` step it needs,
+//!   directly or through other steps (in the default pipeline it needs
+//!   `deliver`, which needs the cells), found through the plan's graph and
+//!   read from the run's directory, so cells a resumed run's earlier
+//!   process played and cells restored from the store count alike. A cell
+//!   that left no report (it never ran) is listed as such.
+//! - **Key**: the output digest of each cell it reads (its `report.json`
+//!   among the cell's files; a cell that comes out the same keys the same)
+//!   by cell id, the format version and the personas' cards. When a cell it
+//!   reads did not succeed (it did not play) the aggregate is merged afresh
+//!   and not stored; when it reads cells through other steps, whose outputs
+//!   do not show the cells', it is never reused.
+//! - **Publishing**: in a paid run the files go to the job with their
+//!   digests; see [`Written`]. A free plan has no job and publishes nothing.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::json;
+
+use super::{
+    BoxFuture, KeyContext, Kind, Outputs, Reuse, StepContext, StepError, StepIo, StepOutcome,
+};
+use crate::journal::run::file_name;
+use crate::plan::model::{Card, Plan, StepKind};
+use crate::play::{CellReport, SimulateSummary};
+use crate::report::aggregate::{
+    AGGREGATE_FORMAT, AGGREGATE_JSON, AGGREGATE_MD, CellInput, PersonaCard,
+};
+use crate::report::playtest::SimulationLine;
+use crate::reuse::{RestoreScope, ReuseKey, sha256_hex};
+
+pub struct Aggregate;
+
+/// A step the aggregate reads: a play cell or a simulation.
+struct Read {
+    id: String,
+    kind: StepKind,
+    /// The cell's axis values (`persona`, `controller`, `seed`).
+    cell: Vec<(String, String)>,
+}
+
+/// The play cells and simulations `id` needs, directly or not, in the
+/// plan's order.
+fn reads(plan: &Plan, id: &str) -> Result<Vec<Read>, StepError> {
+    let pipeline = crate::graph::expand(plan).map_err(|e| StepError(e.to_string()))?;
+    let Some(start) = pipeline.find(id) else {
+        return Err(StepError(format!("step `{id}` is not in the plan's graph")));
+    };
+    let mut seen = vec![false; pipeline.graph.node_count()];
+    let mut stack = pipeline.needs(start);
+    while let Some(node) = stack.pop() {
+        if std::mem::replace(&mut seen[node.index()], true) {
+            continue;
+        }
+        stack.extend(pipeline.needs(node));
+    }
+    Ok(pipeline
+        .order
+        .iter()
+        .filter(|n| seen[n.index()])
+        .map(|&n| pipeline.instance(n))
+        .filter(|i| matches!(i.kind, StepKind::Play | StepKind::Simulate))
+        .map(|i| Read {
+            id: i.id.clone(),
+            kind: i.kind,
+            cell: i.cell.clone(),
+        })
+        .collect())
+}
+
+fn persona_cards(plan: &Plan) -> Vec<PersonaCard> {
+    plan.personas
+        .iter()
+        .map(|p| PersonaCard {
+            slug: p.slug.clone(),
+            card: match &p.card {
+                Card::Text(text) => text.clone(),
+                Card::File(path) => format!("(card: {path})"),
+            },
+        })
+        .collect()
+}
+
+impl Kind for Aggregate {
+    fn kind(&self) -> StepKind {
+        StepKind::Aggregate
+    }
+
+    fn reuse(&self, cx: &KeyContext<'_>) -> Result<Reuse, StepError> {
+        let mut key = ReuseKey::new(
+            "aggregate",
+            json!({
+                "format": AGGREGATE_FORMAT,
+                "personas": persona_cards(cx.plan)
+                    .into_iter()
+                    .map(|p| json!({"persona": p.slug, "card": p.card}))
+                    .collect::<Vec<_>>(),
+            }),
+        );
+        for read in reads(cx.plan, &cx.instance.id)? {
+            let Some(upstream) = cx.upstream.iter().find(|u| u.id == read.id) else {
+                return Ok(Reuse::Never(format!(
+                    "it reads `{}` through the steps it needs, whose outputs do not show that \
+                     cell's report: it merges the reports afresh every run",
+                    read.id
+                )));
+            };
+            let Some(digest) = &upstream.outputs else {
+                return Ok(Reuse::AfterUpstream(format!(
+                    "its key is the reports of the cells it reads: `{}` runs first (a cell that \
+                     does not succeed is merged afresh)",
+                    read.id
+                )));
+            };
+            key.upstream.insert(read.id, digest.clone());
+        }
+        Ok(Reuse::Key(key))
+    }
+
+    fn run<'a>(&'a self, cx: &'a StepContext, io: &'a StepIo) -> BoxFuture<'a, StepOutcome> {
+        Box::pin(async move {
+            if *cx.cancel.borrow() {
+                return StepOutcome::Interrupted {
+                    message: "stopped before the reports were merged".into(),
+                };
+            }
+            io.mark_started();
+            match write(cx) {
+                // Seam for the paid pipeline: when this run has a job
+                // (register's checkpoint), publish both files with
+                // `written`'s sizes and sha256s here, key journaled first.
+                Ok(_written) => StepOutcome::Succeeded,
+                Err(e) => StepOutcome::Failed {
+                    exit_code: None,
+                    message: e.0,
+                },
+            }
+        })
+    }
+
+    fn outputs(&self, cx: &StepContext) -> Result<Outputs, StepError> {
+        for name in [AGGREGATE_JSON, AGGREGATE_MD] {
+            if !cx.step_dir.join(name).is_file() {
+                return Err(StepError(format!(
+                    "the aggregate ended without writing {}",
+                    cx.step_dir.join(name).display()
+                )));
+            }
+        }
+        Ok(Outputs {
+            base: cx.step_dir.clone(),
+            files: vec![AGGREGATE_JSON.to_owned(), AGGREGATE_MD.to_owned()],
+        })
+    }
+
+    fn restore_base(&self, cx: &StepContext) -> PathBuf {
+        cx.step_dir.clone()
+    }
+
+    fn restore_scope(&self, _cx: &StepContext) -> Result<RestoreScope, StepError> {
+        RestoreScope::new(&[AGGREGATE_JSON, AGGREGATE_MD], []).map_err(|e| StepError(e.to_string()))
+    }
+
+    fn log(&self, step_dir: &Path) -> Option<PathBuf> {
+        Some(step_dir.join(AGGREGATE_MD))
+    }
+}
+
+/// A file the aggregate wrote: what a job is told of it when it is published.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WrittenFile {
+    pub name: &'static str,
+    pub size: u64,
+    pub sha256: String,
+}
+
+/// Both files the aggregate wrote, `aggregate.md` then `aggregate.json`.
+pub type Written = [WrittenFile; 2];
+
+/// Reads every cell and simulation the step needs from the run's
+/// directory, merges them and writes both files.
+fn write(cx: &StepContext) -> Result<Written, StepError> {
+    let steps_dir = cx
+        .step_dir
+        .parent()
+        .ok_or_else(|| StepError("the step's directory has no parent".into()))?;
+    let mut cells = Vec::new();
+    let mut simulations = Vec::new();
+    for read in reads(&cx.plan, &cx.instance.id)? {
+        let dir_name = file_name(&read.id);
+        let dir = steps_dir.join(&dir_name);
+        let rel = |name: &str| format!("steps/{dir_name}/{name}");
+        if read.kind == StepKind::Play {
+            cells.push(read_cell(&read, &dir, &rel)?);
+        } else if let Some(line) = read_simulation(&read, &dir, &rel)? {
+            simulations.push(line);
+        }
+    }
+    let aggregate = crate::report::aggregate::build(&cells, &persona_cards(&cx.plan), simulations);
+    let mut json = serde_json::to_string_pretty(&aggregate)
+        .map_err(|e| StepError(format!("cannot encode the aggregate: {e}")))?;
+    json.push('\n');
+    let md = crate::report::aggregate::markdown(&aggregate);
+    std::fs::create_dir_all(&cx.step_dir)
+        .map_err(|e| StepError(format!("cannot create {}: {e}", cx.step_dir.display())))?;
+    let mut written = Vec::new();
+    for (name, text) in [(AGGREGATE_MD, md), (AGGREGATE_JSON, json)] {
+        let path = cx.step_dir.join(name);
+        crate::journal::atomic_write(&path, text.as_bytes())
+            .map_err(|e| StepError(format!("cannot write {}: {e}", path.display())))?;
+        written.push(WrittenFile {
+            name,
+            size: text.len() as u64,
+            sha256: sha256_hex(text.as_bytes()),
+        });
+    }
+    let [md, json]: Written = written
+        .try_into()
+        .map_err(|_| StepError("the aggregate wrote an unexpected number of files".into()))?;
+    Ok([md, json])
+}
+
+/// A play cell's report from `dir` (none when it left none); `rel` names
+/// a file of the cell relative to the run's directory.
+fn read_cell(
+    read: &Read,
+    dir: &Path,
+    rel: &impl Fn(&str) -> String,
+) -> Result<CellInput, StepError> {
+    let path = dir.join("report.json");
+    let bytes = std::fs::read(&path).ok();
+    let report = bytes
+        .as_deref()
+        .map(|bytes| {
+            serde_json::from_slice::<CellReport>(bytes).map_err(|e| {
+                StepError(format!(
+                    "cannot read {}: {e}; run the cell again with `plan run --new`",
+                    path.display()
+                ))
+            })
+        })
+        .transpose()?;
+    let axis = |name: &str| {
+        read.cell
+            .iter()
+            .find(|(axis, _)| axis == name)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default()
+    };
+    Ok(CellInput {
+        step: read.id.clone(),
+        persona: report
+            .as_ref()
+            .map_or_else(|| axis("persona"), |r| r.persona.clone()),
+        controller: report
+            .as_ref()
+            .map_or_else(|| axis("controller"), |r| r.controller.clone()),
+        seed: report
+            .as_ref()
+            .map_or_else(|| axis("seed").parse().unwrap_or(0), |r| r.seed),
+        report_sha256: bytes.as_deref().map(sha256_hex),
+        report,
+        report_md: rel("report.md"),
+        trace: dir
+            .join("trace.jsonl")
+            .is_file()
+            .then(|| rel("trace.jsonl")),
+    })
+}
+
+/// A simulation's `summary.json` from `dir`, as a line of the aggregate
+/// (none when it left none).
+fn read_simulation(
+    read: &Read,
+    dir: &Path,
+    rel: &impl Fn(&str) -> String,
+) -> Result<Option<SimulationLine>, StepError> {
+    let name = crate::steps::simulate::SUMMARY;
+    let Ok(bytes) = std::fs::read(dir.join(name)) else {
+        return Ok(None);
+    };
+    let summary: SimulateSummary = serde_json::from_slice(&bytes)
+        .map_err(|e| StepError(format!("cannot read {}: {e}", dir.join(name).display())))?;
+    Ok(Some(crate::report::playtest::simulation_line(
+        &read.id,
+        &summary,
+        &rel(name),
+        |trace| rel(&trace.display().to_string()),
+    )))
+}
