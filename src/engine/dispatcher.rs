@@ -24,13 +24,12 @@ use crate::backend::Backend;
 use crate::graph::Pipeline;
 use crate::journal::Journal;
 use crate::journal::run::{
-    Checkpoint, EVENTS_VERSION, Event, PlannedStep, RecordedOptions, RunDir, RunHistory,
-    RunOutcome, StepState,
+    EVENTS_VERSION, Event, PlannedStep, RecordedOptions, RunDir, RunHistory, RunOutcome, StepState,
 };
 use crate::plan::model::Plan;
 use crate::report::progress::Progress;
 use crate::reuse::{FileHashCache, ReuseKey, Store};
-use crate::steps::{Confirm, Kinds, Reuse, StepContext, StepIo};
+use crate::steps::{CheckpointBook, Confirm, Kinds, Reuse, StepContext, StepIo};
 
 /// What step tasks share.
 #[derive(Clone)]
@@ -298,7 +297,7 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
         // Ready steps whose pool is full, back to the ready set after this round.
         let mut pool_full = Vec::new();
         while !cancelled.is_set()
-            && !run.halted
+            && run.journal_error.is_none()
             && let Some(node) = run.schedule.pop_ready()
         {
             let always = pipeline.graph[node].always;
@@ -306,6 +305,13 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
                 // Fail-fast: nothing new starts but the `always` steps
                 // (cleanup, `finish`), which may be waiting on this one.
                 run.schedule.skip(node);
+                continue;
+            }
+            if run.halted && !always {
+                // A halt (declined, refused, unauthorized, unreachable):
+                // nothing new starts but the `always` steps whose needs are
+                // done (the `finish` of a job that exists); this one stays
+                // pending for the resume.
                 continue;
             }
             let cx = run.context(node);
@@ -396,7 +402,13 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
         run.journal_failed(why);
     }
     let interrupted = cancelled.is_set();
-    if !interrupted && !run.halted {
+    // A step whose request's answer never came keeps the run open: what
+    // needs it waits for the resume, which sends the request again.
+    let open = run
+        .reports
+        .iter()
+        .any(|r| super::outcome::leaves_run_open(r.state));
+    if !interrupted && !run.halted && !open {
         run.skip_unstarted();
     }
     // What the playing steps found, judged before the run's end is
@@ -419,7 +431,7 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
         run.aborted,
         verdict.failed(),
     );
-    let closing = if interrupted || run.halted {
+    let closing = if interrupted || run.halted || open {
         Event::RunStopped {
             at: now(),
             reason: if interrupted {
@@ -470,25 +482,28 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
         *counts.entry(r.state.word().to_owned()).or_default() += 1;
     }
     // A run whose journal is gone has nothing to resume from.
-    let resumable =
-        !journal.is_unlinked() && (interrupted || run.halted || run.journal_error.is_some());
+    let resumable = !journal.is_unlinked()
+        && (interrupted || run.halted || open || run.journal_error.is_some());
     let root_causes = root_causes(&pipeline, &run.reports);
     // A failure is named for the first root cause in plan order, not for
     // whichever branch happened to fail first; the whole message is the
     // step's own (`steps[].message`), said once.
     let root_cause = match root_causes.first() {
-        Some(id) if !run.halted && run.own_cause.is_none() => pipeline.find(id).map(|node| {
-            let step = &run.reports[node.index()];
-            format!(
-                "step `{id}` failed: {}",
-                crate::report::run::headline(
-                    step.message.as_deref().unwrap_or_default(),
-                    step.log.as_deref()
+        Some(id) if !run.halted && !open && run.own_cause.is_none() => {
+            pipeline.find(id).map(|node| {
+                let step = &run.reports[node.index()];
+                format!(
+                    "step `{id}` failed: {}",
+                    crate::report::run::headline(
+                        step.message.as_deref().unwrap_or_default(),
+                        step.log.as_deref()
+                    )
                 )
-            )
-        }),
+            })
+        }
         _ => run.root_cause,
     };
+    let sections = summary_sections(&pipeline, &shared.kinds, &run.reports, &run_dir);
     let report = RunReport {
         run_id,
         plan: shared.plan.name.clone(),
@@ -506,6 +521,7 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
         fail_on: verdict.fail_on,
         // An unfinished run's gates may still run on its resume.
         unjudged_findings: verdict.unjudged.filter(|_| !resumable),
+        sections,
     };
     if !resumable && run_dir.journal().exists() {
         let summary = serde_json::to_vec_pretty(&report).unwrap_or_default();
@@ -543,6 +559,40 @@ fn failed_at_once(node: NodeIndex, message: &str) -> Finished {
     finished
 }
 
+/// What the kinds of the steps that succeeded or were reused add to the
+/// summary ([`crate::steps::Kind::summary`]), in plan order.
+fn summary_sections(
+    pipeline: &Pipeline,
+    kinds: &Kinds,
+    reports: &[StepReport],
+    run_dir: &RunDir,
+) -> Vec<crate::report::run::SummarySection> {
+    pipeline
+        .order
+        .iter()
+        .filter(|&&node| reports[node.index()].state.satisfies_needs())
+        .filter_map(|&node| {
+            let id = &pipeline.graph[node].id;
+            let kind = kinds.get(pipeline.graph[node].kind)?;
+            let mut section = kind.summary(&run_dir.step(id))?;
+            section.step.clone_from(id);
+            Some(section)
+        })
+        .collect()
+}
+
+/// Every step `node` needs, directly or through others.
+fn ancestors(pipeline: &Pipeline, node: NodeIndex) -> std::collections::BTreeSet<NodeIndex> {
+    let mut seen = std::collections::BTreeSet::new();
+    let mut stack = pipeline.needs(node);
+    while let Some(need) = stack.pop() {
+        if seen.insert(need) {
+            stack.extend(pipeline.needs(need));
+        }
+    }
+    seen
+}
+
 fn planned_steps(pipeline: &Pipeline) -> Vec<PlannedStep> {
     pipeline
         .order
@@ -574,8 +624,9 @@ struct Run {
     /// On resume: the last attempt number used, per step; new attempts
     /// count on from it so each has its own name in `exits.jsonl`.
     attempt_base: Vec<u32>,
-    /// On resume: each step's acknowledged checkpoints.
-    checkpoints: BTreeMap<String, Vec<Checkpoint>>,
+    /// Each step's acknowledged checkpoints: from the journal on resume,
+    /// then those the steps write (shared with every step's [`StepIo`]).
+    checkpoints: CheckpointBook,
     root_cause: Option<String>,
     /// Why the journal stopped taking records, once it has: the run stops
     /// and stays resumable.
@@ -628,7 +679,7 @@ impl Run {
             outputs: vec![None; n],
             left_running: vec![None; n],
             attempt_base: vec![0; n],
-            checkpoints: BTreeMap::new(),
+            checkpoints: CheckpointBook::default(),
             root_cause: None,
             journal_error: None,
             own_cause: None,
@@ -644,7 +695,10 @@ impl Run {
 
     /// Takes over what the journal says of an earlier part of this run.
     fn restore(&mut self, history: &RunHistory) {
-        self.checkpoints.clone_from(&history.checkpoints);
+        self.checkpoints
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone_from(&history.checkpoints);
         for index in self.pipeline.graph.node_indices() {
             let Some(record) = history.records.get(&self.pipeline.graph[index].id) else {
                 continue;
@@ -759,14 +813,38 @@ impl Run {
             self.pipeline.graph[node].kind,
             &self.shared.run_dir.step(id),
         );
+        // Every step it needs, directly or through others: a `finish`
+        // reads `register`'s job id through the `deliver`s between them.
+        let needs = ancestors(&self.pipeline, node)
+            .into_iter()
+            .map(|need| {
+                let need_id = self.pipeline.graph[need].id.clone();
+                let dir = self.shared.run_dir.step(&need_id);
+                (need_id, dir)
+            })
+            .collect();
+        // What stops this step (as in its context) also answers a question
+        // it is waiting on: no.
+        let stopped = if self.pipeline.graph[node].always {
+            self.shared.cancel.clone()
+        } else {
+            self.shared.stop.clone()
+        };
         StepIo::new(
             Arc::new(self.shared.keeper.journal.clone()),
             id.clone(),
-            self.checkpoints.get(id).cloned().unwrap_or_default(),
+            Vec::new(),
             self.shared.backend.clone(),
             Arc::clone(&self.shared.confirm),
             self.shared.dry_upload,
         )
+        .in_run(Arc::clone(&self.checkpoints), needs)
+        .redacting(progress.redactor().clone())
+        .stopped_by(stopped)
+        .on_question({
+            let progress = progress.clone();
+            move |asking| progress.pause_display(asking)
+        })
         .on_attempt({
             let progress = progress.clone();
             let id = id.clone();
@@ -830,6 +908,15 @@ impl Run {
         report.message = finished
             .message
             .map(|m| self.shared.keeper.progress.redactor().redact(&m));
+        if super::outcome::leaves_run_open(finished.state) {
+            // What the person must know and do, whatever the kind said.
+            let said = report.message.take().unwrap_or_default();
+            report.message = Some(if said.is_empty() {
+                super::outcome::UNCERTAIN_HINT.to_owned()
+            } else {
+                format!("{said}; {}", super::outcome::UNCERTAIN_HINT)
+            });
+        }
         report.attempts = finished.attempts;
         report.duration_ms = finished.duration_ms;
         if finished.attempts > 0
@@ -869,6 +956,13 @@ impl Run {
                 report.message.clone().unwrap_or_default()
             )
         });
+        let open = super::outcome::leaves_run_open(finished.state).then(|| {
+            format!(
+                "step `{}` never heard back: {}",
+                report.id,
+                report.message.clone().unwrap_or_default()
+            )
+        });
         let halt = super::outcome::halts_run(finished.state).then(|| {
             format!(
                 "step `{}` stopped the run ({}): {}",
@@ -894,8 +988,13 @@ impl Run {
         if let Some(halt) = halt {
             self.root_cause.get_or_insert(halt);
             self.halted = true;
+            // Not `cancel`: the `always` steps whose needs are done still
+            // run (a `finish` settles the job that exists); a signal is
+            // what stops them.
             let _ = self.stop.send(true);
-            let _ = self.cancel.send(true);
+        }
+        if let Some(open) = open {
+            self.root_cause.get_or_insert(open);
         }
         let settled = abort_only && finished.state == StepState::Interrupted;
         self.schedule.finish(node, finished.state, settled);

@@ -155,6 +155,19 @@ impl Progress {
         progress
     }
 
+    /// Hides the terminal's display while a question is asked (`true`),
+    /// and shows it again after (`false`), so the bar's redraws do not
+    /// write over the question or the answer being typed.
+    pub fn pause_display(&self, paused: bool) {
+        if let Some(display) = &self.inner.display {
+            display.bar.set_draw_target(if paused {
+                ProgressDrawTarget::hidden()
+            } else {
+                ProgressDrawTarget::stderr()
+            });
+        }
+    }
+
     pub fn redactor(&self) -> &Redactor {
         &self.inner.redactor
     }
