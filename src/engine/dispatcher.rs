@@ -147,10 +147,9 @@ fn open_journal(
     }
 }
 
-#[expect(
-    clippy::too_many_lines,
-    reason = "the run's life cycle, start to report, in order"
-)]
+/// Runs the request to its end: opens (or resumes) the journal, sets the
+/// run up, dispatches its steps, and closes it with its report. Each part
+/// is a function of its own, in the order they happen.
 pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, StartError> {
     let started = Instant::now();
     let run_id = request.start.run_id().to_owned();
@@ -161,7 +160,7 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
     let (journal, history) = open_journal(&request, &run_dir)?;
     let RunRequest {
         loaded,
-        mut pipeline,
+        pipeline,
         state_dir,
         mut options,
         env,
@@ -170,29 +169,7 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
         confirm,
         ..
     } = request;
-    if let Some(history) = &history {
-        // A resume does what the run was started to do; a flag given now
-        // can add to that, never take it away.
-        options.no_reuse |= history.options.no_reuse;
-        options.fail_fast |= history.options.fail_fast;
-        options.dry_upload |= history.options.dry_upload;
-        // `--fail-on` given now judges this resume; without it, the run's.
-        if options.fail_on.is_empty() {
-            options.fail_on = history
-                .options
-                .fail_on
-                .iter()
-                .filter_map(|name| crate::plan::model::FailOn::parse(name).ok())
-                .collect();
-        }
-        // A resume runs the part of the plan the run was started for,
-        // whatever part this command named.
-        if history.options.steps != options.steps {
-            let whole = crate::graph::expand_loaded(&loaded)?;
-            pipeline = crate::graph::select(whole, &history.options.steps)?;
-            options.steps.clone_from(&history.options.steps);
-        }
-    }
+    let pipeline = carry_over(history.as_ref(), &loaded, pipeline, &mut options)?;
     let resumed = history.is_some();
     progress.run_started(
         &run_id,
@@ -209,25 +186,7 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
     // nothing is queued ahead there.
     let queue_factor: u32 = if options.fail_fast { 1 } else { 2 };
     let in_flight = concurrency * queue_factor as usize;
-    let pools: BTreeMap<String, Arc<Semaphore>> = loaded
-        .plan
-        .pools
-        .iter()
-        .map(|(name, size)| (name.clone(), Arc::new(Semaphore::new(*size as usize))))
-        .collect();
-    // A pool wider than the run's concurrency never fills: say so, or
-    // `[pools] play = 8` on a two-core machine silently plays two at once.
-    for (name, size) in &loaded.plan.pools {
-        if *size as usize > concurrency {
-            let by = match options.concurrency {
-                Some(n) => format!("--concurrency {n}"),
-                None => format!("the machine's {concurrency} cores; --concurrency N raises it"),
-            };
-            progress.note(&format!(
-                "pools.{name} = {size} is capped at {concurrency} at once ({by})"
-            ));
-        }
-    }
+    let pools = pools(&loaded.plan, concurrency, options.concurrency, progress);
     let (stop_tx, stop_rx) = watch::channel(false);
     let (cancel_tx, cancel_rx) = watch::channel(false);
     let cancelled = Cancelled::default();
@@ -239,17 +198,10 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
         Arc::clone(&kinds),
     );
     let journal = JournalWriter::start(journal);
-    let plan_file = std::fs::canonicalize(&loaded.source.path)
-        .ok()
-        .and_then(|p| {
-            let root = std::fs::canonicalize(&loaded.root).ok()?;
-            Some(
-                p.strip_prefix(root)
-                    .ok()?
-                    .to_string_lossy()
-                    .replace('\\', "/"),
-            )
-        });
+    let plan_file = plan_file(&loaded);
+    // Where the run's backend is set up (and preflight checks it) once
+    // money kinds land: `backend` is what every step's `StepIo` is handed.
+    let backend: Option<Arc<dyn Backend>> = None;
     let shared = Shared {
         root: loaded.root.clone(),
         plan_file,
@@ -267,7 +219,7 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
         cancel: cancel_rx,
         global: Arc::new(Semaphore::new(in_flight)),
         kinds,
-        backend: None,
+        backend,
         confirm,
         dry_upload: options.dry_upload,
     };
@@ -275,7 +227,7 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
     let pipeline = Arc::new(pipeline);
     let mut run = Run::new(
         Arc::clone(&pipeline),
-        shared.clone(),
+        shared,
         options.fail_fast,
         (stop_tx, cancel_tx),
         cancelled.clone(),
@@ -285,6 +237,120 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
     }
     run.wait_for_other_runs(&state_dir).await;
     run.schedule.initialize();
+    dispatch(
+        &mut run,
+        &journal,
+        &pools,
+        &cancelled,
+        options.no_reuse,
+        queue_factor,
+    )
+    .await;
+    Ok(close(
+        run,
+        &journal,
+        &cancelled,
+        &options.fail_on,
+        Leg {
+            started,
+            resumed,
+            resume_hint,
+        },
+    ))
+}
+
+/// A resume does what the run was started to do: its recorded options
+/// (a flag given now can add to them, never take them away) and the part
+/// of the plan it was started for.
+fn carry_over(
+    history: Option<&RunHistory>,
+    loaded: &crate::plan::LoadedPlan,
+    mut pipeline: Pipeline,
+    options: &mut super::RunOptions,
+) -> Result<Pipeline, StartError> {
+    let Some(history) = history else {
+        return Ok(pipeline);
+    };
+    // A resume does what the run was started to do; a flag given now
+    // can add to that, never take it away.
+    options.no_reuse |= history.options.no_reuse;
+    options.fail_fast |= history.options.fail_fast;
+    options.dry_upload |= history.options.dry_upload;
+    // `--fail-on` given now judges this resume; without it, the run's.
+    if options.fail_on.is_empty() {
+        options.fail_on = history
+            .options
+            .fail_on
+            .iter()
+            .filter_map(|name| crate::plan::model::FailOn::parse(name).ok())
+            .collect();
+    }
+    // A resume runs the part of the plan the run was started for,
+    // whatever part this command named.
+    if history.options.steps != options.steps {
+        let whole = crate::graph::expand_loaded(loaded)?;
+        pipeline = crate::graph::select(whole, &history.options.steps)?;
+        options.steps.clone_from(&history.options.steps);
+    }
+    Ok(pipeline)
+}
+
+/// The plan's `[pools]` as semaphores; a pool wider than the run's
+/// concurrency is said to be capped.
+fn pools(
+    plan: &Plan,
+    concurrency: usize,
+    flag: Option<usize>,
+    progress: &Progress,
+) -> BTreeMap<String, Arc<Semaphore>> {
+    let pools: BTreeMap<String, Arc<Semaphore>> = plan
+        .pools
+        .iter()
+        .map(|(name, size)| (name.clone(), Arc::new(Semaphore::new(*size as usize))))
+        .collect();
+    // A pool wider than the run's concurrency never fills: say so, or
+    // `[pools] play = 8` on a two-core machine silently plays two at once.
+    for (name, size) in &plan.pools {
+        if *size as usize > concurrency {
+            let by = match flag {
+                Some(n) => format!("--concurrency {n}"),
+                None => format!("the machine's {concurrency} cores; --concurrency N raises it"),
+            };
+            progress.note(&format!(
+                "pools.{name} = {size} is capped at {concurrency} at once ({by})"
+            ));
+        }
+    }
+    pools
+}
+
+/// The plan file, repo-relative: a restore never writes over it.
+fn plan_file(loaded: &crate::plan::LoadedPlan) -> Option<String> {
+    std::fs::canonicalize(&loaded.source.path)
+        .ok()
+        .and_then(|p| {
+            let root = std::fs::canonicalize(&loaded.root).ok()?;
+            Some(
+                p.strip_prefix(root)
+                    .ok()?
+                    .to_string_lossy()
+                    .replace('\\', "/"),
+            )
+        })
+}
+
+/// Starts every step that is ready and has a slot, in declared order,
+/// until none is left running: the schedule's loop.
+async fn dispatch(
+    run: &mut Run,
+    journal: &JournalWriter,
+    pools: &BTreeMap<String, Arc<Semaphore>>,
+    cancelled: &Cancelled,
+    no_reuse: bool,
+    queue_factor: u32,
+) {
+    let shared = run.shared.clone();
+    let pipeline = Arc::clone(&run.pipeline);
     let mut tasks: JoinSet<Finished> = JoinSet::new();
     // Keys computed for steps still waiting for a slot; the store was
     // already asked about them (a miss stays a miss within a run).
@@ -333,7 +399,7 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
                 }
             };
             if left_running.is_none()
-                && !options.no_reuse
+                && !no_reuse
                 && !asked
                 && let Some(key) = &key
                 && let Some(finished) = attempts::try_reuse(node, &cx, kind, key, &shared.keeper)
@@ -396,7 +462,33 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
             None => break,
         }
     }
+}
 
+/// What one leg of a run (its start or a resume) brings to its close.
+struct Leg {
+    started: Instant,
+    resumed: bool,
+    resume_hint: String,
+}
+
+/// Closes the run: judges its findings, journals its end (or leaves it open
+/// for a resume), and builds its report.
+fn close(
+    mut run: Run,
+    journal: &JournalWriter,
+    cancelled: &Cancelled,
+    fail_on: &[crate::plan::model::FailOn],
+    leg: Leg,
+) -> RunReport {
+    let Leg {
+        started,
+        resumed,
+        resume_hint,
+    } = leg;
+    let shared = run.shared.clone();
+    let pipeline = Arc::clone(&run.pipeline);
+    let run_dir = shared.run_dir.clone();
+    let run_id = shared.run_id.clone();
     journal.check_linked();
     if let Some(why) = journal.failure() {
         run.journal_failed(why);
@@ -419,44 +511,23 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
         .map(|i| run.reports[i.index()].clone())
         .collect();
     let playtest = crate::report::playtest::collect(&steps, |id| run_dir.step(id));
-    let verdict = super::outcome::judge_findings(
-        playtest.as_ref(),
-        &steps,
-        &options.fail_on,
-        &shared.plan.fail_on,
-    );
+    let verdict =
+        super::outcome::judge_findings(playtest.as_ref(), &steps, fail_on, &shared.plan.fail_on);
     let (outcome, code) = super::outcome::run_outcome(
         run.reports.iter().map(|r| r.state),
         interrupted,
         run.aborted,
         verdict.failed(),
     );
-    let closing = if interrupted || run.halted || open {
-        Event::RunStopped {
-            at: now(),
-            reason: if interrupted {
-                "stopped by a signal or `plan stop`".into()
-            } else {
-                run.root_cause.clone().unwrap_or_default()
-            },
-            duration_ms: Some(elapsed_ms(started)),
-        }
-    } else {
-        Event::RunFinished {
-            at: now(),
-            outcome,
-            exit_code: code,
-            duration_ms: Some(elapsed_ms(started)),
-        }
-    };
-    // A journal that failed takes no closing record: the run stays
-    // unfinished on disk, and a resume continues it once space is back.
-    if run.journal_error.is_none() {
-        let closed = journal.append(&closing).and_then(|_| journal.commit_now());
-        if let Err(why) = closed {
-            run.journal_failed(why);
-        }
-    }
+    let stays_open = interrupted || run.halted || open;
+    journal_end(
+        &mut run,
+        journal,
+        stays_open,
+        interrupted,
+        (outcome, code),
+        started,
+    );
     // A run that could not journal its end did not succeed, whatever its
     // steps did: say so in the exit code too (issue 8, items 13 and 14).
     let (outcome, code) = if run.journal_error.is_some()
@@ -485,24 +556,7 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
     let resumable = !journal.is_unlinked()
         && (interrupted || run.halted || open || run.journal_error.is_some());
     let root_causes = root_causes(&pipeline, &run.reports);
-    // A failure is named for the first root cause in plan order, not for
-    // whichever branch happened to fail first; the whole message is the
-    // step's own (`steps[].message`), said once.
-    let root_cause = match root_causes.first() {
-        Some(id) if !run.halted && !open && run.own_cause.is_none() => {
-            pipeline.find(id).map(|node| {
-                let step = &run.reports[node.index()];
-                format!(
-                    "step `{id}` failed: {}",
-                    crate::report::run::headline(
-                        step.message.as_deref().unwrap_or_default(),
-                        step.log.as_deref()
-                    )
-                )
-            })
-        }
-        _ => run.root_cause,
-    };
+    let root_cause = root_cause(&run, &root_causes, open);
     let sections = summary_sections(&pipeline, &shared.kinds, &run.reports, &run_dir);
     let report = RunReport {
         run_id,
@@ -527,7 +581,68 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
         let summary = serde_json::to_vec_pretty(&report).unwrap_or_default();
         let _ = crate::journal::atomic_write(&run_dir.summary(), &summary);
     }
-    Ok(report)
+    report
+}
+
+/// Journals how this leg of the run ended: stopped (`stays_open`: it is
+/// left for a resume) or finished with its outcome. A journal that failed
+/// takes no closing record: the run stays unfinished on disk, and a resume
+/// continues it once space is back.
+fn journal_end(
+    run: &mut Run,
+    journal: &JournalWriter,
+    stays_open: bool,
+    interrupted: bool,
+    (outcome, code): (RunOutcome, u8),
+    started: Instant,
+) {
+    let closing = if stays_open {
+        Event::RunStopped {
+            at: now(),
+            reason: if interrupted {
+                "stopped by a signal or `plan stop`".into()
+            } else {
+                run.root_cause.clone().unwrap_or_default()
+            },
+            duration_ms: Some(elapsed_ms(started)),
+        }
+    } else {
+        Event::RunFinished {
+            at: now(),
+            outcome,
+            exit_code: code,
+            duration_ms: Some(elapsed_ms(started)),
+        }
+    };
+    if run.journal_error.is_none() {
+        let closed = journal.append(&closing).and_then(|_| journal.commit_now());
+        if let Err(why) = closed {
+            run.journal_failed(why);
+        }
+    }
+}
+
+/// The run's root cause in a line. A failure is named for the first root
+/// cause in plan order, not for whichever branch happened to fail first;
+/// the whole message is the step's own (`steps[].message`), said once. A
+/// halt, an open request or gameplan's own trouble is what the run
+/// recorded as it happened.
+fn root_cause(run: &Run, root_causes: &[String], open: bool) -> Option<String> {
+    match root_causes.first() {
+        Some(id) if !run.halted && !open && run.own_cause.is_none() => {
+            run.pipeline.find(id).map(|node| {
+                let step = &run.reports[node.index()];
+                format!(
+                    "step `{id}` failed: {}",
+                    crate::report::run::headline(
+                        step.message.as_deref().unwrap_or_default(),
+                        step.log.as_deref()
+                    )
+                )
+            })
+        }
+        _ => run.root_cause.clone(),
+    }
 }
 
 /// The failed steps no other failure explains: none of the steps they need,
