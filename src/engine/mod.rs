@@ -28,6 +28,9 @@
 //!   stop`) stops running steps, leaves pending ones pending for the resume,
 //!   and exits 10. Abort (`--fail-fast` after a failure) stops the rest but
 //!   the `always` steps (cleanup, `finish`), which still run, and exits 1.
+//!   A halt (a declined price, a refusal, a refused token, an unreachable
+//!   model) is neither: nothing new starts but the `always` steps whose
+//!   needs are done, and the run stays open for a resume.
 //!   The root causes are every failed step none of whose needs (directly
 //!   or not) failed, in plan order, not whichever failed first: with
 //!   independent branches, each failed branch is one.

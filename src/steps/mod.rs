@@ -26,8 +26,19 @@
 //! - **A running step reaches the run through [`StepIo`]**: checkpoints (plain
 //!   or durable: the latter returns only once the record is on disk), the
 //!   checkpoints of earlier attempts on resume, the backend, the person at
-//!   the terminal, and the run's output for a warning that does not fail
-//!   the step.
+//!   the terminal (asked off the runtime; a stop is a no), and the run's
+//!   output for a warning that does not fail the step.
+//! - **A step reads what the steps it needs left** ([`StepIo::upstream`]):
+//!   their checkpoints and directories, of its needs and theirs (a `finish`
+//!   reads `register`'s job id through the `deliver`s between them), the
+//!   same from the journal on resume as in the run that wrote them; read
+//!   only, and nothing of a step it does not need.
+//! - **A request goes out as it was first journaled** ([`StepIo::request_once`]):
+//!   a fresh idempotency key and the body, in one durable record before
+//!   anything is sent; an attempt that never heard back ends
+//!   [`StepOutcome::Uncertain`], the run stays open, and its resume sends
+//!   the same key and body. Every checkpoint is redacted before it is
+//!   written: no secret reaches the journal.
 
 pub mod command;
 pub mod game;
