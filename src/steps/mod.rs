@@ -724,9 +724,14 @@ impl StepIo {
         let Some(mut stopped) = self.stopped.clone() else {
             return rx.await.unwrap_or(false);
         };
+        let mut rx = rx;
         tokio::select! {
-            answer = rx => answer.unwrap_or(false),
-            _ = stopped.wait_for(|s| *s) => {
+            answer = &mut rx => answer.unwrap_or(false),
+            stop = async { stopped.wait_for(|s| *s).await.is_ok() } => {
+                if !stop {
+                    // Nothing can stop the step any more: wait for the answer.
+                    return rx.await.unwrap_or(false);
+                }
                 if let Some(f) = &self.on_question {
                     f(false);
                 }
