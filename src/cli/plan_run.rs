@@ -484,3 +484,49 @@ fn junit_writable(path: &Path) -> Result<(), String> {
         )),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{Confirm, Terminal};
+
+    /// The child of the test below, with no terminal on stdin.
+    #[test]
+    #[ignore = "started by issue16_without_a_terminal_the_price_question_is_a_no"]
+    fn no_terminal_child() {
+        if std::env::var_os("GAMEPLAN_NO_TERMINAL_CHILD").is_none() {
+            return;
+        }
+        assert!(!Terminal { yes: false }.confirm("Buy 4 cells for 1234 cents?"));
+        assert!(Terminal { yes: true }.confirm("Buy 4 cells for 1234 cents?"));
+    }
+
+    #[test]
+    fn issue16_without_a_terminal_the_price_question_is_a_no() {
+        let exe = std::env::current_exe().expect("test binary");
+        let mut child = std::process::Command::new(exe)
+            .args([
+                "cli::plan_run::tests::no_terminal_child",
+                "--exact",
+                "--ignored",
+            ])
+            .env("GAMEPLAN_NO_TERMINAL_CHILD", "1")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start the child");
+        let started = std::time::Instant::now();
+        let status = loop {
+            if let Some(status) = child.try_wait().expect("wait") {
+                break status;
+            }
+            if started.elapsed().as_secs() >= 20 {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("the question waited for an answer with no terminal");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        };
+        assert!(status.success(), "no terminal and no --yes must be a no");
+    }
+}
