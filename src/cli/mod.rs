@@ -272,6 +272,9 @@ pub enum PlanCommand {
         /// Start a new run even if one of this plan is unfinished.
         #[arg(long)]
         new: bool,
+        /// With --new: start it even beside an unfinished run holding a request whose answer never came (it may have been charged; `plan resume` finishes it).
+        #[arg(long, requires = "new")]
+        abandon_unsettled: bool,
     },
     /// Resume an interrupted run (the newest unfinished one without RUN_ID).
     Resume {
@@ -528,13 +531,14 @@ pub fn dispatch(cli: Cli, cx: &Context) -> u8 {
             run,
             resume,
             new,
+            abandon_unsettled,
         }) => plan_run::run(
             cx,
             &plan,
             &steps,
             &load,
             &run,
-            plan_run::Choice::from_flags(resume, new),
+            plan_run::Choice::from_flags(resume, new, abandon_unsettled),
         ),
         Command::Plan(PlanCommand::Resume { run_id, run }) => {
             plan_run::resume(cx, run_id.as_deref(), &run)

@@ -109,7 +109,10 @@ impl<'a> Resumability<'a> {
                     RunOutcome::Declined => RunState::Declined,
                     RunOutcome::Unauthorized => RunState::Unauthorized,
                     RunOutcome::Unreachable => RunState::Unreachable,
-                    RunOutcome::Interrupted => RunState::Interrupted,
+                    // Both leave the run open (`run_stopped`), never finished.
+                    RunOutcome::Interrupted | RunOutcome::Refused | RunOutcome::Uncertain => {
+                        RunState::Interrupted
+                    }
                 },
                 Some(_) => RunState::Interrupted,
                 None if history.stopped.is_some() => RunState::Interrupted,

@@ -24,13 +24,12 @@ use crate::backend::Backend;
 use crate::graph::Pipeline;
 use crate::journal::Journal;
 use crate::journal::run::{
-    Checkpoint, EVENTS_VERSION, Event, PlannedStep, RecordedOptions, RunDir, RunHistory,
-    RunOutcome, StepState,
+    EVENTS_VERSION, Event, PlannedStep, RecordedOptions, RunDir, RunHistory, RunOutcome, StepState,
 };
 use crate::plan::model::Plan;
 use crate::report::progress::Progress;
 use crate::reuse::{FileHashCache, ReuseKey, Store};
-use crate::steps::{Confirm, Kinds, Reuse, StepContext, StepIo};
+use crate::steps::{CheckpointBook, Confirm, Kinds, Reuse, StepContext, StepIo};
 
 /// What step tasks share.
 #[derive(Clone)]
@@ -148,10 +147,9 @@ fn open_journal(
     }
 }
 
-#[expect(
-    clippy::too_many_lines,
-    reason = "the run's life cycle, start to report, in order"
-)]
+/// Runs the request to its end: opens (or resumes) the journal, sets the
+/// run up, dispatches its steps, and closes it with its report. Each part
+/// is a function of its own, in the order they happen.
 pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, StartError> {
     let started = Instant::now();
     let run_id = request.start.run_id().to_owned();
@@ -162,7 +160,7 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
     let (journal, history) = open_journal(&request, &run_dir)?;
     let RunRequest {
         loaded,
-        mut pipeline,
+        pipeline,
         state_dir,
         mut options,
         env,
@@ -171,29 +169,7 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
         confirm,
         ..
     } = request;
-    if let Some(history) = &history {
-        // A resume does what the run was started to do; a flag given now
-        // can add to that, never take it away.
-        options.no_reuse |= history.options.no_reuse;
-        options.fail_fast |= history.options.fail_fast;
-        options.dry_upload |= history.options.dry_upload;
-        // `--fail-on` given now judges this resume; without it, the run's.
-        if options.fail_on.is_empty() {
-            options.fail_on = history
-                .options
-                .fail_on
-                .iter()
-                .filter_map(|name| crate::plan::model::FailOn::parse(name).ok())
-                .collect();
-        }
-        // A resume runs the part of the plan the run was started for,
-        // whatever part this command named.
-        if history.options.steps != options.steps {
-            let whole = crate::graph::expand_loaded(&loaded)?;
-            pipeline = crate::graph::select(whole, &history.options.steps)?;
-            options.steps.clone_from(&history.options.steps);
-        }
-    }
+    let pipeline = carry_over(history.as_ref(), &loaded, pipeline, &mut options)?;
     let resumed = history.is_some();
     progress.run_started(
         &run_id,
@@ -210,25 +186,7 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
     // nothing is queued ahead there.
     let queue_factor: u32 = if options.fail_fast { 1 } else { 2 };
     let in_flight = concurrency * queue_factor as usize;
-    let pools: BTreeMap<String, Arc<Semaphore>> = loaded
-        .plan
-        .pools
-        .iter()
-        .map(|(name, size)| (name.clone(), Arc::new(Semaphore::new(*size as usize))))
-        .collect();
-    // A pool wider than the run's concurrency never fills: say so, or
-    // `[pools] play = 8` on a two-core machine silently plays two at once.
-    for (name, size) in &loaded.plan.pools {
-        if *size as usize > concurrency {
-            let by = match options.concurrency {
-                Some(n) => format!("--concurrency {n}"),
-                None => format!("the machine's {concurrency} cores; --concurrency N raises it"),
-            };
-            progress.note(&format!(
-                "pools.{name} = {size} is capped at {concurrency} at once ({by})"
-            ));
-        }
-    }
+    let pools = pools(&loaded.plan, concurrency, options.concurrency, progress);
     let (stop_tx, stop_rx) = watch::channel(false);
     let (cancel_tx, cancel_rx) = watch::channel(false);
     let cancelled = Cancelled::default();
@@ -240,17 +198,10 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
         Arc::clone(&kinds),
     );
     let journal = JournalWriter::start(journal);
-    let plan_file = std::fs::canonicalize(&loaded.source.path)
-        .ok()
-        .and_then(|p| {
-            let root = std::fs::canonicalize(&loaded.root).ok()?;
-            Some(
-                p.strip_prefix(root)
-                    .ok()?
-                    .to_string_lossy()
-                    .replace('\\', "/"),
-            )
-        });
+    let plan_file = plan_file(&loaded);
+    // Where the run's backend is set up (and preflight checks it) once
+    // money kinds land: `backend` is what every step's `StepIo` is handed.
+    let backend: Option<Arc<dyn Backend>> = None;
     let shared = Shared {
         root: loaded.root.clone(),
         plan_file,
@@ -268,7 +219,7 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
         cancel: cancel_rx,
         global: Arc::new(Semaphore::new(in_flight)),
         kinds,
-        backend: None,
+        backend,
         confirm,
         dry_upload: options.dry_upload,
     };
@@ -276,7 +227,7 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
     let pipeline = Arc::new(pipeline);
     let mut run = Run::new(
         Arc::clone(&pipeline),
-        shared.clone(),
+        shared,
         options.fail_fast,
         (stop_tx, cancel_tx),
         cancelled.clone(),
@@ -286,6 +237,120 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
     }
     run.wait_for_other_runs(&state_dir).await;
     run.schedule.initialize();
+    dispatch(
+        &mut run,
+        &journal,
+        &pools,
+        &cancelled,
+        options.no_reuse,
+        queue_factor,
+    )
+    .await;
+    Ok(close(
+        run,
+        &journal,
+        &cancelled,
+        &options.fail_on,
+        Leg {
+            started,
+            resumed,
+            resume_hint,
+        },
+    ))
+}
+
+/// A resume does what the run was started to do: its recorded options
+/// (a flag given now can add to them, never take them away) and the part
+/// of the plan it was started for.
+fn carry_over(
+    history: Option<&RunHistory>,
+    loaded: &crate::plan::LoadedPlan,
+    mut pipeline: Pipeline,
+    options: &mut super::RunOptions,
+) -> Result<Pipeline, StartError> {
+    let Some(history) = history else {
+        return Ok(pipeline);
+    };
+    // A resume does what the run was started to do; a flag given now
+    // can add to that, never take it away.
+    options.no_reuse |= history.options.no_reuse;
+    options.fail_fast |= history.options.fail_fast;
+    options.dry_upload |= history.options.dry_upload;
+    // `--fail-on` given now judges this resume; without it, the run's.
+    if options.fail_on.is_empty() {
+        options.fail_on = history
+            .options
+            .fail_on
+            .iter()
+            .filter_map(|name| crate::plan::model::FailOn::parse(name).ok())
+            .collect();
+    }
+    // A resume runs the part of the plan the run was started for,
+    // whatever part this command named.
+    if history.options.steps != options.steps {
+        let whole = crate::graph::expand_loaded(loaded)?;
+        pipeline = crate::graph::select(whole, &history.options.steps)?;
+        options.steps.clone_from(&history.options.steps);
+    }
+    Ok(pipeline)
+}
+
+/// The plan's `[pools]` as semaphores; a pool wider than the run's
+/// concurrency is said to be capped.
+fn pools(
+    plan: &Plan,
+    concurrency: usize,
+    flag: Option<usize>,
+    progress: &Progress,
+) -> BTreeMap<String, Arc<Semaphore>> {
+    let pools: BTreeMap<String, Arc<Semaphore>> = plan
+        .pools
+        .iter()
+        .map(|(name, size)| (name.clone(), Arc::new(Semaphore::new(*size as usize))))
+        .collect();
+    // A pool wider than the run's concurrency never fills: say so, or
+    // `[pools] play = 8` on a two-core machine silently plays two at once.
+    for (name, size) in &plan.pools {
+        if *size as usize > concurrency {
+            let by = match flag {
+                Some(n) => format!("--concurrency {n}"),
+                None => format!("the machine's {concurrency} cores; --concurrency N raises it"),
+            };
+            progress.note(&format!(
+                "pools.{name} = {size} is capped at {concurrency} at once ({by})"
+            ));
+        }
+    }
+    pools
+}
+
+/// The plan file, repo-relative: a restore never writes over it.
+fn plan_file(loaded: &crate::plan::LoadedPlan) -> Option<String> {
+    std::fs::canonicalize(&loaded.source.path)
+        .ok()
+        .and_then(|p| {
+            let root = std::fs::canonicalize(&loaded.root).ok()?;
+            Some(
+                p.strip_prefix(root)
+                    .ok()?
+                    .to_string_lossy()
+                    .replace('\\', "/"),
+            )
+        })
+}
+
+/// Starts every step that is ready and has a slot, in declared order,
+/// until none is left running: the schedule's loop.
+async fn dispatch(
+    run: &mut Run,
+    journal: &JournalWriter,
+    pools: &BTreeMap<String, Arc<Semaphore>>,
+    cancelled: &Cancelled,
+    no_reuse: bool,
+    queue_factor: u32,
+) {
+    let shared = run.shared.clone();
+    let pipeline = Arc::clone(&run.pipeline);
     let mut tasks: JoinSet<Finished> = JoinSet::new();
     // Keys computed for steps still waiting for a slot; the store was
     // already asked about them (a miss stays a miss within a run).
@@ -298,7 +363,7 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
         // Ready steps whose pool is full, back to the ready set after this round.
         let mut pool_full = Vec::new();
         while !cancelled.is_set()
-            && !run.halted
+            && run.journal_error.is_none()
             && let Some(node) = run.schedule.pop_ready()
         {
             let always = pipeline.graph[node].always;
@@ -306,6 +371,13 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
                 // Fail-fast: nothing new starts but the `always` steps
                 // (cleanup, `finish`), which may be waiting on this one.
                 run.schedule.skip(node);
+                continue;
+            }
+            if run.halted && !always {
+                // A halt (declined, refused, unauthorized, unreachable):
+                // nothing new starts but the `always` steps whose needs are
+                // done (the `finish` of a job that exists); this one stays
+                // pending for the resume.
                 continue;
             }
             let cx = run.context(node);
@@ -327,7 +399,7 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
                 }
             };
             if left_running.is_none()
-                && !options.no_reuse
+                && !no_reuse
                 && !asked
                 && let Some(key) = &key
                 && let Some(finished) = attempts::try_reuse(node, &cx, kind, key, &shared.keeper)
@@ -390,13 +462,45 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
             None => break,
         }
     }
+}
 
+/// What one leg of a run (its start or a resume) brings to its close.
+struct Leg {
+    started: Instant,
+    resumed: bool,
+    resume_hint: String,
+}
+
+/// Closes the run: judges its findings, journals its end (or leaves it open
+/// for a resume), and builds its report.
+fn close(
+    mut run: Run,
+    journal: &JournalWriter,
+    cancelled: &Cancelled,
+    fail_on: &[crate::plan::model::FailOn],
+    leg: Leg,
+) -> RunReport {
+    let Leg {
+        started,
+        resumed,
+        resume_hint,
+    } = leg;
+    let shared = run.shared.clone();
+    let pipeline = Arc::clone(&run.pipeline);
+    let run_dir = shared.run_dir.clone();
+    let run_id = shared.run_id.clone();
     journal.check_linked();
     if let Some(why) = journal.failure() {
         run.journal_failed(why);
     }
     let interrupted = cancelled.is_set();
-    if !interrupted && !run.halted {
+    // A step whose request's answer never came keeps the run open: what
+    // needs it waits for the resume, which sends the request again.
+    let open = run
+        .reports
+        .iter()
+        .any(|r| super::outcome::leaves_run_open(r.state));
+    if !interrupted && !run.halted && !open {
         run.skip_unstarted();
     }
     // What the playing steps found, judged before the run's end is
@@ -407,44 +511,23 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
         .map(|i| run.reports[i.index()].clone())
         .collect();
     let playtest = crate::report::playtest::collect(&steps, |id| run_dir.step(id));
-    let verdict = super::outcome::judge_findings(
-        playtest.as_ref(),
-        &steps,
-        &options.fail_on,
-        &shared.plan.fail_on,
-    );
+    let verdict =
+        super::outcome::judge_findings(playtest.as_ref(), &steps, fail_on, &shared.plan.fail_on);
     let (outcome, code) = super::outcome::run_outcome(
         run.reports.iter().map(|r| r.state),
         interrupted,
         run.aborted,
         verdict.failed(),
     );
-    let closing = if interrupted || run.halted {
-        Event::RunStopped {
-            at: now(),
-            reason: if interrupted {
-                "stopped by a signal or `plan stop`".into()
-            } else {
-                run.root_cause.clone().unwrap_or_default()
-            },
-            duration_ms: Some(elapsed_ms(started)),
-        }
-    } else {
-        Event::RunFinished {
-            at: now(),
-            outcome,
-            exit_code: code,
-            duration_ms: Some(elapsed_ms(started)),
-        }
-    };
-    // A journal that failed takes no closing record: the run stays
-    // unfinished on disk, and a resume continues it once space is back.
-    if run.journal_error.is_none() {
-        let closed = journal.append(&closing).and_then(|_| journal.commit_now());
-        if let Err(why) = closed {
-            run.journal_failed(why);
-        }
-    }
+    let stays_open = interrupted || run.halted || open;
+    journal_end(
+        &mut run,
+        journal,
+        stays_open,
+        interrupted,
+        (outcome, code),
+        started,
+    );
     // A run that could not journal its end did not succeed, whatever its
     // steps did: say so in the exit code too (issue 8, items 13 and 14).
     let (outcome, code) = if run.journal_error.is_some()
@@ -470,25 +553,11 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
         *counts.entry(r.state.word().to_owned()).or_default() += 1;
     }
     // A run whose journal is gone has nothing to resume from.
-    let resumable =
-        !journal.is_unlinked() && (interrupted || run.halted || run.journal_error.is_some());
+    let resumable = !journal.is_unlinked()
+        && (interrupted || run.halted || open || run.journal_error.is_some());
     let root_causes = root_causes(&pipeline, &run.reports);
-    // A failure is named for the first root cause in plan order, not for
-    // whichever branch happened to fail first; the whole message is the
-    // step's own (`steps[].message`), said once.
-    let root_cause = match root_causes.first() {
-        Some(id) if !run.halted && run.own_cause.is_none() => pipeline.find(id).map(|node| {
-            let step = &run.reports[node.index()];
-            format!(
-                "step `{id}` failed: {}",
-                crate::report::run::headline(
-                    step.message.as_deref().unwrap_or_default(),
-                    step.log.as_deref()
-                )
-            )
-        }),
-        _ => run.root_cause,
-    };
+    let root_cause = root_cause(&run, &root_causes, open);
+    let sections = summary_sections(&pipeline, &shared.kinds, &run.reports, &run_dir);
     let report = RunReport {
         run_id,
         plan: shared.plan.name.clone(),
@@ -506,12 +575,74 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
         fail_on: verdict.fail_on,
         // An unfinished run's gates may still run on its resume.
         unjudged_findings: verdict.unjudged.filter(|_| !resumable),
+        sections,
     };
     if !resumable && run_dir.journal().exists() {
         let summary = serde_json::to_vec_pretty(&report).unwrap_or_default();
         let _ = crate::journal::atomic_write(&run_dir.summary(), &summary);
     }
-    Ok(report)
+    report
+}
+
+/// Journals how this leg of the run ended: stopped (`stays_open`: it is
+/// left for a resume) or finished with its outcome. A journal that failed
+/// takes no closing record: the run stays unfinished on disk, and a resume
+/// continues it once space is back.
+fn journal_end(
+    run: &mut Run,
+    journal: &JournalWriter,
+    stays_open: bool,
+    interrupted: bool,
+    (outcome, code): (RunOutcome, u8),
+    started: Instant,
+) {
+    let closing = if stays_open {
+        Event::RunStopped {
+            at: now(),
+            reason: if interrupted {
+                "stopped by a signal or `plan stop`".into()
+            } else {
+                run.root_cause.clone().unwrap_or_default()
+            },
+            duration_ms: Some(elapsed_ms(started)),
+        }
+    } else {
+        Event::RunFinished {
+            at: now(),
+            outcome,
+            exit_code: code,
+            duration_ms: Some(elapsed_ms(started)),
+        }
+    };
+    if run.journal_error.is_none() {
+        let closed = journal.append(&closing).and_then(|_| journal.commit_now());
+        if let Err(why) = closed {
+            run.journal_failed(why);
+        }
+    }
+}
+
+/// The run's root cause in a line. A failure is named for the first root
+/// cause in plan order, not for whichever branch happened to fail first;
+/// the whole message is the step's own (`steps[].message`), said once. A
+/// halt, an open request or gameplan's own trouble is what the run
+/// recorded as it happened.
+fn root_cause(run: &Run, root_causes: &[String], open: bool) -> Option<String> {
+    match root_causes.first() {
+        Some(id) if !run.halted && !open && run.own_cause.is_none() => {
+            run.pipeline.find(id).map(|node| {
+                let step = &run.reports[node.index()];
+                format!(
+                    "step `{id}` failed: {}",
+                    crate::report::run::headline(
+                        step.message.as_deref().unwrap_or_default(),
+                        step.log.as_deref()
+                    )
+                )
+            })
+        }
+        _ => run.root_cause.clone(),
+    }
 }
 
 /// The failed steps no other failure explains: none of the steps they need,
@@ -541,6 +672,40 @@ fn failed_at_once(node: NodeIndex, message: &str) -> Finished {
     finished.state = StepState::Failed;
     finished.message = Some(message.to_owned());
     finished
+}
+
+/// What the kinds of the steps that succeeded or were reused add to the
+/// summary ([`crate::steps::Kind::summary`]), in plan order.
+fn summary_sections(
+    pipeline: &Pipeline,
+    kinds: &Kinds,
+    reports: &[StepReport],
+    run_dir: &RunDir,
+) -> Vec<crate::report::run::SummarySection> {
+    pipeline
+        .order
+        .iter()
+        .filter(|&&node| reports[node.index()].state.satisfies_needs())
+        .filter_map(|&node| {
+            let id = &pipeline.graph[node].id;
+            let kind = kinds.get(pipeline.graph[node].kind)?;
+            let mut section = kind.summary(&run_dir.step(id))?;
+            section.step.clone_from(id);
+            Some(section)
+        })
+        .collect()
+}
+
+/// Every step `node` needs, directly or through others.
+fn ancestors(pipeline: &Pipeline, node: NodeIndex) -> std::collections::BTreeSet<NodeIndex> {
+    let mut seen = std::collections::BTreeSet::new();
+    let mut stack = pipeline.needs(node);
+    while let Some(need) = stack.pop() {
+        if seen.insert(need) {
+            stack.extend(pipeline.needs(need));
+        }
+    }
+    seen
 }
 
 fn planned_steps(pipeline: &Pipeline) -> Vec<PlannedStep> {
@@ -574,8 +739,9 @@ struct Run {
     /// On resume: the last attempt number used, per step; new attempts
     /// count on from it so each has its own name in `exits.jsonl`.
     attempt_base: Vec<u32>,
-    /// On resume: each step's acknowledged checkpoints.
-    checkpoints: BTreeMap<String, Vec<Checkpoint>>,
+    /// Each step's acknowledged checkpoints: from the journal on resume,
+    /// then those the steps write (shared with every step's [`StepIo`]).
+    checkpoints: CheckpointBook,
     root_cause: Option<String>,
     /// Why the journal stopped taking records, once it has: the run stops
     /// and stays resumable.
@@ -628,7 +794,7 @@ impl Run {
             outputs: vec![None; n],
             left_running: vec![None; n],
             attempt_base: vec![0; n],
-            checkpoints: BTreeMap::new(),
+            checkpoints: CheckpointBook::default(),
             root_cause: None,
             journal_error: None,
             own_cause: None,
@@ -644,7 +810,10 @@ impl Run {
 
     /// Takes over what the journal says of an earlier part of this run.
     fn restore(&mut self, history: &RunHistory) {
-        self.checkpoints.clone_from(&history.checkpoints);
+        self.checkpoints
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone_from(&history.checkpoints);
         for index in self.pipeline.graph.node_indices() {
             let Some(record) = history.records.get(&self.pipeline.graph[index].id) else {
                 continue;
@@ -759,14 +928,38 @@ impl Run {
             self.pipeline.graph[node].kind,
             &self.shared.run_dir.step(id),
         );
+        // Every step it needs, directly or through others: a `finish`
+        // reads `register`'s job id through the `deliver`s between them.
+        let needs = ancestors(&self.pipeline, node)
+            .into_iter()
+            .map(|need| {
+                let need_id = self.pipeline.graph[need].id.clone();
+                let dir = self.shared.run_dir.step(&need_id);
+                (need_id, dir)
+            })
+            .collect();
+        // What stops this step (as in its context) also answers a question
+        // it is waiting on: no.
+        let stopped = if self.pipeline.graph[node].always {
+            self.shared.cancel.clone()
+        } else {
+            self.shared.stop.clone()
+        };
         StepIo::new(
             Arc::new(self.shared.keeper.journal.clone()),
             id.clone(),
-            self.checkpoints.get(id).cloned().unwrap_or_default(),
+            Vec::new(),
             self.shared.backend.clone(),
             Arc::clone(&self.shared.confirm),
             self.shared.dry_upload,
         )
+        .in_run(Arc::clone(&self.checkpoints), needs)
+        .redacting(progress.redactor().clone())
+        .stopped_by(stopped)
+        .on_question({
+            let progress = progress.clone();
+            move |asking| progress.pause_display(asking)
+        })
         .on_attempt({
             let progress = progress.clone();
             let id = id.clone();
@@ -830,6 +1023,15 @@ impl Run {
         report.message = finished
             .message
             .map(|m| self.shared.keeper.progress.redactor().redact(&m));
+        if super::outcome::leaves_run_open(finished.state) {
+            // What the person must know and do, whatever the kind said.
+            let said = report.message.take().unwrap_or_default();
+            report.message = Some(if said.is_empty() {
+                super::outcome::UNCERTAIN_HINT.to_owned()
+            } else {
+                format!("{said}; {}", super::outcome::UNCERTAIN_HINT)
+            });
+        }
         report.attempts = finished.attempts;
         report.duration_ms = finished.duration_ms;
         if finished.attempts > 0
@@ -869,6 +1071,13 @@ impl Run {
                 report.message.clone().unwrap_or_default()
             )
         });
+        let open = super::outcome::leaves_run_open(finished.state).then(|| {
+            format!(
+                "step `{}` never heard back: {}",
+                report.id,
+                report.message.clone().unwrap_or_default()
+            )
+        });
         let halt = super::outcome::halts_run(finished.state).then(|| {
             format!(
                 "step `{}` stopped the run ({}): {}",
@@ -894,8 +1103,13 @@ impl Run {
         if let Some(halt) = halt {
             self.root_cause.get_or_insert(halt);
             self.halted = true;
+            // Not `cancel`: the `always` steps whose needs are done still
+            // run (a `finish` settles the job that exists); a signal is
+            // what stops them.
             let _ = self.stop.send(true);
-            let _ = self.cancel.send(true);
+        }
+        if let Some(open) = open {
+            self.root_cause.get_or_insert(open);
         }
         let settled = abort_only && finished.state == StepState::Interrupted;
         self.schedule.finish(node, finished.state, settled);

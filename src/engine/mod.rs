@@ -28,6 +28,9 @@
 //!   stop`) stops running steps, leaves pending ones pending for the resume,
 //!   and exits 10. Abort (`--fail-fast` after a failure) stops the rest but
 //!   the `always` steps (cleanup, `finish`), which still run, and exits 1.
+//!   A halt (a declined price, a refusal, a refused token, an unreachable
+//!   model) is neither: nothing new starts but the `always` steps whose
+//!   needs are done, and the run stays open for a resume.
 //!   The root causes are every failed step none of whose needs (directly
 //!   or not) failed, in plan order, not whichever failed first: with
 //!   independent branches, each failed branch is one.
@@ -48,6 +51,8 @@ pub mod keys;
 pub mod outcome;
 pub mod preview;
 pub mod schedule;
+#[cfg(test)]
+mod seam_tests;
 pub mod signals;
 
 pub use crate::report::run::{RunReport, StepReport};
@@ -157,6 +162,14 @@ pub enum StartError {
         run_id: String,
         dir: String,
         error: String,
+    },
+    #[error(
+        "run {run_id} of this plan is unfinished, and its step `{step}` sent a request (idempotency key {key}) whose answer never came: it may have been charged. A new run would buy again under a new key, so nothing was run or charged. Run `gameplan plan resume {run_id}` to finish it (the request goes again under the same key: nothing is charged twice), or pass `--new --abandon-unsettled` to start over anyway"
+    )]
+    Unsettled {
+        run_id: String,
+        step: String,
+        key: String,
     },
     #[error("{0}")]
     Journal(String),
@@ -276,6 +289,40 @@ pub fn left_running_elsewhere(
         }
     }
     found
+}
+
+/// The refusal of `plan run --new` beside `history`, an unfinished run
+/// with a journaled idempotency key of a step that did not finish: its
+/// request may have been served (a charge) without the answer reaching
+/// gameplan, and only that run's resume sends it again under the same key.
+/// A new run would make a new key, so a second purchase; it needs
+/// `--abandon-unsettled` to say the person knows.
+pub fn unsettled_refusal(history: &RunHistory) -> Option<StartError> {
+    let (step, key) = unsettled_key(history)?;
+    Some(StartError::Unsettled {
+        run_id: history.run_id.clone(),
+        step,
+        key,
+    })
+}
+
+/// The first step (by id) of `history` whose journaled request never
+/// settled: the step holds an idempotency key and is not finished.
+pub fn unsettled_key(history: &RunHistory) -> Option<(String, String)> {
+    history.checkpoints.iter().find_map(|(step, checkpoints)| {
+        let finished = history
+            .records
+            .get(step)
+            .and_then(|r| r.state)
+            .is_some_and(StepState::is_final);
+        if finished {
+            return None;
+        }
+        checkpoints
+            .iter()
+            .find_map(|c| crate::steps::journaled_key(&c.data))
+            .map(|key| (step.clone(), key.to_owned()))
+    })
 }
 
 /// Counts finished steps of a history, for messages.

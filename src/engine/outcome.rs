@@ -11,14 +11,31 @@
 //! 2. **4, unauthorized**: the backend refused the token or a scope. Nothing
 //!    after it could run; fixing the token and resuming is the next step.
 //! 3. **5, model unreachable**: the model endpoint never answered.
-//! 4. **1, failed**: a step failed (or fail-fast stopped the run at one),
+//! 4. **1, uncertain**: a request's answer never came (a timeout, a
+//!    reset), so it may have been served. The run stays open: `plan
+//!    resume` sends it again with the same idempotency key, and nothing is
+//!    charged twice. It outranks a refusal, whose "nothing was charged"
+//!    it would make untrue.
+//! 5. **3, refused**: a step refused before anything was charged (a quote
+//!    over the budget or the balance, a game that cannot start); nothing
+//!    new starts.
+//! 6. **1, failed**: a step failed (or fail-fast stopped the run at one),
 //!    or a finding matched `--fail-on` (the plan's `fail_on`).
-//! 5. **2, incomplete**: everything ran, but something could not be judged
+//! 7. **2, incomplete**: everything ran, but something could not be judged
 //!    or finished (a gate INCOMPLETE, a budget stop with partial results).
-//! 6. **0**: every step succeeded or was reused.
+//! 8. **0**: every step succeeded or was reused.
 //!
 //! Environment problems (4, 5) outrank a failure because they explain it;
 //! a cancel outranks everything because the run is not over.
+//!
+//! # Halts
+//!
+//! A declined price (10), a refused token (4), an unreachable model (5) and
+//! a refusal (3) halt the run: no new step starts but the `always` ones
+//! whose needs are done (a `finish` settles the job that exists), and what
+//! did not run stays pending for a resume. A signal stops the `always`
+//! steps too (the resume finishes). An uncertain step does not halt: other
+//! branches go on, the steps that need it wait for the resume.
 //!
 //! # Findings
 //!
@@ -116,6 +133,8 @@ pub fn state_of(outcome: &StepOutcome) -> (StepState, Option<String>) {
         StepOutcome::ModelUnreachable { message } => {
             (StepState::Unreachable, Some(message.clone()))
         }
+        StepOutcome::Refused { message } => (StepState::Refused, Some(message.clone())),
+        StepOutcome::Uncertain { message } => (StepState::Uncertain, Some(message.clone())),
     }
 }
 
@@ -125,9 +144,19 @@ pub fn state_of(outcome: &StepOutcome) -> (StepState, Option<String>) {
 pub fn halts_run(state: StepState) -> bool {
     matches!(
         state,
-        StepState::Declined | StepState::Unauthorized | StepState::Unreachable
+        StepState::Declined | StepState::Unauthorized | StepState::Unreachable | StepState::Refused
     )
 }
+
+/// Whether a step in this state leaves the run open for `plan resume`
+/// though nothing stopped it: its request's answer never came.
+pub fn leaves_run_open(state: StepState) -> bool {
+    state == StepState::Uncertain
+}
+
+/// What the summary says after an uncertain step's own message.
+pub const UNCERTAIN_HINT: &str =
+    "nothing was charged twice; run `gameplan plan resume` to finish it";
 
 /// The run's outcome and exit code from its steps' states, by the order in
 /// the module doc. `interrupted`: a signal or `plan stop` came; `aborted`:
@@ -139,7 +168,7 @@ pub fn run_outcome(
     aborted: bool,
     findings_failed: bool,
 ) -> (RunOutcome, u8) {
-    let mut seen = [false; 6];
+    let mut seen = [false; 8];
     for state in states {
         match state {
             StepState::Declined => seen[0] = true,
@@ -149,6 +178,8 @@ pub fn run_outcome(
             StepState::Incomplete => seen[4] = true,
             // A step interrupted by fail-fast is part of a failed run.
             StepState::Interrupted => seen[5] = true,
+            StepState::Uncertain => seen[6] = true,
+            StepState::Refused => seen[7] = true,
             _ => {}
         }
     }
@@ -159,6 +190,8 @@ pub fn run_outcome(
         failed,
         incomplete,
         stopped,
+        uncertain,
+        refused,
     ] = seen;
     if interrupted {
         (RunOutcome::Interrupted, exit_code::CANCELED)
@@ -168,6 +201,10 @@ pub fn run_outcome(
         (RunOutcome::Unauthorized, exit_code::AUTH)
     } else if unreachable {
         (RunOutcome::Unreachable, exit_code::MODEL_UNREACHABLE)
+    } else if uncertain {
+        (RunOutcome::Uncertain, exit_code::FAILED)
+    } else if refused {
+        (RunOutcome::Refused, exit_code::PLAN_ERROR)
     } else if failed || aborted || stopped || findings_failed {
         (RunOutcome::Failed, exit_code::FAILED)
     } else if incomplete {
@@ -180,7 +217,10 @@ pub fn run_outcome(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use StepState::{Declined, Failed, Incomplete, Reused, Succeeded, Unauthorized, Unreachable};
+    use StepState::{
+        Declined, Failed, Incomplete, Refused, Reused, Succeeded, Unauthorized, Uncertain,
+        Unreachable,
+    };
 
     fn code(states: &[StepState], interrupted: bool) -> u8 {
         run_outcome(states.iter().copied(), interrupted, false, false).1
@@ -194,6 +234,21 @@ mod tests {
         assert_eq!(code(&[Failed, Unreachable], false), 5);
         assert_eq!(code(&[Unreachable, Unauthorized, Failed], false), 4);
         assert_eq!(code(&[Unauthorized, Declined], false), 10);
+        assert_eq!(
+            code(&[Failed, Refused], false),
+            3,
+            "a refusal explains a failure"
+        );
+        assert_eq!(
+            code(&[Refused, Uncertain], false),
+            1,
+            "maybe charged: not 3"
+        );
+        assert_eq!(
+            run_outcome([Refused, Uncertain], false, false, false).0,
+            RunOutcome::Uncertain
+        );
+        assert_eq!(code(&[Uncertain, Unreachable], false), 5);
         assert_eq!(code(&[Succeeded], true), 10);
         assert_eq!(
             run_outcome([Succeeded], false, true, false).1,
@@ -220,6 +275,7 @@ mod tests {
     #[test]
     fn only_environment_and_refusal_outcomes_halt_the_run() {
         assert!(halts_run(Declined) && halts_run(Unauthorized) && halts_run(Unreachable));
-        assert!(!halts_run(Failed) && !halts_run(Incomplete));
+        assert!(halts_run(Refused));
+        assert!(!halts_run(Failed) && !halts_run(Incomplete) && !halts_run(Uncertain));
     }
 }

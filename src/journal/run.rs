@@ -37,12 +37,18 @@ pub enum StepState {
     Unauthorized,
     /// The model endpoint never answered.
     Unreachable,
+    /// Refused before anything was charged (exit 3); a resume runs it again.
+    Refused,
+    /// A request's answer never came: the run stays open, and a resume
+    /// runs the step again with the same idempotency key.
+    Uncertain,
 }
 
 impl StepState {
     /// Whether the step's outcome is settled: a resume never runs it again.
-    /// A declined, unauthorized or unreachable step is not: once the person
-    /// agrees or the environment is mended, a resume runs it.
+    /// A declined, unauthorized, unreachable, refused or uncertain step is
+    /// not: once the person agrees or the environment is mended (or the
+    /// answer can come), a resume runs it.
     pub fn is_final(self) -> bool {
         matches!(
             self,
@@ -75,6 +81,8 @@ impl StepState {
             StepState::Declined => "declined",
             StepState::Unauthorized => "unauthorized",
             StepState::Unreachable => "unreachable",
+            StepState::Refused => "refused",
+            StepState::Uncertain => "uncertain",
         }
     }
 }
@@ -90,6 +98,10 @@ pub enum RunOutcome {
     Declined,
     Unauthorized,
     Unreachable,
+    /// Refused before anything was charged (exit 3).
+    Refused,
+    /// A request's answer never came; the run is open for `plan resume`.
+    Uncertain,
 }
 
 /// One step of the expanded DAG, as recorded when the run started.

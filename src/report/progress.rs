@@ -155,6 +155,19 @@ impl Progress {
         progress
     }
 
+    /// Hides the terminal's display while a question is asked (`true`),
+    /// and shows it again after (`false`), so the bar's redraws do not
+    /// write over the question or the answer being typed.
+    pub fn pause_display(&self, paused: bool) {
+        if let Some(display) = &self.inner.display {
+            display.bar.set_draw_target(if paused {
+                ProgressDrawTarget::hidden()
+            } else {
+                ProgressDrawTarget::stderr()
+            });
+        }
+    }
+
     pub fn redactor(&self) -> &Redactor {
         &self.inner.redactor
     }
@@ -260,10 +273,24 @@ impl Progress {
         if let Some(display) = &self.inner.display {
             display.finished(&step.id);
         }
+        let text = self.finished_text(step);
+        // A step that stopped the run or left it open says why at once,
+        // whatever the display: it is what the person must act on.
+        let important = matches!(
+            step.state,
+            StepState::Failed | StepState::Interrupted | StepState::Refused | StepState::Uncertain
+        );
+        if important || (!self.inner.options.quiet && self.inner.display.is_none()) {
+            self.line(&text);
+        }
+    }
+
+    /// The line that says how a step ended.
+    fn finished_text(&self, step: &StepReport) -> String {
         let color = self.inner.options.color;
         let seconds = Duration(step.duration_ms);
         let id = &step.id;
-        let text = match step.state {
+        match step.state {
             StepState::Failed => {
                 let message = step.message.as_deref().unwrap_or("failed");
                 let message = match self.inner.options.output {
@@ -287,15 +314,24 @@ impl Progress {
                 paint(color, "33", "skipped"),
                 step.message.as_deref().unwrap_or("")
             ),
+            StepState::Refused | StepState::Uncertain => format!(
+                "{id}: {} after {seconds}: {}",
+                paint(
+                    color,
+                    "1;31",
+                    if step.state == StepState::Refused {
+                        "REFUSED"
+                    } else {
+                        "UNCERTAIN"
+                    }
+                ),
+                step.message.as_deref().unwrap_or("")
+            ),
             StepState::Reused => format!("{id}: {}", paint(color, "36", "reused")),
             StepState::Succeeded => {
                 format!("{id}: {} in {seconds}", paint(color, "32", "succeeded"))
             }
             other => format!("{id}: {} in {seconds}", paint(color, "1;33", other.word())),
-        };
-        let important = matches!(step.state, StepState::Failed | StepState::Interrupted);
-        if important || (!self.inner.options.quiet && self.inner.display.is_none()) {
-            self.line(&text);
         }
     }
 
@@ -596,6 +632,33 @@ impl std::fmt::Display for Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn issue16_a_refused_or_uncertain_step_says_why_in_its_line() {
+        let progress = Progress::new(false, false, Redactor::default());
+        let step = |state, message: &str| StepReport {
+            id: "register".into(),
+            kind: "register".into(),
+            state,
+            duration_ms: 1200,
+            key: None,
+            exit_code: None,
+            message: Some(message.into()),
+            attempts: 1,
+            log: None,
+        };
+        assert_eq!(
+            progress.finished_text(&step(StepState::Uncertain, "no answer within 10s")),
+            "register: UNCERTAIN after 1.2s: no answer within 10s"
+        );
+        assert_eq!(
+            progress.finished_text(&step(
+                StepState::Refused,
+                "over budget. Nothing was charged"
+            )),
+            "register: REFUSED after 1.2s: over budget. Nothing was charged"
+        );
+    }
 
     #[test]
     fn issue10_durations_read_like_a_clock() {

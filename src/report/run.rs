@@ -67,6 +67,21 @@ pub struct RunReport {
     /// `fail_on` was set. Absent when there were none (or they were judged).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unjudged_findings: Option<usize>,
+    /// What step kinds add to the end of the summary (`Kind::summary`),
+    /// in plan order: printed after the steps, not part of `--json` (each
+    /// kind's own files hold its document).
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub sections: Vec<SummarySection>,
+}
+
+/// A section a step kind adds to the run's summary.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SummarySection {
+    /// The step it comes from (the engine sets it).
+    pub step: String,
+    /// Its lines as printed, each ending in a newline.
+    pub text: String,
 }
 
 /// What `fail_on` judged.

@@ -35,6 +35,8 @@ pub fn text(report: &RunReport, color: bool) -> String {
         RunOutcome::Declined => ("declined (nothing was charged)", "33"),
         RunOutcome::Unauthorized => ("UNAUTHORIZED", "1;31"),
         RunOutcome::Unreachable => ("stopped: the model endpoint never answered", "1;31"),
+        RunOutcome::Refused => ("REFUSED (nothing was charged)", "1;31"),
+        RunOutcome::Uncertain => ("UNFINISHED: an answer never came", "1;31"),
     };
     let _ = writeln!(
         out,
@@ -197,7 +199,9 @@ pub fn write_junit(report: &RunReport, path: &Path) -> std::io::Result<()> {
             | StepState::Incomplete
             | StepState::Declined
             | StepState::Unauthorized
-            | StepState::Unreachable => {
+            | StepState::Unreachable
+            | StepState::Refused
+            | StepState::Uncertain => {
                 let mut s = TestCaseStatus::non_success(NonSuccessKind::Failure);
                 s.set_message(
                     step.message

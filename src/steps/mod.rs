@@ -26,8 +26,19 @@
 //! - **A running step reaches the run through [`StepIo`]**: checkpoints (plain
 //!   or durable: the latter returns only once the record is on disk), the
 //!   checkpoints of earlier attempts on resume, the backend, the person at
-//!   the terminal, and the run's output for a warning that does not fail
-//!   the step.
+//!   the terminal (asked off the runtime; a stop is a no), and the run's
+//!   output for a warning that does not fail the step.
+//! - **A step reads what the steps it needs left** ([`StepIo::upstream`]):
+//!   their checkpoints and directories, of its needs and theirs (a `finish`
+//!   reads `register`'s job id through the `deliver`s between them), the
+//!   same from the journal on resume as in the run that wrote them; read
+//!   only, and nothing of a step it does not need.
+//! - **A request goes out as it was first journaled** ([`StepIo::request_once`]):
+//!   a fresh idempotency key and the body, in one durable record before
+//!   anything is sent; an attempt that never heard back ends
+//!   [`StepOutcome::Uncertain`], the run stays open, and its resume sends
+//!   the same key and body. Every checkpoint is redacted before it is
+//!   written: no secret reaches the journal.
 
 pub mod aggregate;
 pub mod command;
@@ -121,7 +132,17 @@ pub trait Kind: Send + Sync {
     fn queues_ahead(&self) -> bool {
         false
     }
+
+    /// What this kind adds to the end-of-run summary from a step's
+    /// directory (an aggregate's findings, a gate's verdict, a
+    /// settlement), once per step that succeeded or was reused; `None` adds
+    /// nothing.
+    fn summary(&self, _step_dir: &Path) -> Option<SummarySection> {
+        None
+    }
 }
+
+pub use crate::report::run::SummarySection;
 
 /// What a kind says of reusing its result.
 #[derive(Debug, Clone)]
@@ -229,6 +250,18 @@ pub enum StepOutcome {
     ModelUnreachable {
         message: String,
     },
+    /// Refused before anything was charged (a quote over budget or over
+    /// the balance, a game that cannot start): exit 3, nothing new starts.
+    Refused {
+        message: String,
+    },
+    /// A request left and its answer never came (a timeout, a reset): it
+    /// may or may not have been served. The run stays open, and its resume
+    /// runs the step again with its checkpoints, so the request goes out
+    /// again with the same idempotency key ([`StepIo::request_once`]).
+    Uncertain {
+        message: String,
+    },
 }
 
 /// Why a step could not even be attempted (bad paths, unreadable inputs).
@@ -309,18 +342,33 @@ pub trait Confirm: Send + Sync {
     fn confirm(&self, question: &str) -> bool;
 }
 
-/// What a running step may use of its run: checkpoints, the backend, the
-/// person at the terminal. One per step instance and run.
+/// What a running step may use of its run: checkpoints (its own and, read
+/// only, those of the steps it needs), the backend, the person at the
+/// terminal. One per step instance and run.
 pub struct StepIo {
     pub(crate) sink: Arc<dyn CheckpointSink>,
     pub(crate) step: String,
     pub(crate) attempt: std::sync::atomic::AtomicU32,
-    /// Checkpoints of this step that are known acknowledged: from the
-    /// journal on resume, then those this run wrote.
-    pub(crate) known: Mutex<Vec<Checkpoint>>,
+    /// Acknowledged checkpoints of every step of the run, by step id: from
+    /// the journal on resume, then those this run wrote. This step writes
+    /// its own entry; it reads only its own and its needs'.
+    pub(crate) book: CheckpointBook,
+    /// The steps this one needs, directly or through others, with their
+    /// directories: what [`StepIo::upstream`] may show.
+    pub(crate) needs: BTreeMap<String, PathBuf>,
     pub(crate) backend: Option<Arc<dyn Backend>>,
     pub(crate) confirm: Arc<dyn Confirm>,
     pub(crate) dry_upload: bool,
+    /// Secrets no checkpoint may hold (it goes to the journal).
+    redactor: crate::template::Redactor,
+    /// Makes a fresh idempotency key.
+    new_key: Arc<dyn Fn() -> String + Send + Sync>,
+    /// Flips when this step is stopped: a question waiting for an answer
+    /// is then a no.
+    stopped: Option<watch::Receiver<bool>>,
+    /// Told `true` before a question is asked and `false` after (the
+    /// progress display pauses meanwhile).
+    on_question: Option<Arc<dyn Fn(bool) + Send + Sync>>,
     /// When the current attempt's work really began (not when it was
     /// queued), and who hears of it.
     started: Mutex<Option<std::time::Instant>>,
@@ -330,6 +378,28 @@ pub struct StepIo {
     on_attempt: Option<Box<dyn Fn(u32) + Send + Sync>>,
     on_progress: Option<ProgressFn>,
     on_warn: Option<WarnFn>,
+}
+
+/// The acknowledged checkpoints of a run's steps, by step id, shared by the
+/// run's [`StepIo`]s.
+pub type CheckpointBook = Arc<Mutex<BTreeMap<String, Vec<Checkpoint>>>>;
+
+/// What a step may read of a step it needs ([`StepIo::upstream`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct UpstreamResult {
+    /// Its acknowledged checkpoints, oldest first, of every attempt.
+    pub checkpoints: Vec<Checkpoint>,
+    /// Its directory in this run (`runs/<run-id>/steps/<step>/`): its
+    /// artifacts and logs.
+    pub step_dir: PathBuf,
+}
+
+/// One request a step sends, as journaled before it first left
+/// ([`StepIo::request_once`]): every attempt, resume or not, sends this.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Request {
+    pub idempotency_key: String,
+    pub body: Value,
 }
 
 /// Where a step's warnings go (the run's output).
@@ -359,20 +429,69 @@ impl StepIo {
         confirm: Arc<dyn Confirm>,
         dry_upload: bool,
     ) -> StepIo {
+        let book = Arc::new(Mutex::new(BTreeMap::from([(step.clone(), known)])));
         StepIo {
             sink,
             step,
             attempt: std::sync::atomic::AtomicU32::new(0),
-            known: Mutex::new(known),
+            book,
+            needs: BTreeMap::new(),
             backend,
             confirm,
             dry_upload,
+            redactor: crate::template::Redactor::default(),
+            new_key: Arc::new(random_key),
+            stopped: None,
+            on_question: None,
             started: Mutex::new(None),
             on_start: None,
             on_attempt: None,
             on_progress: None,
             on_warn: None,
         }
+    }
+
+    /// Reads (and writes its own) checkpoints in the run's `book`, and may
+    /// read those of `needs` (step id → directory): the steps this one
+    /// needs, directly or through others.
+    #[must_use]
+    pub fn in_run(mut self, book: CheckpointBook, needs: BTreeMap<String, PathBuf>) -> StepIo {
+        book.lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(self.step.clone())
+            .or_default();
+        self.book = book;
+        self.needs = needs;
+        self
+    }
+
+    /// Replaces `redactor`'s secrets in every checkpoint before it is
+    /// written (the journal never holds a secret).
+    #[must_use]
+    pub fn redacting(mut self, redactor: crate::template::Redactor) -> StepIo {
+        self.redactor = redactor;
+        self
+    }
+
+    /// Makes idempotency keys with `new_key` (tests make them predictable).
+    #[must_use]
+    pub fn with_keys(mut self, new_key: impl Fn() -> String + Send + Sync + 'static) -> StepIo {
+        self.new_key = Arc::new(new_key);
+        self
+    }
+
+    /// A question still unanswered when `stopped` flips is a no.
+    #[must_use]
+    pub fn stopped_by(mut self, stopped: watch::Receiver<bool>) -> StepIo {
+        self.stopped = Some(stopped);
+        self
+    }
+
+    /// Tells `on_question` `true` before a question is asked, `false` after.
+    #[must_use]
+    pub fn on_question(mut self, on_question: impl Fn(bool) + Send + Sync + 'static) -> StepIo {
+        self.on_question = Some(Arc::new(on_question));
+        self
     }
 
     /// Sends the step's warnings ([`StepIo::warn`]) to `on_warn`.
@@ -448,11 +567,26 @@ impl StepIo {
         *self.started.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn checkpoint_of(&self, data: Value) -> Checkpoint {
+    fn checkpoint_of(&self, mut data: Value) -> Checkpoint {
+        // A checkpoint is journaled: no secret may reach it (a step's
+        // message is redacted the same way). What the step reads back, now
+        // and on resume, is the redacted record, so both see the same.
+        if !self.redactor.is_empty() {
+            self.redactor.redact_json(&mut data);
+        }
         Checkpoint {
             attempt: self.attempt.load(std::sync::atomic::Ordering::SeqCst),
             data,
         }
+    }
+
+    fn remember(&self, checkpoint: Checkpoint) {
+        self.book
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(self.step.clone())
+            .or_default()
+            .push(checkpoint);
     }
 
     /// Records `data` for this step, synced with the next group commit.
@@ -461,10 +595,7 @@ impl StepIo {
         self.sink
             .write(&checkpoint, &self.step)
             .map_err(StepError)?;
-        self.known
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(checkpoint);
+        self.remember(checkpoint);
         Ok(())
     }
 
@@ -476,20 +607,83 @@ impl StepIo {
             .write_durable(&checkpoint, &self.step)
             .await
             .map_err(StepError)?;
-        self.known
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(checkpoint);
+        self.remember(checkpoint);
         Ok(())
     }
 
     /// This step's acknowledged checkpoints, oldest first, of every attempt
     /// (earlier runs of it included, on resume).
     pub fn checkpoints(&self) -> Vec<Checkpoint> {
-        self.known
+        self.book
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+            .get(&self.step)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// What `step` left for the steps below it: its checkpoints (a quote, a
+    /// job id) and its directory, the same from the journal on resume as in
+    /// the run that wrote them. Only a step this one needs, directly or
+    /// through others, is shown (`None` otherwise): a step's result may
+    /// depend only on what the plan says it needs, which the schedule has
+    /// settled before it starts, never on a step running beside it. Read
+    /// only: a step's records are its own, for its own resume.
+    pub fn upstream(&self, step: &str) -> Option<UpstreamResult> {
+        let step_dir = self.needs.get(step)?.clone();
+        let checkpoints = self
+            .book
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(step)
+            .cloned()
+            .unwrap_or_default();
+        Some(UpstreamResult {
+            checkpoints,
+            step_dir,
+        })
+    }
+
+    /// The ids of the steps [`StepIo::upstream`] shows, in id order.
+    pub fn upstream_ids(&self) -> Vec<String> {
+        self.needs.keys().cloned().collect()
+    }
+
+    /// The idempotency key and body of this step's request `name`, made and
+    /// journaled (durably, in one record) on the first call, before
+    /// anything is sent; every later call, also on resume, returns the
+    /// journaled ones, so a request whose answer never came goes out again
+    /// exactly as it first did. `body` is only called the first time. The
+    /// body is redacted like every checkpoint: a secret belongs in a
+    /// header, never in a body.
+    pub async fn request_once(
+        &self,
+        name: &str,
+        body: impl FnOnce() -> Value,
+    ) -> Result<Request, StepError> {
+        if let Some(request) = self
+            .checkpoints()
+            .iter()
+            .rev()
+            .find_map(|c| request_of(&c.data, name))
+        {
+            return Ok(request);
+        }
+        let record = serde_json::json!({
+            REQUEST_FIELD: name,
+            "idempotency_key": (self.new_key)(),
+            "body": body(),
+        });
+        self.checkpoint_durable(record).await?;
+        self.checkpoints()
+            .iter()
+            .rev()
+            .find_map(|c| request_of(&c.data, name))
+            .ok_or_else(|| {
+                StepError(format!(
+                    "the request `{name}` was journaled but cannot be read back"
+                ))
+            })
     }
 
     /// Where money and uploads go, when the plan has a backend.
@@ -498,15 +692,121 @@ impl StepIo {
     }
 
     /// Asks the person at the terminal; `--yes` answers yes, no terminal
-    /// and no `--yes` is a no.
-    pub fn confirm(&self, question: &str) -> bool {
-        self.confirm.confirm(question)
+    /// and no `--yes` is a no, and so is a stop (Ctrl-C) before the answer.
+    ///
+    /// Asked on a thread of its own, never on the run's runtime: reading a
+    /// terminal blocks, and the journal's syncs and the signal listener
+    /// must go on meanwhile. The progress display pauses while it asks.
+    pub async fn confirm(&self, question: &str) -> bool {
+        if self.stopped.as_ref().is_some_and(|s| *s.borrow()) {
+            return false;
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let confirm = Arc::clone(&self.confirm);
+        let on_question = self.on_question.clone();
+        let question = question.to_owned();
+        // A detached thread, not `spawn_blocking`: a runtime waits for its
+        // blocking tasks as it shuts down, and a question nobody answers
+        // (the person pressed Ctrl-C) must not hold the run's end.
+        let asked = std::thread::Builder::new()
+            .name("question".into())
+            .spawn(move || {
+                if let Some(f) = &on_question {
+                    f(true);
+                }
+                let answer = confirm.confirm(&question);
+                if let Some(f) = &on_question {
+                    f(false);
+                }
+                let _ = tx.send(answer);
+            });
+        if asked.is_err() {
+            return false;
+        }
+        let Some(mut stopped) = self.stopped.clone() else {
+            return rx.await.unwrap_or(false);
+        };
+        let mut rx = rx;
+        tokio::select! {
+            answer = &mut rx => answer.unwrap_or(false),
+            stop = async { stopped.wait_for(|s| *s).await.is_ok() } => {
+                if !stop {
+                    // Nothing can stop the step any more: wait for the answer.
+                    return rx.await.unwrap_or(false);
+                }
+                if let Some(f) = &self.on_question {
+                    f(false);
+                }
+                false
+            }
+        }
     }
 
     /// `--dry-upload`: list what would be uploaded, upload nothing.
     pub fn dry_upload(&self) -> bool {
         self.dry_upload
     }
+}
+
+/// The checkpoint field that names a request ([`StepIo::request_once`]).
+pub const REQUEST_FIELD: &str = "request";
+
+/// The request `name` a checkpoint records, if it is one.
+fn request_of(data: &Value, name: &str) -> Option<Request> {
+    if data.get(REQUEST_FIELD)?.as_str()? != name {
+        return None;
+    }
+    Some(Request {
+        idempotency_key: data.get("idempotency_key")?.as_str()?.to_owned(),
+        body: data.get("body")?.clone(),
+    })
+}
+
+/// The idempotency key of a request a checkpoint records, if it is one
+/// (what `plan run --new` looks for in an unfinished run).
+pub fn journaled_key(data: &Value) -> Option<&str> {
+    data.get(REQUEST_FIELD)?.as_str()?;
+    data.get("idempotency_key")?.as_str()
+}
+
+/// A fresh idempotency key: 128 random bits from the system, written like
+/// a UUID v4 (`8c1f…-…`), so a server keyed on UUIDs takes it.
+pub fn random_key() -> String {
+    use std::fmt::Write as _;
+    use std::io::Read as _;
+    let mut bytes = [0u8; 16];
+    let read = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes));
+    if read.is_err() {
+        // No /dev/urandom: the time, the process and a counter, hashed, are
+        // unique on this machine, which is what a key must be.
+        static COUNT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let seed = format!(
+            "{nanos}-{}-{}",
+            std::process::id(),
+            COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
+        let hex = crate::reuse::sha256_hex(seed.as_bytes());
+        for (i, byte) in bytes.iter_mut().enumerate() {
+            *byte = u8::from_str_radix(&hex[i * 2..i * 2 + 2], 16).unwrap_or(0);
+        }
+    }
+    bytes[6] = (bytes[6] & 0x0f) | 0x40;
+    bytes[8] = (bytes[8] & 0x3f) | 0x80;
+    let hex = bytes.iter().fold(String::new(), |mut hex, b| {
+        let _ = write!(hex, "{b:02x}");
+        hex
+    });
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..]
+    )
 }
 
 /// The repo-relative files matched by `patterns`.
