@@ -14,6 +14,7 @@ mod issue15_findings;
 mod issue15_gaps;
 mod issue15_search;
 mod issue15_verdict;
+mod issue16_ledger;
 mod issue8;
 mod maze;
 mod plan_check;

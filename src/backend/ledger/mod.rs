@@ -140,7 +140,7 @@ impl Ledger {
             ))
         };
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            crate::state_dir::prepare(parent).map_err(|e| cannot(&e))?;
+            std::fs::create_dir_all(parent).map_err(|e| cannot(&e))?;
         }
         let mut conn = Connection::open(path).map_err(|e| cannot(&e))?;
         conn.busy_timeout(BUSY_TIMEOUT).map_err(|e| cannot(&e))?;

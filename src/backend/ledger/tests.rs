@@ -94,7 +94,10 @@ impl Fixture {
             .expect("register")
     }
 
-    #[expect(clippy::unused_self, reason = "reads as f.run_ref beside the other helpers")]
+    #[expect(
+        clippy::unused_self,
+        reason = "reads as f.run_ref beside the other helpers"
+    )]
     fn run_ref(&self, job: &JobView, i: usize) -> RunRef {
         RunRef {
             game: GAME.to_owned(),
