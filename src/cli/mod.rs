@@ -484,6 +484,8 @@ pub enum SchemaName {
     Bridge,
     /// report.json of a play cell.
     Report,
+    /// The backend API's requests, responses and error body (under $defs).
+    Api,
 }
 
 /// What a command may read from the outside world: captured once, here, so

@@ -1,4 +1,4 @@
-//! `gameplan schema [plan|run|bridge|report]`, and the test that keeps `schemas/` current.
+//! `gameplan schema [plan|run|bridge|report|api]`, and the test that keeps `schemas/` current.
 
 use clap::ValueEnum;
 
@@ -13,6 +13,7 @@ impl SchemaName {
             SchemaName::Run => schema_json::<crate::report::run::RunReport>(),
             SchemaName::Bridge => schema_json::<crate::play::protocol::BridgeMessage>(),
             SchemaName::Report => schema_json::<crate::play::CellReport>(),
+            SchemaName::Api => schema_json::<crate::backend::api::ApiPayloads>(),
         }
     }
 

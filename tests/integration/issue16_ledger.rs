@@ -257,3 +257,91 @@ fn issue16_show_lists_jobs_runs_and_settlements_in_the_design_shape() {
         .stdout_has("speedrunner")
         .stdout_has("(never played)");
 }
+
+/// What the ledger answers is valid under `schemas/api.schema.json` (as
+/// python-jsonschema, Draft 2020-12, sees it), and `gameplan schema api`
+/// prints that file.
+#[test]
+fn issue16_schema_api_prints_the_checked_in_schema_and_real_payloads_validate() {
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let file = repo.join("schemas/api.schema.json");
+    let test = Test::new();
+    let out = test.run(&["schema", "api"]);
+    out.code(0);
+    assert_eq!(out.stdout, std::fs::read_to_string(&file).expect("schema"));
+
+    let ledger = Ledger::open(&test.path(LEDGER)).expect("open");
+    let token = Token(DEMO_TOKEN.to_owned());
+    let cells = vec![Cell {
+        persona: "kid".into(),
+        controller: "jev".into(),
+    }];
+    let estimate_request = EstimateRequest {
+        cells: cells.clone(),
+        modules: vec!["video".into()],
+        run_length: RunLength::Long,
+    };
+    let quote = ledger
+        .estimate(&token, "maze", &estimate_request)
+        .expect("estimate");
+    let register_request = RegisterRequest {
+        quote_id: quote.quote_id.clone(),
+        confirm_price_cents: quote.estimate_cents,
+        cells,
+        modules: vec!["video".into()],
+        run_length: RunLength::Long,
+    };
+    let registered = ledger
+        .register(&token, "maze", "k", &register_request)
+        .expect("register");
+    let job = JobRef {
+        game: "maze".into(),
+        job: registered.job.id.clone(),
+    };
+    let finished = ledger.finish(&token, &job).expect("finish");
+    let mut bad = register_request.clone();
+    bad.confirm_price_cents += 1;
+    let error = ledger
+        .register(&token, "maze", "k", &bad)
+        .expect_err("other body");
+    let samples = serde_json::json!([
+        ["Whoami", ledger.whoami(&token).expect("whoami")],
+        ["EstimateRequest", estimate_request],
+        ["Estimate", quote],
+        ["RegisterRequest", register_request],
+        ["Registered", registered],
+        ["Finished", finished],
+        ["JobView", ledger.get_job(&token, &job).expect("job")],
+        ["ApiError", error],
+    ]);
+    let script = r##"
+import json, sys, jsonschema
+schema = json.load(open(sys.argv[1]))
+bad = 0
+for name, value in json.loads(sys.stdin.read()):
+    sub = {"$schema": schema["$schema"], "$defs": schema["$defs"], "$ref": "#/$defs/" + name}
+    for e in jsonschema.Draft202012Validator(sub).iter_errors(value):
+        bad += 1
+        print(name, e.message)
+print(bad, "problems")
+"##;
+    let mut child = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(&file)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 runs (with `pip install jsonschema`)");
+    std::io::Write::write_all(
+        child.stdin.as_mut().expect("stdin"),
+        samples.to_string().as_bytes(),
+    )
+    .expect("write");
+    let output = child.wait_with_output().expect("python3");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.contains("0 problems"),
+        "{stdout}"
+    );
+}
