@@ -167,6 +167,16 @@ impl Ledger {
         self
     }
 
+    /// The same ledger waiting at most `wait` for another writer.
+    pub fn with_busy_timeout(self, wait: Duration) -> Result<Ledger, ApiError> {
+        self.conn
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .busy_timeout(wait)
+            .db()?;
+        Ok(self)
+    }
+
     /// The same ledger pricing by `prices`.
     #[must_use]
     pub fn with_prices(mut self, prices: PriceList) -> Ledger {

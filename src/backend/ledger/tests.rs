@@ -963,6 +963,35 @@ fn fifty_concurrent_registers_with_one_key_charge_once() {
 }
 
 #[test]
+fn a_register_that_finds_the_ledger_locked_is_409_charge_in_progress_and_charges_nothing() {
+    let f = fixture();
+    let body = f.quote(1);
+    // Another writer (a register with the same key, say) holds the file.
+    let holder = Connection::open(&f.path).expect("open");
+    holder.execute_batch("BEGIN IMMEDIATE").expect("lock");
+    let waiting = Ledger::open(&f.path)
+        .expect("open")
+        .with_busy_timeout(Duration::from_millis(50))
+        .expect("timeout");
+    let e = waiting
+        .register(&demo(), GAME, "k", &body)
+        .expect_err("locked");
+    assert_eq!((e.status, e.code.as_str()), (409, "charge_in_progress"));
+    assert!(e.message.contains("same Idempotency-Key"), "{e}");
+    // Other calls say the ledger is busy, not that a charge is under way.
+    let e = waiting.topup(DEMO_ACCOUNT, 1).expect_err("locked");
+    assert_eq!((e.status, e.code.as_str()), (503, "ledger_unavailable"));
+    holder.execute_batch("COMMIT").expect("unlock");
+    assert!(
+        !waiting
+            .register(&demo(), GAME, "k", &body)
+            .expect("now")
+            .replayed
+    );
+    assert_eq!(f.balance(), DEMO_BALANCE_CENTS - 50);
+}
+
+#[test]
 fn the_local_backend_answers_through_the_trait() {
     use crate::backend::Backend as _;
     let f = fixture();
