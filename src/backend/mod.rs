@@ -8,6 +8,8 @@
 //! [`api::ApiError`], whichever backend answers.
 
 pub mod api;
+#[cfg(test)]
+pub(crate) mod conformance;
 pub mod ledger;
 pub mod local;
 

@@ -294,6 +294,12 @@ impl Ledger {
                 )));
             }
         }
+        // Kept in the order of SCOPES, each once, whatever order they came in.
+        let scopes: Vec<String> = SCOPES
+            .iter()
+            .filter(|s| scopes.iter().any(|given| given == *s))
+            .map(|s| (*s).to_owned())
+            .collect();
         let secret = random_token()
             .map_err(|e| ApiError::unavailable(format!("no randomness for a token: {e}")))?;
         self.write(|tx, now| {
@@ -305,7 +311,7 @@ impl Ledger {
                 )
                 .db()?;
             }
-            store_token(tx, account, &secret, scopes, now)?;
+            store_token(tx, account, &secret, &scopes, now)?;
             Ok(NewToken {
                 token: Token(secret.clone()),
                 account: account.to_owned(),

@@ -1044,3 +1044,22 @@ fn the_error_body_is_code_message_and_its_details() {
     let back: ApiError = serde_json::from_value(body).expect("parse");
     assert_eq!(back.details.scope.as_deref(), Some("playtest:model"));
 }
+
+#[test]
+fn the_local_backend_passes_the_conformance_suite() {
+    let f = fixture();
+    let backend = crate::backend::local::LocalBackend::new(Arc::new(f.ledger));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(crate::backend::conformance::one_job(
+        &backend,
+        &demo(),
+        "conformance-key",
+    ));
+    let view = backend.ledger().show().expect("show");
+    assert_eq!(view.jobs.len(), 1);
+    assert_eq!(view.accounts[0].balance_cents, DEMO_BALANCE_CENTS - 50);
+    assert!(view.accounts[0].adds_up);
+}
