@@ -1,15 +1,103 @@
 //! Backends: where money and uploads go (DESIGN §6).
 //!
 //! Owns the [`Backend`] trait that money and delivery steps call through
-//! [`crate::steps::StepIo::backend`]. It knows nothing of scheduling or
-//! playing. Today the trait only names the backend: the calls (whoami,
-//! estimate, register, transition, heartbeat, upload, complete, aggregate,
-//! finish) and the `local` (`SQLite`) and `http` implementations come with the
-//! money steps, which are not built yet; a plan using them is refused before
-//! anything runs.
+//! [`crate::steps::StepIo::backend`], the typed API it speaks ([`api`]), the
+//! ledger that holds every money rule ([`ledger`]) and the `local` backend
+//! over it ([`local`]). It knows nothing of scheduling or playing. Every
+//! call takes the bearer token and answers the API's types or an
+//! [`api::ApiError`], whichever backend answers.
 
-/// One backend a run talks to.
+pub mod api;
+#[cfg(test)]
+pub(crate) mod conformance;
+pub mod ledger;
+pub mod local;
+
+use std::future::Future;
+use std::pin::Pin;
+
+use api::{
+    AggregateCompleteRequest, AggregatePublished, ApiError, CompleteRequest, Completed, Estimate,
+    EstimateRequest, Finished, Heartbeat, HeartbeatRequest, JobRef, JobView, RegisterRequest,
+    Registered, RunRef, RunView, Token, TransitionRequest, Transitioned, UploadRequest, Uploaded,
+    Whoami,
+};
+pub use ledger::runs::UploadTarget;
+
+/// A backend call in flight (the `http` backend's are network requests).
+pub type Call<'a, T> = Pin<Box<dyn Future<Output = Result<T, ApiError>> + Send + 'a>>;
+
+/// One backend a run talks to: one method per call of DESIGN §6.
 pub trait Backend: Send + Sync {
     /// `local` or `http`, for messages.
     fn name(&self) -> &str;
+
+    /// `GET /v1/whoami`: the account and scopes of `token`.
+    fn whoami<'a>(&'a self, token: &'a Token) -> Call<'a, Whoami>;
+
+    /// `POST /v1/games/{game}/estimate`.
+    fn estimate<'a>(
+        &'a self,
+        token: &'a Token,
+        game: &'a str,
+        request: &'a EstimateRequest,
+    ) -> Call<'a, Estimate>;
+
+    /// `POST /v1/games/{game}/jobs` with `Idempotency-Key: key`.
+    fn register<'a>(
+        &'a self,
+        token: &'a Token,
+        game: &'a str,
+        key: &'a str,
+        request: &'a RegisterRequest,
+    ) -> Call<'a, Registered>;
+
+    /// `POST …/runs/{run}/transition`.
+    fn transition<'a>(
+        &'a self,
+        token: &'a Token,
+        run: &'a RunRef,
+        request: &'a TransitionRequest,
+    ) -> Call<'a, Transitioned>;
+
+    /// `POST …/runs/{run}/heartbeat`.
+    fn heartbeat<'a>(
+        &'a self,
+        token: &'a Token,
+        run: &'a RunRef,
+        request: &'a HeartbeatRequest,
+    ) -> Call<'a, Heartbeat>;
+
+    /// `PUT …/files/{name}` with `x-content-sha256`.
+    fn upload<'a>(
+        &'a self,
+        token: &'a Token,
+        target: &'a UploadTarget,
+        request: &'a UploadRequest,
+    ) -> Call<'a, Uploaded>;
+
+    /// `POST …/runs/{run}/complete`.
+    fn complete<'a>(
+        &'a self,
+        token: &'a Token,
+        run: &'a RunRef,
+        request: &'a CompleteRequest,
+    ) -> Call<'a, Completed>;
+
+    /// `POST …/jobs/{job}/aggregate/complete`.
+    fn aggregate_complete<'a>(
+        &'a self,
+        token: &'a Token,
+        job: &'a JobRef,
+        request: &'a AggregateCompleteRequest,
+    ) -> Call<'a, AggregatePublished>;
+
+    /// `POST …/jobs/{job}/finish`.
+    fn finish<'a>(&'a self, token: &'a Token, job: &'a JobRef) -> Call<'a, Finished>;
+
+    /// `GET …/jobs/{job}`.
+    fn get_job<'a>(&'a self, token: &'a Token, job: &'a JobRef) -> Call<'a, JobView>;
+
+    /// `GET …/runs/{run}`.
+    fn get_run<'a>(&'a self, token: &'a Token, run: &'a RunRef) -> Call<'a, RunView>;
 }

@@ -5,6 +5,7 @@
 
 mod game;
 mod gc;
+mod ledger;
 mod plan_check;
 mod plan_explain;
 mod plan_graph;
@@ -208,6 +209,9 @@ pub enum Command {
         #[arg(value_name = "NAME")]
         name: String,
     },
+    /// Inspect and administer a ledger (the embedded one: .gameplan/ledger.sqlite).
+    #[command(subcommand)]
+    Ledger(LedgerCommand),
     /// Print a JSON Schema (for editors and API clients).
     Schema {
         /// Which schema.
@@ -331,6 +335,51 @@ pub enum PlanCommand {
     },
 }
 
+#[derive(Debug, Subcommand)]
+pub enum LedgerCommand {
+    /// Print accounts and balances (with the sum that proves each), jobs, runs and settlements.
+    Show {
+        /// Print one JSON document instead of text.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        file: LedgerFile,
+    },
+    /// Add CENTS to ACCOUNT's balance.
+    Topup {
+        /// The account id (`gameplan ledger show` lists them).
+        #[arg(value_name = "ACCOUNT")]
+        account: String,
+        /// A positive number of cents: 500 is $5.00.
+        #[arg(value_name = "CENTS", allow_negative_numbers = true)]
+        cents: i64,
+        #[command(flatten)]
+        file: LedgerFile,
+    },
+    /// Create a bearer token and print it on stdout (shown once: only its sha256 is kept).
+    Token {
+        /// What the token may do: playtest:write, playtest:model, playtest:upload.
+        #[arg(long, required = true, value_delimiter = ',', value_name = "SCOPE,...")]
+        scopes: Vec<String>,
+        /// The account the token acts for; a new one is created with a zero balance.
+        #[arg(long, value_name = "ID", default_value = "demo")]
+        account: String,
+        #[command(flatten)]
+        file: LedgerFile,
+    },
+}
+
+/// Which ledger file a `ledger` command works on.
+#[derive(Debug, Args, Clone, Default)]
+pub struct LedgerFile {
+    /// The ledger file (default: ledger.sqlite in the state directory; created on first use).
+    #[arg(long, value_name = "FILE")]
+    pub db: Option<PathBuf>,
+    /// The state directory (default: .gameplan/ at the repo root).
+    #[arg(long, value_name = "DIR", conflicts_with = "db")]
+    pub state_dir: Option<PathBuf>,
+}
+
 /// How a plan runs (shared by `plan run` and `plan resume`).
 #[derive(Debug, Args, Clone, Default)]
 #[expect(
@@ -440,6 +489,8 @@ pub enum SchemaName {
     Report,
     /// aggregate.json of an aggregate step.
     Aggregate,
+    /// The backend API's requests, responses and error body (under $defs).
+    Api,
 }
 
 /// What a command may read from the outside world: captured once, here, so
@@ -574,6 +625,7 @@ pub fn dispatch(cli: Cli, cx: &Context) -> u8 {
         ),
         Command::Launch { slots } => crate::steps::launcher::serve(slots),
         Command::Game { name } => game::run(cx, &name),
+        Command::Ledger(command) => ledger::run(cx, &command),
         Command::Schema { name } => schema::run(cx, name),
         Command::Completions { shell } => shell::completions(cx, shell),
         Command::Man { out } => shell::man(cx, out.as_deref()),

@@ -1,4 +1,4 @@
-//! `gameplan schema [plan|run|bridge|report|aggregate]`, and the test that keeps `schemas/` current.
+//! `gameplan schema [plan|run|bridge|report|aggregate|api]`, and the test that keeps `schemas/` current.
 
 use clap::ValueEnum;
 
@@ -14,6 +14,7 @@ impl SchemaName {
             SchemaName::Bridge => schema_json::<crate::play::protocol::BridgeMessage>(),
             SchemaName::Report => schema_json::<crate::play::CellReport>(),
             SchemaName::Aggregate => schema_json::<crate::report::aggregate::Aggregate>(),
+            SchemaName::Api => schema_json::<crate::backend::api::ApiPayloads>(),
         }
     }
 

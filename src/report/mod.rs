@@ -8,6 +8,7 @@ pub mod aggregate;
 pub mod diagnostics;
 pub mod explain;
 pub mod gc;
+pub mod ledger;
 pub mod play_cell;
 pub mod play_results;
 pub mod playtest;

@@ -1,0 +1,560 @@
+//! Quotes, jobs and settlements: estimate, register, finish, get job, show.
+
+use rusqlite::{OptionalExtension, Transaction, params};
+
+use super::{
+    AccountView, Caller, Db as _, JobRow, Ledger, LedgerView, MAX_ACTIVE_JOBS, QUOTE_SECONDS,
+    RunRow, TokenRow, authenticate, balance_of, entry, rfc3339, sha256_hex,
+};
+use crate::backend::api::{
+    ApiError, Estimate, EstimateRequest, Finished, JobRef, JobView, RegisterRequest, Registered,
+    RunState, RunView, SCOPE_MODEL, SCOPE_WRITE, Settlement, Token,
+};
+
+/// `job-12` → 12; anything else names no job.
+pub(super) fn parse_id(prefix: &str, id: &str) -> Option<i64> {
+    id.strip_prefix(prefix)?
+        .strip_prefix('-')?
+        .parse()
+        .ok()
+        .filter(|n| *n > 0)
+}
+
+pub(super) fn job_id(n: i64) -> String {
+    format!("job-{n}")
+}
+
+pub(super) fn run_id(n: i64) -> String {
+    format!("run-{n}")
+}
+
+/// The cells, modules and run length of a request: what a quote prices.
+fn cells_sha256(request: &EstimateRequest) -> String {
+    sha256_hex(&serde_json::to_vec(request).unwrap_or_default())
+}
+
+/// The canonical body of a register: the game and the typed body, fields in
+/// declaration order.
+fn register_body(game: &str, request: &RegisterRequest) -> serde_json::Value {
+    serde_json::json!({ "game": game, "request": request })
+}
+
+/// The job `reference` names, if it is the caller's: its row id and state.
+pub(super) fn owned_job(
+    tx: &Transaction<'_>,
+    caller: &Caller,
+    reference: &JobRef,
+) -> Result<(i64, String), ApiError> {
+    let missing = || {
+        ApiError::not_found(&format!(
+            "job `{}` of game `{}`",
+            reference.job, reference.game
+        ))
+    };
+    let id = parse_id("job", &reference.job).ok_or_else(missing)?;
+    tx.query_row(
+        "SELECT id, state FROM jobs WHERE id = ?1 AND account = ?2 AND game = ?3",
+        params![id, caller.account, reference.game],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )
+    .optional()
+    .db()?
+    .ok_or_else(missing)
+}
+
+pub(super) fn run_view(tx: &Transaction<'_>, run: i64) -> Result<RunView, ApiError> {
+    tx.query_row(
+        "SELECT id, job, persona, controller, state, price_cents, played, actions_taken, reason
+         FROM runs WHERE id = ?1",
+        params![run],
+        |r| {
+            let state: String = r.get(4)?;
+            Ok(RunView {
+                id: run_id(r.get(0)?),
+                job_id: job_id(r.get(1)?),
+                persona: r.get(2)?,
+                controller: r.get(3)?,
+                state: RunState::parse(&state).unwrap_or(RunState::Failed),
+                price_cents: r.get(5)?,
+                played: r.get(6)?,
+                actions_taken: r.get(7)?,
+                reason: r.get(8)?,
+            })
+        },
+    )
+    .db()
+}
+
+fn settlement(tx: &Transaction<'_>, job: i64) -> Result<Option<Settlement>, ApiError> {
+    tx.query_row(
+        "SELECT charged_cents, refunded_cents, refunded_runs, settled_at FROM settlements WHERE job = ?1",
+        params![job],
+        |r| {
+            let charged: i64 = r.get(0)?;
+            let refunded: i64 = r.get(1)?;
+            let runs: String = r.get(2)?;
+            Ok(Settlement {
+                job_id: job_id(job),
+                charged_cents: charged,
+                refunded_cents: refunded,
+                net_cents: charged - refunded,
+                refunded_runs: serde_json::from_str(&runs).unwrap_or_default(),
+                settled_at: rfc3339(r.get(3)?),
+            })
+        },
+    )
+    .optional()
+    .db()
+}
+
+fn run_ids_of(tx: &Transaction<'_>, job: i64) -> Result<Vec<i64>, ApiError> {
+    let mut statement = tx
+        .prepare("SELECT id FROM runs WHERE job = ?1 ORDER BY id")
+        .db()?;
+    let ids = statement
+        .query_map(params![job], |r| r.get(0))
+        .db()?
+        .collect::<Result<Vec<i64>, _>>()
+        .db()?;
+    Ok(ids)
+}
+
+pub(super) fn job_view(tx: &Transaction<'_>, job: i64) -> Result<JobView, ApiError> {
+    let (game, key, state, price, charged, refunded, published): (
+        String,
+        String,
+        String,
+        i64,
+        i64,
+        i64,
+        bool,
+    ) = tx
+        .query_row(
+            "SELECT game, idempotency_key, state, price_cents, charged_cents, refunded_cents,
+                    EXISTS (SELECT 1 FROM aggregates WHERE job = jobs.id)
+             FROM jobs WHERE id = ?1",
+            params![job],
+            |r| {
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                    r.get(5)?,
+                    r.get(6)?,
+                ))
+            },
+        )
+        .db()?;
+    let runs = run_ids_of(tx, job)?
+        .into_iter()
+        .map(|run| run_view(tx, run))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(JobView {
+        id: job_id(job),
+        game,
+        idempotency_key: key,
+        state,
+        price_cents: price,
+        charged_cents: charged,
+        refunded_cents: refunded,
+        runs,
+        settlement: settlement(tx, job)?,
+        aggregate_published: published,
+    })
+}
+
+/// The top-level fields of two JSON objects that differ.
+fn differing_fields(a: &serde_json::Value, b: &serde_json::Value) -> Vec<String> {
+    let (Some(a), Some(b)) = (
+        a.get("request").and_then(|v| v.as_object()),
+        b.get("request").and_then(|v| v.as_object()),
+    ) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = a
+        .keys()
+        .chain(b.keys())
+        .filter(|k| a.get(*k) != b.get(*k))
+        .cloned()
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+impl Ledger {
+    /// `POST /v1/games/{game}/estimate`: prices the cells and keeps the
+    /// quote for [`QUOTE_SECONDS`].
+    pub fn estimate(
+        &self,
+        token: &Token,
+        game: &str,
+        request: &EstimateRequest,
+    ) -> Result<Estimate, ApiError> {
+        self.write(|tx, now| {
+            let caller = authenticate(tx, token)?;
+            caller.require(SCOPE_WRITE)?;
+            let priced = self.prices.price(request)?;
+            let balance = balance_of(tx, &caller.account)?.unwrap_or(0);
+            let expires_at = now + QUOTE_SECONDS;
+            tx.execute(
+                "INSERT INTO quotes (account, game, cells_sha256, price_cents, expires_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![
+                    caller.account,
+                    game,
+                    cells_sha256(request),
+                    priced.total_cents,
+                    expires_at
+                ],
+            )
+            .db()?;
+            Ok(Estimate {
+                quote_id: format!("quote-{}", tx.last_insert_rowid()),
+                estimate_cents: priced.total_cents,
+                balance_cents: balance,
+                ok: balance >= priced.total_cents,
+                breakdown: priced.lines,
+                expires_at: rfc3339(expires_at),
+            })
+        })
+    }
+
+    /// `POST /v1/games/{game}/jobs` with `Idempotency-Key: key`: charges the
+    /// quote once and creates one queued run per cell. See the module doc
+    /// for the order of the checks.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "the checks of a charge in their order, in one transaction, read best in one place"
+    )]
+    pub fn register(
+        &self,
+        token: &Token,
+        game: &str,
+        key: &str,
+        request: &RegisterRequest,
+    ) -> Result<Registered, ApiError> {
+        if key.is_empty() || key.len() > 200 {
+            return Err(ApiError::invalid_request(
+                "an Idempotency-Key of 1 to 200 characters is required",
+            ));
+        }
+        let body = register_body(game, request);
+        let body_text = body.to_string();
+        let body_sha = sha256_hex(body_text.as_bytes());
+        let busy = || {
+            ApiError::new(
+                409,
+                "charge_in_progress",
+                "another register holds the ledger right now; retry with the same Idempotency-Key and body",
+            )
+        };
+        self.transact(rusqlite::TransactionBehavior::Immediate, busy, |tx, now| {
+            let caller = authenticate(tx, token)?;
+            caller.require(SCOPE_WRITE)?;
+            caller.require(SCOPE_MODEL)?;
+            let stored: Option<(i64, String, String)> = tx
+                .query_row(
+                    "SELECT id, body_sha256, body FROM jobs WHERE account = ?1 AND idempotency_key = ?2",
+                    params![caller.account, key],
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                )
+                .optional()
+                .db()?;
+            if let Some((job, sha, first)) = stored {
+                if sha == body_sha {
+                    return Ok(Registered {
+                        job: job_view(tx, job)?,
+                        replayed: true,
+                        balance_cents: balance_of(tx, &caller.account)?.unwrap_or(0),
+                    });
+                }
+                let first: serde_json::Value = serde_json::from_str(&first).unwrap_or_default();
+                let differs = differing_fields(&first, &body);
+                return Err(ApiError::new(422, "idempotency_mismatch", format!(
+                        "the Idempotency-Key `{key}` already bought {} with another body (differs: {}); \
+                         resend the first body, or use a new key for a new job",
+                        job_id(job),
+                        if differs.is_empty() { "the game".to_owned() } else { differs.join(", ") }
+                    ))
+                    .with(|d| d.differs = differs));
+            }
+            let estimate = EstimateRequest {
+                cells: request.cells.clone(),
+                modules: request.modules.clone(),
+                run_length: request.run_length,
+            };
+            let priced = self.prices.price(&estimate)?;
+            let quote_missing = || ApiError::not_found(&format!("quote `{}` for game `{game}`", request.quote_id));
+            let quote = parse_id("quote", &request.quote_id).ok_or_else(quote_missing)?;
+            let (quote_cells, quote_cents, expires_at): (String, i64, i64) = tx
+                .query_row(
+                    "SELECT cells_sha256, price_cents, expires_at FROM quotes
+                     WHERE id = ?1 AND account = ?2 AND game = ?3",
+                    params![quote, caller.account, game],
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                )
+                .optional()
+                .db()?
+                .ok_or_else(quote_missing)?;
+            if now > expires_at {
+                return Err(ApiError::new(
+                    409,
+                    "quote_expired",
+                    format!(
+                        "the quote `{}` expired at {}; estimate again and confirm the new price",
+                        request.quote_id,
+                        rfc3339(expires_at)
+                    ),
+                ));
+            }
+            let price_changed = |why: String| {
+                ApiError::new(409, "price_changed", why)
+                    .with(|d| d.price_cents = Some(priced.total_cents))
+            };
+            if quote_cells != cells_sha256(&estimate) {
+                return Err(price_changed(format!(
+                    "the quote `{}` priced other cells, modules or run length; estimate these and confirm that price",
+                    request.quote_id
+                )));
+            }
+            if priced.total_cents != quote_cents {
+                return Err(price_changed(format!(
+                    "the price list changed since the quote: {quote_cents} cents then, {} now; estimate again",
+                    priced.total_cents
+                )));
+            }
+            if request.confirm_price_cents != quote_cents {
+                return Err(price_changed(format!(
+                    "confirm_price_cents is {} but the quote is {quote_cents} cents; confirm the quoted price",
+                    request.confirm_price_cents
+                )));
+            }
+            let active: i64 = tx
+                .query_row(
+                    "SELECT COUNT(*) FROM jobs WHERE account = ?1 AND state = 'open'",
+                    params![caller.account],
+                    |r| r.get(0),
+                )
+                .db()?;
+            if active >= MAX_ACTIVE_JOBS {
+                return Err(ApiError::new(
+                    409,
+                    "too_many_active_jobs",
+                    format!("the account has {active} unsettled jobs, the most it may hold; finish one first"),
+                ));
+            }
+            let balance = balance_of(tx, &caller.account)?.unwrap_or(0);
+            if balance < quote_cents {
+                return Err(ApiError::new(
+                        402,
+                        "insufficient_balance",
+                        format!(
+                            "the job costs {quote_cents} cents and the balance is {balance}; top up (`gameplan ledger topup {} CENTS`) or buy fewer cells",
+                            caller.account
+                        ),
+                    )
+                    .with(|d| {
+                        d.price_cents = Some(quote_cents);
+                        d.balance_cents = Some(balance);
+                    }));
+            }
+            tx.execute(
+                "INSERT INTO jobs (account, game, idempotency_key, body_sha256, body, state,
+                                   price_cents, charged_cents, max_actions, created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, 'open', ?6, ?6, ?7, ?8)",
+                params![caller.account, game, key, body_sha, body_text, quote_cents, priced.max_actions, now],
+            )
+            .db()?;
+            let job = tx.last_insert_rowid();
+            for cell in &request.cells {
+                tx.execute(
+                    "INSERT INTO runs (job, persona, controller, state, price_cents)
+                     VALUES (?1, ?2, ?3, 'queued', ?4)",
+                    params![job, cell.persona, cell.controller, priced.per_cell_cents],
+                )
+                .db()?;
+            }
+            tx.execute(
+                "UPDATE accounts SET balance_cents = balance_cents - ?1 WHERE id = ?2",
+                params![quote_cents, caller.account],
+            )
+            .db()?;
+            entry(tx, &caller.account, Some(job), "charge", quote_cents, now)?;
+            Ok(Registered {
+                job: job_view(tx, job)?,
+                replayed: false,
+                balance_cents: balance - quote_cents,
+            })
+        })
+    }
+
+    /// `POST …/jobs/{job}/finish`: settles once. Runs still open end
+    /// `canceled`; every run that never reached `playing` is refunded. A
+    /// second call returns the first settlement and moves nothing.
+    pub fn finish(&self, token: &Token, reference: &JobRef) -> Result<Finished, ApiError> {
+        self.write(|tx, now| {
+            let caller = authenticate(tx, token)?;
+            caller.require(SCOPE_WRITE)?;
+            let (job, _) = owned_job(tx, &caller, reference)?;
+            if let Some(settled) = settlement(tx, job)? {
+                return Ok(Finished {
+                    settlement: settled,
+                    replayed: true,
+                    balance_cents: balance_of(tx, &caller.account)?.unwrap_or(0),
+                });
+            }
+            let mut refunded = 0;
+            let mut refunded_runs = Vec::new();
+            for run in run_ids_of(tx, job)? {
+                let view = run_view(tx, run)?;
+                if !view.state.is_terminal() {
+                    tx.execute(
+                        "UPDATE runs SET state = 'canceled', reason = ?1 WHERE id = ?2",
+                        params!["the job was finished before this run ended", run],
+                    )
+                    .db()?;
+                }
+                if !view.played {
+                    refunded += view.price_cents;
+                    refunded_runs.push(view.id);
+                }
+            }
+            let charged: i64 = tx
+                .query_row("SELECT charged_cents FROM jobs WHERE id = ?1", params![job], |r| r.get(0))
+                .db()?;
+            tx.execute(
+                "UPDATE jobs SET state = 'settled', refunded_cents = ?1 WHERE id = ?2",
+                params![refunded, job],
+            )
+            .db()?;
+            tx.execute(
+                "INSERT INTO settlements (job, charged_cents, refunded_cents, refunded_runs, settled_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![job, charged, refunded, serde_json::to_string(&refunded_runs).unwrap_or_default(), now],
+            )
+            .db()?;
+            if refunded > 0 {
+                tx.execute(
+                    "UPDATE accounts SET balance_cents = balance_cents + ?1 WHERE id = ?2",
+                    params![refunded, caller.account],
+                )
+                .db()?;
+                entry(tx, &caller.account, Some(job), "refund", refunded, now)?;
+            }
+            Ok(Finished {
+                settlement: settlement(tx, job)?.ok_or_else(|| ApiError::unavailable("the settlement was not stored"))?,
+                replayed: false,
+                balance_cents: balance_of(tx, &caller.account)?.unwrap_or(0),
+            })
+        })
+    }
+
+    /// `GET …/jobs/{job}`.
+    pub fn get_job(&self, token: &Token, reference: &JobRef) -> Result<JobView, ApiError> {
+        self.read(|tx, _| {
+            let caller = authenticate(tx, token)?;
+            caller.require(SCOPE_WRITE)?;
+            let (job, _) = owned_job(tx, &caller, reference)?;
+            job_view(tx, job)
+        })
+    }
+}
+
+/// Sums of one account's entries of one kind.
+fn entries_sum(tx: &Transaction<'_>, account: &str, kind: &str) -> Result<i64, ApiError> {
+    tx.query_row(
+        "SELECT COALESCE(SUM(cents), 0) FROM entries WHERE account = ?1 AND kind = ?2",
+        params![account, kind],
+        |r| r.get(0),
+    )
+    .db()
+}
+
+pub(super) fn show(tx: &Transaction<'_>) -> Result<LedgerView, ApiError> {
+    let accounts: Vec<(String, i64)> = {
+        let mut statement = tx
+            .prepare("SELECT id, balance_cents FROM accounts ORDER BY id")
+            .db()?;
+        statement
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .db()?
+            .collect::<Result<_, _>>()
+            .db()?
+    };
+    let mut account_views = Vec::new();
+    for (id, balance) in accounts {
+        let topups = entries_sum(tx, &id, "topup")?;
+        let charged = entries_sum(tx, &id, "charge")?;
+        let refunded = entries_sum(tx, &id, "refund")?;
+        account_views.push(AccountView {
+            adds_up: balance == topups - charged + refunded,
+            id,
+            balance_cents: balance,
+            topups_cents: topups,
+            charged_cents: charged,
+            refunded_cents: refunded,
+        });
+    }
+    let jobs: Vec<(i64, String)> = {
+        let mut statement = tx
+            .prepare("SELECT id, account FROM jobs ORDER BY id")
+            .db()?;
+        statement
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .db()?
+            .collect::<Result<_, _>>()
+            .db()?
+    };
+    let mut job_rows = Vec::new();
+    for (job, account) in jobs {
+        let view = job_view(tx, job)?;
+        job_rows.push(JobRow {
+            id: view.id,
+            account,
+            game: view.game,
+            idempotency_key: view.idempotency_key,
+            state: view.state,
+            price_cents: view.price_cents,
+            charged_cents: view.charged_cents,
+            refunded_cents: view.refunded_cents,
+            settlements: view.settlement.into_iter().collect(),
+            runs: view
+                .runs
+                .into_iter()
+                .map(|r| RunRow {
+                    id: r.id,
+                    persona: r.persona,
+                    controller: r.controller,
+                    state: r.state.as_str().to_owned(),
+                    price_cents: r.price_cents,
+                    played: r.played,
+                })
+                .collect(),
+        });
+    }
+    let tokens: Vec<TokenRow> = {
+        let mut statement = tx
+            .prepare("SELECT account, scopes, created_at FROM tokens ORDER BY created_at, account")
+            .db()?;
+        statement
+            .query_map([], |r| {
+                let scopes: String = r.get(1)?;
+                Ok(TokenRow {
+                    account: r.get(0)?,
+                    scopes: scopes.split(',').map(str::to_owned).collect(),
+                    created_at: rfc3339(r.get(2)?),
+                })
+            })
+            .db()?
+            .collect::<Result<_, _>>()
+            .db()?
+    };
+    Ok(LedgerView {
+        accounts: account_views,
+        jobs: job_rows,
+        tokens,
+    })
+}

@@ -1,0 +1,510 @@
+//! The ledger: every money rule, over one `SQLite` file (DESIGN §6). The
+//! `local` backend calls it directly; `gameplan serve` will put thin HTTP
+//! routes in front of the same methods, so both answer alike.
+//!
+//! It knows nothing of plans, steps or playing: it holds accounts and their
+//! balances, bearer tokens (sha256 only), a price list, quotes, jobs, runs,
+//! uploads, aggregates and settlements.
+//!
+//! # Design
+//!
+//! - **One call, one transaction.** Every method is one `BEGIN IMMEDIATE`
+//!   transaction (reads a deferred one): its checks and its writes see one
+//!   state, and a crash leaves either all of a call or none. WAL lets readers
+//!   go on while one writer holds the file; the busy timeout makes writers
+//!   queue rather than fail. A register that still finds the file locked
+//!   when the timeout runs out answers 409 `charge_in_progress`: the holder
+//!   may be a register with the same key, so the caller must retry with the
+//!   same key and body, never a new key.
+//! - **Charged at register, refunded at finish.** Each move of a balance is
+//!   one row in `entries` (topup, charge, refund) in the transaction that
+//!   moves it, so `balance = topups − charged + refunded` always holds and
+//!   `gameplan ledger show` can prove it.
+//! - **Idempotency.** A job is keyed by (account, Idempotency-Key) and
+//!   remembers the sha256 of its canonical request body (the game and the
+//!   typed body serialized in field order). Same key and body: the stored
+//!   job, `replayed: true`, nothing charged. Same key, other body: 422 naming
+//!   the fields that differ. The check comes before the quote's, so a resume
+//!   after the quote expired still gets its job back.
+//! - **Retries are harmless everywhere.** A transition to the state the run
+//!   is in, a complete with the state it already has, the same aggregate
+//!   again and a second finish all answer what the first did and change
+//!   nothing.
+//! - **Uploads live in the database** (`blobs`, keyed by sha256; `uploads`
+//!   names them per run): the blob and the row naming it commit together,
+//!   so there is never a row without its bytes or an orphan file, and the
+//!   whole ledger is one file to back up. Cell files are small (reports,
+//!   transcripts, traces); a blob directory would only pay off for video.
+
+mod jobs;
+mod prices;
+pub mod runs;
+mod schema;
+#[cfg(test)]
+mod tests;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+pub use prices::{DEMO_PRICES, PriceList};
+
+use super::api::{ApiError, SCOPES, Settlement, Token, Whoami};
+
+/// The account a new ledger starts with.
+pub const DEMO_ACCOUNT: &str = "demo";
+/// Its balance: $100.
+pub const DEMO_BALANCE_CENTS: i64 = 10_000;
+/// The demo account's token, holding every scope. It is public on purpose:
+/// the embedded ledger is a demo on the user's own disk. Only its sha256 is
+/// stored, like every token's.
+pub const DEMO_TOKEN: &str = "gp_demo_local_ledger";
+/// How long a quote holds.
+pub const QUOTE_SECONDS: i64 = 15 * 60;
+/// Unsettled jobs an account may hold at once.
+pub const MAX_ACTIVE_JOBS: i64 = 20;
+/// How long a writer waits for another to finish.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Where "now" comes from: the system clock, or a settable one in tests.
+#[derive(Clone, Default)]
+pub enum Clock {
+    #[default]
+    System,
+    /// Unix seconds, set by whoever holds the `Arc`.
+    Fixed(Arc<AtomicI64>),
+}
+
+impl Clock {
+    fn now(&self) -> i64 {
+        match self {
+            Clock::System => std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX)),
+            Clock::Fixed(at) => at.load(Ordering::SeqCst),
+        }
+    }
+}
+
+/// One ledger file, opened. `Send + Sync`: calls queue on its connection.
+pub struct Ledger {
+    path: PathBuf,
+    conn: Mutex<Connection>,
+    clock: Clock,
+    prices: PriceList,
+}
+
+/// What a failed `SQLite` call means to the caller.
+trait Db<T> {
+    fn db(self) -> Result<T, ApiError>;
+}
+
+impl<T> Db<T> for rusqlite::Result<T> {
+    fn db(self) -> Result<T, ApiError> {
+        self.map_err(|e| {
+            ApiError::unavailable(format!("the ledger could not be read or written: {e}"))
+        })
+    }
+}
+
+/// The account behind a token, and what it may do.
+struct Caller {
+    account: String,
+    scopes: Vec<String>,
+}
+
+impl Caller {
+    fn require(&self, scope: &str) -> Result<(), ApiError> {
+        if self.scopes.iter().any(|s| s == scope) {
+            Ok(())
+        } else {
+            Err(ApiError::missing_scope(scope))
+        }
+    }
+}
+
+impl Ledger {
+    /// Opens (creating on first use) the ledger at `path`: WAL, a busy
+    /// timeout, and the schema migrated to this version. A new ledger holds
+    /// the demo account with its balance and [`DEMO_TOKEN`].
+    pub fn open(path: &Path) -> Result<Ledger, ApiError> {
+        let cannot = |e: &dyn std::fmt::Display| {
+            ApiError::unavailable(format!(
+                "cannot open the ledger {}: {e}; check the path and its permissions",
+                path.display()
+            ))
+        };
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).map_err(|e| cannot(&e))?;
+        }
+        let mut conn = Connection::open(path).map_err(|e| cannot(&e))?;
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(|e| cannot(&e))?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(|e| cannot(&e))?;
+        // WAL with synchronous=FULL: a commit the caller saw survives power loss.
+        conn.pragma_update(None, "synchronous", "FULL")
+            .map_err(|e| cannot(&e))?;
+        conn.pragma_update(None, "foreign_keys", "ON")
+            .map_err(|e| cannot(&e))?;
+        schema::migrate(&mut conn, Clock::System.now()).map_err(|e| cannot(&e))?;
+        Ok(Ledger {
+            path: path.to_owned(),
+            conn: Mutex::new(conn),
+            clock: Clock::System,
+            prices: DEMO_PRICES,
+        })
+    }
+
+    /// The same ledger reading "now" from `clock`.
+    #[must_use]
+    pub fn with_clock(mut self, clock: Clock) -> Ledger {
+        self.clock = clock;
+        self
+    }
+
+    /// The same ledger waiting at most `wait` for another writer.
+    pub fn with_busy_timeout(self, wait: Duration) -> Result<Ledger, ApiError> {
+        self.conn
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .busy_timeout(wait)
+            .db()?;
+        Ok(self)
+    }
+
+    /// The same ledger pricing by `prices`.
+    #[must_use]
+    pub fn with_prices(mut self, prices: PriceList) -> Ledger {
+        self.prices = prices;
+        self
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Runs `f` in one transaction: `IMMEDIATE` when it writes, so it holds
+    /// the write lock from its first read. Any error rolls it back.
+    fn transact<T>(
+        &self,
+        behavior: TransactionBehavior,
+        busy: fn() -> ApiError,
+        f: impl FnOnce(&Transaction<'_>, i64) -> Result<T, ApiError>,
+    ) -> Result<T, ApiError> {
+        let mut conn = self
+            .conn
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let tx = conn.transaction_with_behavior(behavior).map_err(|e| {
+            if is_busy(&e) {
+                busy()
+            } else {
+                ApiError::unavailable(format!(
+                    "the ledger {} could not be locked: {e}",
+                    self.path.display()
+                ))
+            }
+        })?;
+        let out = f(&tx, self.clock.now())?;
+        tx.commit().map_err(|e| {
+            if is_busy(&e) {
+                busy()
+            } else {
+                ApiError::unavailable(format!(
+                    "the ledger {} could not commit: {e}",
+                    self.path.display()
+                ))
+            }
+        })?;
+        Ok(out)
+    }
+
+    fn write<T>(
+        &self,
+        f: impl FnOnce(&Transaction<'_>, i64) -> Result<T, ApiError>,
+    ) -> Result<T, ApiError> {
+        self.transact(TransactionBehavior::Immediate, busy_error, f)
+    }
+
+    fn read<T>(
+        &self,
+        f: impl FnOnce(&Transaction<'_>, i64) -> Result<T, ApiError>,
+    ) -> Result<T, ApiError> {
+        self.transact(TransactionBehavior::Deferred, busy_error, f)
+    }
+
+    /// `GET /v1/whoami`.
+    pub fn whoami(&self, token: &Token) -> Result<Whoami, ApiError> {
+        self.read(|tx, _| {
+            let caller = authenticate(tx, token)?;
+            Ok(Whoami {
+                user: caller.account,
+                scopes: caller.scopes,
+            })
+        })
+    }
+
+    /// Adds `cents` to `account`'s balance (`gameplan ledger topup`).
+    pub fn topup(&self, account: &str, cents: i64) -> Result<i64, ApiError> {
+        if cents <= 0 {
+            return Err(ApiError::invalid_request(format!(
+                "a topup must be a positive number of cents, not {cents}"
+            )));
+        }
+        self.write(|tx, now| {
+            let balance = balance_of(tx, account)?.ok_or_else(|| unknown_account(tx, account))?;
+            let new = balance.checked_add(cents).ok_or_else(|| {
+                ApiError::invalid_request(format!("{cents} cents would overflow the balance"))
+            })?;
+            tx.execute(
+                "UPDATE accounts SET balance_cents = ?1 WHERE id = ?2",
+                params![new, account],
+            )
+            .db()?;
+            entry(tx, account, None, "topup", cents, now)?;
+            Ok(new)
+        })
+    }
+
+    /// Creates a token for `account` (the account too, with no balance, when
+    /// it is new) holding `scopes`; returns the token, which is stored only
+    /// as its sha256 and cannot be read back.
+    pub fn create_token(&self, account: &str, scopes: &[String]) -> Result<NewToken, ApiError> {
+        if account.is_empty() || account.len() > 64 || account.chars().any(char::is_whitespace) {
+            return Err(ApiError::invalid_request(format!(
+                "`{account}` is not an account id: use 1 to 64 characters without spaces"
+            )));
+        }
+        if scopes.is_empty() {
+            return Err(ApiError::invalid_request(format!(
+                "a token needs at least one scope: {}",
+                SCOPES.join(", ")
+            )));
+        }
+        for scope in scopes {
+            if !SCOPES.contains(&scope.as_str()) {
+                return Err(ApiError::invalid_request(format!(
+                    "unknown scope `{scope}`: the scopes are {}",
+                    SCOPES.join(", ")
+                )));
+            }
+        }
+        // Kept in the order of SCOPES, each once, whatever order they came in.
+        let scopes: Vec<String> = SCOPES
+            .iter()
+            .filter(|s| scopes.iter().any(|given| given == *s))
+            .map(|s| (*s).to_owned())
+            .collect();
+        let secret = random_token()
+            .map_err(|e| ApiError::unavailable(format!("no randomness for a token: {e}")))?;
+        self.write(|tx, now| {
+            let created_account = balance_of(tx, account)?.is_none();
+            if created_account {
+                tx.execute(
+                    "INSERT INTO accounts (id, balance_cents) VALUES (?1, 0)",
+                    params![account],
+                )
+                .db()?;
+            }
+            store_token(tx, account, &secret, &scopes, now)?;
+            Ok(NewToken {
+                token: Token(secret.clone()),
+                account: account.to_owned(),
+                created_account,
+            })
+        })
+    }
+
+    /// Everything in the ledger, for `gameplan ledger show`.
+    pub fn show(&self) -> Result<LedgerView, ApiError> {
+        self.read(|tx, _| jobs::show(tx))
+    }
+}
+
+/// A token just made: the only time its secret is seen.
+#[derive(Debug)]
+pub struct NewToken {
+    pub token: Token,
+    pub account: String,
+    pub created_account: bool,
+}
+
+/// The whole ledger, for inspection (DESIGN §6's `ledger show --json`).
+#[derive(Debug, Clone, Serialize)]
+pub struct LedgerView {
+    pub accounts: Vec<AccountView>,
+    pub jobs: Vec<JobRow>,
+    pub tokens: Vec<TokenRow>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct AccountView {
+    pub id: String,
+    pub balance_cents: i64,
+    pub topups_cents: i64,
+    pub charged_cents: i64,
+    pub refunded_cents: i64,
+    /// Whether `balance = topups − charged + refunded` holds.
+    pub adds_up: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct JobRow {
+    pub id: String,
+    pub account: String,
+    pub game: String,
+    pub idempotency_key: String,
+    pub state: String,
+    pub price_cents: i64,
+    pub charged_cents: i64,
+    pub refunded_cents: i64,
+    pub settlements: Vec<Settlement>,
+    pub runs: Vec<RunRow>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RunRow {
+    pub id: String,
+    pub persona: String,
+    pub controller: String,
+    pub state: String,
+    pub price_cents: i64,
+    pub played: bool,
+}
+
+/// A token as `show` lists it: never its secret, nor its hash.
+#[derive(Debug, Clone, Serialize)]
+pub struct TokenRow {
+    pub account: String,
+    pub scopes: Vec<String>,
+    pub created_at: String,
+}
+
+fn busy_error() -> ApiError {
+    ApiError::unavailable(
+        "the ledger stayed locked by another writer for 5 seconds; try again".to_owned(),
+    )
+}
+
+fn is_busy(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+    )
+}
+
+/// Lowercase hex sha256.
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    let digest = Sha256::digest(bytes);
+    let mut out = String::with_capacity(64);
+    for byte in digest {
+        let _ = write!(out, "{byte:02x}");
+    }
+    out
+}
+
+/// RFC 3339 (UTC, seconds) of unix seconds.
+pub(crate) fn rfc3339(unix: i64) -> String {
+    let at = std::time::UNIX_EPOCH + Duration::from_secs(u64::try_from(unix).unwrap_or(0));
+    humantime::format_rfc3339_seconds(at).to_string()
+}
+
+/// A new bearer token: `gp_` and 32 random bytes in hex.
+fn random_token() -> std::io::Result<String> {
+    use std::io::Read as _;
+    let mut bytes = [0u8; 32];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    Ok(format!("gp_{}", &sha256_hex(&bytes)))
+}
+
+fn store_token(
+    tx: &Transaction<'_>,
+    account: &str,
+    secret: &str,
+    scopes: &[String],
+    now: i64,
+) -> Result<(), ApiError> {
+    tx.execute(
+        "INSERT INTO tokens (hash, account, scopes, created_at) VALUES (?1, ?2, ?3, ?4)",
+        params![
+            sha256_hex(secret.as_bytes()),
+            account,
+            scopes.join(","),
+            now
+        ],
+    )
+    .db()?;
+    Ok(())
+}
+
+/// The caller behind `token`, or 401.
+fn authenticate(tx: &Transaction<'_>, token: &Token) -> Result<Caller, ApiError> {
+    if token.0.is_empty() {
+        return Err(ApiError::unauthorized());
+    }
+    let row: Option<(String, String)> = tx
+        .query_row(
+            "SELECT account, scopes FROM tokens WHERE hash = ?1",
+            params![sha256_hex(token.0.as_bytes())],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()
+        .db()?;
+    let (account, scopes) = row.ok_or_else(ApiError::unauthorized)?;
+    Ok(Caller {
+        account,
+        scopes: scopes
+            .split(',')
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect(),
+    })
+}
+
+fn balance_of(tx: &Transaction<'_>, account: &str) -> Result<Option<i64>, ApiError> {
+    tx.query_row(
+        "SELECT balance_cents FROM accounts WHERE id = ?1",
+        params![account],
+        |r| r.get(0),
+    )
+    .optional()
+    .db()
+}
+
+fn unknown_account(tx: &Transaction<'_>, account: &str) -> ApiError {
+    let known: Vec<String> = tx
+        .prepare("SELECT id FROM accounts ORDER BY id")
+        .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
+        .unwrap_or_default();
+    ApiError::new(
+        404,
+        "not_found",
+        format!(
+            "no account `{account}` in this ledger (accounts: {}); `gameplan ledger show` lists them",
+            known.join(", ")
+        ),
+    )
+}
+
+/// Records one balance move.
+fn entry(
+    tx: &Transaction<'_>,
+    account: &str,
+    job: Option<i64>,
+    kind: &str,
+    cents: i64,
+    now: i64,
+) -> Result<(), ApiError> {
+    tx.execute(
+        "INSERT INTO entries (account, job, kind, cents, at) VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![account, job, kind, cents, now],
+    )
+    .db()?;
+    Ok(())
+}

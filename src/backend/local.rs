@@ -1,0 +1,159 @@
+//! The `local` backend: the embedded ledger (`.gameplan/ledger.sqlite`),
+//! called in-process. `SQLite` calls block, so each runs on tokio's blocking
+//! pool and the runtime keeps driving the game and the journal meanwhile.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use super::api::{
+    AggregateCompleteRequest, AggregatePublished, ApiError, CompleteRequest, Completed, Estimate,
+    EstimateRequest, Finished, Heartbeat, HeartbeatRequest, JobRef, JobView, RegisterRequest,
+    Registered, RunRef, RunView, Token, TransitionRequest, Transitioned, UploadRequest, Uploaded,
+    Whoami,
+};
+use super::ledger::Ledger;
+use super::{Backend, Call, UploadTarget};
+
+/// The ledger file of a state directory.
+pub fn ledger_path(state_dir: &Path) -> std::path::PathBuf {
+    state_dir.join("ledger.sqlite")
+}
+
+/// The embedded backend over one ledger file.
+pub struct LocalBackend {
+    ledger: Arc<Ledger>,
+}
+
+impl LocalBackend {
+    /// Opens (creating on first use) the ledger at `path`.
+    pub fn open(path: &Path) -> Result<LocalBackend, ApiError> {
+        Ok(LocalBackend::new(Arc::new(Ledger::open(path)?)))
+    }
+
+    pub fn new(ledger: Arc<Ledger>) -> LocalBackend {
+        LocalBackend { ledger }
+    }
+
+    pub fn ledger(&self) -> &Arc<Ledger> {
+        &self.ledger
+    }
+
+    /// Runs `f` against the ledger on the blocking pool.
+    fn call<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Ledger) -> Result<T, ApiError> + Send + 'static,
+    ) -> Call<'_, T> {
+        let ledger = Arc::clone(&self.ledger);
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || f(&ledger))
+                .await
+                .unwrap_or_else(|e| {
+                    Err(ApiError::unavailable(format!(
+                        "the ledger call stopped before it answered: {e}"
+                    )))
+                })
+        })
+    }
+}
+
+impl Backend for LocalBackend {
+    fn name(&self) -> &'static str {
+        "local"
+    }
+
+    fn whoami<'a>(&'a self, token: &'a Token) -> Call<'a, Whoami> {
+        let token = token.clone();
+        self.call(move |l| l.whoami(&token))
+    }
+
+    fn estimate<'a>(
+        &'a self,
+        token: &'a Token,
+        game: &'a str,
+        request: &'a EstimateRequest,
+    ) -> Call<'a, Estimate> {
+        let (token, game, request) = (token.clone(), game.to_owned(), request.clone());
+        self.call(move |l| l.estimate(&token, &game, &request))
+    }
+
+    fn register<'a>(
+        &'a self,
+        token: &'a Token,
+        game: &'a str,
+        key: &'a str,
+        request: &'a RegisterRequest,
+    ) -> Call<'a, Registered> {
+        let (token, game, key, request) = (
+            token.clone(),
+            game.to_owned(),
+            key.to_owned(),
+            request.clone(),
+        );
+        self.call(move |l| l.register(&token, &game, &key, &request))
+    }
+
+    fn transition<'a>(
+        &'a self,
+        token: &'a Token,
+        run: &'a RunRef,
+        request: &'a TransitionRequest,
+    ) -> Call<'a, Transitioned> {
+        let (token, run, request) = (token.clone(), run.clone(), request.clone());
+        self.call(move |l| l.transition(&token, &run, &request))
+    }
+
+    fn heartbeat<'a>(
+        &'a self,
+        token: &'a Token,
+        run: &'a RunRef,
+        request: &'a HeartbeatRequest,
+    ) -> Call<'a, Heartbeat> {
+        let (token, run, request) = (token.clone(), run.clone(), request.clone());
+        self.call(move |l| l.heartbeat(&token, &run, &request))
+    }
+
+    fn upload<'a>(
+        &'a self,
+        token: &'a Token,
+        target: &'a UploadTarget,
+        request: &'a UploadRequest,
+    ) -> Call<'a, Uploaded> {
+        let (token, target, request) = (token.clone(), target.clone(), request.clone());
+        self.call(move |l| l.upload(&token, &target, &request))
+    }
+
+    fn complete<'a>(
+        &'a self,
+        token: &'a Token,
+        run: &'a RunRef,
+        request: &'a CompleteRequest,
+    ) -> Call<'a, Completed> {
+        let (token, run, request) = (token.clone(), run.clone(), request.clone());
+        self.call(move |l| l.complete(&token, &run, &request))
+    }
+
+    fn aggregate_complete<'a>(
+        &'a self,
+        token: &'a Token,
+        job: &'a JobRef,
+        request: &'a AggregateCompleteRequest,
+    ) -> Call<'a, AggregatePublished> {
+        let (token, job, request) = (token.clone(), job.clone(), request.clone());
+        self.call(move |l| l.aggregate_complete(&token, &job, &request))
+    }
+
+    fn finish<'a>(&'a self, token: &'a Token, job: &'a JobRef) -> Call<'a, Finished> {
+        let (token, job) = (token.clone(), job.clone());
+        self.call(move |l| l.finish(&token, &job))
+    }
+
+    fn get_job<'a>(&'a self, token: &'a Token, job: &'a JobRef) -> Call<'a, JobView> {
+        let (token, job) = (token.clone(), job.clone());
+        self.call(move |l| l.get_job(&token, &job))
+    }
+
+    fn get_run<'a>(&'a self, token: &'a Token, run: &'a RunRef) -> Call<'a, RunView> {
+        let (token, run) = (token.clone(), run.clone());
+        self.call(move |l| l.get_run(&token, &run))
+    }
+}

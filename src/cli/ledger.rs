@@ -1,0 +1,101 @@
+//! `gameplan ledger show | topup | token`: inspect and administer a ledger
+//! file (the embedded backend's `.gameplan/ledger.sqlite` by default).
+
+use std::path::{Path, PathBuf};
+
+use super::{Context, LedgerCommand, LedgerFile};
+use crate::backend::api::ApiError;
+use crate::backend::ledger::Ledger;
+use crate::exit_code;
+
+/// The ledger file a command means: `--db`, or the state directory's.
+fn ledger_path(file: &LedgerFile) -> Result<PathBuf, String> {
+    if let Some(db) = &file.db {
+        return Ok(db.clone());
+    }
+    let (_, state_dir) = super::plan_runs::dirs(file.state_dir.as_deref());
+    crate::state_dir::prepare(&state_dir).map_err(|e| {
+        format!(
+            "cannot create the state directory {}: {e}; check its permissions or pass --db FILE",
+            state_dir.display()
+        )
+    })?;
+    Ok(crate::backend::local::ledger_path(&state_dir))
+}
+
+fn open(cx: &Context, file: &LedgerFile) -> Result<Ledger, u8> {
+    let path = ledger_path(file).map_err(|message| {
+        cx.console.err(&format!("error: {message}\n"));
+        exit_code::PLAN_ERROR
+    })?;
+    Ledger::open(&path).map_err(|e| refused(cx, &e, &path))
+}
+
+/// Prints a refusal; every one is bad input or an unusable file (exit 3).
+fn refused(cx: &Context, e: &ApiError, path: &Path) -> u8 {
+    cx.console.err(&format!(
+        "error: {} (ledger {})\n",
+        e.message,
+        path.display()
+    ));
+    exit_code::PLAN_ERROR
+}
+
+pub fn run(cx: &Context, command: &LedgerCommand) -> u8 {
+    let file = match command {
+        LedgerCommand::Show { file, .. }
+        | LedgerCommand::Topup { file, .. }
+        | LedgerCommand::Token { file, .. } => file,
+    };
+    let ledger = match open(cx, file) {
+        Ok(ledger) => ledger,
+        Err(code) => return code,
+    };
+    let path = ledger.path().to_owned();
+    match command {
+        LedgerCommand::Show { json, .. } => match ledger.show() {
+            Ok(view) if *json => {
+                cx.console
+                    .json(&serde_json::to_value(&view).unwrap_or_default());
+                exit_code::SUCCESS
+            }
+            Ok(view) => {
+                cx.console.out(&crate::report::ledger::show(&view, &path));
+                exit_code::SUCCESS
+            }
+            Err(e) => refused(cx, &e, &path),
+        },
+        LedgerCommand::Topup { account, cents, .. } => match ledger.topup(account, *cents) {
+            Ok(balance) => {
+                cx.console.out(&format!(
+                    "Added {} to {account}: the balance is {}.\n",
+                    crate::report::ledger::dollars(*cents),
+                    crate::report::ledger::dollars(balance)
+                ));
+                exit_code::SUCCESS
+            }
+            Err(e) => refused(cx, &e, &path),
+        },
+        LedgerCommand::Token {
+            scopes, account, ..
+        } => match ledger.create_token(account, scopes) {
+            Ok(new) => {
+                // The secret goes to stdout alone, so `TOKEN=$(gameplan ledger token ...)` works;
+                // what it is for goes to stderr.
+                cx.console.out(&format!("{}\n", new.token.0));
+                cx.console.err(&format!(
+                    "A token for {}{} with {}. It is shown once: only its sha256 is kept.\n",
+                    new.account,
+                    if new.created_account {
+                        " (a new account, balance $0.00)"
+                    } else {
+                        ""
+                    },
+                    scopes.join(", ")
+                ));
+                exit_code::SUCCESS
+            }
+            Err(e) => refused(cx, &e, &path),
+        },
+    }
+}
