@@ -15,6 +15,7 @@ mod issue15_gaps;
 mod issue15_search;
 mod issue15_verdict;
 mod issue16_ledger;
+mod issue16_serve;
 mod issue8;
 mod maze;
 mod plan_check;
