@@ -799,4 +799,37 @@ mod tests {
             assert!((base..=base * 5 / 4).contains(wait), "{waits:?}");
         }
     }
+
+    #[test]
+    fn a_plan_s_backend_table_opens_local_or_http_and_http_needs_url_and_token() {
+        use crate::plan::model::{Backend as Config, BackendKind};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = |kind, url: Option<&str>, token: Option<&str>| Config {
+            kind,
+            url: url.map(str::to_owned),
+            token: token.map(str::to_owned),
+        };
+        let (local, token) =
+            crate::backend::from_plan(&config(BackendKind::Local, None, None), dir.path())
+                .expect("local");
+        assert_eq!((local.name(), token.0.as_str()), ("local", DEMO_TOKEN));
+        assert!(dir.path().join("ledger.sqlite").is_file());
+        let (http, token) = crate::backend::from_plan(
+            &config(BackendKind::Http, Some("http://127.0.0.1:9"), Some("gp_x")),
+            dir.path(),
+        )
+        .expect("http");
+        assert_eq!((http.name(), token.0.as_str()), ("http", "gp_x"));
+        for (url, token, needs) in [
+            (None, Some("gp_x"), "needs a `url`"),
+            (Some("http://127.0.0.1:9"), None, "needs a `token`"),
+        ] {
+            let Err(e) =
+                crate::backend::from_plan(&config(BackendKind::Http, url, token), dir.path())
+            else {
+                panic!("accepted without {needs}")
+            };
+            assert!(e.message.contains(needs), "{e}");
+        }
+    }
 }
