@@ -439,12 +439,14 @@ fn tls_cause(e: &reqwest::Error) -> Option<String> {
         if let Some(tls) = current.downcast_ref::<rustls::Error>() {
             return Some(tls.to_string());
         }
-        if let Some(io) = current.downcast_ref::<std::io::Error>()
-            && let Some(tls) = io.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>())
-        {
-            return Some(tls.to_string());
-        }
-        cause = current.source();
+        // An io::Error's `source` skips the error it wraps (hyper-rustls
+        // wraps rustls's in two of them): step into it instead.
+        cause = match current.downcast_ref::<std::io::Error>() {
+            Some(io) => io
+                .get_ref()
+                .map(|inner| inner as &(dyn std::error::Error + 'static)),
+            None => current.source(),
+        };
     }
     None
 }

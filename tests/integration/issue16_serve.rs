@@ -107,11 +107,20 @@ impl Server {
     }
 }
 
-impl Drop for Server {
-    fn drop(&mut self) {
+impl Server {
+    /// SIGTERM, and the exit status.
+    fn stop(&mut self) -> std::process::ExitStatus {
         let pid = nix::unistd::Pid::from_raw(i32::try_from(self.child.id()).unwrap_or(0));
         let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-        let _ = self.child.wait();
+        self.child.wait().expect("wait for the server")
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            self.stop();
+        }
     }
 }
 
@@ -641,4 +650,46 @@ fn gameplan_sha256(bytes: &[u8]) -> String {
             let _ = std::fmt::Write::write_fmt(&mut hex, format_args!("{b:02x}"));
             hex
         })
+}
+
+#[test]
+fn issue16_serve_refuses_an_address_in_use_with_exit_3_and_stops_on_sigterm_with_0() {
+    let test = Test::new();
+    let mut server = Server::start(&test);
+    let addr = server.url.trim_start_matches("http://").to_owned();
+    test.run(&["serve", "--addr", &addr, "--db", "other.sqlite"])
+        .code(3)
+        .stderr_has(&format!("cannot listen on {addr}"))
+        .stderr_has("pass another --addr");
+    assert_eq!(server.stop().code(), Some(0));
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(
+        server.log().iter().any(|l| l == "stopped"),
+        "{:?}",
+        server.log()
+    );
+}
+
+#[test]
+fn issue16_serve_a_tls_failure_stops_at_once_and_says_so() {
+    // A plain-HTTP listener where the client expects TLS: the handshake
+    // fails, and the client must not try again.
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("https://{}", listener.local_addr().expect("addr"));
+    let connections = Arc::new(Mutex::new(0));
+    let count = Arc::clone(&connections);
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().map_while(Result::ok) {
+            *count.lock().expect("count") += 1;
+            let _ = stream.write_all(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n");
+            let _ = stream.shutdown(Shutdown::Both);
+        }
+    });
+    let e = runtime()
+        .block_on(client(&url).whoami(&demo()))
+        .expect_err("no TLS there");
+    assert_eq!(e.code, "tls_failed", "{e}");
+    assert!(!e.uncertain);
+    assert!(e.message.contains("TLS connection"), "{e}");
+    assert_eq!(*connections.lock().expect("count"), 1, "tried once: {e}");
 }
