@@ -834,4 +834,49 @@ mod tests {
             assert!(e.message.contains(needs), "{e}");
         }
     }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_401_and_a_400_stop_at_once_each_explained() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (url, _) = serve(dir.path()).await;
+        // A retry would wait 5 s first: answering sooner proves there was none.
+        let backend = HttpBackend::with_options(
+            &url,
+            HttpOptions {
+                retry: Retry {
+                    attempts: 3,
+                    first_backoff: std::time::Duration::from_secs(5),
+                    max_backoff: std::time::Duration::from_secs(5),
+                },
+                ..HttpOptions::default()
+            },
+        )
+        .expect("backend");
+        let started = std::time::Instant::now();
+        let e = backend
+            .whoami(&Token("gp_nobody".into()))
+            .await
+            .expect_err("unknown token");
+        assert_eq!((e.status, e.code.as_str()), (401, "unauthorized"));
+        assert!(e.message.contains("`[backend] token`"), "{e}");
+        let run = calls().run;
+        let e = backend
+            .heartbeat(
+                &Token(DEMO_TOKEN.into()),
+                &run,
+                &HeartbeatRequest {
+                    actions_taken: -1,
+                    checkpoint_step: None,
+                },
+            )
+            .await
+            .expect_err("negative actions");
+        assert_eq!((e.status, e.code.as_str()), (400, "invalid_request"));
+        assert!(e.message.contains("malformed"), "{e}");
+        assert!(!e.uncertain);
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(4),
+            "retried"
+        );
+    }
 }
