@@ -2,7 +2,7 @@
 //!
 //! The binary is a thin shell over [`run`]; everything is testable in-process.
 //! Module map (arrows = "uses"): `cli → plan, graph, engine, report, play,
-//! games`; `graph → plan`; `engine → graph, steps, journal, reuse, report`;
+//! games, server`; `server → backend`; `graph → plan`; `engine → graph, steps, journal, reuse, report`;
 //! `steps → backend, reuse, play, journal (checkpoint records)`;
 //! `play → report` (the cell's report.md); `steps, play → process_table`; `plan → template`;
 //! `report → plan (diagnostics), journal (states)`; `suggest` is used by
@@ -21,6 +21,7 @@ pub mod play;
 pub mod process_table;
 pub mod report;
 pub mod reuse;
+pub mod server;
 pub mod state_dir;
 pub mod steps;
 pub mod suggest;

@@ -439,6 +439,12 @@ pub struct ApiError {
     /// The fields some codes add (boxed: most errors have none).
     #[serde(flatten)]
     pub details: Box<ErrorDetails>,
+    /// Set by the `http` backend when no certain answer came (a timeout, a
+    /// lost connection, a 5xx, an unreadable body): the server may have done
+    /// the call, so it must be repeated with the same Idempotency-Key and
+    /// body, never a new key. Not in the body.
+    #[serde(skip)]
+    pub uncertain: bool,
 }
 
 /// The fields an error body adds for some codes.
@@ -468,6 +474,7 @@ impl ApiError {
             code: code.to_owned(),
             message: message.into(),
             details: Box::default(),
+            uncertain: false,
         }
     }
 

@@ -2,19 +2,22 @@
 //!
 //! Owns the [`Backend`] trait that money and delivery steps call through
 //! [`crate::steps::StepIo::backend`], the typed API it speaks ([`api`]), the
-//! ledger that holds every money rule ([`ledger`]) and the `local` backend
-//! over it ([`local`]). It knows nothing of scheduling or playing. Every
-//! call takes the bearer token and answers the API's types or an
+//! ledger that holds every money rule ([`ledger`]), the `local` backend
+//! over it ([`local`]) and the `http` backend to a server ([`http`]). It
+//! knows nothing of scheduling or playing. Every call takes the bearer token and answers the API's types or an
 //! [`api::ApiError`], whichever backend answers.
 
 pub mod api;
 #[cfg(test)]
 pub(crate) mod conformance;
+pub mod http;
 pub mod ledger;
 pub mod local;
 
 use std::future::Future;
+use std::path::Path;
 use std::pin::Pin;
+use std::sync::Arc;
 
 use api::{
     AggregateCompleteRequest, AggregatePublished, ApiError, CompleteRequest, Completed, Estimate,
@@ -100,4 +103,37 @@ pub trait Backend: Send + Sync {
 
     /// `GET …/runs/{run}`.
     fn get_run<'a>(&'a self, token: &'a Token, run: &'a RunRef) -> Call<'a, RunView>;
+}
+
+/// The backend a plan's `[backend]` names, and the token its calls carry:
+/// `local` opens the state directory's ledger (the plan's token, or the demo
+/// token when it gives none); `http` needs a `url` and a `token`.
+pub fn from_plan(
+    config: &crate::plan::model::Backend,
+    state_dir: &Path,
+) -> Result<(Arc<dyn Backend>, Token), ApiError> {
+    use crate::plan::model::BackendKind;
+    match config.kind {
+        BackendKind::Local => {
+            let backend = local::LocalBackend::open(&local::ledger_path(state_dir))?;
+            let token = config
+                .token
+                .clone()
+                .unwrap_or_else(|| ledger::DEMO_TOKEN.to_owned());
+            Ok((Arc::new(backend), Token(token)))
+        }
+        BackendKind::Http => {
+            let url = config.url.as_deref().ok_or_else(|| {
+                ApiError::invalid_request(
+                    "`[backend] kind = \"http\"` needs a `url`: the server's address, e.g. http://127.0.0.1:8787",
+                )
+            })?;
+            let token = config.token.clone().ok_or_else(|| {
+                ApiError::invalid_request(
+                    "`[backend] kind = \"http\"` needs a `token`, e.g. token = \"{{ secret('GAMEPLAN_TOKEN') }}\"",
+                )
+            })?;
+            Ok((Arc::new(http::HttpBackend::new(url)?), Token(token)))
+        }
+    }
 }

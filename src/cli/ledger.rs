@@ -9,7 +9,7 @@ use crate::backend::ledger::Ledger;
 use crate::exit_code;
 
 /// The ledger file a command means: `--db`, or the state directory's.
-fn ledger_path(file: &LedgerFile) -> Result<PathBuf, String> {
+pub(super) fn ledger_path(file: &LedgerFile) -> Result<PathBuf, String> {
     if let Some(db) = &file.db {
         return Ok(db.clone());
     }

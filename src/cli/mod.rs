@@ -13,6 +13,7 @@ mod plan_run;
 mod plan_runs;
 mod play;
 mod schema;
+mod serve;
 mod shell;
 
 use std::collections::BTreeMap;
@@ -212,6 +213,18 @@ pub enum Command {
     /// Inspect and administer a ledger (the embedded one: .gameplan/ledger.sqlite).
     #[command(subcommand)]
     Ledger(LedgerCommand),
+    /// Serve a ledger over HTTP (the API an `http` backend talks to) until Ctrl-C.
+    ///
+    /// Prints `listening on http://ADDR` first, then one line per request: method, path,
+    /// status, milliseconds (never a header, so never a token). Plain HTTP: keep it on
+    /// loopback or put a TLS proxy in front.
+    Serve {
+        /// Where to listen; port 0 picks a free port (the first line says which).
+        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8787")]
+        addr: String,
+        #[command(flatten)]
+        file: LedgerFile,
+    },
     /// Print a JSON Schema (for editors and API clients).
     Schema {
         /// Which schema.
@@ -626,6 +639,7 @@ pub fn dispatch(cli: Cli, cx: &Context) -> u8 {
         Command::Launch { slots } => crate::steps::launcher::serve(slots),
         Command::Game { name } => game::run(cx, &name),
         Command::Ledger(command) => ledger::run(cx, &command),
+        Command::Serve { addr, file } => serve::run(cx, &addr, &file),
         Command::Schema { name } => schema::run(cx, name),
         Command::Completions { shell } => shell::completions(cx, shell),
         Command::Man { out } => shell::man(cx, out.as_deref()),

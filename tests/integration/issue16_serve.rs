@@ -1,0 +1,695 @@
+//! Issue 16, `gameplan serve` and the `http` backend: the real server binary
+//! on loopback, driven through the library's `HttpBackend` (what a paid run
+//! will call), with a proxy written here between them that loses, breaks,
+//! delays and refuses answers. Every time: one job, one charge (read back
+//! with `gameplan ledger show --json`), and the same Idempotency-Key and
+//! body on every attempt (the proxy records each request).
+
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use gameplan::backend::Backend;
+use gameplan::backend::api::{
+    Cell, EstimateRequest, RegisterRequest, Registered, RunLength, Token,
+};
+use gameplan::backend::http::{HttpBackend, HttpOptions, Retry};
+use gameplan::backend::ledger::DEMO_TOKEN;
+
+use crate::support::{BIN, Test};
+
+const GAME: &str = "serve-game";
+
+/// `gameplan serve --addr 127.0.0.1:0 --db FILE`, running; its log lines
+/// (stderr) collected as they come. Stopped with SIGTERM when dropped.
+struct Server {
+    child: Child,
+    url: String,
+    log: Arc<Mutex<Vec<String>>>,
+    db: PathBuf,
+}
+
+impl Server {
+    fn start(test: &Test) -> Server {
+        let db = test.path("served.sqlite");
+        let mut child = Command::new(BIN)
+            .args(["serve", "--addr", "127.0.0.1:0", "--db"])
+            .arg(&db)
+            .current_dir(test.path(""))
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn gameplan serve");
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let lines = BufReader::new(child.stderr.take().expect("stderr"));
+        let sink = Arc::clone(&log);
+        std::thread::spawn(move || {
+            for line in lines.lines().map_while(Result::ok) {
+                sink.lock().expect("log").push(line);
+            }
+        });
+        let started = Instant::now();
+        let url = loop {
+            let found = log.lock().expect("log").iter().find_map(|l| {
+                l.strip_prefix("listening on ")
+                    .and_then(|rest| rest.split_whitespace().next())
+                    .map(str::to_owned)
+            });
+            if let Some(url) = found {
+                break url;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "no `listening on` line: {:?}",
+                log.lock().expect("log")
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        Server {
+            child,
+            url,
+            log,
+            db,
+        }
+    }
+
+    fn log(&self) -> Vec<String> {
+        self.log.lock().expect("log").clone()
+    }
+
+    /// `gameplan ledger show --json` on the server's file.
+    fn ledger(&self, test: &Test) -> serde_json::Value {
+        let db = self.db.to_str().expect("utf-8 path");
+        test.run(&["ledger", "show", "--json", "--db", db])
+            .code(0)
+            .json()
+    }
+
+    /// Exactly one job, charged once, and the balance moved by its price only.
+    fn assert_one_job_one_charge(&self, test: &Test, key: &str, price: i64) {
+        let doc = self.ledger(test);
+        let jobs = doc["jobs"].as_array().expect("jobs");
+        assert_eq!(jobs.len(), 1, "one job: {doc}");
+        assert_eq!(jobs[0]["idempotency_key"], key, "{doc}");
+        assert_eq!(jobs[0]["charged_cents"], price, "{doc}");
+        let demo = &doc["accounts"][0];
+        assert_eq!(demo["charged_cents"], price, "one charge: {doc}");
+        assert_eq!(demo["balance_cents"], 10_000 - price, "{doc}");
+        assert_eq!(demo["adds_up"], true, "{doc}");
+    }
+}
+
+impl Server {
+    /// SIGTERM, and the exit status.
+    fn stop(&mut self) -> std::process::ExitStatus {
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.child.id()).unwrap_or(0));
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        self.child.wait().expect("wait for the server")
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            self.stop();
+        }
+    }
+}
+
+/// What the proxy does to one register request (`POST …/jobs`).
+#[derive(Debug, Clone, Copy)]
+enum Fault {
+    /// Forwards it, reads the server's answer, then closes the connection
+    /// without a byte of it.
+    DropAnswer,
+    /// Forwards it and answers 500 whatever the server said.
+    ServerError,
+    /// Forwards it and holds the answer this long before closing.
+    Delay(Duration),
+    /// Answers 409 `charge_in_progress` without forwarding it.
+    Busy,
+}
+
+/// One request as the proxy saw it.
+#[derive(Debug, Clone)]
+struct Seen {
+    method: String,
+    path: String,
+    idempotency_key: Option<String>,
+    authorization: Option<String>,
+    body: Vec<u8>,
+}
+
+/// A loopback HTTP/1.1 proxy in front of `upstream`, one request per
+/// connection, applying queued faults to register requests in order.
+struct Proxy {
+    url: String,
+    seen: Arc<Mutex<Vec<Seen>>>,
+    faults: Arc<Mutex<VecDeque<Fault>>>,
+}
+
+impl Proxy {
+    fn start(upstream: &str) -> Proxy {
+        let upstream = upstream
+            .trim_start_matches("http://")
+            .trim_end_matches('/')
+            .to_owned();
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind proxy");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let faults = Arc::new(Mutex::new(VecDeque::new()));
+        let (seen_in, faults_in) = (Arc::clone(&seen), Arc::clone(&faults));
+        std::thread::spawn(move || {
+            for client in listener.incoming().map_while(Result::ok) {
+                let (upstream, seen, faults) = (
+                    upstream.clone(),
+                    Arc::clone(&seen_in),
+                    Arc::clone(&faults_in),
+                );
+                std::thread::spawn(move || relay(client, &upstream, &seen, &faults));
+            }
+        });
+        Proxy { url, seen, faults }
+    }
+
+    fn fail_next_registers(&self, faults: &[Fault]) {
+        self.faults.lock().expect("faults").extend(faults);
+    }
+
+    fn registers(&self) -> Vec<Seen> {
+        self.seen
+            .lock()
+            .expect("seen")
+            .iter()
+            .filter(|s| is_register(&s.method, &s.path))
+            .cloned()
+            .collect()
+    }
+}
+
+fn is_register(method: &str, path: &str) -> bool {
+    method == "POST" && path.ends_with("/jobs")
+}
+
+/// One HTTP message: its head (start line and headers) and its body.
+fn read_message(stream: &mut impl Read) -> Option<(String, Vec<u8>)> {
+    let mut bytes = Vec::new();
+    let mut byte = [0u8; 1];
+    while !bytes.ends_with(b"\r\n\r\n") {
+        if stream.read(&mut byte).ok()? == 0 {
+            return None;
+        }
+        bytes.push(byte[0]);
+    }
+    let head = String::from_utf8(bytes).ok()?;
+    let length = header_of(&head, "content-length").map_or(0, |v| v.parse().unwrap_or(0));
+    let mut body = vec![0u8; length];
+    stream.read_exact(&mut body).ok()?;
+    Some((head, body))
+}
+
+fn header_of(head: &str, name: &str) -> Option<String> {
+    head.lines().skip(1).find_map(|line| {
+        let (key, value) = line.split_once(':')?;
+        key.trim()
+            .eq_ignore_ascii_case(name)
+            .then(|| value.trim().to_owned())
+    })
+}
+
+/// `head` with `connection: close`, so each side sends one message.
+fn closing(head: &str) -> String {
+    let mut lines: Vec<&str> = head
+        .trim_end()
+        .lines()
+        .filter(|l| !l.to_ascii_lowercase().starts_with("connection:"))
+        .collect();
+    lines.push("connection: close");
+    format!("{}\r\n\r\n", lines.join("\r\n"))
+}
+
+fn forward(upstream: &str, head: &str, body: &[u8]) -> (String, Vec<u8>) {
+    let mut server = TcpStream::connect(upstream).expect("connect to the server");
+    server
+        .write_all(closing(head).as_bytes())
+        .expect("forward head");
+    server.write_all(body).expect("forward body");
+    read_message(&mut server).expect("the server's answer")
+}
+
+fn answer(client: &mut TcpStream, head: &str, body: &[u8]) {
+    let _ = client.write_all(closing(head).as_bytes());
+    let _ = client.write_all(body);
+}
+
+fn relay(
+    mut client: TcpStream,
+    upstream: &str,
+    seen: &Mutex<Vec<Seen>>,
+    faults: &Mutex<VecDeque<Fault>>,
+) {
+    let Some((head, body)) = read_message(&mut client) else {
+        return;
+    };
+    let mut start = head.split_whitespace();
+    let method = start.next().unwrap_or_default().to_owned();
+    let path = start.next().unwrap_or_default().to_owned();
+    let fault = if is_register(&method, &path) {
+        faults.lock().expect("faults").pop_front()
+    } else {
+        None
+    };
+    seen.lock().expect("seen").push(Seen {
+        method,
+        path,
+        idempotency_key: header_of(&head, "idempotency-key"),
+        authorization: header_of(&head, "authorization"),
+        body: body.clone(),
+    });
+    match fault {
+        None => {
+            let (answer_head, answer_body) = forward(upstream, &head, &body);
+            answer(&mut client, &answer_head, &answer_body);
+        }
+        Some(Fault::DropAnswer) => {
+            forward(upstream, &head, &body);
+        }
+        Some(Fault::ServerError) => {
+            forward(upstream, &head, &body);
+            let body = br#"{"code":"internal","message":"the proxy says 500"}"#;
+            let head = format!(
+                "HTTP/1.1 500 Internal Server Error\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+                body.len()
+            );
+            answer(&mut client, &head, body);
+        }
+        Some(Fault::Delay(wait)) => {
+            let (answer_head, answer_body) = forward(upstream, &head, &body);
+            std::thread::sleep(wait);
+            answer(&mut client, &answer_head, &answer_body);
+        }
+        Some(Fault::Busy) => {
+            let body = br#"{"code":"charge_in_progress","message":"another register holds the ledger right now; retry with the same Idempotency-Key and body"}"#;
+            let head = format!(
+                "HTTP/1.1 409 Conflict\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+                body.len()
+            );
+            answer(&mut client, &head, body);
+        }
+    }
+    let _ = client.shutdown(Shutdown::Both);
+}
+
+/// Short timeouts and quick retries, so a lost answer costs the test little.
+fn client(url: &str) -> HttpBackend {
+    HttpBackend::with_options(
+        url,
+        HttpOptions {
+            timeout: Duration::from_millis(1500),
+            connect_timeout: Duration::from_secs(2),
+            retry: Retry {
+                attempts: 4,
+                first_backoff: Duration::from_millis(50),
+                max_backoff: Duration::from_millis(200),
+            },
+        },
+    )
+    .expect("http backend")
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+fn demo() -> Token {
+    Token(DEMO_TOKEN.to_owned())
+}
+
+/// An estimate of two cells through `backend`, and the register body that buys it.
+async fn quote(backend: &HttpBackend, token: &Token) -> RegisterRequest {
+    let cells: Vec<Cell> = ["kid", "veteran"]
+        .iter()
+        .map(|p| Cell {
+            persona: (*p).to_owned(),
+            controller: "standard".to_owned(),
+        })
+        .collect();
+    let estimate = backend
+        .estimate(
+            token,
+            GAME,
+            &EstimateRequest {
+                cells: cells.clone(),
+                modules: Vec::new(),
+                run_length: RunLength::Standard,
+            },
+        )
+        .await
+        .expect("estimate");
+    assert_eq!(estimate.estimate_cents, 100);
+    RegisterRequest {
+        quote_id: estimate.quote_id,
+        confirm_price_cents: estimate.estimate_cents,
+        cells,
+        modules: Vec::new(),
+        run_length: RunLength::Standard,
+    }
+}
+
+/// A register through a proxy that applies `faults` to its first attempts.
+fn register_through(faults: &[Fault], key: &str) -> (Test, Server, Proxy, Registered) {
+    let test = Test::new();
+    let server = Server::start(&test);
+    let proxy = Proxy::start(&server.url);
+    proxy.fail_next_registers(faults);
+    let backend = client(&proxy.url);
+    let registered = runtime().block_on(async {
+        let body = quote(&backend, &demo()).await;
+        backend.register(&demo(), GAME, key, &body).await
+    });
+    let registered = registered.unwrap_or_else(|e| panic!("register through {faults:?}: {e}"));
+    (test, server, proxy, registered)
+}
+
+/// Every register attempt the proxy saw carried `key` and the same body.
+fn assert_same_key_and_body(proxy: &Proxy, key: &str, attempts: usize) {
+    let seen = proxy.registers();
+    assert_eq!(seen.len(), attempts, "attempts: {seen:?}");
+    for attempt in &seen {
+        assert_eq!(attempt.idempotency_key.as_deref(), Some(key), "{seen:?}");
+        assert_eq!(attempt.body, seen[0].body, "the same body every time");
+    }
+}
+
+#[test]
+fn issue16_serve_a_register_whose_answer_was_lost_is_replayed_with_the_same_key_and_charged_once() {
+    let (test, server, proxy, registered) = register_through(&[Fault::DropAnswer], "key-drop");
+    assert!(
+        registered.replayed,
+        "the second attempt found the first's job"
+    );
+    assert_same_key_and_body(&proxy, "key-drop", 2);
+    server.assert_one_job_one_charge(&test, "key-drop", 100);
+}
+
+#[test]
+fn issue16_serve_a_500_after_the_charge_is_replayed_with_the_same_key_and_charged_once() {
+    let (test, server, proxy, registered) = register_through(&[Fault::ServerError], "key-500");
+    assert!(registered.replayed);
+    assert_same_key_and_body(&proxy, "key-500", 2);
+    server.assert_one_job_one_charge(&test, "key-500", 100);
+}
+
+#[test]
+fn issue16_serve_an_answer_later_than_the_client_timeout_is_replayed_with_the_same_key_and_charged_once()
+ {
+    let (test, server, proxy, registered) =
+        register_through(&[Fault::Delay(Duration::from_millis(2500))], "key-slow");
+    assert!(registered.replayed);
+    assert_same_key_and_body(&proxy, "key-slow", 2);
+    server.assert_one_job_one_charge(&test, "key-slow", 100);
+}
+
+#[test]
+fn issue16_serve_charge_in_progress_backs_off_and_retries_with_the_same_key() {
+    let (test, server, proxy, registered) = register_through(&[Fault::Busy], "key-busy");
+    assert!(
+        !registered.replayed,
+        "the 409 never reached the server: the retry bought the job"
+    );
+    assert_same_key_and_body(&proxy, "key-busy", 2);
+    server.assert_one_job_one_charge(&test, "key-busy", 100);
+}
+
+#[test]
+fn issue16_serve_answers_lost_every_time_end_uncertain_after_the_bound_with_one_charge() {
+    let test = Test::new();
+    let server = Server::start(&test);
+    let proxy = Proxy::start(&server.url);
+    proxy.fail_next_registers(&[Fault::DropAnswer; 4]);
+    let backend = client(&proxy.url);
+    let e = runtime()
+        .block_on(async {
+            let body = quote(&backend, &demo()).await;
+            backend.register(&demo(), GAME, "key-lost", &body).await
+        })
+        .expect_err("no answer ever came");
+    assert!(e.uncertain, "the server may have charged: {e}");
+    assert_eq!(e.code, "connection_lost", "{e}");
+    assert!(e.message.contains("after 4 attempts"), "{e}");
+    assert!(e.message.contains("same Idempotency-Key"), "{e}");
+    assert_same_key_and_body(&proxy, "key-lost", 4);
+    server.assert_one_job_one_charge(&test, "key-lost", 100);
+}
+
+#[test]
+fn issue16_serve_the_same_key_with_another_body_stops_at_once_with_422_naming_key_and_field() {
+    let test = Test::new();
+    let server = Server::start(&test);
+    let proxy = Proxy::start(&server.url);
+    let backend = client(&proxy.url);
+    let e = runtime()
+        .block_on(async {
+            let body = quote(&backend, &demo()).await;
+            backend
+                .register(&demo(), GAME, "key-422", &body)
+                .await
+                .expect("the first register");
+            let mut other = body.clone();
+            other.run_length = RunLength::Long;
+            backend.register(&demo(), GAME, "key-422", &other).await
+        })
+        .expect_err("another body");
+    assert_eq!((e.status, e.code.as_str()), (422, "idempotency_mismatch"));
+    assert!(!e.uncertain);
+    assert_eq!(e.details.differs, ["run_length"]);
+    assert!(e.message.contains("`key-422`"), "{e}");
+    assert!(e.message.contains("run_length"), "{e}");
+    assert!(e.message.contains("not repeated"), "{e}");
+    // One attempt for each register: the 422 was not retried.
+    assert_eq!(proxy.registers().len(), 2);
+    server.assert_one_job_one_charge(&test, "key-422", 100);
+}
+
+#[test]
+fn issue16_serve_fifty_concurrent_registers_with_one_key_buy_one_job() {
+    let test = Test::new();
+    let server = Server::start(&test);
+    let backend = Arc::new(client(&server.url));
+    let answers = runtime().block_on(async {
+        let body = Arc::new(quote(&backend, &demo()).await);
+        let mut tasks = tokio::task::JoinSet::new();
+        for _ in 0..50 {
+            let (backend, body) = (Arc::clone(&backend), Arc::clone(&body));
+            tasks.spawn(async move { backend.register(&demo(), GAME, "key-50", &body).await });
+        }
+        tasks.join_all().await
+    });
+    let jobs: Vec<String> = answers
+        .iter()
+        .map(|a| a.as_ref().expect("every register answers").job.id.clone())
+        .collect();
+    assert!(jobs.iter().all(|j| *j == jobs[0]), "{jobs:?}");
+    let bought = answers
+        .iter()
+        .filter(|a| a.as_ref().is_ok_and(|r| !r.replayed))
+        .count();
+    assert_eq!(bought, 1, "one register bought, 49 replayed");
+    server.assert_one_job_one_charge(&test, "key-50", 100);
+}
+
+/// One raw request, as a client without gameplan would send it.
+fn raw(url: &str, request: &str) -> (u16, serde_json::Value) {
+    let mut stream = TcpStream::connect(url.trim_start_matches("http://")).expect("connect");
+    stream
+        .write_all(request.replace('\n', "\r\n").as_bytes())
+        .expect("send");
+    let (head, body) = read_message(&mut stream).expect("an answer");
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("status");
+    (status, serde_json::from_slice(&body).expect("a JSON body"))
+}
+
+#[test]
+fn issue16_serve_checks_the_token_and_its_scope_and_never_logs_the_token() {
+    let test = Test::new();
+    let server = Server::start(&test);
+    let db = server.db.to_str().expect("utf-8").to_owned();
+    let made = test.run(&[
+        "ledger",
+        "token",
+        "--scopes",
+        "playtest:model,playtest:upload",
+        "--db",
+        &db,
+    ]);
+    let secret = made.code(0).stdout.trim().to_owned();
+    assert!(secret.starts_with("gp_"), "{secret}");
+
+    let (status, body) = raw(
+        &server.url,
+        "POST /v1/games/serve-game/jobs HTTP/1.1\nhost: x\nidempotency-key: k\ncontent-length: 2\nconnection: close\n\n{}",
+    );
+    assert_eq!((status, body["code"].as_str()), (401, Some("unauthorized")));
+    assert!(
+        body["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("gameplan ledger token"))
+    );
+
+    let backend = client(&server.url);
+    let token = Token(secret.clone());
+    let e = runtime()
+        .block_on(async {
+            let body = quote(&client(&server.url), &demo()).await;
+            backend.register(&token, GAME, "key-scope", &body).await
+        })
+        .expect_err("no playtest:write");
+    assert_eq!((e.status, e.code.as_str()), (403, "missing_scope"), "{e}");
+    assert_eq!(e.details.scope.as_deref(), Some("playtest:write"));
+    assert!(e.message.contains("`playtest:write`"), "{e}");
+    runtime()
+        .block_on(backend.whoami(&token))
+        .expect("whoami needs no scope");
+
+    let doc = server.ledger(&test);
+    assert_eq!(doc["jobs"], serde_json::json!([]), "nothing bought: {doc}");
+    let log = server.log();
+    for expected in [
+        "POST /v1/games/serve-game/jobs 401 ",
+        "POST /v1/games/serve-game/jobs 403 ",
+        "POST /v1/games/serve-game/estimate 200 ",
+        "GET /v1/whoami 200 ",
+    ] {
+        assert!(
+            log.iter()
+                .any(|l| l.starts_with(expected) && l.ends_with("ms")),
+            "no `{expected}...ms` line in {log:?}"
+        );
+    }
+    let all = log.join("\n");
+    assert!(!all.contains(&secret), "the token is in the log: {all}");
+    assert!(
+        !all.contains(DEMO_TOKEN),
+        "the demo token is in the log: {all}"
+    );
+    assert!(!all.to_ascii_lowercase().contains("bearer"), "{all}");
+}
+
+#[test]
+fn issue16_serve_uploads_reach_the_run_under_nested_names_over_http() {
+    use gameplan::backend::UploadTarget;
+    use gameplan::backend::api::{RunRef, UploadRequest};
+    let test = Test::new();
+    let server = Server::start(&test);
+    let proxy = Proxy::start(&server.url);
+    let backend = client(&proxy.url);
+    let uploaded = runtime().block_on(async {
+        let body = quote(&backend, &demo()).await;
+        let job = backend
+            .register(&demo(), GAME, "key-files", &body)
+            .await
+            .expect("register")
+            .job;
+        let run = RunRef {
+            game: GAME.to_owned(),
+            job: job.id.clone(),
+            run: job.runs[0].id.clone(),
+        };
+        let bytes = b"\x89PNG not really".to_vec();
+        backend
+            .upload(
+                &demo(),
+                &UploadTarget::Run(run),
+                &UploadRequest {
+                    name: "screenshots/step 1.png".to_owned(),
+                    sha256: gameplan_sha256(&bytes),
+                    body: bytes,
+                },
+            )
+            .await
+    });
+    let uploaded = uploaded.expect("upload");
+    assert_eq!(uploaded.name, "screenshots/step 1.png");
+    let put = proxy
+        .seen
+        .lock()
+        .expect("seen")
+        .iter()
+        .find(|s| s.method == "PUT")
+        .cloned()
+        .expect("a PUT");
+    assert!(
+        put.path.ends_with("/files/screenshots/step%201.png"),
+        "{}",
+        put.path
+    );
+    assert!(put.authorization.is_some_and(|a| a.starts_with("Bearer ")));
+}
+
+fn gameplan_sha256(bytes: &[u8]) -> String {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .fold(String::new(), |mut hex, b| {
+            let _ = std::fmt::Write::write_fmt(&mut hex, format_args!("{b:02x}"));
+            hex
+        })
+}
+
+#[test]
+fn issue16_serve_refuses_an_address_in_use_with_exit_3_and_stops_on_sigterm_with_0() {
+    let test = Test::new();
+    let mut server = Server::start(&test);
+    let addr = server.url.trim_start_matches("http://").to_owned();
+    test.run(&["serve", "--addr", &addr, "--db", "other.sqlite"])
+        .code(3)
+        .stderr_has(&format!("cannot listen on {addr}"))
+        .stderr_has("pass another --addr");
+    assert_eq!(server.stop().code(), Some(0));
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(
+        server.log().iter().any(|l| l == "stopped"),
+        "{:?}",
+        server.log()
+    );
+}
+
+#[test]
+fn issue16_serve_a_tls_failure_stops_at_once_and_says_so() {
+    // A plain-HTTP listener where the client expects TLS: the handshake
+    // fails, and the client must not try again.
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("https://{}", listener.local_addr().expect("addr"));
+    let connections = Arc::new(Mutex::new(0));
+    let count = Arc::clone(&connections);
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().map_while(Result::ok) {
+            *count.lock().expect("count") += 1;
+            let _ = stream.write_all(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n");
+            let _ = stream.shutdown(Shutdown::Both);
+        }
+    });
+    let e = runtime()
+        .block_on(client(&url).whoami(&demo()))
+        .expect_err("no TLS there");
+    assert_eq!(e.code, "tls_failed", "{e}");
+    assert!(!e.uncertain);
+    assert!(e.message.contains("TLS connection"), "{e}");
+    assert_eq!(*connections.lock().expect("count"), 1, "tried once: {e}");
+}
