@@ -510,7 +510,8 @@ fn close(
         .iter()
         .map(|i| run.reports[i.index()].clone())
         .collect();
-    let playtest = crate::report::playtest::collect(&steps, |id| run_dir.step(id));
+    let parts = playtest_parts(&pipeline, &shared.kinds, &run_dir);
+    let playtest = crate::report::playtest::collect(&steps, &parts);
     let verdict =
         super::outcome::judge_findings(playtest.as_ref(), &steps, fail_on, &shared.plan.fail_on);
     let (outcome, code) = super::outcome::run_outcome(
@@ -692,6 +693,26 @@ fn summary_sections(
             let mut section = kind.summary(&run_dir.step(id))?;
             section.step.clone_from(id);
             Some(section)
+        })
+        .collect()
+}
+
+/// What each step's kind adds to the run's playtest
+/// ([`crate::steps::Kind::playtest`]), by step id in plan order.
+fn playtest_parts(
+    pipeline: &Pipeline,
+    kinds: &Kinds,
+    run_dir: &RunDir,
+) -> Vec<(String, crate::steps::PlaytestPart)> {
+    pipeline
+        .order
+        .iter()
+        .filter_map(|&node| {
+            let id = &pipeline.graph[node].id;
+            let part = kinds
+                .get(pipeline.graph[node].kind)?
+                .playtest(&run_dir.step(id))?;
+            Some((id.clone(), part))
         })
         .collect()
 }

@@ -53,6 +53,13 @@ impl Kind for Scripted {
             text,
         })
     }
+
+    fn playtest(&self, step_dir: &Path) -> Option<crate::steps::PlaytestPart> {
+        let summary = step_dir.join("games.json");
+        summary
+            .is_file()
+            .then_some(crate::steps::PlaytestPart::Simulation { summary })
+    }
 }
 
 /// Answers every question with `answer`, or never (`None`: it blocks, as a
@@ -573,6 +580,39 @@ fn a_kind_adds_its_section_to_the_run_summary() {
     assert_eq!(report.sections.len(), 1, "{report:?}");
     assert_eq!(report.sections[0].step, "finish");
     assert_eq!(report.sections[0].text, "settled: 1234 cents, refund 0\n");
+}
+
+fn simulates<'a>(
+    cx: &'a StepContext,
+    _io: &'a StepIo,
+    _notes: &'a Path,
+) -> BoxFuture<'a, StepOutcome> {
+    Box::pin(async move {
+        std::fs::create_dir_all(&cx.step_dir).expect("step dir");
+        let summary = json!({
+            "games": 3, "completed": 2, "crashed": 1, "hung": 0, "truncated": 0,
+            "other": 0, "steps": 30, "processes": 3, "leaked": [], "interrupted": false,
+        });
+        std::fs::write(cx.step_dir.join("games.json"), summary.to_string()).expect("games");
+        StepOutcome::Succeeded
+    })
+}
+
+#[test]
+fn a_kind_not_named_by_the_report_adds_its_part_to_the_playtest() {
+    let repo = Repo::new(
+        "[[steps]]\nid = \"judge\"\nkind = \"estimate\"\n",
+        vec![(StepKind::Estimate, simulates)],
+    );
+    let report = repo.run(false);
+    let playtest = report.playtest.expect("the kind's part makes a playtest");
+    assert_eq!(playtest.simulations.len(), 1, "{playtest:?}");
+    let line = &playtest.simulations[0];
+    assert_eq!(
+        (line.step.as_str(), line.games, line.crashed),
+        ("judge", 3, 1)
+    );
+    assert!(line.summary.ends_with("games.json"), "{}", line.summary);
 }
 
 // ---- 6. the price question ---------------------------------------------

@@ -140,7 +140,17 @@ pub trait Kind: Send + Sync {
     fn summary(&self, _step_dir: &Path) -> Option<SummarySection> {
         None
     }
+
+    /// What a step of this kind adds to the run's playtest (a cell's
+    /// report, a simulation's counts, a merge of the cells), from its
+    /// directory; asked of every step, and the playtest keeps the parts
+    /// of steps that ended. `None` adds nothing.
+    fn playtest(&self, _step_dir: &Path) -> Option<PlaytestPart> {
+        None
+    }
 }
+
+pub use crate::report::playtest::PlaytestPart;
 
 pub use crate::report::run::SummarySection;
 
