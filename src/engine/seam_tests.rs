@@ -1,7 +1,9 @@
 //! The seam money's kinds stand on, proven with test kinds driven in
 //! process: cross-step results, the uncertain and refused outcomes, a
 //! request's key and body journaled once, redacted checkpoints, `always`
-//! steps after a halt, and a question a Ctrl-C answers no.
+//! steps after a halt, a question a Ctrl-C answers no, a kind's part of
+//! the playtest, and which play cells will be reused, seen before anything
+//! runs.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
