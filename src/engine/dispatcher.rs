@@ -54,6 +54,9 @@ struct Shared {
     backend: Option<Arc<dyn Backend>>,
     confirm: Arc<dyn Confirm>,
     dry_upload: bool,
+    /// Every play cell and whether it will be reused, decided before the
+    /// run.
+    cells_ahead: Arc<Vec<crate::steps::CellAhead>>,
 }
 
 /// Opens (or creates) the run's journal under the lock and reads what it
@@ -203,6 +206,7 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
     // money kinds land: `backend` is what every step's `StepIo` is handed.
     let backend: Option<Arc<dyn Backend>> = None;
     let shared = Shared {
+        cells_ahead: cells_ahead(&loaded, &pipeline, &state_dir, &options, &env, &kinds),
         root: loaded.root.clone(),
         plan_file,
         run_id: run_id.clone(),
@@ -510,7 +514,8 @@ fn close(
         .iter()
         .map(|i| run.reports[i.index()].clone())
         .collect();
-    let playtest = crate::report::playtest::collect(&steps, |id| run_dir.step(id));
+    let parts = playtest_parts(&pipeline, &shared.kinds, &run_dir);
+    let playtest = crate::report::playtest::collect(&steps, &parts);
     let verdict =
         super::outcome::judge_findings(playtest.as_ref(), &steps, fail_on, &shared.plan.fail_on);
     let (outcome, code) = super::outcome::run_outcome(
@@ -694,6 +699,49 @@ fn summary_sections(
             Some(section)
         })
         .collect()
+}
+
+/// What each step's kind adds to the run's playtest
+/// ([`crate::steps::Kind::playtest`]), by step id in plan order.
+fn playtest_parts(
+    pipeline: &Pipeline,
+    kinds: &Kinds,
+    run_dir: &RunDir,
+) -> Vec<(String, crate::steps::PlaytestPart)> {
+    pipeline
+        .order
+        .iter()
+        .filter_map(|&node| {
+            let id = &pipeline.graph[node].id;
+            let part = kinds
+                .get(pipeline.graph[node].kind)?
+                .playtest(&run_dir.step(id))?;
+            Some((id.clone(), part))
+        })
+        .collect()
+}
+
+/// Which play cells will be reused, decided ahead by `plan explain`'s
+/// code, for the step that prices the cells before anything runs (an
+/// `estimate`); other plans skip the extra key pass.
+fn cells_ahead(
+    loaded: &crate::plan::LoadedPlan,
+    pipeline: &Pipeline,
+    state_dir: &std::path::Path,
+    options: &super::RunOptions,
+    env: &BTreeMap<String, String>,
+    kinds: &Kinds,
+) -> Arc<Vec<crate::steps::CellAhead>> {
+    let has_estimate = pipeline
+        .graph
+        .node_weights()
+        .any(|s| s.kind == crate::plan::model::StepKind::Estimate);
+    if !has_estimate {
+        return Arc::default();
+    }
+    let cells =
+        super::preview::cells_ahead(loaded, pipeline, state_dir, options.no_reuse, env, kinds);
+    Arc::new(cells)
 }
 
 /// Every step `node` needs, directly or through others.
@@ -954,6 +1002,7 @@ impl Run {
             self.shared.dry_upload,
         )
         .in_run(Arc::clone(&self.checkpoints), needs)
+        .cells_decided(Arc::clone(&self.shared.cells_ahead))
         .redacting(progress.redactor().clone())
         .stopped_by(stopped)
         .on_question({

@@ -25,12 +25,24 @@ pub fn preview(
     no_reuse: bool,
     env: &BTreeMap<String, String>,
 ) -> Vec<Decision> {
-    let store = Store::open(state_dir);
-    let hashes = Mutex::new(FileHashCache::load(state_dir));
     let kinds = Kinds::for_run(RunSettings {
         concurrency: 1,
         redactor: loaded.redactor.clone(),
     });
+    decide(loaded, pipeline, state_dir, no_reuse, env, &kinds)
+}
+
+/// [`preview`] with the kinds a run uses.
+fn decide(
+    loaded: &LoadedPlan,
+    pipeline: &Pipeline,
+    state_dir: &Path,
+    no_reuse: bool,
+    env: &BTreeMap<String, String>,
+    kinds: &Kinds,
+) -> Vec<Decision> {
+    let store = Store::open(state_dir);
+    let hashes = Mutex::new(FileHashCache::load(state_dir));
     let maker = KeyMaker {
         root: &loaded.root,
         plan: &loaded.plan,
@@ -38,7 +50,7 @@ pub fn preview(
         hashes: &hashes,
         env,
         redactor: &loaded.redactor,
-        kinds: &kinds,
+        kinds,
     };
     let last_keys = store.last_keys(&loaded.plan.name);
     let n = pipeline.graph.node_count();
@@ -99,5 +111,32 @@ pub fn preview(
     decisions
         .into_iter()
         .map(|d| d.unwrap_or(Decision::runs(None, Vec::new())))
+        .collect()
+}
+
+/// Every play cell of `pipeline`, in plan order, with whether a run with
+/// `kinds` would reuse it: [`preview`]'s decisions, so a running step's
+/// view ([`crate::steps::StepIo::cells_ahead`]) and `plan explain` agree.
+pub fn cells_ahead(
+    loaded: &LoadedPlan,
+    pipeline: &Pipeline,
+    state_dir: &Path,
+    no_reuse: bool,
+    env: &BTreeMap<String, String>,
+    kinds: &Kinds,
+) -> Vec<crate::steps::CellAhead> {
+    let decisions = decide(loaded, pipeline, state_dir, no_reuse, env, kinds);
+    pipeline
+        .order
+        .iter()
+        .filter(|&&node| pipeline.instance(node).kind == crate::plan::model::StepKind::Play)
+        .map(|&node| {
+            let decision = &decisions[node.index()];
+            crate::steps::CellAhead {
+                id: pipeline.instance(node).id.clone(),
+                reused: decision.reused,
+                key: decision.key.clone(),
+            }
+        })
         .collect()
 }

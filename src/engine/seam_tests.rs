@@ -1,7 +1,9 @@
 //! The seam money's kinds stand on, proven with test kinds driven in
 //! process: cross-step results, the uncertain and refused outcomes, a
 //! request's key and body journaled once, redacted checkpoints, `always`
-//! steps after a halt, and a question a Ctrl-C answers no.
+//! steps after a halt, a question a Ctrl-C answers no, a kind's part of
+//! the playtest, and which play cells will be reused, seen before anything
+//! runs.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -34,7 +36,14 @@ impl Kind for Scripted {
         self.kind
     }
 
-    fn reuse(&self, _cx: &KeyContext<'_>) -> Result<Reuse, StepError> {
+    fn reuse(&self, cx: &KeyContext<'_>) -> Result<Reuse, StepError> {
+        // A test play cell is keyed by its id alone: stored once, reused.
+        if self.kind == StepKind::Play {
+            return Ok(Reuse::Key(crate::reuse::ReuseKey::new(
+                "test-play",
+                json!({ "cell": cx.instance.id }),
+            )));
+        }
         Ok(Reuse::Never("a test kind".into()))
     }
 
@@ -42,8 +51,22 @@ impl Kind for Scripted {
         (self.script)(cx, io, &self.notes)
     }
 
-    fn outputs(&self, _cx: &StepContext) -> Result<Outputs, StepError> {
+    fn outputs(&self, cx: &StepContext) -> Result<Outputs, StepError> {
+        // A test play cell leaves one file, what the store keeps of it.
+        if self.kind == StepKind::Play {
+            std::fs::create_dir_all(&cx.step_dir).map_err(|e| StepError(e.to_string()))?;
+            std::fs::write(cx.step_dir.join("cell.txt"), &cx.instance.id)
+                .map_err(|e| StepError(e.to_string()))?;
+            return Ok(Outputs {
+                base: cx.step_dir.clone(),
+                files: vec!["cell.txt".into()],
+            });
+        }
         Ok(Outputs::default())
+    }
+
+    fn restore_base(&self, cx: &StepContext) -> PathBuf {
+        cx.step_dir.clone()
     }
 
     fn summary(&self, step_dir: &Path) -> Option<crate::steps::SummarySection> {
@@ -52,6 +75,13 @@ impl Kind for Scripted {
             step: String::new(),
             text,
         })
+    }
+
+    fn playtest(&self, step_dir: &Path) -> Option<crate::steps::PlaytestPart> {
+        let summary = step_dir.join("games.json");
+        summary
+            .is_file()
+            .then_some(crate::steps::PlaytestPart::Simulation { summary })
     }
 }
 
@@ -76,6 +106,7 @@ struct Repo {
     kinds: Vec<(StepKind, Script)>,
     answer: Option<bool>,
     secret: Option<&'static str>,
+    no_reuse: bool,
 }
 
 impl Repo {
@@ -93,6 +124,7 @@ impl Repo {
             kinds,
             answer: Some(false),
             secret: None,
+            no_reuse: false,
         }
     }
 
@@ -123,7 +155,7 @@ impl Repo {
         };
         let lock = engine::lock(&self.state_dir(), &hash, start.run_id()).expect("lock");
         let progress = Progress::new(false, true, loaded.redactor.clone());
-        let kinds = self
+        let kinds: Vec<Box<dyn Kind>> = self
             .kinds
             .iter()
             .map(|&(kind, script)| {
@@ -134,6 +166,7 @@ impl Repo {
                 }) as Box<dyn Kind>
             })
             .collect();
+
         let request = RunRequest {
             loaded,
             pipeline,
@@ -141,6 +174,7 @@ impl Repo {
             state_dir: self.state_dir(),
             options: RunOptions {
                 concurrency: Some(1),
+                no_reuse: self.no_reuse,
                 ..RunOptions::default()
             },
             env: Arc::new(std::collections::BTreeMap::new()),
@@ -573,6 +607,160 @@ fn a_kind_adds_its_section_to_the_run_summary() {
     assert_eq!(report.sections.len(), 1, "{report:?}");
     assert_eq!(report.sections[0].step, "finish");
     assert_eq!(report.sections[0].text, "settled: 1234 cents, refund 0\n");
+}
+
+fn simulates<'a>(
+    cx: &'a StepContext,
+    _io: &'a StepIo,
+    _notes: &'a Path,
+) -> BoxFuture<'a, StepOutcome> {
+    Box::pin(async move {
+        std::fs::create_dir_all(&cx.step_dir).expect("step dir");
+        let summary = json!({
+            "games": 3, "completed": 2, "crashed": 1, "hung": 0, "truncated": 0,
+            "other": 0, "steps": 30, "processes": 3, "leaked": [], "interrupted": false,
+        });
+        std::fs::write(cx.step_dir.join("games.json"), summary.to_string()).expect("games");
+        StepOutcome::Succeeded
+    })
+}
+
+#[test]
+fn a_kind_not_named_by_the_report_adds_its_part_to_the_playtest() {
+    let repo = Repo::new(
+        "[[steps]]\nid = \"judge\"\nkind = \"estimate\"\n",
+        vec![(StepKind::Estimate, simulates)],
+    );
+    let report = repo.run(false);
+    let playtest = report.playtest.expect("the kind's part makes a playtest");
+    assert_eq!(playtest.simulations.len(), 1, "{playtest:?}");
+    let line = &playtest.simulations[0];
+    assert_eq!(
+        (line.step.as_str(), line.games, line.crashed),
+        ("judge", 3, 1)
+    );
+    assert!(line.summary.ends_with("games.json"), "{}", line.summary);
+}
+
+// ---- 8. which cells will be reused, before anything is bought ----------
+
+/// One persona, one controller, the cells of `seeds` (a test play kind
+/// keyed by cell id), and an estimate that needs them all.
+fn cells_plan(seeds: &str) -> String {
+    format!(
+        r#"[game]
+id = "quick"
+command = ["true"]
+
+[[personas]]
+slug = "kid"
+card = "Clicks whatever is first."
+patience = 3
+player = {{ kind = "random" }}
+
+[[steps]]
+id = "play"
+kind = "play"
+matrix = {{ persona = ["kid"], controller = ["standard"], seed = {seeds} }}
+
+[[steps]]
+id = "estimate"
+kind = "estimate"
+needs = ["play"]
+"#
+    )
+}
+
+/// Notes each cell it needs as `id reused|runs`, as decided ahead.
+fn notes_cells<'a>(
+    _cx: &'a StepContext,
+    io: &'a StepIo,
+    notes: &'a Path,
+) -> BoxFuture<'a, StepOutcome> {
+    Box::pin(async move {
+        let _ = std::fs::remove_file(notes.join("cells"));
+        for cell in io.cells_ahead() {
+            let word = if cell.reused { "reused" } else { "runs" };
+            append(&notes.join("cells"), &format!("{} {word}", cell.id));
+        }
+        StepOutcome::Succeeded
+    })
+}
+
+#[test]
+fn a_running_step_sees_which_cells_will_be_reused_as_explain_decides() {
+    let mut repo = Repo::new(
+        &cells_plan("[1, 3]"),
+        vec![(StepKind::Play, ok), (StepKind::Estimate, notes_cells)],
+    );
+    let first = repo.run(false);
+    assert_eq!(state(&first, "estimate"), StepState::Succeeded, "{first:?}");
+    assert_eq!(
+        repo.note("cells").matches(" runs").count(),
+        2,
+        "{}",
+        repo.note("cells")
+    );
+
+    // Two more seeds: the first run's two cells are stored.
+    std::fs::write(
+        repo.dir.path().join("plan.toml"),
+        format!(
+            "version = 1\nname = \"seam\"\n\n{}",
+            cells_plan("[1, 3, 5, 7]")
+        ),
+    )
+    .expect("plan");
+    let loaded = crate::plan::load(&repo.dir.path().join("plan.toml"), &LoadOptions::default())
+        .expect("loads");
+    let pipeline = crate::graph::expand(&loaded.plan).expect("expands");
+    let kinds = Kinds::of(vec![Box::new(Scripted {
+        kind: StepKind::Play,
+        script: ok,
+        notes: repo.notes(),
+    })]);
+    let explained: Vec<String> = crate::engine::preview::cells_ahead(
+        &loaded,
+        &pipeline,
+        &repo.state_dir(),
+        false,
+        &std::collections::BTreeMap::new(),
+        &kinds,
+    )
+    .into_iter()
+    .map(|c| format!("{} {}", c.id, if c.reused { "reused" } else { "runs" }))
+    .collect();
+    let second = repo.run(false);
+    assert_eq!(
+        state(&second, "estimate"),
+        StepState::Succeeded,
+        "{second:?}"
+    );
+    let seen = repo.note("cells");
+    let reused: Vec<&str> = seen.lines().filter(|l| l.ends_with(" reused")).collect();
+    assert_eq!(seen.lines().count(), 4, "{seen}");
+    assert_eq!(reused.len(), 2, "{seen}");
+    assert!(
+        reused
+            .iter()
+            .all(|l| l.contains(",1]") || l.contains(",3]")),
+        "{seen}"
+    );
+    assert_eq!(
+        seen.lines().collect::<Vec<_>>(),
+        explained,
+        "explain agrees"
+    );
+    assert_eq!(state(&second, "play[kid,standard,3]"), StepState::Reused);
+    assert_eq!(state(&second, "play[kid,standard,5]"), StepState::Succeeded);
+
+    // Under --no-reuse nothing is reused.
+    repo.no_reuse = true;
+    let third = repo.run(false);
+    assert_eq!(state(&third, "estimate"), StepState::Succeeded, "{third:?}");
+    let seen = repo.note("cells");
+    assert_eq!(seen.lines().count(), 4, "{seen}");
+    assert!(!seen.contains(" reused"), "{seen}");
 }
 
 // ---- 6. the price question ---------------------------------------------

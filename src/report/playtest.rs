@@ -3,11 +3,14 @@
 //! simulation's counts and distinct findings; and the failure line of a
 //! simulation that met a crash or a hang.
 //!
-//! Read from the files the steps left in the run's directory (a reused
-//! cell's files are restored there too), so a resumed run counts the cells
-//! an earlier process played. When an `aggregate` step ran, the playtest is
-//! its `aggregate.json`; otherwise the cells are merged here by the same
-//! merge (`report::aggregate`), so both list the same findings.
+//! Each step's kind says what its step adds ([`PlaytestPart`], through
+//! `Kind::playtest`): a cell, a simulation, or a merge of the cells; this
+//! module names no kind. The parts are read from the files the steps left
+//! in the run's directory (a reused cell's files are restored there too),
+//! so a resumed run counts the cells an earlier process played. When a
+//! merge (an `aggregate` step) read every cell, the playtest is its
+//! `aggregate.json`; otherwise the cells are merged here by the same merge
+//! (`report::aggregate`), so both list the same findings.
 //!
 //! Every finding points at its evidence: the cell (or simulated game) that
 //! met it first, the real path of that trace in the run's directory, and
@@ -19,9 +22,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::aggregate::{
-    AGGREGATE_JSON, AGGREGATE_MD, Aggregate, CellInput, merge_findings, shrinkable,
-};
+use super::aggregate::{AGGREGATE_MD, Aggregate, CellInput, merge_findings, shrinkable};
 use super::run::StepReport;
 use crate::journal::run::StepState;
 use crate::play::findings::{Category, Severity};
@@ -168,57 +169,81 @@ impl Playtest {
     }
 }
 
-/// Collects what the steps of `steps` left in their directories
-/// (`step_dir(id)`). `None` when no step played.
+/// What one step adds to the playtest, handed over by its kind
+/// ([`crate::steps::Kind::playtest`]): the report names no kind, so a new
+/// kind adds its part without this module knowing it.
+#[derive(Debug, Clone)]
+pub enum PlaytestPart {
+    /// A play cell, whose `report.json`, `report.md` and `trace.jsonl`
+    /// (when it wrote them) are in `dir`.
+    Cell { dir: PathBuf },
+    /// A simulation, whose counts and findings are its `summary` file
+    /// (traces relative to the file's directory).
+    Simulation { summary: PathBuf },
+    /// A merge of the cells' reports: its `aggregate.json` (in
+    /// `<run>/steps/<step>/`), which becomes the playtest when it read
+    /// every cell of the run.
+    Merged { aggregate_json: PathBuf },
+}
+
+/// Merges the parts the kinds of `steps` handed over (`parts`, by step id,
+/// in plan order). `None` when no step played.
 ///
-/// When an `aggregate` step ran (or was reused) and read every play cell
-/// of the run, the playtest is its `aggregate.json`, paths made the run's;
-/// otherwise the cells' reports are merged here, by the same merge
-/// ([`super::aggregate::merge_findings`]).
-pub fn collect(steps: &[StepReport], step_dir: impl Fn(&str) -> PathBuf) -> Option<Playtest> {
-    let ended = |s: &&StepReport| {
+/// When a merged part (an `aggregate` step that succeeded or was reused)
+/// read every play cell of the run, the playtest is its `aggregate.json`,
+/// paths made the run's; otherwise the cells' reports are merged here, by
+/// the same merge ([`super::aggregate::merge_findings`]).
+pub fn collect(steps: &[StepReport], parts: &[(String, PlaytestPart)]) -> Option<Playtest> {
+    let state = |id: &str| steps.iter().find(|s| s.id == id).map(|s| s.state);
+    let ended = |id: &str| {
         matches!(
-            s.state,
-            StepState::Succeeded | StepState::Reused | StepState::Interrupted | StepState::Failed
+            state(id),
+            Some(
+                StepState::Succeeded
+                    | StepState::Reused
+                    | StepState::Interrupted
+                    | StepState::Failed
+            )
         )
     };
-    let aggregate = steps
+    let aggregate = parts
         .iter()
-        .filter(|s| {
-            s.kind == "aggregate" && matches!(s.state, StepState::Succeeded | StepState::Reused)
-        })
-        .find_map(|s| {
-            let path = step_dir(&s.id).join(AGGREGATE_JSON);
-            read::<Aggregate>(&path).map(|a| (path, a))
+        .filter(|(id, _)| matches!(state(id), Some(StepState::Succeeded | StepState::Reused)))
+        .find_map(|(_, part)| match part {
+            PlaytestPart::Merged { aggregate_json } => {
+                read::<Aggregate>(aggregate_json).map(|a| (aggregate_json.clone(), a))
+            }
+            _ => None,
         });
     if let Some((path, agg)) = aggregate {
-        let covers_every_cell = steps
+        let covers_every_cell = parts
             .iter()
-            .filter(ended)
-            .filter(|s| s.kind == "play")
-            .all(|s| agg.cells.iter().any(|c| c.step == s.id));
+            .filter(|(id, part)| ended(id) && matches!(part, PlaytestPart::Cell { .. }))
+            .all(|(id, _)| agg.cells.iter().any(|c| &c.step == id));
         // The run's directory: `<run>/steps/<aggregate>/aggregate.json`.
         if let (true, Some(run_dir)) = (covers_every_cell, path.ancestors().nth(3)) {
-            return Some(from_aggregate(&agg, &path, run_dir, steps, &step_dir));
+            return Some(from_aggregate(&agg, &path, run_dir, steps, parts));
         }
     }
     let mut playtest = Playtest::default();
     let mut inputs: Vec<CellInput> = Vec::new();
-    for step in steps.iter().filter(ended) {
-        let dir = step_dir(&step.id);
-        match step.kind.as_str() {
-            "play" => {
+    for (id, part) in parts.iter().filter(|(id, _)| ended(id)) {
+        match part {
+            PlaytestPart::Cell { dir } => {
                 let Some(report) = read::<CellReport>(&dir.join("report.json")) else {
                     continue;
                 };
                 let report_md = shown(&dir.join("report.md"));
                 let trace_path = dir.join("trace.jsonl");
                 playtest.cells.push(CellLine {
-                    step: step.id.clone(),
+                    step: id.clone(),
                     persona: report.persona.clone(),
                     controller: report.controller.clone(),
                     seed: report.seed,
-                    state: step.state.word().to_owned(),
+                    state: state(id)
+                        .map(StepState::word)
+                        .unwrap_or_default()
+                        .to_owned(),
                     quit_reason: report.quit_reason.name().to_owned(),
                     actions_taken: report.actions_taken,
                     trace: shown(&trace_path),
@@ -227,7 +252,7 @@ pub fn collect(steps: &[StepReport], step_dir: impl Fn(&str) -> PathBuf) -> Opti
                     warnings: report.warnings.clone(),
                 });
                 inputs.push(CellInput {
-                    step: step.id.clone(),
+                    step: id.clone(),
                     persona: report.persona.clone(),
                     controller: report.controller.clone(),
                     seed: report.seed,
@@ -237,12 +262,12 @@ pub fn collect(steps: &[StepReport], step_dir: impl Fn(&str) -> PathBuf) -> Opti
                     trace: trace_path.is_file().then(|| shown(&trace_path)),
                 });
             }
-            "simulate" => {
-                if let Some(line) = simulation_at(&step.id, &dir) {
+            PlaytestPart::Simulation { summary } => {
+                if let Some(line) = simulation_at(id, summary) {
                     playtest.simulations.push(line);
                 }
             }
-            _ => {}
+            PlaytestPart::Merged { .. } => {}
         }
     }
     if playtest.cells.is_empty() && playtest.simulations.is_empty() {
@@ -252,12 +277,12 @@ pub fn collect(steps: &[StepReport], step_dir: impl Fn(&str) -> PathBuf) -> Opti
     Some(playtest)
 }
 
-/// A simulate step's line, read from its `summary.json` in `dir`, paths as
+/// A simulate step's line, read from its summary file at `path`, paths as
 /// the person who ran gameplan types them.
-fn simulation_at(step: &str, dir: &Path) -> Option<SimulationLine> {
-    let path = dir.join(crate::steps::simulate::SUMMARY);
-    let summary = read::<SimulateSummary>(&path)?;
-    Some(simulation_line(step, &summary, &shown(&path), |t| {
+fn simulation_at(step: &str, path: &Path) -> Option<SimulationLine> {
+    let summary = read::<SimulateSummary>(path)?;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    Some(simulation_line(step, &summary, &shown(path), |t| {
         shown(&dir.join(t))
     }))
 }
@@ -270,7 +295,7 @@ fn from_aggregate(
     path: &Path,
     run_dir: &Path,
     steps: &[StepReport],
-    step_dir: &impl Fn(&str) -> PathBuf,
+    parts: &[(String, PlaytestPart)],
 ) -> Playtest {
     let at = |rel: &str| shown(&run_dir.join(rel));
     let cells = agg
@@ -304,15 +329,19 @@ fn from_aggregate(
             relocate(line, &at);
         }
     }
-    for step in steps.iter().filter(|s| {
-        s.kind == "simulate"
-            && !agg.simulations.iter().any(|read| read.step == s.id)
+    for (id, part) in parts {
+        let PlaytestPart::Simulation { summary } = part else {
+            continue;
+        };
+        let state = steps.iter().find(|s| &s.id == id).map(|s| s.state);
+        if !agg.simulations.iter().any(|read| &read.step == id)
             && matches!(
-                s.state,
-                StepState::Succeeded | StepState::Reused | StepState::Failed
+                state,
+                Some(StepState::Succeeded | StepState::Reused | StepState::Failed)
             )
-    }) {
-        simulations.extend(simulation_at(&step.id, &step_dir(&step.id)));
+        {
+            simulations.extend(simulation_at(id, summary));
+        }
     }
     Playtest {
         cells,

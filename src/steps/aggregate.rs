@@ -162,6 +162,12 @@ impl Kind for Aggregate {
         cx.step_dir.clone()
     }
 
+    fn playtest(&self, step_dir: &Path) -> Option<super::PlaytestPart> {
+        Some(super::PlaytestPart::Merged {
+            aggregate_json: step_dir.join(AGGREGATE_JSON),
+        })
+    }
+
     fn restore_scope(&self, _cx: &StepContext) -> Result<RestoreScope, StepError> {
         RestoreScope::new(&[AGGREGATE_JSON, AGGREGATE_MD], []).map_err(|e| StepError(e.to_string()))
     }

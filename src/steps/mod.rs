@@ -140,7 +140,17 @@ pub trait Kind: Send + Sync {
     fn summary(&self, _step_dir: &Path) -> Option<SummarySection> {
         None
     }
+
+    /// What a step of this kind adds to the run's playtest (a cell's
+    /// report, a simulation's counts, a merge of the cells), from its
+    /// directory; asked of every step, and the playtest keeps the parts
+    /// of steps that ended. `None` adds nothing.
+    fn playtest(&self, _step_dir: &Path) -> Option<PlaytestPart> {
+        None
+    }
 }
+
+pub use crate::report::playtest::PlaytestPart;
 
 pub use crate::report::run::SummarySection;
 
@@ -153,6 +163,18 @@ pub enum Reuse {
     Never(String),
     /// Not known until a step it keys on has run (`plan explain` only).
     AfterUpstream(String),
+}
+
+/// A play cell as decided before the run started.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CellAhead {
+    /// The cell's step id (`play[kid,standard,1]`).
+    pub id: String,
+    /// Its key's result is stored (and `--no-reuse` is off): it will not
+    /// run, and is not bought.
+    pub reused: bool,
+    /// Its reuse key's digest, when it has one.
+    pub key: Option<String>,
 }
 
 /// What a step's key may know of a step it needs.
@@ -356,6 +378,10 @@ pub struct StepIo {
     /// The steps this one needs, directly or through others, with their
     /// directories: what [`StepIo::upstream`] may show.
     pub(crate) needs: BTreeMap<String, PathBuf>,
+    /// Every play cell of the run and whether it will be reused, decided
+    /// before anything ran by `plan explain`'s code; what
+    /// [`StepIo::cells_ahead`] shows of it.
+    pub(crate) ahead: Arc<Vec<CellAhead>>,
     pub(crate) backend: Option<Arc<dyn Backend>>,
     pub(crate) confirm: Arc<dyn Confirm>,
     pub(crate) dry_upload: bool,
@@ -436,6 +462,7 @@ impl StepIo {
             attempt: std::sync::atomic::AtomicU32::new(0),
             book,
             needs: BTreeMap::new(),
+            ahead: Arc::default(),
             backend,
             confirm,
             dry_upload,
@@ -463,6 +490,28 @@ impl StepIo {
         self.book = book;
         self.needs = needs;
         self
+    }
+
+    /// Hands it the run's play cells as decided before anything ran
+    /// ([`StepIo::cells_ahead`]).
+    #[must_use]
+    pub fn cells_decided(mut self, ahead: Arc<Vec<CellAhead>>) -> StepIo {
+        self.ahead = ahead;
+        self
+    }
+
+    /// The play cells this step needs (directly or through others), in plan
+    /// order, each with whether it will be reused or will run: decided
+    /// before the run started, by the same code as `plan explain`, so an
+    /// `estimate` prices exactly the cells explain says will run. Empty
+    /// when the run did not decide them ahead (only plans with an
+    /// `estimate` step do).
+    pub fn cells_ahead(&self) -> Vec<CellAhead> {
+        self.ahead
+            .iter()
+            .filter(|c| self.needs.contains_key(&c.id))
+            .cloned()
+            .collect()
     }
 
     /// Replaces `redactor`'s secrets in every checkpoint before it is

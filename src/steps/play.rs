@@ -152,6 +152,12 @@ impl Kind for Play {
         Some(step_dir.join("report.md"))
     }
 
+    fn playtest(&self, step_dir: &Path) -> Option<super::PlaytestPart> {
+        Some(super::PlaytestPart::Cell {
+            dir: step_dir.to_path_buf(),
+        })
+    }
+
     fn restore_scope(&self, _cx: &StepContext) -> Result<RestoreScope, StepError> {
         RestoreScope::new(&crate::play::cell::CELL_FILES, []).map_err(|e| StepError(e.to_string()))
     }

@@ -111,6 +111,12 @@ impl Kind for Simulate {
         Some(step_dir.join(SUMMARY))
     }
 
+    fn playtest(&self, step_dir: &Path) -> Option<super::PlaytestPart> {
+        Some(super::PlaytestPart::Simulation {
+            summary: step_dir.join(SUMMARY),
+        })
+    }
+
     fn restore_scope(&self, _cx: &StepContext) -> Result<RestoreScope, StepError> {
         RestoreScope::new(&[SUMMARY, "traces/**"], []).map_err(|e| StepError(e.to_string()))
     }
