@@ -13,7 +13,11 @@ pub fn run(cx: &Context, plans: &[PathBuf], args: &LoadArgs, as_json: bool) -> u
     let mut failed = 0usize;
     for path in plans {
         let name = path.display().to_string();
-        let outcome = crate::plan::load(path, &cx.load_options(args)).and_then(|loaded| {
+        let options = crate::plan::LoadOptions {
+            warn_unmatched_inputs: true,
+            ..cx.load_options(args)
+        };
+        let outcome = crate::plan::load(path, &options).and_then(|loaded| {
             crate::graph::expand_loaded(&loaded)
                 .map(|p| (loaded, p))
                 .map_err(|e| super::expand_failure(path, &e))

@@ -35,6 +35,10 @@ pub struct LoadOptions {
     /// explain` need no secret's value, and a run refuses only when a step it
     /// runs reads one.
     pub defer_secrets: bool,
+    /// Warn of `game.inputs` patterns that match no file. It walks the
+    /// repo, so only `plan check` asks: a run hashes the same inputs anyway
+    /// and would walk them twice.
+    pub warn_unmatched_inputs: bool,
 }
 
 /// A `secret("NAME")` that was not set when the plan loaded (with
@@ -322,6 +326,7 @@ fn load_source_deferring(
         root,
         templates: &templates,
         diags,
+        warn_unmatched_inputs: options.warn_unmatched_inputs,
     };
     match validator.plan(&raw) {
         (Some(plan), mut d) if d.is_empty() => Ok(Loaded {

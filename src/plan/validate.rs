@@ -51,6 +51,8 @@ pub struct Validator<'a> {
     pub root: &'a Path,
     pub templates: &'a Templates,
     pub diags: Diagnostics,
+    /// See `LoadOptions::warn_unmatched_inputs`.
+    pub warn_unmatched_inputs: bool,
 }
 
 impl Validator<'_> {
@@ -594,7 +596,7 @@ impl Validator<'_> {
             );
         }
         for input in &g.inputs {
-            if self.repo_path(input, "input") {
+            if self.repo_path(input, "input") && self.warn_unmatched_inputs {
                 self.unmatched_input(input);
             }
         }
