@@ -11,6 +11,7 @@ use super::api::{
     Registered, RunRef, RunView, Token, TransitionRequest, Transitioned, UploadRequest, Uploaded,
     Whoami,
 };
+use super::crash_points::{Boundary, crash_point};
 use super::ledger::Ledger;
 use super::{Backend, Call, UploadTarget};
 
@@ -36,6 +37,20 @@ impl LocalBackend {
 
     pub fn ledger(&self) -> &Arc<Ledger> {
         &self.ledger
+    }
+
+    /// Runs `f` against the ledger on the blocking pool, and marks the
+    /// crash point of money call `call` once the ledger has committed.
+    fn money_call<T: Send + 'static>(
+        &self,
+        call: &'static str,
+        f: impl FnOnce(&Ledger) -> Result<T, ApiError> + Send + 'static,
+    ) -> Call<'_, T> {
+        self.call(move |ledger| {
+            let answer = f(ledger);
+            crash_point(call, Boundary::RequestSent);
+            answer
+        })
     }
 
     /// Runs `f` against the ledger on the blocking pool.
@@ -89,7 +104,9 @@ impl Backend for LocalBackend {
             key.to_owned(),
             request.clone(),
         );
-        self.call(move |l| l.register(&token, &game, &key, &request))
+        self.money_call("register", move |l| {
+            l.register(&token, &game, &key, &request)
+        })
     }
 
     fn transition<'a>(
@@ -129,7 +146,7 @@ impl Backend for LocalBackend {
         request: &'a CompleteRequest,
     ) -> Call<'a, Completed> {
         let (token, run, request) = (token.clone(), run.clone(), request.clone());
-        self.call(move |l| l.complete(&token, &run, &request))
+        self.money_call("complete", move |l| l.complete(&token, &run, &request))
     }
 
     fn aggregate_complete<'a>(
@@ -139,12 +156,14 @@ impl Backend for LocalBackend {
         request: &'a AggregateCompleteRequest,
     ) -> Call<'a, AggregatePublished> {
         let (token, job, request) = (token.clone(), job.clone(), request.clone());
-        self.call(move |l| l.aggregate_complete(&token, &job, &request))
+        self.money_call("aggregate", move |l| {
+            l.aggregate_complete(&token, &job, &request)
+        })
     }
 
     fn finish<'a>(&'a self, token: &'a Token, job: &'a JobRef) -> Call<'a, Finished> {
         let (token, job) = (token.clone(), job.clone());
-        self.call(move |l| l.finish(&token, &job))
+        self.money_call("finish", move |l| l.finish(&token, &job))
     }
 
     fn get_job<'a>(&'a self, token: &'a Token, job: &'a JobRef) -> Call<'a, JobView> {

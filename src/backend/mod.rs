@@ -10,6 +10,7 @@
 pub mod api;
 #[cfg(test)]
 pub(crate) mod conformance;
+pub mod crash_points;
 pub mod http;
 pub mod ledger;
 pub mod local;
@@ -103,6 +104,27 @@ pub trait Backend: Send + Sync {
 
     /// `GET …/runs/{run}`.
     fn get_run<'a>(&'a self, token: &'a Token, run: &'a RunRef) -> Call<'a, RunView>;
+}
+
+/// A backend with the token a run's calls carry: what a money step is
+/// handed ([`crate::steps::StepIo::backend`]). The token is a secret of the
+/// plan's (or the public demo token): it goes in a header, never in a
+/// journal record or a body.
+#[derive(Clone)]
+pub struct Connection {
+    pub backend: Arc<dyn Backend>,
+    pub token: Token,
+}
+
+impl Connection {
+    /// The connection a plan's `[backend]` names ([`from_plan`]).
+    pub fn of_plan(
+        config: &crate::plan::model::Backend,
+        state_dir: &Path,
+    ) -> Result<Connection, ApiError> {
+        let (backend, token) = from_plan(config, state_dir)?;
+        Ok(Connection { backend, token })
+    }
 }
 
 /// The backend a plan's `[backend]` names, and the token its calls carry:

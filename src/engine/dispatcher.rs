@@ -20,7 +20,7 @@ use super::keys::KeyMaker;
 use super::schedule::Schedule;
 use super::signals::{self, Cancelled};
 use super::{RunReport, RunRequest, Start, StartError, StepReport, now};
-use crate::backend::Backend;
+use crate::backend::Connection;
 use crate::graph::Pipeline;
 use crate::journal::Journal;
 use crate::journal::run::{
@@ -51,12 +51,35 @@ struct Shared {
     cancel: watch::Receiver<bool>,
     global: Arc<Semaphore>,
     kinds: Arc<Kinds>,
-    backend: Option<Arc<dyn Backend>>,
+    backend: Option<Connection>,
     confirm: Arc<dyn Confirm>,
     dry_upload: bool,
     /// Every play cell and whether it will be reused, decided before the
     /// run.
     cells_ahead: Arc<Vec<crate::steps::CellAhead>>,
+}
+
+/// The plan's backend, opened when a step of the run is of a kind that uses
+/// it ([`crate::steps::Kind::uses_backend`]); a free plan opens none (and
+/// creates no ledger).
+fn connect(request: &RunRequest) -> Result<Option<Connection>, StartError> {
+    let pipeline = &request.pipeline;
+    let uses = pipeline.order.iter().any(|&node| {
+        request
+            .kinds
+            .get(pipeline.instance(node).kind)
+            .is_some_and(crate::steps::Kind::uses_backend)
+    });
+    if !uses {
+        return Ok(None);
+    }
+    let config = &request.loaded.plan.backend;
+    Connection::of_plan(config, &request.state_dir)
+        .map(Some)
+        .map_err(|e| StartError::Backend {
+            kind: config.kind.name().to_owned(),
+            message: e.message,
+        })
 }
 
 /// Opens (or creates) the run's journal under the lock and reads what it
@@ -160,6 +183,9 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
     // Before the journal says the run started or resumed: a Ctrl-C from
     // then on stops the run, never kills gameplan mid-way by default.
     let caught = signals::Caught::install();
+    // Before the journal: a backend that cannot be opened refuses the run
+    // with nothing journaled, run or charged.
+    let backend = connect(&request)?;
     let (journal, history) = open_journal(&request, &run_dir)?;
     let RunRequest {
         loaded,
@@ -202,9 +228,6 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
     );
     let journal = JournalWriter::start(journal);
     let plan_file = plan_file(&loaded);
-    // Where the run's backend is set up (and preflight checks it) once
-    // money kinds land: `backend` is what every step's `StepIo` is handed.
-    let backend: Option<Arc<dyn Backend>> = None;
     let shared = Shared {
         cells_ahead: cells_ahead(&loaded, &pipeline, &state_dir, &options, &env, &kinds),
         root: loaded.root.clone(),

@@ -173,6 +173,11 @@ pub enum StartError {
     },
     #[error("{0}")]
     Journal(String),
+    /// The plan's backend cannot be reached or opened before anything ran.
+    #[error(
+        "the plan's `{kind}` backend cannot be used: {message}. Nothing was run or charged; check `[backend]` in the plan"
+    )]
+    Backend { kind: String, message: String },
 }
 
 impl StartError {

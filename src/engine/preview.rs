@@ -132,10 +132,19 @@ pub fn cells_ahead(
         .filter(|&&node| pipeline.instance(node).kind == crate::plan::model::StepKind::Play)
         .map(|&node| {
             let decision = &decisions[node.index()];
+            let instance = pipeline.instance(node);
+            let (persona, controller) = crate::steps::play::persona_and_controller(
+                &loaded.plan,
+                &pipeline.steps[instance.step],
+                instance,
+            )
+            .unwrap_or_default();
             crate::steps::CellAhead {
-                id: pipeline.instance(node).id.clone(),
+                id: instance.id.clone(),
                 reused: decision.reused,
                 key: decision.key.clone(),
+                persona,
+                controller,
             }
         })
         .collect()

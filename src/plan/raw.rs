@@ -208,6 +208,16 @@ pub enum BackendKind {
     Http,
 }
 
+impl BackendKind {
+    /// The plan's word for it.
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::Local => "local",
+            BackendKind::Http => "http",
+        }
+    }
+}
+
 impl Decode for RawBackend {
     fn decode(node: &Node, diags: &mut Diagnostics) -> Option<Self> {
         let mut t = TableReader::new(node, "[backend]", diags)?;

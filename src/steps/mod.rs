@@ -44,6 +44,7 @@ pub mod aggregate;
 pub mod command;
 pub mod game;
 pub mod launcher;
+pub mod money;
 pub mod play;
 pub mod simulate;
 
@@ -56,7 +57,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use serde_json::Value;
 use tokio::sync::watch;
 
-use crate::backend::Backend;
+use crate::backend::Connection;
 use crate::graph::Instance;
 use crate::journal::run::Checkpoint;
 use crate::plan::model::{Plan, Step, StepKind};
@@ -148,6 +149,13 @@ pub trait Kind: Send + Sync {
     fn playtest(&self, _step_dir: &Path) -> Option<PlaytestPart> {
         None
     }
+
+    /// Whether its steps call the plan's backend (money and delivery): a
+    /// run with such a step opens the backend before anything runs, and
+    /// refuses (exit 3, nothing charged) when it cannot.
+    fn uses_backend(&self) -> bool {
+        false
+    }
 }
 
 pub use crate::report::playtest::PlaytestPart;
@@ -175,6 +183,10 @@ pub struct CellAhead {
     pub reused: bool,
     /// Its reuse key's digest, when it has one.
     pub key: Option<String>,
+    /// The persona slug and controller name it plays with (empty when the
+    /// cell does not resolve: its play step then fails with why).
+    pub persona: String,
+    pub controller: String,
 }
 
 /// What a step's key may know of a step it needs.
@@ -382,7 +394,7 @@ pub struct StepIo {
     /// before anything ran by `plan explain`'s code; what
     /// [`StepIo::cells_ahead`] shows of it.
     pub(crate) ahead: Arc<Vec<CellAhead>>,
-    pub(crate) backend: Option<Arc<dyn Backend>>,
+    pub(crate) backend: Option<Connection>,
     pub(crate) confirm: Arc<dyn Confirm>,
     pub(crate) dry_upload: bool,
     /// Secrets no checkpoint may hold (it goes to the journal).
@@ -451,7 +463,7 @@ impl StepIo {
         sink: Arc<dyn CheckpointSink>,
         step: String,
         known: Vec<Checkpoint>,
-        backend: Option<Arc<dyn Backend>>,
+        backend: Option<Connection>,
         confirm: Arc<dyn Confirm>,
         dry_upload: bool,
     ) -> StepIo {
@@ -735,8 +747,10 @@ impl StepIo {
             })
     }
 
-    /// Where money and uploads go, when the plan has a backend.
-    pub fn backend(&self) -> Option<&Arc<dyn Backend>> {
+    /// Where money and uploads go, with the token calls carry: set up
+    /// once per run when a step of the run is of a kind that
+    /// [`Kind::uses_backend`].
+    pub fn backend(&self) -> Option<&Connection> {
         self.backend.as_ref()
     }
 

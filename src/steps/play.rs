@@ -171,6 +171,17 @@ impl Kind for Play {
     }
 }
 
+/// The persona slug and controller name a play cell plays with, as its run
+/// resolves them (what `estimate` prices and `register` buys per cell).
+pub fn persona_and_controller(
+    plan: &Plan,
+    step: &Step,
+    instance: &Instance,
+) -> Result<(String, String), StepError> {
+    let cell = Cell::of(plan, step, instance)?;
+    Ok((cell.persona.slug.clone(), cell.controller.name().to_owned()))
+}
+
 /// One cell of a play step, resolved against the plan.
 struct Cell<'p> {
     persona: &'p Persona,
