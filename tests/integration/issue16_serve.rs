@@ -693,3 +693,60 @@ fn issue16_serve_a_tls_failure_stops_at_once_and_says_so() {
     assert!(e.message.contains("TLS connection"), "{e}");
     assert_eq!(*connections.lock().expect("count"), 1, "tried once: {e}");
 }
+
+#[test]
+fn issue16_serve_whoami_and_estimate_over_http_leave_the_ledger_byte_for_byte_unchanged() {
+    let test = Test::new();
+    let db = test.path("served.sqlite");
+    let db_arg = db.to_str().expect("utf-8").to_owned();
+    let narrow = test.run(&[
+        "ledger",
+        "token",
+        "--scopes",
+        "playtest:upload",
+        "--db",
+        &db_arg,
+    ]);
+    let narrow = Token(narrow.code(0).stdout.trim().to_owned());
+    let (bytes_before, show_before) = crate::issue16_ledger::closed_ledger(&test, &db);
+
+    let mut server = Server::start(&test);
+    let backend = client(&server.url);
+    runtime().block_on(async {
+        backend.whoami(&demo()).await.expect("whoami");
+        quote(&backend, &demo()).await;
+        let e = backend
+            .estimate(
+                &narrow,
+                GAME,
+                &EstimateRequest {
+                    cells: Vec::new(),
+                    modules: Vec::new(),
+                    run_length: RunLength::Standard,
+                },
+            )
+            .await
+            .expect_err("no playtest:write");
+        assert_eq!(e.code, "missing_scope");
+        let e = backend
+            .whoami(&Token("gp_nobody".into()))
+            .await
+            .expect_err("unknown token");
+        assert_eq!(e.code, "unauthorized");
+    });
+    // The server closes its connection to the ledger as it stops.
+    assert_eq!(server.stop().code(), Some(0));
+    let log = server.log();
+    assert!(
+        log.iter()
+            .any(|l| l.starts_with("POST /v1/games/serve-game/estimate 200 ")),
+        "the estimate reached the server: {log:?}"
+    );
+
+    let (bytes_after, show_after) = crate::issue16_ledger::closed_ledger(&test, &db);
+    assert_eq!(show_after, show_before);
+    assert!(
+        bytes_after == bytes_before,
+        "whoami and estimate over HTTP changed the ledger file"
+    );
+}
