@@ -15,16 +15,22 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use gameplan::backend::Backend;
 use gameplan::backend::api::{
     Cell, EstimateRequest, RegisterRequest, Registered, RunLength, Token,
 };
 use gameplan::backend::http::{HttpBackend, HttpOptions, Retry};
 use gameplan::backend::ledger::DEMO_TOKEN;
+use gameplan::backend::{Backend, UploadTarget, api};
 
 use crate::support::{BIN, Test};
 
 const GAME: &str = "serve-game";
+
+/// The library's conformance suite, this very source compiled here too (a
+/// `cfg(test)` module of the library cannot be called from here); it names
+/// `api`, `Backend` and `UploadTarget` from this module.
+#[path = "../../src/backend/conformance.rs"]
+mod conformance;
 
 /// `gameplan serve --addr 127.0.0.1:0 --db FILE`, running; its log lines
 /// (stderr) collected as they come. Stopped with SIGTERM when dropped.
@@ -639,7 +645,6 @@ fn issue16_serve_checks_the_token_and_its_scope_and_never_logs_the_token() {
 
 #[test]
 fn issue16_serve_uploads_reach_the_run_under_nested_names_over_http() {
-    use gameplan::backend::UploadTarget;
     use gameplan::backend::api::{RunRef, UploadRequest};
     let test = Test::new();
     let server = Server::start(&test);
@@ -828,7 +833,6 @@ struct Bought {
 }
 
 async fn buy_and_play(backend: &HttpBackend, key: &str) -> Bought {
-    use gameplan::backend::UploadTarget;
     use gameplan::backend::api::{
         AggregateCompleteRequest, CompleteRequest, FileDigest, JobRef, ManifestEntry, RunRef,
         RunState, TransitionRequest, UploadRequest,
@@ -1041,4 +1045,28 @@ fn issue16_serve_a_finish_whose_answer_was_lost_broken_late_or_409_settles_and_r
             assert_eq!(again.balance_cents, finished.balance_cents);
         },
     );
+}
+
+#[test]
+fn issue16_serve_the_conformance_suite_passes_against_the_real_server_binary() {
+    let test = Test::new();
+    let server = Server::start(&test);
+    let backend = HttpBackend::new(&server.url).expect("http backend");
+    runtime().block_on(conformance::one_job(&backend, &demo(), "conformance-serve"));
+    // The same money as the suite's run against `local` ends with.
+    let doc = server.assert_charged_once(&test, "conformance-serve", 150);
+    assert_eq!(doc["accounts"][0]["balance_cents"], 10_000 - 50, "{doc}");
+    assert_eq!(doc["accounts"][0]["refunded_cents"], 100, "{doc}");
+    let log = server.log();
+    for call in [
+        "GET /v1/whoami 200 ",
+        "POST /v1/games/conformance-game/estimate 200 ",
+        "POST /v1/games/conformance-game/jobs 422 ",
+        "POST /v1/games/conformance-game/jobs/job-1/finish 200 ",
+    ] {
+        assert!(
+            log.iter().any(|l| l.starts_with(call)),
+            "the suite went through the server: no `{call}` in {log:?}"
+        );
+    }
 }
