@@ -1070,3 +1070,107 @@ fn issue16_serve_the_conformance_suite_passes_against_the_real_server_binary() {
         );
     }
 }
+
+#[test]
+fn issue16_serve_a_token_is_in_no_error_body_client_error_log_or_ledger_show() {
+    let test = Test::new();
+    let server = Server::start(&test);
+    let db = server.db.to_str().expect("utf-8").to_owned();
+    let token_of = |scopes: &str| {
+        let made = test.run(&["ledger", "token", "--scopes", scopes, "--db", &db]);
+        made.code(0).stdout.trim().to_owned()
+    };
+    let full = token_of("playtest:write,playtest:model,playtest:upload");
+    let narrow = token_of("playtest:upload");
+    // Shaped like a real token, known to no ledger.
+    let unknown = format!("gp_{}", "5eC7e7".repeat(10));
+    let secrets = [full.as_str(), narrow.as_str(), unknown.as_str()];
+    let assert_clean = |what: &str, text: &str| {
+        for secret in secrets {
+            assert!(!text.contains(secret), "a token is in {what}: {text}");
+        }
+    };
+
+    let requests = [
+        // Unknown token: 401, body or not.
+        (
+            format!(
+                "POST /v1/games/g/jobs HTTP/1.1\nhost: x\nauthorization: Bearer {unknown}\nidempotency-key: k\ncontent-length: 2\nconnection: close\n\n{{}}"
+            ),
+            401,
+        ),
+        // A scheme that is not Bearer, the token after it: 401.
+        (
+            format!(
+                "GET /v1/whoami HTTP/1.1\nhost: x\nauthorization: Token {full}\nconnection: close\n\n"
+            ),
+            401,
+        ),
+        // A token missing the scope: 403, naming the scope only.
+        (
+            format!(
+                "POST /v1/games/g/estimate HTTP/1.1\nhost: x\nauthorization: Bearer {narrow}\ncontent-length: 8\nconnection: close\n\nnot json"
+            ),
+            403,
+        ),
+        // A good token and a malformed body: 400 quoting the body's error.
+        (
+            format!(
+                "POST /v1/games/g/estimate HTTP/1.1\nhost: x\nauthorization: Bearer {full}\ncontent-length: 8\nconnection: close\n\nnot json"
+            ),
+            400,
+        ),
+        // A token in the query string too: the log and the 404 drop the query.
+        (
+            format!(
+                "GET /v1/nowhere?access_token={full} HTTP/1.1\nhost: x\nauthorization: Bearer {full}\nconnection: close\n\n"
+            ),
+            404,
+        ),
+    ];
+    for (request, status) in &requests {
+        let (got, body) = raw(&server.url, request);
+        assert_eq!(got, *status, "{body}");
+        assert_clean("an error body", &body.to_string());
+    }
+
+    // What the http backend makes of refusals, as a run would print them.
+    let backend = client(&server.url);
+    let errors = runtime().block_on(async {
+        let body = quote(&backend, &demo()).await;
+        vec![
+            backend
+                .register(&Token(unknown.clone()), GAME, "key-secret", &body)
+                .await
+                .expect_err("unknown token"),
+            backend
+                .whoami(&Token(unknown.clone()))
+                .await
+                .expect_err("unknown token"),
+            backend
+                .register(&Token(narrow.clone()), GAME, "key-secret", &body)
+                .await
+                .expect_err("no playtest:write"),
+        ]
+    });
+    for e in &errors {
+        assert!(matches!(e.status, 401 | 403), "{e}");
+        assert_clean("a client error", &format!("{e} {e:?}"));
+    }
+
+    for args in [&["ledger", "show"][..], &["ledger", "show", "--json"][..]] {
+        let args: Vec<&str> = args.iter().copied().chain(["--db", &db]).collect();
+        let shown = test.run(&args);
+        shown.code(0);
+        assert_clean(
+            "`ledger show`",
+            &format!("{}{}", shown.stdout, shown.stderr),
+        );
+    }
+    let log = server.log();
+    assert!(
+        log.iter().any(|l| l.starts_with("GET /v1/nowhere 404 ")),
+        "{log:?}"
+    );
+    assert_clean("the server's log", &log.join("\n"));
+}
