@@ -288,7 +288,12 @@ async fn journal(io: &StepIo, quote: &QuoteRecord) -> StepOutcome {
         }
     };
     match io.checkpoint_durable(json!({ money::QUOTE: record })).await {
-        Ok(()) => StepOutcome::Succeeded,
+        Ok(()) => {
+            // Where a kill -9 leaves an accepted quote and an unfinished
+            // step: the resume must not ask again.
+            money::crash_point("estimate", money::Boundary::ResponseJournaled);
+            StepOutcome::Succeeded
+        }
         Err(e) => StepOutcome::Failed {
             exit_code: None,
             message: format!("cannot journal the accepted quote: {e}. {NOTHING}"),
@@ -397,7 +402,10 @@ async fn smoke_check(cx: &StepContext) -> Result<(), StepOutcome> {
     let polite = opened.is_ok();
     process.shutdown(polite, false).await;
     opened.map(|_| ()).map_err(|failure| StepOutcome::Refused {
-        message: quote::did_not_start(&crate::play::cell::not_opened(&failure)),
+        message: quote::did_not_start(
+            &crate::play::cell::not_opened(&failure),
+            &plan_game.command.join(" "),
+        ),
     })
 }
 
