@@ -52,6 +52,8 @@ struct Paid {
     /// The token line of `[backend]`, if any (else the demo token).
     token: Option<&'static str>,
     mode: &'static str,
+    /// A `gameplan serve` to price at (`http`), else the embedded ledger.
+    url: Option<String>,
 }
 
 impl Default for Paid {
@@ -61,6 +63,7 @@ impl Default for Paid {
             max_cents: 500,
             token: None,
             mode: "ok",
+            url: None,
         }
     }
 }
@@ -70,13 +73,17 @@ fn plan(p: &Paid) -> String {
     let token = p
         .token
         .map_or_else(String::new, |t| format!("token = \"{t}\"\n"));
+    let backend = p.url.as_ref().map_or_else(
+        || "kind = \"local\"".to_owned(),
+        |url| format!("kind = \"http\"\nurl = \"{url}\""),
+    );
     format!(
         r#"version = 1
 name = "paid"
 controllers = ["standard", "jev"]
 
 [backend]
-kind = "local"
+{backend}
 {token}
 [game]
 id = "tiny"
@@ -423,4 +430,135 @@ fn issue16_estimate_a_resume_after_the_quote_was_journaled_does_not_ask_again() 
         "{out}"
     );
     assert!(played(&t, "play[kid,jev,1]"), "{out}");
+}
+
+/// `gameplan serve` on a free loopback port over `served.sqlite`, stopped
+/// when dropped.
+struct Served {
+    child: std::process::Child,
+    url: String,
+}
+
+impl Served {
+    fn start(t: &Test) -> Served {
+        use std::io::BufRead as _;
+        let mut child = std::process::Command::new(crate::support::BIN)
+            .args(["serve", "--addr", "127.0.0.1:0", "--db", "served.sqlite"])
+            .current_dir(t.path(""))
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn gameplan serve");
+        let mut lines = std::io::BufReader::new(child.stderr.take().expect("stderr")).lines();
+        let url = lines
+            .by_ref()
+            .map_while(Result::ok)
+            .find_map(|l| {
+                l.strip_prefix("listening on ")
+                    .and_then(|rest| rest.split_whitespace().next())
+                    .map(str::to_owned)
+            })
+            .expect("a `listening on` line");
+        // Keep reading its log, so it never blocks on a full pipe.
+        std::thread::spawn(move || lines.map_while(Result::ok).for_each(drop));
+        Served { child, url }
+    }
+
+    fn ledger(t: &Test) -> Value {
+        t.run(&["ledger", "show", "--json", "--db", "served.sqlite"])
+            .code(0)
+            .json()
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn issue16_estimate_prices_and_refuses_the_same_over_gameplan_serve() {
+    let t = Test::new().file("tiny.py", TINY);
+    let served = Served::start(&t);
+    let token_of = |scopes: &str, account: &str| {
+        t.run(&[
+            "ledger",
+            "token",
+            "--scopes",
+            scopes,
+            "--account",
+            account,
+            "--db",
+            "served.sqlite",
+        ])
+        .code(0)
+        .stdout
+        .trim()
+        .to_owned()
+    };
+    let demo = token_of(EVERY_SCOPE, "demo");
+    let poor = token_of(EVERY_SCOPE, "poor");
+    let partial = token_of("playtest:write", "studio");
+    t.write(
+        "plan.toml",
+        plan(&Paid {
+            token: Some("{{ secret('STUDIO_TOKEN') }}"),
+            url: Some(served.url.clone()),
+            ..Paid::default()
+        }),
+    );
+    let before = Served::ledger(&t);
+
+    let t = t.env("STUDIO_TOKEN", &demo);
+    let out = t.run(&["plan", "run", "plan.toml"]);
+    out.code(10);
+    let text = said(&out);
+    assert!(
+        text.contains("total $0.50; balance $100.00 (account demo)"),
+        "{out}"
+    );
+    assert!(
+        text.contains(&format!("money: the backend at {}", served.url)),
+        "{out}"
+    );
+    assert!(text.contains("Nothing was charged."), "{out}");
+    assert_eq!(Served::ledger(&t), before);
+
+    let t = t.env("STUDIO_TOKEN", &poor);
+    let out = t.run(&["plan", "run", "plan.toml", "--yes", "--new"]);
+    out.code(3);
+    assert!(
+        said(&out).contains("the quote $0.50 is above the balance of account `poor` ($0.00)"),
+        "{out}"
+    );
+    assert!(said(&out).contains("Ask the server's operator"), "{out}");
+
+    let t = t.env("STUDIO_TOKEN", &partial);
+    let out = t.run(&["plan", "run", "plan.toml", "--yes", "--new"]);
+    out.code(4);
+    assert!(
+        said(&out).contains("lacks the scopes playtest:model, playtest:upload"),
+        "{out}"
+    );
+    assert_eq!(Served::ledger(&t), before, "no refusal moved money");
+
+    let t = t.env("STUDIO_TOKEN", &demo);
+    t.run(&["plan", "run", "plan.toml", "--yes", "--new"])
+        .code(0);
+    assert_eq!(bought(&quotes(&t)[0]).len(), 2);
+    for secret in [&demo, &poor, &partial] {
+        let journal = t.read(&format!(
+            ".gameplan/runs/{}/journal.jsonl",
+            t.run_ids().pop().expect("a run")
+        ));
+        assert!(
+            !journal.contains(secret.as_str()),
+            "a token is in the journal"
+        );
+    }
 }
