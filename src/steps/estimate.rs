@@ -543,4 +543,25 @@ player = { kind = "random" }
         );
         assert_eq!(run_length(&long, ["epic"].into_iter()), RunLength::Long);
     }
+
+    #[test]
+    fn a_price_that_never_came_back_is_a_refusal_not_an_open_run() {
+        let mut lost = ApiError::unavailable("connection reset".to_owned());
+        lost.uncertain = true;
+        let StepOutcome::Refused { message } = refused(&lost, "pricing the cells") else {
+            panic!("a lost estimate moves no money: exit 3");
+        };
+        assert!(
+            message.starts_with("pricing the cells: the backend gave no answer (connection reset)"),
+            "{message}"
+        );
+        assert!(message.contains(NOTHING), "{message}");
+        assert!(matches!(
+            refused(
+                &ApiError::new(401, "unauthorized", "who?"),
+                "checking the token"
+            ),
+            StepOutcome::Unauthorized { .. }
+        ));
+    }
 }
