@@ -16,6 +16,7 @@ pub mod progress;
 pub mod run;
 pub mod run_summary;
 pub mod runs;
+pub mod settlement;
 
 use std::io::{IsTerminal, Write};
 

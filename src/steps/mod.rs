@@ -42,10 +42,12 @@
 
 pub mod aggregate;
 pub mod command;
+pub mod finish;
 pub mod game;
 pub mod launcher;
 pub mod money;
 pub mod play;
+pub mod register;
 pub mod simulate;
 
 use std::collections::BTreeMap;
@@ -330,6 +332,8 @@ impl Kinds {
                 Box::new(play::Play),
                 Box::new(simulate::Simulate),
                 Box::new(aggregate::Aggregate),
+                Box::new(register::Register),
+                Box::new(finish::Finish),
             ],
         }
     }
