@@ -1,8 +1,8 @@
 //! Issue 16, `register` and `finish`: the job bought once and settled once,
 //! on the embedded ledger, through failures, an interrupt and `kill -9` at
-//! every boundary of both calls (`GAMEPLAN_CRASH_AT`). What moved is read
-//! back with `gameplan ledger show --json`; the key journaled with
-//! `plan status`'s journal.
+//! every boundary of both calls (`GAMEPLAN_CRASH_AT`), and once over
+//! `gameplan serve` on loopback. What moved is read back with `gameplan
+//! ledger show --json`; the key journaled, from the run's journal.
 
 use std::time::Duration;
 
@@ -407,4 +407,117 @@ fn issue16_finish_does_not_run_on_an_interrupt_and_the_resume_settles_once() {
     resumed.code(0);
     assert_eq!(by_step(&resumed.json(), "state")["finish"], "succeeded");
     one_job_settled_once(&ledger(&t));
+}
+
+/// `gameplan serve --addr 127.0.0.1:0 --db served.sqlite`, running until
+/// dropped; its `listening on URL` line read for the URL.
+struct Served {
+    child: std::process::Child,
+    url: String,
+}
+
+impl Served {
+    fn start(t: &Test) -> Served {
+        use std::io::BufRead as _;
+        let mut child = std::process::Command::new(crate::support::BIN)
+            .args(["serve", "--addr", "127.0.0.1:0", "--db", "served.sqlite"])
+            .current_dir(t.path(""))
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("NO_COLOR", "1")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn gameplan serve");
+        let mut lines = std::io::BufReader::new(child.stderr.take().expect("stderr")).lines();
+        let url = lines
+            .by_ref()
+            .map_while(Result::ok)
+            .find_map(|l| {
+                l.strip_prefix("listening on ")
+                    .and_then(|rest| rest.split_whitespace().next())
+                    .map(str::to_owned)
+            })
+            .expect("a `listening on` line");
+        // Keep draining the log, so the server never blocks on a full pipe.
+        std::thread::spawn(move || lines.for_each(drop));
+        Served { child, url }
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn issue16_register_and_finish_over_serve_buy_once_through_a_kill_and_keep_the_token_out() {
+    let t = Test::new();
+    let served = Served::start(&t);
+    let token = t
+        .run(&[
+            "ledger",
+            "token",
+            "--db",
+            "served.sqlite",
+            "--scopes",
+            "playtest:write,playtest:model,playtest:upload",
+            "--account",
+            "demo",
+        ])
+        .code(0)
+        .stdout
+        .trim()
+        .to_owned();
+    let plan = played().replace(
+        "[backend]\nkind = \"local\"",
+        &format!(
+            "[backend]\nkind = \"http\"\nurl = \"{}\"\ntoken = \"{{{{ secret('STUDIO_TOKEN') }}}}\"",
+            served.url
+        ),
+    );
+    let t = t.file("plan.toml", plan).env("STUDIO_TOKEN", &token);
+    let t = crash(
+        t,
+        "register:response_received",
+        &["plan", "run", "plan.toml", "--yes"],
+    );
+    let resumed = t.run(&["plan", "resume", "--yes"]);
+    resumed
+        .code(0)
+        .stderr_has("(already bought: the journaled key was replayed")
+        .stdout_has("settled job ");
+    let doc = t
+        .run(&["ledger", "show", "--json", "--db", "served.sqlite"])
+        .code(0)
+        .json();
+    let job = one_job_settled_once(&doc);
+    assert_eq!(
+        job["idempotency_key"].as_str(),
+        journaled_keys(&t, "register").first().map(String::as_str)
+    );
+    assert!(
+        !t.path(".gameplan/ledger.sqlite").exists(),
+        "nothing went to the embedded ledger"
+    );
+    assert!(!resumed.stdout.contains(&token) && !resumed.stderr.contains(&token));
+    let mut stack = vec![t.path(".gameplan")];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).expect("read dir").flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                let bytes = std::fs::read(&path).unwrap_or_default();
+                assert!(
+                    !String::from_utf8_lossy(&bytes).contains(&token),
+                    "the token is in {}",
+                    path.display()
+                );
+            }
+        }
+    }
 }
