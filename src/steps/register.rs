@@ -47,7 +47,7 @@ impl Kind for Register {
 
     fn reuse(&self, _cx: &KeyContext<'_>) -> Result<Reuse, StepError> {
         Ok(Reuse::Never(
-            "it buys this run's job: a job is never reused (a resume replays its journaled key)"
+            "it buys this run's job (a resume replays its journaled key, so it never buys twice)"
                 .into(),
         ))
     }
