@@ -92,7 +92,7 @@ fn ledger(test: &Test) -> Value {
     test.run(&["ledger", "show", "--json"]).code(0).json()
 }
 
-/// The runs of the one job: (persona, state, played, actions_taken).
+/// The runs of the one job: (persona, state, played, `actions_taken`).
 fn runs(doc: &Value) -> Vec<(String, String, bool, i64)> {
     let jobs = doc["jobs"].as_array().expect("jobs");
     assert_eq!(jobs.len(), 1, "one job: {doc}");
