@@ -223,3 +223,47 @@ fn issue16_play_a_run_canceled_from_outside_stops_its_cell_after_its_turn() {
         }
     }
 }
+
+#[test]
+fn issue16_play_heartbeats_that_fail_are_one_warning_and_the_cells_play_on() {
+    let test = paid("0.05", 160);
+    let run = test.spawn(&["plan", "run", "plan.toml", "--yes"]);
+    wait_until(
+        "both runs heard by heartbeat",
+        Duration::from_secs(30),
+        || least_heard(&test) >= 10,
+    );
+    // Another writer holds the ledger past its 5 s busy timeout: every
+    // heartbeat meanwhile fails, while the games play on.
+    let held = rusqlite::Connection::open(test.path(LEDGER)).expect("open the ledger");
+    held.execute_batch("BEGIN IMMEDIATE")
+        .expect("hold the write lock");
+    std::thread::sleep(Duration::from_secs(6));
+    held.execute_batch("ROLLBACK").expect("release it");
+    drop(held);
+    let out = run.wait();
+    out.code(0);
+    let printed = format!("{}{}", out.stdout, out.stderr);
+    // The ledger's writers queue in the process: the run whose heartbeat
+    // waited first timed out; the other's may have got through after.
+    let warnings: Vec<usize> = ["run-1", "run-2"]
+        .iter()
+        .map(|cell| {
+            printed
+                .matches(&format!("a heartbeat for backend run `{cell}` failed"))
+                .count()
+        })
+        .collect();
+    assert!(
+        warnings.iter().all(|n| *n <= 1) && warnings.iter().sum::<usize>() >= 1,
+        "one warning at most per run, and one at least: {out}"
+    );
+    let doc = ledger(&test);
+    for (persona, state, _, actions) in runs(&doc) {
+        assert_eq!(
+            (state.as_str(), actions),
+            ("reporting", 160),
+            "{persona}: {doc}"
+        );
+    }
+}
