@@ -17,6 +17,7 @@ mod issue15_verdict;
 mod issue16_aggregate;
 mod issue16_estimate;
 mod issue16_ledger;
+mod issue16_play;
 mod issue16_register;
 mod issue16_seam;
 mod issue16_serve;
