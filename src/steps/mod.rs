@@ -42,6 +42,7 @@
 
 pub mod aggregate;
 pub mod command;
+pub mod deliver;
 pub mod game;
 pub mod launcher;
 pub mod money;
@@ -323,6 +324,7 @@ impl Kinds {
     pub fn for_run(settings: RunSettings) -> Kinds {
         Kinds {
             kinds: vec![
+                Box::new(deliver::Deliver::new(settings.redactor.clone())),
                 Box::new(command::Command::new(
                     settings.concurrency,
                     settings.redactor,
