@@ -13,9 +13,11 @@ pub mod play_cell;
 pub mod play_results;
 pub mod playtest;
 pub mod progress;
+pub mod quote;
 pub mod run;
 pub mod run_summary;
 pub mod runs;
+pub mod settlement;
 
 use std::io::{IsTerminal, Write};
 
