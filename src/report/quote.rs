@@ -60,12 +60,13 @@ pub enum MoneyAt {
     Server { url: String },
 }
 
-/// The game failed the smoke check: what happened, that nothing was
-/// charged, and the last lines the game wrote to stderr.
-pub fn did_not_start(why: &NotPlayed) -> String {
+/// The game (`command`, as the plan writes it) failed the smoke check:
+/// what happened, that nothing was charged, how to try the game alone, and
+/// the last lines the game wrote to stderr.
+pub fn did_not_start(why: &NotPlayed, command: &str) -> String {
     let mut text = format!(
         "the game did not start: {why}. Nothing was charged: no studio pays for the cells of a \
-         build that cannot start. Fix the game (`gameplan play --out DIR -- COMMAND` tries it \
+         build that cannot start. Fix the game (`gameplan play --out DIR -- {command}` tries it \
          alone), then run again"
     );
     if let Some(tail) = &why.stderr_tail {
@@ -126,15 +127,19 @@ mod tests {
             hint: None,
             stderr_tail: Some("Traceback (most recent call last):\nNameError: x\n".into()),
         };
-        let text = did_not_start(&why);
+        let text = did_not_start(&why, "python3 game.py");
         assert!(
             text.starts_with("the game did not start: the game exited"),
             "{text}"
         );
         assert!(text.contains("Nothing was charged"), "{text}");
+        assert!(
+            text.contains("`gameplan play --out DIR -- python3 game.py`"),
+            "{text}"
+        );
         assert!(text.ends_with("\n    Traceback (most recent call last):\n    NameError: x"));
         why.cause = "the game exited with code 1: `boom`".into();
         why.stderr_tail = Some("boom\n".into());
-        assert!(!did_not_start(&why).contains("stderr ended"));
+        assert!(!did_not_start(&why, "game").contains("stderr ended"));
     }
 }

@@ -29,7 +29,8 @@
 //! - **Heartbeats** `{actions_taken, checkpoint_step}` go after a turn once
 //!   [`HEARTBEAT_EVERY_ACTIONS`] actions or [`HEARTBEAT_EVERY`] passed since
 //!   the last one, on a task of their own: the game never waits for the
-//!   backend, and one heartbeat at most is in flight. A last one with the
+//!   backend, and one heartbeat at most is in flight. They are due between
+//!   turns, so a single slow turn (up to `action_timeout`) delays one. A last one with the
 //!   final count goes before the end's transition. A heartbeat that fails or
 //!   gets no answer does not fail the playtest: the run's output gets one
 //!   warning, the cell plays on.
