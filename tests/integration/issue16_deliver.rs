@@ -28,8 +28,10 @@ fn demo() -> Test {
         )
 }
 
-fn ledger(t: &Test) -> Value {
-    t.run(&["ledger", "show", "--json"]).code(0).json()
+fn ledger(t: &Test, db: Option<&str>) -> Value {
+    let mut args = vec!["ledger", "show", "--json"];
+    args.extend(db.map(|db| ["--db", db]).into_iter().flatten());
+    t.run(&args).code(0).json()
 }
 
 /// The size and sha256 of a file of the run, as the ledger would hold it.
@@ -51,8 +53,8 @@ fn the_run(t: &Test) -> String {
 /// cell's four files uploaded as they are on disk, the aggregate
 /// published with the digests of the files on disk, one charge, one
 /// settlement. Answers every digest, by file.
-fn delivered_once(t: &Test) -> BTreeMap<String, (i64, String)> {
-    let doc = ledger(t);
+fn delivered_once(t: &Test, db: Option<&str>) -> BTreeMap<String, (i64, String)> {
+    let doc = ledger(t, db);
     let jobs = doc["jobs"].as_array().expect("jobs");
     assert_eq!(jobs.len(), 1, "one job: {doc:#}");
     let job = &jobs[0];
@@ -122,7 +124,7 @@ fn issue16_deliver_the_demo_uploads_every_bought_run_and_publishes_the_aggregate
     out.code(0)
         .stderr_has("delivered play[curious-kid,standard]: 4 files (")
         .stderr_has("published the aggregate to job job-1");
-    delivered_once(&t);
+    delivered_once(&t, None);
 }
 
 #[test]
@@ -139,7 +141,7 @@ fn issue16_deliver_dry_upload_lists_what_would_go_and_sends_nothing() {
     ))
     .stderr_has("--dry-upload: would complete run ")
     .stderr_has("--dry-upload: would upload aggregate.md (");
-    let doc = ledger(&t);
+    let doc = ledger(&t, None);
     let job = &doc["jobs"][0];
     assert_eq!(
         job["uploads"],
@@ -155,7 +157,11 @@ fn issue16_deliver_dry_upload_lists_what_would_go_and_sends_nothing() {
 /// Runs the demo with `GAMEPLAN_CRASH_AT=at`: gameplan must die by
 /// SIGKILL there. Then `plan resume` ends it.
 fn killed_then_resumed(at: &str) -> (Test, String) {
-    let t = demo().env("GAMEPLAN_CRASH_AT", at);
+    killed_then_resumed_in(demo(), at)
+}
+
+fn killed_then_resumed_in(t: Test, at: &str) -> (Test, String) {
+    let t = t.env("GAMEPLAN_CRASH_AT", at);
     let mut spawned = t.spawn(&["plan", "run", "plans/demo.toml", "--yes"]);
     wait_until(
         &format!("gameplan to die at {at}"),
@@ -173,6 +179,34 @@ fn killed_then_resumed(at: &str) -> (Test, String) {
     (t, resumed.stderr.clone())
 }
 
+/// The merged report of the demo's run: `aggregate.md`'s digest and
+/// `aggregate.json` less each cell's report digest (a report holds its
+/// wall time, so no two plays' are alike; everything else is).
+fn merged(t: &Test) -> (String, Value) {
+    let dir = format!(".gameplan/runs/{}/steps/aggregate", the_run(t));
+    let md = digest_of(t, &format!("{dir}/aggregate.md")).1;
+    let mut json: Value = serde_json::from_str(&t.read(&format!("{dir}/aggregate.json"))).unwrap();
+    fn strip(value: &mut Value) {
+        match value {
+            Value::Object(map) => {
+                map.remove("report_sha256");
+                map.values_mut().for_each(strip);
+            }
+            Value::Array(items) => items.iter_mut().for_each(strip),
+            _ => {}
+        }
+    }
+    strip(&mut json);
+    (md, json)
+}
+
+/// The demo run through once, uninterrupted: its merged report.
+fn uninterrupted() -> (String, Value) {
+    let t = demo();
+    t.run(&["plan", "run", "plans/demo.toml", "--yes"]).code(0);
+    merged(&t)
+}
+
 const BOUNDARIES: [&str; 4] = [
     "key_journaled",
     "request_sent",
@@ -182,9 +216,14 @@ const BOUNDARIES: [&str; 4] = [
 
 #[test]
 fn issue16_deliver_killed_at_each_boundary_of_complete_completes_every_run_once_on_resume() {
+    let baseline = uninterrupted();
     for boundary in BOUNDARIES {
         let (t, resumed) = killed_then_resumed(&format!("complete:{boundary}"));
-        delivered_once(&t);
+        delivered_once(&t, None);
+        assert!(
+            merged(&t) == baseline,
+            "complete:{boundary}: another aggregate"
+        );
         assert!(
             resumed.contains("published the aggregate to job job-1"),
             "complete:{boundary}\n{resumed}"
@@ -194,9 +233,14 @@ fn issue16_deliver_killed_at_each_boundary_of_complete_completes_every_run_once_
 
 #[test]
 fn issue16_aggregate_killed_at_each_boundary_publishes_once_with_the_same_digests_on_resume() {
+    let baseline = uninterrupted();
     for boundary in BOUNDARIES {
         let (t, resumed) = killed_then_resumed(&format!("aggregate:{boundary}"));
-        delivered_once(&t);
+        delivered_once(&t, None);
+        assert!(
+            merged(&t) == baseline,
+            "aggregate:{boundary}: another aggregate"
+        );
         // The resumed merge is the one first journaled: the same reports
         // give the same files, and the digests sent are the first ones.
         assert!(
@@ -207,5 +251,93 @@ fn issue16_aggregate_killed_at_each_boundary_publishes_once_with_the_same_digest
             !resumed.contains("delivered play["),
             "no cell delivered again (aggregate:{boundary})\n{resumed}"
         );
+    }
+}
+
+/// `gameplan serve --addr 127.0.0.1:0 --db served.sqlite`, running until
+/// dropped; its `listening on URL` line read for the URL.
+struct Served {
+    child: std::process::Child,
+    url: String,
+}
+
+impl Served {
+    fn start(t: &Test) -> Served {
+        use std::io::BufRead as _;
+        let mut child = std::process::Command::new(crate::support::BIN)
+            .args(["serve", "--addr", "127.0.0.1:0", "--db", "served.sqlite"])
+            .current_dir(t.path(""))
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("NO_COLOR", "1")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn gameplan serve");
+        let mut lines = std::io::BufReader::new(child.stderr.take().expect("stderr")).lines();
+        let url = lines
+            .by_ref()
+            .map_while(Result::ok)
+            .find_map(|l| {
+                l.strip_prefix("listening on ")
+                    .and_then(|rest| rest.split_whitespace().next())
+                    .map(str::to_owned)
+            })
+            .expect("a `listening on` line");
+        std::thread::spawn(move || lines.for_each(drop));
+        Served { child, url }
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn issue16_deliver_over_serve_completes_every_run_once_through_a_kill_and_uploads_no_token() {
+    let t = demo();
+    let served = Served::start(&t);
+    let token = t
+        .run(&[
+            "ledger",
+            "token",
+            "--db",
+            "served.sqlite",
+            "--scopes",
+            "playtest:write,playtest:model,playtest:upload",
+            "--account",
+            "demo",
+        ])
+        .code(0)
+        .stdout
+        .trim()
+        .to_owned();
+    let plan = include_str!("../../plans/demo.toml").replace(
+        "[backend]\nkind = \"local\"",
+        &format!(
+            "[backend]\nkind = \"http\"\nurl = \"{}\"\ntoken = \"{{{{ secret('STUDIO_TOKEN') }}}}\"",
+            served.url
+        ),
+    );
+    assert!(plan.contains("kind = \"http\""), "{plan}");
+    let t = t.file("plans/demo.toml", plan).env("STUDIO_TOKEN", &token);
+    let (t, resumed) = killed_then_resumed_in(t, "complete:response_received");
+    assert!(
+        resumed.contains("published the aggregate to job job-1"),
+        "{resumed}"
+    );
+    let digests = delivered_once(&t, Some("served.sqlite"));
+    assert_eq!(digests.len(), 4 * 4 + 2);
+    assert!(
+        !t.path(".gameplan/ledger.sqlite").exists(),
+        "nothing went to the embedded ledger"
+    );
+    // No uploaded file holds the token (nor does anything under .gameplan/).
+    for rel in digests.keys() {
+        assert!(!t.read(rel).contains(&token), "the token is in {rel}");
     }
 }
