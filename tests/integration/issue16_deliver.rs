@@ -179,6 +179,18 @@ fn killed_then_resumed_in(t: Test, at: &str) -> (Test, String) {
     (t, resumed.stderr.clone())
 }
 
+/// `value` without any `report_sha256` field, at any depth.
+fn strip(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            map.remove("report_sha256");
+            map.values_mut().for_each(strip);
+        }
+        Value::Array(items) => items.iter_mut().for_each(strip),
+        _ => {}
+    }
+}
+
 /// The merged report of the demo's run: `aggregate.md`'s digest and
 /// `aggregate.json` less each cell's report digest (a report holds its
 /// wall time, so no two plays' are alike; everything else is).
@@ -186,16 +198,6 @@ fn merged(t: &Test) -> (String, Value) {
     let dir = format!(".gameplan/runs/{}/steps/aggregate", the_run(t));
     let md = digest_of(t, &format!("{dir}/aggregate.md")).1;
     let mut json: Value = serde_json::from_str(&t.read(&format!("{dir}/aggregate.json"))).unwrap();
-    fn strip(value: &mut Value) {
-        match value {
-            Value::Object(map) => {
-                map.remove("report_sha256");
-                map.values_mut().for_each(strip);
-            }
-            Value::Array(items) => items.iter_mut().for_each(strip),
-            _ => {}
-        }
-    }
     strip(&mut json);
     (md, json)
 }
