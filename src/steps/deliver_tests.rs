@@ -868,3 +868,35 @@ fn a_run_the_cell_ended_itself_gets_its_files_and_no_complete() {
         f.notes()
     );
 }
+
+#[test]
+fn the_published_aggregate_holds_no_secret_and_its_digests_are_of_what_went() {
+    let f = Fixture::new(&[KID, VET]);
+    let mut kid = report(KID, CellState::Succeeded);
+    kid.warnings = vec![format!("the game printed {SECRET}")];
+    kid.persona = format!("kid {SECRET}");
+    f.write_cell(KID, &kid);
+    let cx = f.context("aggregate");
+    let (io, _) = aggregate_io(&f, Vec::new(), false, true);
+    assert_eq!(
+        run_step(&super::super::aggregate::Aggregate, &cx, &io),
+        StepOutcome::Succeeded
+    );
+    let local = std::fs::read_to_string(cx.step_dir.join("aggregate.md")).unwrap();
+    assert!(
+        local.contains(SECRET),
+        "the test's secret reaches the merge"
+    );
+    let shown = f.ledger.show().unwrap();
+    let md = shown.jobs[0]
+        .uploads
+        .iter()
+        .find(|u| u.run.is_none() && u.name == "aggregate.md")
+        .expect("uploaded to the job");
+    assert_eq!(
+        md.sha256,
+        crate::reuse::sha256_hex(redactor().redact(&local).as_bytes())
+    );
+    let published = shown.jobs[0].aggregate.clone().expect("published");
+    assert_eq!(published.md.sha256, md.sha256);
+}
