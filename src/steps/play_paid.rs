@@ -46,13 +46,13 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
-use super::{BoxFuture, StepIo, StepOutcome, money};
+use super::{StepIo, StepOutcome, money};
 use crate::backend::Connection;
 use crate::backend::api::{
     ApiError, Heartbeat, HeartbeatRequest, RunRef, RunState, TransitionRequest,
 };
 use crate::play::CellState;
-use crate::play::cell::{CellResult, CellWatch, PlayError};
+use crate::play::cell::{CellResult, CellWatch, Opened, PlayError};
 
 /// A heartbeat goes after the turn that makes this many actions since the
 /// last one (or [`HEARTBEAT_EVERY`], whichever comes first).
@@ -344,7 +344,7 @@ impl<'a> PaidCell<'a> {
 }
 
 impl CellWatch for PaidCell<'_> {
-    fn opened(&mut self) -> BoxFuture<'_, bool> {
+    fn opened(&mut self) -> Opened<'_> {
         Box::pin(async move {
             if self.replaying {
                 return true;
