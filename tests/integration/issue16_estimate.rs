@@ -3,7 +3,8 @@
 //! the budget (exit 3), a token missing a scope (exit 4), a game that cannot
 //! start (exit 3, with its stderr), reused cells not bought, a yes journaled
 //! as the quote `register` buys, and a resume that does not ask again.
-//! Every refusal leaves the ledger as it was (`ledger show --json`).
+//! Every refusal leaves the ledger as it was (`ledger show --json`, and the
+//! file byte for byte: an estimate writes nothing).
 //!
 //! The plans are explicit: `estimate`, then the play cells that need it
 //! (the money steps between them, `register` and on, are other kinds').
@@ -125,6 +126,13 @@ fn ledger(t: &Test) -> Value {
     t.run(&["ledger", "show", "--json"]).code(0).json()
 }
 
+/// The ledger file's bytes, read once `ledger show` (and every run) has
+/// closed it: an estimate writes nothing, so a refusal after it leaves
+/// these bytes as they were.
+fn ledger_bytes(t: &Test) -> Vec<u8> {
+    std::fs::read(t.path(".gameplan/ledger.sqlite")).expect("the ledger file")
+}
+
 /// A new token of `account` holding `scopes`.
 fn token(t: &Test, scopes: &str, account: &str) -> String {
     t.run(&["ledger", "token", "--scopes", scopes, "--account", account])
@@ -172,6 +180,7 @@ fn played(t: &Test, cell: &str) -> bool {
 fn issue16_estimate_prices_the_cells_and_a_no_without_a_terminal_exits_10_charging_nothing() {
     let t = repo(&Paid::default());
     let before = ledger(&t);
+    let bytes = ledger_bytes(&t);
     let out = t.run(&["plan", "run", "plan.toml"]);
     out.code(10);
     let text = said(&out);
@@ -185,6 +194,11 @@ fn issue16_estimate_prices_the_cells_and_a_no_without_a_terminal_exits_10_chargi
     ] {
         assert!(text.contains(line), "lacks {line:?}\n{out}");
     }
+    assert_eq!(
+        ledger_bytes(&t),
+        bytes,
+        "a no leaves the ledger byte for byte"
+    );
     assert_eq!(ledger(&t), before, "a no leaves the ledger as it was");
     assert!(quotes(&t).is_empty(), "a no journals no quote");
     assert!(!played(&t, "play[kid,standard,1]"), "nothing played");
@@ -228,6 +242,7 @@ fn issue16_estimate_a_short_balance_exits_3_before_the_question() {
     let poor = token(&t, EVERY_SCOPE, "poor");
     let t = t.env("STUDIO_TOKEN", &poor);
     let before = ledger(&t);
+    let bytes = ledger_bytes(&t);
     let out = t.run(&["plan", "run", "plan.toml", "--yes"]);
     out.code(3);
     let text = said(&out);
@@ -241,6 +256,7 @@ fn issue16_estimate_a_short_balance_exits_3_before_the_question() {
     }
     assert!(!text.contains("demo ledger"), "{out}");
     assert!(!text.contains(&poor), "the token is printed\n{out}");
+    assert_eq!(ledger_bytes(&t), bytes, "byte for byte");
     assert_eq!(ledger(&t), before);
     assert!(quotes(&t).is_empty());
     assert!(!played(&t, "play[kid,standard,1]"));
@@ -253,6 +269,7 @@ fn issue16_estimate_a_quote_over_the_budget_exits_3_before_the_question() {
         ..Paid::default()
     });
     let before = ledger(&t);
+    let bytes = ledger_bytes(&t);
     let out = t.run(&["plan", "run", "plan.toml", "--yes"]);
     out.code(3);
     let text = said(&out);
@@ -263,6 +280,7 @@ fn issue16_estimate_a_quote_over_the_budget_exits_3_before_the_question() {
         "{out}"
     );
     assert!(text.contains("Raise `[budget] max_cents`"), "{out}");
+    assert_eq!(ledger_bytes(&t), bytes, "byte for byte");
     assert_eq!(ledger(&t), before);
     assert!(quotes(&t).is_empty());
     assert!(!played(&t, "play[kid,standard,1]"));
