@@ -16,6 +16,7 @@ mod issue15_search;
 mod issue15_verdict;
 mod issue16_aggregate;
 mod issue16_ledger;
+mod issue16_money;
 mod issue16_seam;
 mod issue16_serve;
 mod issue8;
