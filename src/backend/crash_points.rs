@@ -1,7 +1,7 @@
 //! Crash points: where the kill -9 tests stop gameplan around a money call.
 //!
-//! `GAMEPLAN_CRASH_AT=CALL:BOUNDARY` (CALL one of `register`, `complete`,
-//! `aggregate`, `finish`; BOUNDARY one of [`Boundary`]'s names) makes
+//! `GAMEPLAN_CRASH_AT=CALL:BOUNDARY` (CALL one of `estimate`, `register`,
+//! `complete`, `aggregate`, `finish`; BOUNDARY one of [`Boundary`]'s names) makes
 //! gameplan kill itself with SIGKILL the first time it reaches that
 //! boundary: fault injection for the tests that prove a charge is made once
 //! through a crash at each boundary. The money kinds mark the boundaries

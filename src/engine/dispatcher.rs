@@ -767,6 +767,25 @@ fn cells_ahead(
     Arc::new(cells)
 }
 
+/// Every step that needs `node`, directly or through others.
+fn dependants(pipeline: &Pipeline, node: NodeIndex) -> std::collections::BTreeSet<NodeIndex> {
+    let mut seen = std::collections::BTreeSet::new();
+    let mut stack: Vec<NodeIndex> = pipeline
+        .graph
+        .neighbors_directed(node, petgraph::Direction::Outgoing)
+        .collect();
+    while let Some(next) = stack.pop() {
+        if seen.insert(next) {
+            stack.extend(
+                pipeline
+                    .graph
+                    .neighbors_directed(next, petgraph::Direction::Outgoing),
+            );
+        }
+    }
+    seen
+}
+
 /// Every step `node` needs, directly or through others.
 fn ancestors(pipeline: &Pipeline, node: NodeIndex) -> std::collections::BTreeSet<NodeIndex> {
     let mut seen = std::collections::BTreeSet::new();
@@ -1009,6 +1028,16 @@ impl Run {
                 (need_id, dir)
             })
             .collect();
+        // The steps below it, for the cells an estimate prices; only when
+        // the run decided its cells ahead (a plan with an estimate).
+        let needed_by = if self.shared.cells_ahead.is_empty() {
+            std::collections::BTreeSet::new()
+        } else {
+            dependants(&self.pipeline, node)
+                .into_iter()
+                .map(|d| self.pipeline.graph[d].id.clone())
+                .collect()
+        };
         // What stops this step (as in its context) also answers a question
         // it is waiting on: no.
         let stopped = if self.pipeline.graph[node].always {
@@ -1025,7 +1054,7 @@ impl Run {
             self.shared.dry_upload,
         )
         .in_run(Arc::clone(&self.checkpoints), needs)
-        .cells_decided(Arc::clone(&self.shared.cells_ahead))
+        .cells_decided(Arc::clone(&self.shared.cells_ahead), needed_by)
         .redacting(progress.redactor().clone())
         .stopped_by(stopped)
         .on_question({

@@ -763,6 +763,66 @@ fn a_running_step_sees_which_cells_will_be_reused_as_explain_decides() {
     assert!(!seen.contains(" reused"), "{seen}");
 }
 
+#[test]
+fn an_estimate_before_the_cells_sees_the_cells_that_need_it_and_no_other() {
+    // The default pipeline's shape: estimate first, the cells below it
+    // (through `build`, as register stands between them there); `solo`
+    // needs nothing and is needed by nothing of the estimate's.
+    let plan = r#"[game]
+id = "quick"
+command = ["true"]
+
+[[personas]]
+slug = "kid"
+card = "Clicks whatever is first."
+patience = 3
+player = { kind = "random" }
+
+[[steps]]
+id = "estimate"
+kind = "estimate"
+
+[[steps]]
+id = "build"
+kind = "command"
+needs = ["estimate"]
+run = "true"
+
+[[steps]]
+id = "play"
+kind = "play"
+needs = ["build"]
+matrix = { persona = ["kid"], controller = ["standard"], seed = [1, 2] }
+
+[[steps]]
+id = "solo"
+kind = "play"
+persona = "kid"
+controller = "standard"
+seed = 9
+"#;
+    let repo = Repo::new(
+        plan,
+        vec![
+            (StepKind::Estimate, notes_cells),
+            (StepKind::Command, ok),
+            (StepKind::Play, ok),
+        ],
+    );
+    let report = repo.run(false);
+    assert_eq!(
+        state(&report, "estimate"),
+        StepState::Succeeded,
+        "{report:?}"
+    );
+    assert_eq!(
+        repo.note("cells").lines().collect::<Vec<_>>(),
+        ["play[kid,standard,1] runs", "play[kid,standard,2] runs"],
+        "{}",
+        repo.note("cells")
+    );
+}
+
 // ---- 6. the price question ---------------------------------------------
 
 fn asks<'a>(_cx: &'a StepContext, io: &'a StepIo, notes: &'a Path) -> BoxFuture<'a, StepOutcome> {

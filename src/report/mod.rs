@@ -13,6 +13,7 @@ pub mod play_cell;
 pub mod play_results;
 pub mod playtest;
 pub mod progress;
+pub mod quote;
 pub mod run;
 pub mod run_summary;
 pub mod runs;

@@ -42,6 +42,7 @@
 
 pub mod aggregate;
 pub mod command;
+pub mod estimate;
 pub mod game;
 pub mod launcher;
 pub mod money;
@@ -330,6 +331,7 @@ impl Kinds {
                 Box::new(play::Play),
                 Box::new(simulate::Simulate),
                 Box::new(aggregate::Aggregate),
+                Box::new(estimate::Estimate),
             ],
         }
     }
@@ -394,6 +396,10 @@ pub struct StepIo {
     /// before anything ran by `plan explain`'s code; what
     /// [`StepIo::cells_ahead`] shows of it.
     pub(crate) ahead: Arc<Vec<CellAhead>>,
+    /// The steps that need this one, directly or through others (only
+    /// when the run decided its cells ahead): the cells an `estimate`
+    /// before them prices.
+    pub(crate) needed_by: std::collections::BTreeSet<String>,
     pub(crate) backend: Option<Connection>,
     pub(crate) confirm: Arc<dyn Confirm>,
     pub(crate) dry_upload: bool,
@@ -475,6 +481,7 @@ impl StepIo {
             book,
             needs: BTreeMap::new(),
             ahead: Arc::default(),
+            needed_by: std::collections::BTreeSet::new(),
             backend,
             confirm,
             dry_upload,
@@ -505,23 +512,33 @@ impl StepIo {
     }
 
     /// Hands it the run's play cells as decided before anything ran
-    /// ([`StepIo::cells_ahead`]).
+    /// ([`StepIo::cells_ahead`]), and the steps that need this one,
+    /// directly or through others (`needed_by`).
     #[must_use]
-    pub fn cells_decided(mut self, ahead: Arc<Vec<CellAhead>>) -> StepIo {
+    pub fn cells_decided(
+        mut self,
+        ahead: Arc<Vec<CellAhead>>,
+        needed_by: std::collections::BTreeSet<String>,
+    ) -> StepIo {
         self.ahead = ahead;
+        self.needed_by = needed_by;
         self
     }
 
-    /// The play cells this step needs (directly or through others), in plan
-    /// order, each with whether it will be reused or will run: decided
-    /// before the run started, by the same code as `plan explain`, so an
-    /// `estimate` prices exactly the cells explain says will run. Empty
-    /// when the run did not decide them ahead (only plans with an
-    /// `estimate` step do).
+    /// The play cells this step is related to, in plan order, each with
+    /// whether it will be reused or will run: the cells it needs and the
+    /// cells that need it, directly or through others (an `estimate`
+    /// prices the cells below it in the default pipeline, `estimate →
+    /// register → play`, and those above it in a plan that prices after
+    /// building them; a cell beside it, neither needed nor needing, is
+    /// not its to price). Decided before the run started, by the same code
+    /// as `plan explain`, so an `estimate` prices exactly the cells
+    /// explain says will run. Empty when the run did not decide them
+    /// ahead (only plans with an `estimate` step do).
     pub fn cells_ahead(&self) -> Vec<CellAhead> {
         self.ahead
             .iter()
-            .filter(|c| self.needs.contains_key(&c.id))
+            .filter(|c| self.needs.contains_key(&c.id) || self.needed_by.contains(&c.id))
             .cloned()
             .collect()
     }
