@@ -17,6 +17,7 @@ pub mod quote;
 pub mod run;
 pub mod run_summary;
 pub mod runs;
+pub mod settlement;
 
 use std::io::{IsTerminal, Write};
 

@@ -43,10 +43,12 @@
 pub mod aggregate;
 pub mod command;
 pub mod estimate;
+pub mod finish;
 pub mod game;
 pub mod launcher;
 pub mod money;
 pub mod play;
+pub mod register;
 pub mod simulate;
 
 use std::collections::BTreeMap;
@@ -332,6 +334,8 @@ impl Kinds {
                 Box::new(simulate::Simulate),
                 Box::new(aggregate::Aggregate),
                 Box::new(estimate::Estimate),
+                Box::new(register::Register),
+                Box::new(finish::Finish),
             ],
         }
     }

@@ -421,16 +421,11 @@ fn junit_has_one_testcase_per_step_and_a_failure_for_the_failed_one() {
 }
 
 #[test]
-fn the_demo_plan_is_refused_before_anything_runs_because_its_kinds_are_not_built() {
-    let t = Test::new()
-        .file("plans/demo.toml", include_str!("../../plans/demo.toml"))
-        .file(
-            "examples/personas/veteran.md",
-            include_str!("../../examples/personas/veteran.md"),
-        );
-    let out = t.run(&["plan", "run", "plans/demo.toml"]);
+fn a_plan_with_a_gate_step_is_refused_before_anything_runs_because_gate_is_not_built() {
+    let t = Test::new().file("plans/review.toml", include_str!("../../plans/review.toml"));
+    let out = t.run(&["plan", "run", "plans/review.toml"]);
     out.code(3)
-        .stderr_has("which this gameplan cannot run yet")
+        .stderr_has("step `hygiene` is of kind `gate`, which this gameplan cannot run yet")
         .stderr_has("Nothing was run or charged");
     assert!(t.run_ids().is_empty(), "a run was started\n{out}");
 }
@@ -447,15 +442,27 @@ id = "build"
 kind = "command"
 run = "touch built"
 
+[[lenses]]
+name = "no-todo"
+kind = "rule"
+over = "files"
+files = ["plan.toml"]
+when = "'TODO' in unit.text"
+
+[[gates]]
+name = "hygiene"
+lenses = ["no-todo"]
+
 [[steps]]
 id = "report"
-kind = "finish"
+kind = "gate"
+gate = "hygiene"
 needs = ["build"]
 "#,
     );
     let out = t.run(&["plan", "run", "plan.toml", "--json"]);
     out.code(3)
-        .stderr_has("step `report` is of kind `finish`, which this gameplan cannot run yet")
+        .stderr_has("step `report` is of kind `gate`, which this gameplan cannot run yet")
         .stderr_has("Nothing was run or charged");
     assert!(out.stdout.is_empty(), "{out}");
     assert!(!t.path("built").exists(), "the command step ran\n{out}");
