@@ -95,6 +95,43 @@ pub async fn play_cell(
     out_dir: &Path,
     cancel: tokio::sync::watch::Receiver<bool>,
 ) -> Result<CellResult, PlayError> {
+    play_cell_watched(spec, out_dir, cancel, &mut Unwatched).await
+}
+
+/// Who follows a cell as it plays (a paid cell's backend run): told when
+/// the opening is done and after every turn. Both are called on the cell's
+/// task, between turns: they must not wait on anything slow.
+pub trait CellWatch: Send {
+    /// The game answered `hello` and its resets: play begins. Awaited
+    /// before the first action; `false` stops the cell before it.
+    fn opened(&mut self) -> crate::steps::BoxFuture<'_, bool>;
+    /// A turn ended with `actions_taken` actions so far (every episode);
+    /// `true` stops the cell after this turn, as an interrupt does.
+    fn turned(&mut self, actions_taken: u64) -> bool;
+}
+
+/// The watch of a free cell: nothing follows it.
+struct Unwatched;
+
+impl CellWatch for Unwatched {
+    fn opened(&mut self) -> crate::steps::BoxFuture<'_, bool> {
+        Box::pin(async { true })
+    }
+
+    fn turned(&mut self, _actions_taken: u64) -> bool {
+        false
+    }
+}
+
+/// [`play_cell`], telling `watch` of its opening and of every turn; a turn
+/// after which `watch` says stop ends the cell `interrupted`, as `cancel`
+/// does.
+pub async fn play_cell_watched(
+    spec: &CellSpec,
+    out_dir: &Path,
+    cancel: tokio::sync::watch::Receiver<bool>,
+    watch: &mut dyn CellWatch,
+) -> Result<CellResult, PlayError> {
     let started = Instant::now();
     let controller_name = spec.controller.name();
     let mut trace = Trace::new(Trace::header(
@@ -144,7 +181,7 @@ pub async fn play_cell(
                 &mut episode,
                 &mut metrics,
                 &mut transcript,
-                &cancel,
+                (&cancel, watch),
                 started,
             )
             .await?;
@@ -421,7 +458,7 @@ async fn play(
     episode: &mut Episode,
     metrics: &mut Metrics,
     transcript: &mut Vec<u8>,
-    cancel: &tokio::sync::watch::Receiver<bool>,
+    (cancel, watch): (&tokio::sync::watch::Receiver<bool>, &mut dyn CellWatch),
     started: Instant,
 ) -> Result<QuitReason, PlayError> {
     let mut player = spec.player.build(spec.player_seed);
@@ -431,8 +468,9 @@ async fn play(
     let mut unchanged = 0u64;
     let budget = spec.max_actions.unwrap_or(u64::MAX);
     let mut reset_due = false;
+    let mut stop_asked = !watch.opened().await;
     loop {
-        if *cancel.borrow() {
+        if *cancel.borrow() || stop_asked {
             return Ok(QuitReason::Interrupted);
         }
         let taken = episode.step();
@@ -521,6 +559,7 @@ async fn play(
             Stepped::Failed(failure) => return Ok(quit_for(&failure)),
             _ => {}
         }
+        stop_asked = watch.turned(episode.step());
         reset_due = episode.is_stuck() && spec.player.resets_after_stuck();
     }
 }

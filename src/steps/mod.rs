@@ -48,6 +48,7 @@ pub mod game;
 pub mod launcher;
 pub mod money;
 pub mod play;
+pub mod play_paid;
 pub mod register;
 pub mod simulate;
 
@@ -824,6 +825,12 @@ impl StepIo {
                 false
             }
         }
+    }
+
+    /// `text` with the plan's secrets replaced (what goes to a backend or a
+    /// journal never holds one).
+    pub fn redact(&self, text: &str) -> String {
+        self.redactor.redact(text)
     }
 
     /// `--dry-upload`: list what would be uploaded, upload nothing.

@@ -123,6 +123,14 @@ pub fn run_of(io: &StepIo, cell: &str) -> Option<RunRef> {
     job_of(io)?.run_ref(cell)
 }
 
+/// A run's `reason` as the backend gets it: `text` with the plan's secrets
+/// redacted, cut to the API's 400 characters.
+pub fn reason(io: &StepIo, text: &str) -> String {
+    let max = crate::backend::ledger::runs::MAX_REASON_CHARS;
+    // `cut` adds an ellipsis when it cuts: one character of the 400.
+    crate::play::episode::cut(&io.redact(text), max - 1)
+}
+
 /// What a backend's refusal of `call` means for the step: `doing` says what
 /// the step was doing ("registering the job"), `charged` what was and was
 /// not charged ("Nothing was charged."); both begin the message.

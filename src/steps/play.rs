@@ -23,6 +23,9 @@
 //!   and its first `reset` (the message says why and hints at the usual
 //!   mistake; the cell's files are still written), an artifact that cannot
 //!   be written.
+//! - **Paid cells**: a cell `register` bought a backend run for reports to
+//!   it as it plays (transitions, heartbeats, a cancel the backend asks
+//!   for); `steps::play_paid` owns that. A free cell never reaches it.
 //! - **Warnings** (an observation that differs between two resets with the
 //!   same seed) go to the run's output and the cell's report, not to its
 //!   findings; the cell plays on.
@@ -33,11 +36,13 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::game;
+use super::play_paid::PaidCell;
 use super::{
     BoxFuture, KeyContext, Kind, Outputs, Reuse, StepContext, StepError, StepIo, StepOutcome,
 };
 use crate::graph::Instance;
 use crate::plan::model::{Controller, Params, Persona, Plan, Player, Step, StepKind};
+use crate::play::cell::play_cell_watched;
 use crate::play::{CellSpec, CellState, ControllerKind, PlayerSpec, play_cell};
 use crate::reuse::RestoreScope;
 
@@ -85,44 +90,7 @@ impl Kind for Play {
                     };
                 }
             };
-            if *cx.cancel.borrow() {
-                return StepOutcome::Interrupted {
-                    message: "stopped before the cell started".into(),
-                };
-            }
-            // A retry plays a fresh cell: last attempt's files must not mix in.
-            for name in crate::play::cell::CELL_FILES {
-                let _ = std::fs::remove_file(cx.step_dir.join(name));
-            }
-            io.mark_started();
-            match play_cell(&spec, &cx.step_dir, cx.cancel.clone()).await {
-                Ok(result) if result.report.state == CellState::Interrupted => {
-                    StepOutcome::Interrupted {
-                        message: format!(
-                            "stopped after {} actions; a resume plays the cell again from seed {}",
-                            result.report.actions_taken, spec.seed
-                        ),
-                    }
-                }
-                Ok(result) => {
-                    for warning in &result.report.warnings {
-                        io.warn(warning);
-                    }
-                    match &result.report.not_played {
-                        // The bridge never worked: nothing was playtested, so
-                        // the step fails and its result is never stored.
-                        Some(why) => StepOutcome::Failed {
-                            exit_code: None,
-                            message: crate::report::play_cell::not_played(why),
-                        },
-                        None => StepOutcome::Succeeded,
-                    }
-                }
-                Err(e) => StepOutcome::Failed {
-                    exit_code: None,
-                    message: format!("the cell could not be played: {e}"),
-                },
-            }
+            run_cell(cx, io, &spec).await
         })
     }
 
@@ -168,6 +136,70 @@ impl Kind for Play {
 
     fn resource(&self, plan: &Plan) -> Option<&'static str> {
         game::resource(plan)
+    }
+}
+
+/// Plays the cell `spec` describes as the step's attempt: free, or paid
+/// when `register` bought a run for it (`steps::play_paid`).
+pub(crate) async fn run_cell(cx: &StepContext, io: &StepIo, spec: &CellSpec) -> StepOutcome {
+    if *cx.cancel.borrow() {
+        return StepOutcome::Interrupted {
+            message: "stopped before the cell started".into(),
+        };
+    }
+    // A retry plays a fresh cell: last attempt's files must not mix in.
+    for name in crate::play::cell::CELL_FILES {
+        let _ = std::fs::remove_file(cx.step_dir.join(name));
+    }
+    io.mark_started();
+    // A bought cell reports to its backend run (`steps::play_paid`);
+    // a free one plays exactly as it always did.
+    let bought = io.backend().zip(super::money::run_of(io, &cx.instance.id));
+    let Some((conn, run)) = bought else {
+        let result = play_cell(spec, &cx.step_dir, cx.cancel.clone()).await;
+        return outcome_of(&result, spec, io);
+    };
+    let mut paid = match PaidCell::start(io, conn, run).await {
+        Ok(paid) => paid,
+        Err(outcome) => return outcome,
+    };
+    let result = play_cell_watched(spec, &cx.step_dir, cx.cancel.clone(), &mut paid).await;
+    let free = outcome_of(&result, spec, io);
+    paid.end(&result, free).await
+}
+
+/// The step's outcome for how a cell ended (a paid cell's backend run may
+/// change it: `steps::play_paid`).
+fn outcome_of(
+    result: &Result<crate::play::CellResult, crate::play::PlayError>,
+    spec: &CellSpec,
+    io: &StepIo,
+) -> StepOutcome {
+    match result {
+        Ok(result) if result.report.state == CellState::Interrupted => StepOutcome::Interrupted {
+            message: format!(
+                "stopped after {} actions; a resume plays the cell again from seed {}",
+                result.report.actions_taken, spec.seed
+            ),
+        },
+        Ok(result) => {
+            for warning in &result.report.warnings {
+                io.warn(warning);
+            }
+            match &result.report.not_played {
+                // The bridge never worked: nothing was playtested, so
+                // the step fails and its result is never stored.
+                Some(why) => StepOutcome::Failed {
+                    exit_code: None,
+                    message: crate::report::play_cell::not_played(why),
+                },
+                None => StepOutcome::Succeeded,
+            }
+        }
+        Err(e) => StepOutcome::Failed {
+            exit_code: None,
+            message: format!("the cell could not be played: {e}"),
+        },
     }
 }
 
@@ -289,7 +321,7 @@ impl<'p> Cell<'p> {
     }
 }
 
-fn cell_spec(cx: &StepContext) -> Result<CellSpec, StepError> {
+pub(crate) fn cell_spec(cx: &StepContext) -> Result<CellSpec, StepError> {
     let cell = Cell::of(&cx.plan, &cx.step, &cx.instance)?;
     let player = PlayerSpec::of(&cell.persona.player).ok_or_else(|| {
         StepError(format!(

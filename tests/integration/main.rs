@@ -19,6 +19,7 @@ mod issue16_estimate;
 mod issue16_ledger;
 mod issue16_money;
 mod issue16_register;
+mod issue16_play;
 mod issue16_seam;
 mod issue16_serve;
 mod issue8;

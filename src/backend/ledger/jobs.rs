@@ -531,6 +531,7 @@ pub(super) fn show(tx: &Transaction<'_>) -> Result<LedgerView, ApiError> {
                     state: r.state.as_str().to_owned(),
                     price_cents: r.price_cents,
                     played: r.played,
+                    actions_taken: r.actions_taken,
                 })
                 .collect(),
         });

@@ -375,6 +375,8 @@ pub struct RunRow {
     pub state: String,
     pub price_cents: i64,
     pub played: bool,
+    /// The most actions a heartbeat or complete reported.
+    pub actions_taken: i64,
 }
 
 /// A token as `show` lists it: never its secret, nor its hash.
