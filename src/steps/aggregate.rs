@@ -15,16 +15,23 @@
 //!   reads did not succeed (it did not play) the aggregate is merged afresh
 //!   and not stored; when it reads cells through other steps, whose outputs
 //!   do not show the cells', it is never reused.
-//! - **Publishing**: in a paid run the files go to the job with their
-//!   digests; see [`Written`]. A free plan has no job and publishes nothing.
+//! - **Publishing**: when the run has a job (`register`'s record) and a
+//!   backend, both files are uploaded to the job and published with their
+//!   sizes and sha256s ([`Written`]), the request journaled before it
+//!   leaves and the answer after (`published`), crash points
+//!   `aggregate:*`; `--dry-upload` lists them and sends nothing. A free
+//!   plan has no job and publishes nothing.
 
 use std::path::{Path, PathBuf};
 
 use serde_json::json;
 
+use super::money::{Boundary, crash_point, refusal};
 use super::{
     BoxFuture, KeyContext, Kind, Outputs, Reuse, StepContext, StepError, StepIo, StepOutcome,
 };
+use crate::backend::api::{AggregateCompleteRequest, FileDigest, JobRef, UploadRequest};
+use crate::backend::{Connection, UploadTarget};
 use crate::journal::run::file_name;
 use crate::plan::model::{Card, Plan, StepKind};
 use crate::play::{CellReport, SimulateSummary};
@@ -131,10 +138,12 @@ impl Kind for Aggregate {
             }
             io.mark_started();
             match write(cx) {
-                // Seam for the paid pipeline: when this run has a job
-                // (register's checkpoint), publish both files with
-                // `written`'s sizes and sha256s here, key journaled first.
-                Ok(_written) => StepOutcome::Succeeded,
+                Ok(written) => match (io.backend(), super::money::job_of(io)) {
+                    (Some(connection), Some(job)) => {
+                        publish(cx, io, connection, &job.job_ref(), &written).await
+                    }
+                    _ => StepOutcome::Succeeded,
+                },
                 Err(e) => StepOutcome::Failed {
                     exit_code: None,
                     message: e.0,
@@ -175,6 +184,134 @@ impl Kind for Aggregate {
     fn log(&self, step_dir: &Path) -> Option<PathBuf> {
         Some(step_dir.join(AGGREGATE_MD))
     }
+}
+
+/// The checkpoint field of a publishing's journaled answer.
+pub const PUBLISHED: &str = "published";
+
+/// What a publishing says of money: the aggregate is free.
+const FREE: &str = "The aggregate is free: nothing was charged for it.";
+
+/// Publishes both files to `job`: uploaded, then `aggregate complete`
+/// with their sizes and sha256s, the body journaled before it leaves
+/// (crash points `aggregate:*`) and the answer journaled after. A resume
+/// that finds these digests published succeeds without a call.
+async fn publish(
+    cx: &StepContext,
+    io: &StepIo,
+    connection: &Connection,
+    job: &JobRef,
+    written: &Written,
+) -> StepOutcome {
+    let note = |text: &str| (cx.note)(text);
+    let digest = |f: &WrittenFile| FileDigest {
+        size: i64::try_from(f.size).unwrap_or(i64::MAX),
+        sha256: f.sha256.clone(),
+    };
+    let [md, json] = written;
+    let body = AggregateCompleteRequest {
+        md: digest(md),
+        json: digest(json),
+    };
+    if published_of(io).as_ref() == Some(&body) {
+        note(&format!(
+            "the aggregate was published to job {} earlier",
+            job.job
+        ));
+        return StepOutcome::Succeeded;
+    }
+    if io.dry_upload() {
+        for file in written {
+            note(&format!(
+                "--dry-upload: would upload {} ({} bytes, sha256 {}) to job {}",
+                file.name, file.size, file.sha256, job.job
+            ));
+        }
+        note(&format!(
+            "--dry-upload: would publish the aggregate to job {}; nothing was sent",
+            job.job
+        ));
+        return StepOutcome::Succeeded;
+    }
+    match send(cx, io, connection, job, body).await {
+        Ok(()) => StepOutcome::Succeeded,
+        Err(outcome) => outcome,
+    }
+}
+
+async fn send(
+    cx: &StepContext,
+    io: &StepIo,
+    connection: &Connection,
+    job: &JobRef,
+    body: AggregateCompleteRequest,
+) -> Result<(), StepOutcome> {
+    let failed = |message: String| StepOutcome::Failed {
+        exit_code: None,
+        message,
+    };
+    let encoded = serde_json::to_value(&body)
+        .map_err(|e| failed(format!("cannot encode the aggregate's digests: {e}")))?;
+    let request = io
+        .request_once("aggregate", || encoded)
+        .await
+        .map_err(|e| failed(e.0))?;
+    crash_point("aggregate", Boundary::KeyJournaled);
+    let journaled: Option<AggregateCompleteRequest> = serde_json::from_value(request.body).ok();
+    if journaled.as_ref().is_some_and(|j| *j != body) {
+        // An earlier attempt merged other reports: the files on disk are
+        // this attempt's, and publishing them replaces those (it is free).
+        (cx.note)(
+            "the aggregate differs from the one an earlier attempt journaled; publishing this one",
+        );
+    }
+    let doing = |what: &str| format!("publishing the aggregate to job {} ({what})", job.job);
+    let target = UploadTarget::Job(job.clone());
+    for name in [AGGREGATE_MD, AGGREGATE_JSON] {
+        let path = cx.step_dir.join(name);
+        let bytes = std::fs::read(&path)
+            .map_err(|e| failed(format!("cannot read {}: {e}", path.display())))?;
+        let upload = UploadRequest {
+            name: name.to_owned(),
+            sha256: sha256_hex(&bytes),
+            body: bytes,
+        };
+        connection
+            .backend
+            .upload(&connection.token, &target, &upload)
+            .await
+            .map_err(|e| refusal(&e, &doing(&format!("uploading {name}")), FREE))?;
+    }
+    let published = connection
+        .backend
+        .aggregate_complete(&connection.token, job, &body)
+        .await
+        .map_err(|e| refusal(&e, &doing("aggregate complete"), FREE))?;
+    crash_point("aggregate", Boundary::ResponseReceived);
+    io.checkpoint_durable(json!({
+        PUBLISHED: {
+            "job": job.job,
+            "md": body.md,
+            "json": body.json,
+            "changed": published.changed,
+        }
+    }))
+    .await
+    .map_err(|e| failed(e.0))?;
+    crash_point("aggregate", Boundary::ResponseJournaled);
+    (cx.note)(&format!("published the aggregate to job {}", job.job));
+    Ok(())
+}
+
+/// The digests an earlier attempt published, if it got an answer.
+fn published_of(io: &StepIo) -> Option<AggregateCompleteRequest> {
+    io.checkpoints().into_iter().rev().find_map(|c| {
+        let done = c.data.get(PUBLISHED)?;
+        Some(AggregateCompleteRequest {
+            md: serde_json::from_value(done.get("md")?.clone()).ok()?,
+            json: serde_json::from_value(done.get("json")?.clone()).ok()?,
+        })
+    })
 }
 
 /// A file the aggregate wrote: what a job is told of it when it is published.

@@ -42,6 +42,7 @@
 
 pub mod aggregate;
 pub mod command;
+pub mod deliver;
 pub mod estimate;
 pub mod finish;
 pub mod game;
@@ -327,6 +328,7 @@ impl Kinds {
     pub fn for_run(settings: RunSettings) -> Kinds {
         Kinds {
             kinds: vec![
+                Box::new(deliver::Deliver::new(settings.redactor.clone())),
                 Box::new(command::Command::new(
                     settings.concurrency,
                     settings.redactor,
