@@ -15,13 +15,14 @@
 //! | `invalid_request` | 400 | a field out of range (negative cents, an unknown module, a reason on a succeeded run, a reason over 400 chars) | |
 //! | `unauthorized` | 401 | no token, or a token the ledger does not know | |
 //! | `missing_scope` | 403 | the token lacks the scope the call needs | `scope` |
-//! | `not_found` | 404 | no such account, quote, job, run or file (also another account's) | |
+//! | `not_found` | 404 | no such account, job, run or file (also another account's) | |
 //! | `insufficient_balance` | 402 | register: the price is above the balance | `price_cents`, `balance_cents` |
 //! | `price_changed` | 409 | register: `confirm_price_cents` is not the quote's price, or the price list moved since | `price_cents` |
 //! | `quote_expired` | 409 | register: the quote is past its `expires_at`; estimate again | |
 //! | `charge_in_progress` | 409 | register: another register holds the ledger right now (possibly the same key); retry with the same key and body | |
 //! | `too_many_active_jobs` | 409 | register: the account has this many unsettled jobs; finish one | |
 //! | `invalid_transition` | 409 | a run moved where the state machine has no edge; a call on a settled job | |
+//! | `quote_invalid` | 422 | register: the `quote_id` is not one this ledger gave this account for this game (made up, altered, or another ledger's); estimate again | |
 //! | `idempotency_mismatch` | 422 | register: this Idempotency-Key was used with another body | `differs` (top-level fields) |
 //! | `upload_unverified` | 422 | complete / aggregate complete: a manifest file was not uploaded, or its size or sha256 differ | `missing` (paths) |
 //! | `digest_mismatch` | 422 | upload: the body's sha256 is not `x-content-sha256` | |

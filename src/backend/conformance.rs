@@ -1,14 +1,21 @@
 //! The conformance suite: one paid job walked through every call of
 //! DESIGN §6 against any [`Backend`], asserting the answers (codes,
-//! states, money) that every backend must give alike. It runs against
-//! `local` here; a backend over HTTP runs the same function.
+//! states, money) that every backend must give alike.
+//!
+//! One source, three runs: against `local` (the ledger's tests), against
+//! the routes served in-process (the `http` backend's tests), and against
+//! the real `gameplan serve` binary on loopback through the `http` backend
+//! (`tests/integration/issue16_serve.rs` compiles this very file with
+//! `#[path]`, since a `cfg(test)` module of the library cannot be called
+//! from an integration test). So it names only what both crates see: the
+//! public `api`, `Backend` and `UploadTarget` of its parent module, and its
+//! own sha256.
 
 use super::api::{
     AggregateCompleteRequest, ApiError, Cell, CompleteRequest, EstimateRequest, FileDigest,
     HeartbeatRequest, JobRef, ManifestEntry, RegisterRequest, RunLength, RunRef, RunState, SCOPES,
     Token, TransitionRequest, UploadRequest,
 };
-use super::ledger::sha256_hex;
 use super::{Backend, UploadTarget};
 
 const GAME: &str = "conformance-game";
@@ -22,6 +29,18 @@ fn refused<T: std::fmt::Debug>(answer: Result<T, ApiError>, status: u16, code: &
             e
         }
     }
+}
+
+/// Lowercase hex sha256 (the ledger's own helper is private to the library).
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .fold(String::with_capacity(64), |mut hex, b| {
+            use std::fmt::Write as _;
+            let _ = write!(hex, "{b:02x}");
+            hex
+        })
 }
 
 fn upload_request(name: &str, body: &[u8]) -> UploadRequest {
@@ -84,6 +103,19 @@ pub async fn one_job(backend: &dyn Backend, token: &Token, key: &str) {
         backend.register(token, GAME, key, &body).await,
         409,
         "price_changed",
+    );
+    // A quote id is the backend's word: a made-up one buys nothing.
+    let forged = RegisterRequest {
+        quote_id: "quote-1".to_owned(),
+        confirm_price_cents: 150,
+        ..body.clone()
+    };
+    refused(
+        backend
+            .register(token, GAME, "conformance-forged", &forged)
+            .await,
+        422,
+        "quote_invalid",
     );
     body.confirm_price_cents = 150;
     let registered = backend

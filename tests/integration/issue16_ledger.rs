@@ -345,3 +345,114 @@ print(bad, "problems")
         "{stdout}"
     );
 }
+
+/// The ledger file's bytes once no connection holds it, and `show --json`.
+///
+/// Why compare closed files: an open ledger in WAL mode writes to
+/// `ledger.sqlite-wal` first and copies those frames into the main file at a
+/// checkpoint, at the latest when its last connection closes. So the honest
+/// comparison is of the main file after every connection closed (a write
+/// would have been checkpointed into it by then), with no `-wal` left
+/// holding frames (more than its 32-byte header) that a later open would
+/// still copy in.
+pub(crate) fn closed_ledger(test: &Test, db: &std::path::Path) -> (Vec<u8>, serde_json::Value) {
+    let wal = db.with_file_name(format!(
+        "{}-wal",
+        db.file_name().expect("a file").to_string_lossy()
+    ));
+    if let Ok(meta) = std::fs::metadata(&wal) {
+        assert!(
+            meta.len() <= 32,
+            "{} holds {} bytes of frames not yet in the ledger",
+            wal.display(),
+            meta.len()
+        );
+    }
+    let bytes = std::fs::read(db).expect("the ledger file");
+    let show = test
+        .run(&[
+            "ledger",
+            "show",
+            "--json",
+            "--db",
+            db.to_str().expect("utf-8"),
+        ])
+        .code(0)
+        .json();
+    assert_eq!(
+        std::fs::read(db).expect("the ledger file"),
+        bytes,
+        "`ledger show` itself changed the file"
+    );
+    (bytes, show)
+}
+
+#[test]
+fn issue16_ledger_whoami_and_estimate_through_local_leave_the_file_byte_for_byte_unchanged() {
+    use gameplan::backend::Backend;
+    use gameplan::backend::local::LocalBackend;
+    let test = Test::new();
+    let db = test.path(LEDGER);
+    // A ledger with history: a bought job, and a token missing a scope.
+    let narrow = test.run(&["ledger", "token", "--scopes", "playtest:upload"]);
+    let narrow = Token(narrow.code(0).stdout.trim().to_owned());
+    let ledger = Ledger::open(&db).expect("open");
+    let token = Token(DEMO_TOKEN.to_owned());
+    let request = EstimateRequest {
+        cells: vec![Cell {
+            persona: "kid".into(),
+            controller: "jev".into(),
+        }],
+        modules: vec![],
+        run_length: RunLength::Short,
+    };
+    let quote = ledger.estimate(&token, "maze", &request).expect("estimate");
+    ledger
+        .register(
+            &token,
+            "maze",
+            "key-1",
+            &RegisterRequest {
+                quote_id: quote.quote_id,
+                confirm_price_cents: quote.estimate_cents,
+                cells: request.cells.clone(),
+                modules: vec![],
+                run_length: RunLength::Short,
+            },
+        )
+        .expect("register");
+    drop(ledger);
+    let (bytes_before, show_before) = closed_ledger(&test, &db);
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let backend = LocalBackend::open(&db).expect("open");
+        backend.whoami(&token).await.expect("whoami");
+        let quote = backend
+            .estimate(&token, "maze", &request)
+            .await
+            .expect("estimate");
+        assert_eq!(quote.estimate_cents, 25);
+        let e = backend
+            .estimate(&narrow, "maze", &request)
+            .await
+            .expect_err("no playtest:write");
+        assert_eq!(e.code, "missing_scope");
+        let e = backend
+            .whoami(&Token("gp_nobody".into()))
+            .await
+            .expect_err("unknown token");
+        assert_eq!(e.code, "unauthorized");
+    });
+    drop(runtime);
+
+    let (bytes_after, show_after) = closed_ledger(&test, &db);
+    assert_eq!(show_after, show_before);
+    assert!(
+        bytes_after == bytes_before,
+        "whoami and estimate changed the ledger file"
+    );
+}

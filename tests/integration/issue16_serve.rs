@@ -1,11 +1,13 @@
 //! Issue 16, `gameplan serve` and the `http` backend: the real server binary
 //! on loopback, driven through the library's `HttpBackend` (what a paid run
 //! will call), with a proxy written here between them that loses, breaks,
-//! delays and refuses answers. Every time: one job, one charge (read back
-//! with `gameplan ledger show --json`), and the same Idempotency-Key and
-//! body on every attempt (the proxy records each request).
+//! delays and refuses the answers to every money call (register, complete,
+//! aggregate complete, finish). Every time: one job, one charge, one
+//! completion, one settlement (read back with `gameplan ledger show
+//! --json`), and the same body (and Idempotency-Key) on every attempt (the
+//! proxy records each request).
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -13,16 +15,22 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use gameplan::backend::Backend;
 use gameplan::backend::api::{
     Cell, EstimateRequest, RegisterRequest, Registered, RunLength, Token,
 };
 use gameplan::backend::http::{HttpBackend, HttpOptions, Retry};
 use gameplan::backend::ledger::DEMO_TOKEN;
+use gameplan::backend::{Backend, UploadTarget, api};
 
 use crate::support::{BIN, Test};
 
 const GAME: &str = "serve-game";
+
+/// The library's conformance suite, this very source compiled here too (a
+/// `cfg(test)` module of the library cannot be called from here); it names
+/// `api`, `Backend` and `UploadTarget` from this module.
+#[path = "../../src/backend/conformance.rs"]
+mod conformance;
 
 /// `gameplan serve --addr 127.0.0.1:0 --db FILE`, running; its log lines
 /// (stderr) collected as they come. Stopped with SIGTERM when dropped.
@@ -95,6 +103,12 @@ impl Server {
 
     /// Exactly one job, charged once, and the balance moved by its price only.
     fn assert_one_job_one_charge(&self, test: &Test, key: &str, price: i64) {
+        let doc = self.assert_charged_once(test, key, price);
+        assert_eq!(doc["accounts"][0]["balance_cents"], 10_000 - price, "{doc}");
+    }
+
+    /// Exactly one job, charged once (refunds aside); the ledger's document.
+    fn assert_charged_once(&self, test: &Test, key: &str, price: i64) -> serde_json::Value {
         let doc = self.ledger(test);
         let jobs = doc["jobs"].as_array().expect("jobs");
         assert_eq!(jobs.len(), 1, "one job: {doc}");
@@ -102,8 +116,8 @@ impl Server {
         assert_eq!(jobs[0]["charged_cents"], price, "{doc}");
         let demo = &doc["accounts"][0];
         assert_eq!(demo["charged_cents"], price, "one charge: {doc}");
-        assert_eq!(demo["balance_cents"], 10_000 - price, "{doc}");
         assert_eq!(demo["adds_up"], true, "{doc}");
+        doc
     }
 }
 
@@ -124,7 +138,40 @@ impl Drop for Server {
     }
 }
 
-/// What the proxy does to one register request (`POST …/jobs`).
+/// The money calls the proxy can fault: each changes the ledger once, and
+/// must not twice however often it is repeated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Money {
+    /// `POST …/jobs`
+    Register,
+    /// `POST …/runs/{run}/complete`
+    Complete,
+    /// `POST …/jobs/{job}/aggregate/complete`
+    Aggregate,
+    /// `POST …/jobs/{job}/finish`
+    Finish,
+}
+
+impl Money {
+    fn of(method: &str, path: &str) -> Option<Money> {
+        if method != "POST" {
+            return None;
+        }
+        if path.ends_with("/jobs") {
+            Some(Money::Register)
+        } else if path.ends_with("/aggregate/complete") {
+            Some(Money::Aggregate)
+        } else if path.ends_with("/complete") {
+            Some(Money::Complete)
+        } else if path.ends_with("/finish") {
+            Some(Money::Finish)
+        } else {
+            None
+        }
+    }
+}
+
+/// What the proxy does to one money request.
 #[derive(Debug, Clone, Copy)]
 enum Fault {
     /// Forwards it, reads the server's answer, then closes the connection
@@ -148,12 +195,15 @@ struct Seen {
     body: Vec<u8>,
 }
 
+/// Faults queued per money call, applied in order to its requests.
+type Faults = Mutex<HashMap<Money, VecDeque<Fault>>>;
+
 /// A loopback HTTP/1.1 proxy in front of `upstream`, one request per
-/// connection, applying queued faults to register requests in order.
+/// connection, applying the faults queued for each money call in order.
 struct Proxy {
     url: String,
     seen: Arc<Mutex<Vec<Seen>>>,
-    faults: Arc<Mutex<VecDeque<Fault>>>,
+    faults: Arc<Faults>,
 }
 
 impl Proxy {
@@ -165,7 +215,7 @@ impl Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind proxy");
         let url = format!("http://{}", listener.local_addr().expect("addr"));
         let seen = Arc::new(Mutex::new(Vec::new()));
-        let faults = Arc::new(Mutex::new(VecDeque::new()));
+        let faults = Arc::new(Mutex::new(HashMap::new()));
         let (seen_in, faults_in) = (Arc::clone(&seen), Arc::clone(&faults));
         std::thread::spawn(move || {
             for client in listener.incoming().map_while(Result::ok) {
@@ -180,23 +230,26 @@ impl Proxy {
         Proxy { url, seen, faults }
     }
 
-    fn fail_next_registers(&self, faults: &[Fault]) {
-        self.faults.lock().expect("faults").extend(faults);
+    /// Faults the next requests of `call`, one fault each.
+    fn fail_next(&self, call: Money, faults: &[Fault]) {
+        self.faults
+            .lock()
+            .expect("faults")
+            .entry(call)
+            .or_default()
+            .extend(faults);
     }
 
-    fn registers(&self) -> Vec<Seen> {
+    /// Every request of `call` the proxy saw, faulted or not.
+    fn attempts(&self, call: Money) -> Vec<Seen> {
         self.seen
             .lock()
             .expect("seen")
             .iter()
-            .filter(|s| is_register(&s.method, &s.path))
+            .filter(|s| Money::of(&s.method, &s.path) == Some(call))
             .cloned()
             .collect()
     }
-}
-
-fn is_register(method: &str, path: &str) -> bool {
-    method == "POST" && path.ends_with("/jobs")
 }
 
 /// One HTTP message: its head (start line and headers) and its body.
@@ -250,23 +303,15 @@ fn answer(client: &mut TcpStream, head: &str, body: &[u8]) {
     let _ = client.write_all(body);
 }
 
-fn relay(
-    mut client: TcpStream,
-    upstream: &str,
-    seen: &Mutex<Vec<Seen>>,
-    faults: &Mutex<VecDeque<Fault>>,
-) {
+fn relay(mut client: TcpStream, upstream: &str, seen: &Mutex<Vec<Seen>>, faults: &Faults) {
     let Some((head, body)) = read_message(&mut client) else {
         return;
     };
     let mut start = head.split_whitespace();
     let method = start.next().unwrap_or_default().to_owned();
     let path = start.next().unwrap_or_default().to_owned();
-    let fault = if is_register(&method, &path) {
-        faults.lock().expect("faults").pop_front()
-    } else {
-        None
-    };
+    let fault = Money::of(&method, &path)
+        .and_then(|call| faults.lock().expect("faults").get_mut(&call)?.pop_front());
     seen.lock().expect("seen").push(Seen {
         method,
         path,
@@ -373,7 +418,7 @@ fn register_through(faults: &[Fault], key: &str) -> (Test, Server, Proxy, Regist
     let test = Test::new();
     let server = Server::start(&test);
     let proxy = Proxy::start(&server.url);
-    proxy.fail_next_registers(faults);
+    proxy.fail_next(Money::Register, faults);
     let backend = client(&proxy.url);
     let registered = runtime().block_on(async {
         let body = quote(&backend, &demo()).await;
@@ -385,10 +430,17 @@ fn register_through(faults: &[Fault], key: &str) -> (Test, Server, Proxy, Regist
 
 /// Every register attempt the proxy saw carried `key` and the same body.
 fn assert_same_key_and_body(proxy: &Proxy, key: &str, attempts: usize) {
-    let seen = proxy.registers();
-    assert_eq!(seen.len(), attempts, "attempts: {seen:?}");
+    assert_same_request(proxy, Money::Register, Some(key), attempts);
+}
+
+/// The proxy saw `attempts` requests of `call`, all with the same path and
+/// body, and with `key` as their Idempotency-Key (`None`: no key at all).
+fn assert_same_request(proxy: &Proxy, call: Money, key: Option<&str>, attempts: usize) {
+    let seen = proxy.attempts(call);
+    assert_eq!(seen.len(), attempts, "{call:?} attempts: {seen:?}");
     for attempt in &seen {
-        assert_eq!(attempt.idempotency_key.as_deref(), Some(key), "{seen:?}");
+        assert_eq!(attempt.idempotency_key.as_deref(), key, "{seen:?}");
+        assert_eq!(attempt.path, seen[0].path, "the same path every time");
         assert_eq!(attempt.body, seen[0].body, "the same body every time");
     }
 }
@@ -438,7 +490,7 @@ fn issue16_serve_answers_lost_every_time_end_uncertain_after_the_bound_with_one_
     let test = Test::new();
     let server = Server::start(&test);
     let proxy = Proxy::start(&server.url);
-    proxy.fail_next_registers(&[Fault::DropAnswer; 4]);
+    proxy.fail_next(Money::Register, &[Fault::DropAnswer; 4]);
     let backend = client(&proxy.url);
     let e = runtime()
         .block_on(async {
@@ -479,7 +531,7 @@ fn issue16_serve_the_same_key_with_another_body_stops_at_once_with_422_naming_ke
     assert!(e.message.contains("run_length"), "{e}");
     assert!(e.message.contains("not repeated"), "{e}");
     // One attempt for each register: the 422 was not retried.
-    assert_eq!(proxy.registers().len(), 2);
+    assert_eq!(proxy.attempts(Money::Register).len(), 2);
     server.assert_one_job_one_charge(&test, "key-422", 100);
 }
 
@@ -593,7 +645,6 @@ fn issue16_serve_checks_the_token_and_its_scope_and_never_logs_the_token() {
 
 #[test]
 fn issue16_serve_uploads_reach_the_run_under_nested_names_over_http() {
-    use gameplan::backend::UploadTarget;
     use gameplan::backend::api::{RunRef, UploadRequest};
     let test = Test::new();
     let server = Server::start(&test);
@@ -692,4 +743,434 @@ fn issue16_serve_a_tls_failure_stops_at_once_and_says_so() {
     assert!(!e.uncertain);
     assert!(e.message.contains("TLS connection"), "{e}");
     assert_eq!(*connections.lock().expect("count"), 1, "tried once: {e}");
+}
+
+#[test]
+fn issue16_serve_whoami_and_estimate_over_http_leave_the_ledger_byte_for_byte_unchanged() {
+    let test = Test::new();
+    let db = test.path("served.sqlite");
+    let db_arg = db.to_str().expect("utf-8").to_owned();
+    let narrow = test.run(&[
+        "ledger",
+        "token",
+        "--scopes",
+        "playtest:upload",
+        "--db",
+        &db_arg,
+    ]);
+    let narrow = Token(narrow.code(0).stdout.trim().to_owned());
+    let (bytes_before, show_before) = crate::issue16_ledger::closed_ledger(&test, &db);
+
+    let mut server = Server::start(&test);
+    let backend = client(&server.url);
+    runtime().block_on(async {
+        backend.whoami(&demo()).await.expect("whoami");
+        quote(&backend, &demo()).await;
+        let e = backend
+            .estimate(
+                &narrow,
+                GAME,
+                &EstimateRequest {
+                    cells: Vec::new(),
+                    modules: Vec::new(),
+                    run_length: RunLength::Standard,
+                },
+            )
+            .await
+            .expect_err("no playtest:write");
+        assert_eq!(e.code, "missing_scope");
+        let e = backend
+            .whoami(&Token("gp_nobody".into()))
+            .await
+            .expect_err("unknown token");
+        assert_eq!(e.code, "unauthorized");
+    });
+    // The server closes its connection to the ledger as it stops.
+    assert_eq!(server.stop().code(), Some(0));
+    let log = server.log();
+    assert!(
+        log.iter()
+            .any(|l| l.starts_with("POST /v1/games/serve-game/estimate 200 ")),
+        "the estimate reached the server: {log:?}"
+    );
+
+    let (bytes_after, show_after) = crate::issue16_ledger::closed_ledger(&test, &db);
+    assert_eq!(show_after, show_before);
+    assert!(
+        bytes_after == bytes_before,
+        "whoami and estimate over HTTP changed the ledger file"
+    );
+}
+
+/// Every fault the proxy makes, each once: an answer lost after the server
+/// did the call, a 500 after it did, an answer held past the client's
+/// timeout (1.5 s), and a 409 `charge_in_progress` the server never saw.
+const FAULTS: [Fault; 4] = [
+    Fault::DropAnswer,
+    Fault::ServerError,
+    Fault::Delay(Duration::from_millis(2500)),
+    Fault::Busy,
+];
+
+impl Fault {
+    /// Whether the faulted attempt reached the server (so the retry that
+    /// succeeds is a replay of a call already done).
+    fn reaches_server(self) -> bool {
+        !matches!(self, Fault::Busy)
+    }
+}
+
+/// A job of two cells bought through the proxy (no fault): run 0 played
+/// and uploaded its report, run 1 never started, the aggregate's two files
+/// uploaded. What the money calls after register send.
+struct Bought {
+    /// The demo token, which the calls borrow.
+    token: Token,
+    job: gameplan::backend::api::JobRef,
+    run: gameplan::backend::api::RunRef,
+    complete: gameplan::backend::api::CompleteRequest,
+    aggregate: gameplan::backend::api::AggregateCompleteRequest,
+}
+
+async fn buy_and_play(backend: &HttpBackend, key: &str) -> Bought {
+    use gameplan::backend::api::{
+        AggregateCompleteRequest, CompleteRequest, FileDigest, JobRef, ManifestEntry, RunRef,
+        RunState, TransitionRequest, UploadRequest,
+    };
+    let body = quote(backend, &demo()).await;
+    let job = backend
+        .register(&demo(), GAME, key, &body)
+        .await
+        .expect("register")
+        .job;
+    let run = RunRef {
+        game: GAME.to_owned(),
+        job: job.id.clone(),
+        run: job.runs[0].id.clone(),
+    };
+    for to in [
+        RunState::Launching,
+        RunState::Playing,
+        RunState::Reporting,
+        RunState::Uploading,
+    ] {
+        backend
+            .transition(&demo(), &run, &TransitionRequest { to, reason: None })
+            .await
+            .expect("transition");
+    }
+    let upload = |name: &str, bytes: &[u8]| UploadRequest {
+        name: name.to_owned(),
+        sha256: gameplan_sha256(bytes),
+        body: bytes.to_vec(),
+    };
+    let report = b"# kid played";
+    backend
+        .upload(
+            &demo(),
+            &UploadTarget::Run(run.clone()),
+            &upload("report.md", report),
+        )
+        .await
+        .expect("upload the report");
+    let job_ref = JobRef {
+        game: GAME.to_owned(),
+        job: job.id.clone(),
+    };
+    let (md, json) = (&b"# merged"[..], &b"{\"findings\": []}"[..]);
+    for (name, bytes) in [("aggregate.md", md), ("aggregate.json", json)] {
+        backend
+            .upload(
+                &demo(),
+                &UploadTarget::Job(job_ref.clone()),
+                &upload(name, bytes),
+            )
+            .await
+            .expect("upload the aggregate");
+    }
+    let digest = |bytes: &[u8]| FileDigest {
+        size: i64::try_from(bytes.len()).expect("small"),
+        sha256: gameplan_sha256(bytes),
+    };
+    Bought {
+        token: demo(),
+        job: job_ref,
+        complete: CompleteRequest {
+            state: RunState::Succeeded,
+            reason: None,
+            actions_taken: 3,
+            quit_reason: Some("done".to_owned()),
+            report: serde_json::json!({"findings": []}),
+            report_md: "# kid played".to_owned(),
+            manifest: vec![ManifestEntry {
+                path: "report.md".to_owned(),
+                size: i64::try_from(report.len()).expect("small"),
+                sha256: gameplan_sha256(report),
+            }],
+        },
+        aggregate: AggregateCompleteRequest {
+            md: digest(md),
+            json: digest(json),
+        },
+        run,
+    }
+}
+
+/// For each fault: a fresh server and proxy, a job bought and played, then
+/// `act` (the call `call`) done with that fault on its first attempt; `check` gets what the
+/// http backend ended with.
+fn each_fault_on<T: std::fmt::Debug>(
+    call: Money,
+    key: &str,
+    act: impl for<'a> Fn(&'a HttpBackend, &'a Bought) -> gameplan::backend::Call<'a, T>,
+    mut check: impl FnMut(Fault, &Test, &Server, &HttpBackend, &Bought, T),
+) {
+    for fault in FAULTS {
+        let test = Test::new();
+        let server = Server::start(&test);
+        let proxy = Proxy::start(&server.url);
+        let backend = client(&proxy.url);
+        let runtime = runtime();
+        let bought = runtime.block_on(buy_and_play(&backend, key));
+        if call == Money::Finish {
+            runtime
+                .block_on(backend.complete(&demo(), &bought.run, &bought.complete))
+                .expect("complete before finish");
+        }
+        proxy.fail_next(call, &[fault]);
+        let answer = runtime
+            .block_on(act(&backend, &bought))
+            .unwrap_or_else(|e| panic!("{call:?} through {fault:?}: {e}"));
+        assert_same_request(&proxy, call, None, 2);
+        if call == Money::Finish {
+            server.assert_charged_once(&test, key, 100);
+        } else {
+            server.assert_one_job_one_charge(&test, key, 100);
+        }
+        check(fault, &test, &server, &backend, &bought, answer);
+    }
+}
+
+#[test]
+fn issue16_serve_a_complete_whose_answer_was_lost_broken_late_or_409_completes_once() {
+    use gameplan::backend::api::RunState;
+    each_fault_on(
+        Money::Complete,
+        "key-complete",
+        |backend, bought| backend.complete(&bought.token, &bought.run, &bought.complete),
+        |fault, test, server, backend, bought, completed| {
+            assert_eq!(completed.run.state, RunState::Succeeded, "{fault:?}");
+            assert_eq!(
+                completed.changed,
+                !fault.reaches_server(),
+                "{fault:?}: the retry of a complete the server did is `changed: false`"
+            );
+            let stored = runtime()
+                .block_on(backend.get_run(&demo(), &bought.run))
+                .expect("get run");
+            assert_eq!(completed.run, stored, "{fault:?}: the stored run");
+            let doc = server.ledger(test);
+            let runs = &doc["jobs"][0]["runs"];
+            assert_eq!(runs[0]["state"], "succeeded", "{fault:?}: {doc}");
+            assert_eq!(runs[1]["state"], "queued", "{fault:?}: {doc}");
+        },
+    );
+}
+
+#[test]
+fn issue16_serve_an_aggregate_complete_whose_answer_was_lost_broken_late_or_409_publishes_once() {
+    each_fault_on(
+        Money::Aggregate,
+        "key-aggregate",
+        |backend, bought| backend.aggregate_complete(&bought.token, &bought.job, &bought.aggregate),
+        |fault, _test, _server, backend, bought, published| {
+            assert_eq!(published.job_id, bought.job.job, "{fault:?}");
+            assert_eq!(
+                published.changed,
+                !fault.reaches_server(),
+                "{fault:?}: the retry of a publish the server did is `changed: false`"
+            );
+            let job = runtime()
+                .block_on(backend.get_job(&demo(), &bought.job))
+                .expect("get job");
+            assert!(job.aggregate_published, "{fault:?}");
+            assert_eq!(job.state, "open", "{fault:?}: publishing settles nothing");
+        },
+    );
+}
+
+#[test]
+fn issue16_serve_a_finish_whose_answer_was_lost_broken_late_or_409_settles_and_refunds_once() {
+    each_fault_on(
+        Money::Finish,
+        "key-finish",
+        |backend, bought| backend.finish(&bought.token, &bought.job),
+        |fault, test, server, backend, bought, finished| {
+            assert_eq!(
+                finished.replayed,
+                fault.reaches_server(),
+                "{fault:?}: the retry of a finish the server did is a replay"
+            );
+            // Run 1 never played: refunded, once.
+            assert_eq!(
+                (
+                    finished.settlement.charged_cents,
+                    finished.settlement.refunded_cents
+                ),
+                (100, 50),
+                "{fault:?}"
+            );
+            assert_eq!(finished.balance_cents, 10_000 - 50, "{fault:?}");
+            let job = runtime()
+                .block_on(backend.get_job(&demo(), &bought.job))
+                .expect("get job");
+            assert_eq!(
+                job.settlement.as_ref(),
+                Some(&finished.settlement),
+                "{fault:?}: the stored settlement"
+            );
+            let doc = server.ledger(test);
+            let demo_account = &doc["accounts"][0];
+            assert_eq!(demo_account["refunded_cents"], 50, "one refund: {doc}");
+            assert_eq!(demo_account["balance_cents"], 10_000 - 50, "{doc}");
+            assert_eq!(demo_account["adds_up"], true, "{doc}");
+            let settlements = doc["jobs"][0]["settlements"].as_array().expect("list");
+            assert_eq!(settlements.len(), 1, "one settlement: {doc}");
+            // One more finish, unfaulted: the same settlement, nothing refunded.
+            let again = runtime()
+                .block_on(backend.finish(&demo(), &bought.job))
+                .expect("finish again");
+            assert!(again.replayed);
+            assert_eq!(again.settlement, finished.settlement);
+            assert_eq!(again.balance_cents, finished.balance_cents);
+        },
+    );
+}
+
+#[test]
+fn issue16_serve_the_conformance_suite_passes_against_the_real_server_binary() {
+    let test = Test::new();
+    let server = Server::start(&test);
+    let backend = HttpBackend::new(&server.url).expect("http backend");
+    runtime().block_on(conformance::one_job(&backend, &demo(), "conformance-serve"));
+    // The same money as the suite's run against `local` ends with.
+    let doc = server.assert_charged_once(&test, "conformance-serve", 150);
+    assert_eq!(doc["accounts"][0]["balance_cents"], 10_000 - 50, "{doc}");
+    assert_eq!(doc["accounts"][0]["refunded_cents"], 100, "{doc}");
+    let log = server.log();
+    for call in [
+        "GET /v1/whoami 200 ",
+        "POST /v1/games/conformance-game/estimate 200 ",
+        "POST /v1/games/conformance-game/jobs 422 ",
+        "POST /v1/games/conformance-game/jobs/job-1/finish 200 ",
+    ] {
+        assert!(
+            log.iter().any(|l| l.starts_with(call)),
+            "the suite went through the server: no `{call}` in {log:?}"
+        );
+    }
+}
+
+#[test]
+fn issue16_serve_a_token_is_in_no_error_body_client_error_log_or_ledger_show() {
+    let test = Test::new();
+    let server = Server::start(&test);
+    let db = server.db.to_str().expect("utf-8").to_owned();
+    let token_of = |scopes: &str| {
+        let made = test.run(&["ledger", "token", "--scopes", scopes, "--db", &db]);
+        made.code(0).stdout.trim().to_owned()
+    };
+    let full = token_of("playtest:write,playtest:model,playtest:upload");
+    let narrow = token_of("playtest:upload");
+    // Shaped like a real token, known to no ledger.
+    let unknown = format!("gp_{}", "5eC7e7".repeat(10));
+    let secrets = [full.as_str(), narrow.as_str(), unknown.as_str()];
+    let assert_clean = |what: &str, text: &str| {
+        for secret in secrets {
+            assert!(!text.contains(secret), "a token is in {what}: {text}");
+        }
+    };
+
+    let requests = [
+        // Unknown token: 401, body or not.
+        (
+            format!(
+                "POST /v1/games/g/jobs HTTP/1.1\nhost: x\nauthorization: Bearer {unknown}\nidempotency-key: k\ncontent-length: 2\nconnection: close\n\n{{}}"
+            ),
+            401,
+        ),
+        // A scheme that is not Bearer, the token after it: 401.
+        (
+            format!(
+                "GET /v1/whoami HTTP/1.1\nhost: x\nauthorization: Token {full}\nconnection: close\n\n"
+            ),
+            401,
+        ),
+        // A token missing the scope: 403, naming the scope only.
+        (
+            format!(
+                "POST /v1/games/g/estimate HTTP/1.1\nhost: x\nauthorization: Bearer {narrow}\ncontent-length: 8\nconnection: close\n\nnot json"
+            ),
+            403,
+        ),
+        // A good token and a malformed body: 400 quoting the body's error.
+        (
+            format!(
+                "POST /v1/games/g/estimate HTTP/1.1\nhost: x\nauthorization: Bearer {full}\ncontent-length: 8\nconnection: close\n\nnot json"
+            ),
+            400,
+        ),
+        // A token in the query string too: the log and the 404 drop the query.
+        (
+            format!(
+                "GET /v1/nowhere?access_token={full} HTTP/1.1\nhost: x\nauthorization: Bearer {full}\nconnection: close\n\n"
+            ),
+            404,
+        ),
+    ];
+    for (request, status) in &requests {
+        let (got, body) = raw(&server.url, request);
+        assert_eq!(got, *status, "{body}");
+        assert_clean("an error body", &body.to_string());
+    }
+
+    // What the http backend makes of refusals, as a run would print them.
+    let backend = client(&server.url);
+    let errors = runtime().block_on(async {
+        let body = quote(&backend, &demo()).await;
+        vec![
+            backend
+                .register(&Token(unknown.clone()), GAME, "key-secret", &body)
+                .await
+                .expect_err("unknown token"),
+            backend
+                .whoami(&Token(unknown.clone()))
+                .await
+                .expect_err("unknown token"),
+            backend
+                .register(&Token(narrow.clone()), GAME, "key-secret", &body)
+                .await
+                .expect_err("no playtest:write"),
+        ]
+    });
+    for e in &errors {
+        assert!(matches!(e.status, 401 | 403), "{e}");
+        assert_clean("a client error", &format!("{e} {e:?}"));
+    }
+
+    for args in [&["ledger", "show"][..], &["ledger", "show", "--json"][..]] {
+        let args: Vec<&str> = args.iter().copied().chain(["--db", &db]).collect();
+        let shown = test.run(&args);
+        shown.code(0);
+        assert_clean(
+            "`ledger show`",
+            &format!("{}{}", shown.stdout, shown.stderr),
+        );
+    }
+    let log = server.log();
+    assert!(
+        log.iter().any(|l| l.starts_with("GET /v1/nowhere 404 ")),
+        "{log:?}"
+    );
+    assert_clean("the server's log", &log.join("\n"));
 }

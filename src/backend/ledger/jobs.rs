@@ -1,10 +1,11 @@
 //! Quotes, jobs and settlements: estimate, register, finish, get job, show.
+//! A quote is never stored: `quotes` signs and verifies its id.
 
 use rusqlite::{OptionalExtension, Transaction, params};
 
 use super::{
     AccountView, Caller, Db as _, JobRow, Ledger, LedgerView, MAX_ACTIVE_JOBS, QUOTE_SECONDS,
-    RunRow, TokenRow, authenticate, balance_of, entry, rfc3339, sha256_hex,
+    RunRow, TokenRow, authenticate, balance_of, entry, quotes, rfc3339, sha256_hex,
 };
 use crate::backend::api::{
     ApiError, Estimate, EstimateRequest, Finished, JobRef, JobView, RegisterRequest, Registered,
@@ -185,34 +186,30 @@ fn differing_fields(a: &serde_json::Value, b: &serde_json::Value) -> Vec<String>
 }
 
 impl Ledger {
-    /// `POST /v1/games/{game}/estimate`: prices the cells and keeps the
-    /// quote for [`QUOTE_SECONDS`].
+    /// `POST /v1/games/{game}/estimate`: prices the cells. The quote holds
+    /// for [`QUOTE_SECONDS`] and is not stored: its id is signed (see
+    /// `quotes`), so this is a read and leaves the file as it was.
     pub fn estimate(
         &self,
         token: &Token,
         game: &str,
         request: &EstimateRequest,
     ) -> Result<Estimate, ApiError> {
-        self.write(|tx, now| {
+        self.read(|tx, now| {
             let caller = authenticate(tx, token)?;
             caller.require(SCOPE_WRITE)?;
             let priced = self.prices.price(request)?;
             let balance = balance_of(tx, &caller.account)?.unwrap_or(0);
             let expires_at = now + QUOTE_SECONDS;
-            tx.execute(
-                "INSERT INTO quotes (account, game, cells_sha256, price_cents, expires_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![
-                    caller.account,
-                    game,
-                    cells_sha256(request),
-                    priced.total_cents,
-                    expires_at
-                ],
-            )
-            .db()?;
             Ok(Estimate {
-                quote_id: format!("quote-{}", tx.last_insert_rowid()),
+                quote_id: quotes::quote_id(
+                    &self.quote_secret,
+                    &caller.account,
+                    game,
+                    &cells_sha256(request),
+                    priced.total_cents,
+                    expires_at,
+                ),
                 estimate_cents: priced.total_cents,
                 balance_cents: balance,
                 ok: balance >= priced.total_cents,
@@ -287,18 +284,36 @@ impl Ledger {
                 run_length: request.run_length,
             };
             let priced = self.prices.price(&estimate)?;
-            let quote_missing = || ApiError::not_found(&format!("quote `{}` for game `{game}`", request.quote_id));
-            let quote = parse_id("quote", &request.quote_id).ok_or_else(quote_missing)?;
-            let (quote_cells, quote_cents, expires_at): (String, i64, i64) = tx
-                .query_row(
-                    "SELECT cells_sha256, price_cents, expires_at FROM quotes
-                     WHERE id = ?1 AND account = ?2 AND game = ?3",
-                    params![quote, caller.account, game],
-                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            let cells = cells_sha256(&estimate);
+            let invalid = |why: &str| {
+                ApiError::new(
+                    422,
+                    "quote_invalid",
+                    format!(
+                        "the quote id `{}` {why}; estimate again and confirm that price",
+                        request.quote_id
+                    ),
                 )
-                .optional()
-                .db()?
-                .ok_or_else(quote_missing)?;
+            };
+            let claim = quotes::parse(&request.quote_id)
+                .ok_or_else(|| invalid("is not a quote id this ledger gives"))?;
+            let price_changed = |why: String| {
+                ApiError::new(409, "price_changed", why)
+                    .with(|d| d.price_cents = Some(priced.total_cents))
+            };
+            if !claim.prices(&cells) {
+                return Err(price_changed(format!(
+                    "the quote `{}` priced other cells, modules or run length; estimate these and confirm that price",
+                    request.quote_id
+                )));
+            }
+            if !claim.verifies(&self.quote_secret, &caller.account, game, &cells) {
+                return Err(invalid(&format!(
+                    "was not given by this ledger to account `{}` for game `{game}` (it was altered, or comes from another ledger or account)",
+                    caller.account
+                )));
+            }
+            let (quote_cents, expires_at) = (claim.price_cents, claim.expires_at);
             if now > expires_at {
                 return Err(ApiError::new(
                     409,
@@ -309,16 +324,6 @@ impl Ledger {
                         rfc3339(expires_at)
                     ),
                 ));
-            }
-            let price_changed = |why: String| {
-                ApiError::new(409, "price_changed", why)
-                    .with(|d| d.price_cents = Some(priced.total_cents))
-            };
-            if quote_cells != cells_sha256(&estimate) {
-                return Err(price_changed(format!(
-                    "the quote `{}` priced other cells, modules or run length; estimate these and confirm that price",
-                    request.quote_id
-                )));
             }
             if priced.total_cents != quote_cents {
                 return Err(price_changed(format!(

@@ -3,13 +3,15 @@
 //! routes in front of the same methods, so both answer alike.
 //!
 //! It knows nothing of plans, steps or playing: it holds accounts and their
-//! balances, bearer tokens (sha256 only), a price list, quotes, jobs, runs,
-//! uploads, aggregates and settlements.
+//! balances, bearer tokens (sha256 only), a price list, jobs, runs,
+//! uploads, aggregates and settlements; quotes are signed, not stored.
 //!
 //! # Design
 //!
 //! - **One call, one transaction.** Every method is one `BEGIN IMMEDIATE`
-//!   transaction (reads a deferred one): its checks and its writes see one
+//!   transaction (reads a deferred one; `whoami` and `estimate` are reads
+//!   and write nothing at all, so a run that prices and then stops leaves
+//!   the file byte-for-byte as it was): its checks and its writes see one
 //!   state, and a crash leaves either all of a call or none. WAL lets readers
 //!   go on while one writer holds the file; the busy timeout makes writers
 //!   queue rather than fail. A register that still finds the file locked
@@ -38,6 +40,7 @@
 
 mod jobs;
 mod prices;
+mod quotes;
 pub mod runs;
 mod schema;
 #[cfg(test)]
@@ -97,6 +100,9 @@ pub struct Ledger {
     conn: Mutex<Connection>,
     clock: Clock,
     prices: PriceList,
+    /// What quote ids are signed with (`meta.quote_secret`): read once at
+    /// open, so pricing needs no write and no extra query.
+    quote_secret: Vec<u8>,
 }
 
 /// What a failed `SQLite` call means to the caller.
@@ -152,11 +158,19 @@ impl Ledger {
         conn.pragma_update(None, "foreign_keys", "ON")
             .map_err(|e| cannot(&e))?;
         schema::migrate(&mut conn, Clock::System.now()).map_err(|e| cannot(&e))?;
+        let quote_secret: String = conn
+            .query_row(
+                "SELECT value FROM meta WHERE key = ?1",
+                params![schema::QUOTE_SECRET],
+                |r| r.get(0),
+            )
+            .map_err(|e| cannot(&format!("its quote secret cannot be read: {e}")))?;
         Ok(Ledger {
             path: path.to_owned(),
             conn: Mutex::new(conn),
             clock: Clock::System,
             prices: DEMO_PRICES,
+            quote_secret: quote_secret.into_bytes(),
         })
     }
 

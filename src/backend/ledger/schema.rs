@@ -92,7 +92,20 @@ const MIGRATIONS: &[&str] = &[
         settled_at INTEGER NOT NULL
     );
     ",
+    // 2: quotes are stateless (their ids carry a MAC under the file's own
+    // secret, see `quotes`), so an estimate writes nothing; `meta` holds
+    // the secret, inserted by `migrate`.
+    "
+    CREATE TABLE meta (
+        key TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    );
+    DROP TABLE quotes;
+    ",
 ];
+
+/// The `meta` key of the secret quote ids are signed with.
+pub const QUOTE_SECRET: &str = "quote_secret";
 
 /// The schema version this binary writes.
 #[expect(clippy::cast_possible_wrap, reason = "a handful of migrations")]
@@ -135,6 +148,15 @@ pub fn migrate(conn: &mut Connection, now: i64) -> Result<(), String> {
     }
     if current == 0 {
         seed_demo(&tx, now).map_err(|e| e.message)?;
+    }
+    if current < 2 {
+        let secret = super::quotes::new_secret()
+            .map_err(|e| format!("no randomness for the ledger's quote secret: {e}"))?;
+        tx.execute(
+            "INSERT INTO meta (key, value) VALUES (?1, ?2)",
+            params![QUOTE_SECRET, secret],
+        )
+        .map_err(|e| e.to_string())?;
     }
     tx.execute("DELETE FROM schema_version", [])
         .map_err(|e| e.to_string())?;

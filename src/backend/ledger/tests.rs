@@ -383,17 +383,60 @@ fn an_expired_quote_is_409_but_a_replay_after_expiry_still_returns_the_job() {
 }
 
 #[test]
-fn an_unknown_or_foreign_quote_or_job_is_404() {
+fn a_made_up_altered_or_foreign_quote_id_is_422_quote_invalid_and_charges_nothing() {
     let f = fixture();
-    let mut body = f.quote(1);
-    body.quote_id = "quote-999".into();
-    assert_eq!(
-        f.ledger
-            .register(&demo(), GAME, "k", &body)
-            .expect_err("quote")
-            .code,
-        "not_found"
+    let body = f.quote(1);
+    let refused = |ledger: &Ledger, token: &Token, body: &RegisterRequest, key: &str| {
+        let e = ledger
+            .register(token, GAME, key, body)
+            .expect_err("not a valid quote");
+        assert_eq!((e.status, e.code.as_str()), (422, "quote_invalid"), "{e}");
+        assert!(e.message.contains("estimate again"), "{e}");
+        e
+    };
+    let mut made_up = body.clone();
+    made_up.quote_id = "quote-1".into();
+    let e = refused(&f.ledger, &demo(), &made_up, "k1");
+    assert!(e.message.contains("`quote-1` is not a quote id"), "{e}");
+    // A cheaper price or a later expiry written into the id: the MAC fails.
+    let claim = quotes::parse(&body.quote_id).expect("a quote id");
+    let mut cheaper = body.clone();
+    cheaper.quote_id = body.quote_id.replacen(
+        &format!(".{}.", claim.price_cents),
+        &format!(".{}.", claim.price_cents - 1),
+        1,
     );
+    cheaper.confirm_price_cents -= 1;
+    let e = refused(&f.ledger, &demo(), &cheaper, "k2");
+    assert!(e.message.contains("was altered"), "{e}");
+    let mut later = body.clone();
+    later.quote_id = body.quote_id.replacen(
+        &claim.expires_at.to_string(),
+        &(claim.expires_at + 3600).to_string(),
+        1,
+    );
+    refused(&f.ledger, &demo(), &later, "k3");
+    // Another account's quote, and a quote of another ledger file.
+    let stranger = f
+        .ledger
+        .create_token("stranger", &SCOPES.map(str::to_owned))
+        .expect("token");
+    f.ledger.topup("stranger", 1_000).expect("topup");
+    refused(&f.ledger, &stranger.token, &body, "k4");
+    let other_dir = tempfile::tempdir().expect("temp dir");
+    let other = Ledger::open(&other_dir.path().join("ledger.sqlite")).expect("open");
+    refused(&other, &demo(), &body, "k5");
+    // The real id still buys, once.
+    f.ledger
+        .register(&demo(), GAME, "k6", &body)
+        .expect("register");
+    assert_eq!(f.balance(), DEMO_BALANCE_CENTS - 50);
+    assert_eq!(f.ledger.show().expect("show").jobs.len(), 1);
+}
+
+#[test]
+fn an_unknown_or_foreign_job_is_404() {
+    let f = fixture();
     let job = f.register("k", 1).job;
     let stranger = f
         .ledger
@@ -1062,4 +1105,89 @@ fn the_local_backend_passes_the_conformance_suite() {
     assert_eq!(view.jobs.len(), 1);
     assert_eq!(view.accounts[0].balance_cents, DEMO_BALANCE_CENTS - 50);
     assert!(view.accounts[0].adds_up);
+}
+
+#[test]
+fn whoami_and_estimate_append_nothing_to_the_wal_and_change_no_row() {
+    let f = fixture();
+    f.register("k", 1);
+    let wal = f.path.with_extension("sqlite-wal");
+    let wal_before = std::fs::read(&wal).expect("the WAL of an open ledger");
+    let changes_before = f.ledger.conn.lock().expect("conn").total_changes();
+    f.ledger.whoami(&demo()).expect("whoami");
+    let quote = f
+        .ledger
+        .estimate(&demo(), GAME, &estimate_request(3))
+        .expect("estimate");
+    f.ledger
+        .estimate(&Token("gp_nobody".into()), GAME, &estimate_request(3))
+        .expect_err("unknown token");
+    assert_eq!(
+        f.ledger.conn.lock().expect("conn").total_changes(),
+        changes_before,
+        "no row changed"
+    );
+    assert!(
+        std::fs::read(&wal).expect("wal") == wal_before,
+        "no frame was appended to the WAL"
+    );
+    // The quote still buys: it lives in its id alone.
+    let body = RegisterRequest {
+        quote_id: quote.quote_id,
+        confirm_price_cents: quote.estimate_cents,
+        cells: cells(3),
+        modules: Vec::new(),
+        run_length: RunLength::Standard,
+    };
+    f.ledger
+        .register(&demo(), GAME, "k2", &body)
+        .expect("register");
+}
+
+#[test]
+fn a_version_1_ledger_is_migrated_to_signed_quotes_keeping_its_jobs() {
+    let f = fixture();
+    let job = f.register("k", 1).job;
+    drop(f.ledger);
+    // Back to version 1 by hand: a quotes table and no meta.
+    let conn = Connection::open(&f.path).expect("open");
+    conn.execute_batch(
+        "DROP TABLE meta;
+         CREATE TABLE quotes (id INTEGER PRIMARY KEY, account TEXT NOT NULL, game TEXT NOT NULL,
+             cells_sha256 TEXT NOT NULL, price_cents INTEGER NOT NULL, expires_at INTEGER NOT NULL);
+         UPDATE schema_version SET version = 1;",
+    )
+    .expect("downgrade");
+    drop(conn);
+    let ledger = Ledger::open(&f.path)
+        .expect("migrated")
+        .with_clock(Clock::Fixed(Arc::clone(&f.clock)));
+    let conn = ledger.conn.lock().expect("conn");
+    let version: i64 = conn
+        .query_row("SELECT version FROM schema_version", [], |r| r.get(0))
+        .expect("version");
+    assert_eq!(version, schema::VERSION);
+    let tables: Vec<String> = conn
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+        .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
+        .expect("tables");
+    assert!(!tables.iter().any(|t| t == "quotes"), "{tables:?}");
+    assert_eq!(ledger.quote_secret.len(), 64);
+    drop(conn);
+    let view = ledger.show().expect("show");
+    assert_eq!(view.jobs.len(), 1);
+    assert_eq!(view.jobs[0].id, job.id);
+    let quote = ledger
+        .estimate(&demo(), GAME, &estimate_request(1))
+        .expect("estimate");
+    let body = RegisterRequest {
+        quote_id: quote.quote_id,
+        confirm_price_cents: quote.estimate_cents,
+        cells: cells(1),
+        modules: Vec::new(),
+        run_length: RunLength::Standard,
+    };
+    ledger
+        .register(&demo(), GAME, "k2", &body)
+        .expect("a signed quote buys");
 }

@@ -1,0 +1,206 @@
+//! Quotes that the ledger never stores: a quote id carries what it priced
+//! (its price, its expiry, a prefix of the priced cells' digest) and an
+//! HMAC-SHA256 over those, the account and the game, keyed by the ledger's
+//! own secret (the `meta` table's `quote_secret`, made when the file was).
+//!
+//! Why stateless: an estimate must leave the ledger byte-for-byte as it
+//! was (a declined price, a short balance or a budget refusal happen after
+//! it, and must change nothing), so it cannot insert a row. `register`
+//! recomputes the MAC from its own body and the caller's account; an id
+//! that was altered, made up, or given to another account, game or ledger
+//! does not verify.
+
+use sha2::{Digest, Sha256};
+
+use super::sha256_hex;
+
+/// What every quote id starts with; the version lets the format change.
+const PREFIX: &str = "quote-v1.";
+/// Hex characters of the cells digest an id carries: enough to tell a
+/// register for other cells (409 `price_changed`) from a forged id (422).
+const CELLS_PREFIX: usize = 16;
+
+/// The fields a quote id carries.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct Claim {
+    pub expires_at: i64,
+    pub price_cents: i64,
+    pub cells_prefix: String,
+    mac: String,
+}
+
+/// The id of a quote of `price_cents` for `cells_sha256` (hex) until
+/// `expires_at`, to `account` for `game`.
+pub(super) fn quote_id(
+    secret: &[u8],
+    account: &str,
+    game: &str,
+    cells_sha256: &str,
+    price_cents: i64,
+    expires_at: i64,
+) -> String {
+    let cells_prefix = cells_sha256.get(..CELLS_PREFIX).unwrap_or(cells_sha256);
+    let mac = mac(secret, account, game, cells_sha256, price_cents, expires_at);
+    format!("{PREFIX}{expires_at}.{price_cents}.{cells_prefix}.{mac}")
+}
+
+/// The fields of `id`, or `None` when it is not a quote id of this format.
+pub(super) fn parse(id: &str) -> Option<Claim> {
+    let mut parts = id.strip_prefix(PREFIX)?.split('.');
+    let expires_at = parts.next()?.parse().ok()?;
+    let price_cents = parts.next()?.parse().ok()?;
+    let cells_prefix = parts.next()?.to_owned();
+    let mac = parts.next()?.to_owned();
+    (parts.next().is_none() && mac.len() == 64).then_some(Claim {
+        expires_at,
+        price_cents,
+        cells_prefix,
+        mac,
+    })
+}
+
+impl Claim {
+    /// Whether the claim was priced for cells whose digest is `cells_sha256`.
+    pub fn prices(&self, cells_sha256: &str) -> bool {
+        cells_sha256.get(..CELLS_PREFIX) == Some(self.cells_prefix.as_str())
+    }
+
+    /// Whether this ledger (`secret`) gave the claim to `account` for `game`
+    /// and `cells_sha256`, with its price and expiry unaltered.
+    pub fn verifies(&self, secret: &[u8], account: &str, game: &str, cells_sha256: &str) -> bool {
+        let expected = mac(
+            secret,
+            account,
+            game,
+            cells_sha256,
+            self.price_cents,
+            self.expires_at,
+        );
+        // Compared without an early exit, so timing says nothing of the MAC.
+        expected.len() == self.mac.len()
+            && expected
+                .bytes()
+                .zip(self.mac.bytes())
+                .fold(0u8, |diff, (a, b)| diff | (a ^ b))
+                == 0
+    }
+}
+
+/// HMAC-SHA256 (RFC 2104) over the quote's fields, each length-prefixed so
+/// no two field lists give the same message.
+fn mac(
+    secret: &[u8],
+    account: &str,
+    game: &str,
+    cells_sha256: &str,
+    price_cents: i64,
+    expires_at: i64,
+) -> String {
+    let mut message = Vec::new();
+    for field in [
+        account,
+        game,
+        cells_sha256,
+        &price_cents.to_string(),
+        &expires_at.to_string(),
+    ] {
+        message.extend_from_slice(&(field.len() as u64).to_be_bytes());
+        message.extend_from_slice(field.as_bytes());
+    }
+    hmac_sha256_hex(secret, &message)
+}
+
+fn hmac_sha256_hex(key: &[u8], message: &[u8]) -> String {
+    const BLOCK: usize = 64;
+    let mut block = [0u8; BLOCK];
+    if key.len() > BLOCK {
+        block[..32].copy_from_slice(&Sha256::digest(key));
+    } else {
+        block[..key.len()].copy_from_slice(key);
+    }
+    let pad = |byte: u8| block.map(|b| b ^ byte);
+    let inner = Sha256::new()
+        .chain_update(pad(0x36))
+        .chain_update(message)
+        .finalize();
+    let outer = Sha256::new()
+        .chain_update(pad(0x5c))
+        .chain_update(inner)
+        .finalize();
+    sha256_hex_of_digest(&outer)
+}
+
+fn sha256_hex_of_digest(digest: &[u8]) -> String {
+    use std::fmt::Write as _;
+    digest.iter().fold(String::with_capacity(64), |mut hex, b| {
+        let _ = write!(hex, "{b:02x}");
+        hex
+    })
+}
+
+/// A fresh secret for a new ledger file: 32 random bytes in hex.
+pub(super) fn new_secret() -> std::io::Result<String> {
+    use std::io::Read as _;
+    let mut bytes = [0u8; 32];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    Ok(sha256_hex(&bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hmac_sha256_matches_rfc_4231_test_case_2() {
+        assert_eq!(
+            hmac_sha256_hex(b"Jefe", b"what do ya want for nothing?"),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+        );
+    }
+
+    #[test]
+    fn hmac_sha256_hashes_a_key_longer_than_a_block_rfc_4231_test_case_6() {
+        assert_eq!(
+            hmac_sha256_hex(
+                &[0xaa; 131],
+                b"Test Using Larger Than Block-Size Key - Hash Key First"
+            ),
+            "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54"
+        );
+    }
+
+    #[test]
+    fn an_id_verifies_only_unaltered_for_its_account_game_cells_and_secret() {
+        let cells = sha256_hex(b"cells");
+        let id = quote_id(b"secret", "demo", "maze", &cells, 150, 1_800_000_900);
+        let claim = parse(&id).expect("parses");
+        assert_eq!((claim.price_cents, claim.expires_at), (150, 1_800_000_900));
+        assert!(claim.prices(&cells));
+        assert!(claim.verifies(b"secret", "demo", "maze", &cells));
+        assert!(!claim.verifies(b"other", "demo", "maze", &cells));
+        assert!(!claim.verifies(b"secret", "studio", "maze", &cells));
+        assert!(!claim.verifies(b"secret", "demo", "lantern", &cells));
+        assert!(!claim.prices(&sha256_hex(b"other cells")));
+        let cheaper = id.replace(".150.", ".1.");
+        assert!(
+            !parse(&cheaper)
+                .expect("parses")
+                .verifies(b"secret", "demo", "maze", &cells)
+        );
+        let later = id.replace("1800000900", "1900000900");
+        assert!(
+            !parse(&later)
+                .expect("parses")
+                .verifies(b"secret", "demo", "maze", &cells)
+        );
+        for garbage in [
+            "quote-1",
+            "",
+            "quote-v1.",
+            "quote-v1.1.2.3.4",
+            &format!("{id}.x"),
+        ] {
+            assert_eq!(parse(garbage), None, "{garbage}");
+        }
+    }
+}
