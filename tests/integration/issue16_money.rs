@@ -288,7 +288,7 @@ impl Demo {
         }
         if let Some(server) = &self.server {
             let log = server.log();
-            assert!(log.contains("/jobs"), "the server logged no request: {log}");
+            assert!(log.contains("/v1/"), "the server logged no request: {log}");
             assert!(
                 !log.contains(&self.token),
                 "the token is in the server's log"
