@@ -198,7 +198,7 @@ async fn price(
         .backend
         .estimate(&connection.token, game_id, &request)
         .await
-        .map_err(|e| refused(&e, "pricing the cells"))?;
+        .map_err(|e| refused(&e, "pricing the cells", NOTHING))?;
     let reused = related - bought.len();
     let reused_note = if reused == 0 {
         String::new()
@@ -308,7 +308,8 @@ async fn scopes(connection: &Connection) -> Result<Whoami, StepOutcome> {
     let me = match connection.backend.whoami(&connection.token).await {
         Ok(me) => me,
         Err(e) => {
-            return Err(match refused(&e, "checking the token") {
+            let charged = "Nothing was priced or charged.";
+            return Err(match refused(&e, "checking the token", charged) {
                 StepOutcome::Unauthorized { message } => StepOutcome::Unauthorized {
                     message: format!(
                         "{message} Make a token with every scope (`{make}`) and give it as \
@@ -345,17 +346,17 @@ async fn scopes(connection: &Connection) -> Result<Whoami, StepOutcome> {
 /// except that an answer that never came is exit 3, not an open run. A
 /// price moves no money, so nothing needs replaying: the backend could
 /// not be reached before anything was charged.
-fn refused(e: &ApiError, doing: &str) -> StepOutcome {
+fn refused(e: &ApiError, doing: &str, charged: &str) -> StepOutcome {
     if e.uncertain {
         return StepOutcome::Refused {
             message: format!(
-                "{doing}: the backend gave no answer ({}). {NOTHING} Check that it runs and \
+                "{doing}: the backend gave no answer ({}). {charged} Check that it runs and \
                  `[backend] url`, then run again",
                 e.message
             ),
         };
     }
-    money::refusal(e, doing, NOTHING)
+    money::refusal(e, doing, charged)
 }
 
 /// The game starts and answers `hello` and one `reset` within its action
@@ -542,5 +543,27 @@ player = { kind = "random" }
             "[[personas]]\nslug = \"epic\"\ncard = \"x\"\nplayer = { kind = \"random\" }\npatience = 5000\n",
         );
         assert_eq!(run_length(&long, ["epic"].into_iter()), RunLength::Long);
+    }
+
+    #[test]
+    fn a_price_that_never_came_back_is_a_refusal_not_an_open_run() {
+        let mut lost = ApiError::unavailable("connection reset".to_owned());
+        lost.uncertain = true;
+        let StepOutcome::Refused { message } = refused(&lost, "pricing the cells", NOTHING) else {
+            panic!("a lost estimate moves no money: exit 3");
+        };
+        assert!(
+            message.starts_with("pricing the cells: the backend gave no answer (connection reset)"),
+            "{message}"
+        );
+        assert!(message.contains(NOTHING), "{message}");
+        assert!(matches!(
+            refused(
+                &ApiError::new(401, "unauthorized", "who?"),
+                "checking the token",
+                NOTHING,
+            ),
+            StepOutcome::Unauthorized { .. }
+        ));
     }
 }

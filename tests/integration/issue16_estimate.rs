@@ -306,6 +306,7 @@ fn issue16_estimate_a_token_missing_a_scope_exits_4_with_nothing_priced() {
         text.contains("checking the token: the backend refused (unauthorized)"),
         "{out}"
     );
+    assert!(text.contains("Nothing was priced or charged."), "{out}");
     assert!(
         text.contains(
             "gameplan ledger token --scopes playtest:write,playtest:model,playtest:upload"
