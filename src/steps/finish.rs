@@ -46,9 +46,7 @@ impl Kind for Finish {
     }
 
     fn reuse(&self, _cx: &KeyContext<'_>) -> Result<Reuse, StepError> {
-        Ok(Reuse::Never(
-            "it settles this run's job: a settlement is never reused".into(),
-        ))
+        Ok(Reuse::Never("it settles this run's job, once".into()))
     }
 
     fn run<'a>(&'a self, cx: &'a StepContext, io: &'a StepIo) -> BoxFuture<'a, StepOutcome> {
@@ -65,10 +63,6 @@ impl Kind for Finish {
 
     fn outputs(&self, _cx: &StepContext) -> Result<Outputs, StepError> {
         Ok(Outputs::default())
-    }
-
-    fn log(&self, step_dir: &Path) -> Option<std::path::PathBuf> {
-        Some(step_dir.join(SETTLEMENT_JSON))
     }
 
     fn summary(&self, step_dir: &Path) -> Option<SummarySection> {

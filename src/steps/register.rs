@@ -47,7 +47,7 @@ impl Kind for Register {
 
     fn reuse(&self, _cx: &KeyContext<'_>) -> Result<Reuse, StepError> {
         Ok(Reuse::Never(
-            "it buys this run's job: a job is never reused (a resume replays its journaled key)"
+            "it buys this run's job (a resume replays its journaled key, so it never buys twice)"
                 .into(),
         ))
     }
@@ -423,5 +423,320 @@ mod tests {
             "bought job job-1: 2 runs, $1.00 charged; balance $99.00 (already bought: the \
              journaled key was replayed, nothing charged twice)"
         );
+    }
+
+    /// The local ledger, except that the runs `register` answers come in
+    /// the reverse order: a backend whose job does not match the cells.
+    struct Reversed(crate::backend::local::LocalBackend);
+
+    impl crate::backend::Backend for Reversed {
+        fn name(&self) -> &'static str {
+            "reversed"
+        }
+
+        fn whoami<'a>(
+            &'a self,
+            token: &'a crate::backend::api::Token,
+        ) -> crate::backend::Call<'a, crate::backend::api::Whoami> {
+            self.0.whoami(token)
+        }
+
+        fn estimate<'a>(
+            &'a self,
+            token: &'a crate::backend::api::Token,
+            game: &'a str,
+            request: &'a crate::backend::api::EstimateRequest,
+        ) -> crate::backend::Call<'a, crate::backend::api::Estimate> {
+            self.0.estimate(token, game, request)
+        }
+
+        fn register<'a>(
+            &'a self,
+            token: &'a crate::backend::api::Token,
+            game: &'a str,
+            key: &'a str,
+            request: &'a RegisterRequest,
+        ) -> crate::backend::Call<'a, Registered> {
+            Box::pin(async move {
+                let mut registered = self.0.register(token, game, key, request).await?;
+                registered.job.runs.reverse();
+                Ok(registered)
+            })
+        }
+
+        fn transition<'a>(
+            &'a self,
+            token: &'a crate::backend::api::Token,
+            run: &'a crate::backend::api::RunRef,
+            request: &'a crate::backend::api::TransitionRequest,
+        ) -> crate::backend::Call<'a, crate::backend::api::Transitioned> {
+            self.0.transition(token, run, request)
+        }
+
+        fn heartbeat<'a>(
+            &'a self,
+            token: &'a crate::backend::api::Token,
+            run: &'a crate::backend::api::RunRef,
+            request: &'a crate::backend::api::HeartbeatRequest,
+        ) -> crate::backend::Call<'a, crate::backend::api::Heartbeat> {
+            self.0.heartbeat(token, run, request)
+        }
+
+        fn upload<'a>(
+            &'a self,
+            token: &'a crate::backend::api::Token,
+            target: &'a crate::backend::UploadTarget,
+            request: &'a crate::backend::api::UploadRequest,
+        ) -> crate::backend::Call<'a, crate::backend::api::Uploaded> {
+            self.0.upload(token, target, request)
+        }
+
+        fn complete<'a>(
+            &'a self,
+            token: &'a crate::backend::api::Token,
+            run: &'a crate::backend::api::RunRef,
+            request: &'a crate::backend::api::CompleteRequest,
+        ) -> crate::backend::Call<'a, crate::backend::api::Completed> {
+            self.0.complete(token, run, request)
+        }
+
+        fn aggregate_complete<'a>(
+            &'a self,
+            token: &'a crate::backend::api::Token,
+            job: &'a crate::backend::api::JobRef,
+            request: &'a crate::backend::api::AggregateCompleteRequest,
+        ) -> crate::backend::Call<'a, crate::backend::api::AggregatePublished> {
+            self.0.aggregate_complete(token, job, request)
+        }
+
+        fn finish<'a>(
+            &'a self,
+            token: &'a crate::backend::api::Token,
+            job: &'a crate::backend::api::JobRef,
+        ) -> crate::backend::Call<'a, crate::backend::api::Finished> {
+            self.0.finish(token, job)
+        }
+
+        fn get_job<'a>(
+            &'a self,
+            token: &'a crate::backend::api::Token,
+            job: &'a crate::backend::api::JobRef,
+        ) -> crate::backend::Call<'a, crate::backend::api::JobView> {
+            self.0.get_job(token, job)
+        }
+
+        fn get_run<'a>(
+            &'a self,
+            token: &'a crate::backend::api::Token,
+            run: &'a crate::backend::api::RunRef,
+        ) -> crate::backend::Call<'a, RunView> {
+            self.0.get_run(token, run)
+        }
+    }
+
+    /// Checkpoints kept in memory, "durable" at once.
+    struct Memory;
+
+    impl super::super::CheckpointSink for Memory {
+        fn write(
+            &self,
+            _checkpoint: &crate::journal::run::Checkpoint,
+            _step: &str,
+        ) -> Result<(), String> {
+            Ok(())
+        }
+
+        fn write_durable<'a>(
+            &'a self,
+            _checkpoint: &'a crate::journal::run::Checkpoint,
+            _step: &'a str,
+        ) -> BoxFuture<'a, Result<(), String>> {
+            Box::pin(async { Ok(()) })
+        }
+    }
+
+    struct Never;
+
+    impl super::super::Confirm for Never {
+        fn confirm(&self, _question: &str) -> bool {
+            false
+        }
+    }
+
+    const PLAN: &str = r#"version = 1
+name = "mismatch"
+controllers = ["standard", "jev"]
+
+[backend]
+kind = "local"
+
+[game]
+id = "maze"
+command = ["builtin:maze"]
+
+[[personas]]
+slug = "kid"
+card = "Clicks everything."
+player = { kind = "explorer" }
+
+[[steps]]
+id = "register"
+kind = "register"
+
+[[steps]]
+id = "finish"
+kind = "finish"
+needs = ["register"]
+always = true
+"#;
+
+    /// The context of step `id` of [`PLAN`] in `dir`, and notes it printed.
+    fn context(
+        dir: &std::path::Path,
+        id: &str,
+    ) -> (StepContext, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+        use std::sync::{Arc, Mutex};
+        std::fs::write(dir.join("plan.toml"), PLAN).expect("plan");
+        let loaded =
+            crate::plan::load(&dir.join("plan.toml"), &crate::plan::LoadOptions::default())
+                .expect("loads");
+        let pipeline = crate::graph::expand(&loaded.plan).expect("expands");
+        let instance = pipeline.instance(pipeline.find(id).expect("step")).clone();
+        let notes = Arc::new(Mutex::new(Vec::new()));
+        let heard = Arc::clone(&notes);
+        let (_tx, cancel) = tokio::sync::watch::channel(false);
+        let cx = StepContext {
+            root: dir.to_owned(),
+            plan_file: Some("plan.toml".into()),
+            run_id: "run-1".into(),
+            step_dir: dir.join("steps").join(id),
+            step: pipeline.steps[instance.step].clone(),
+            plan: Arc::new(loaded.plan),
+            instance,
+            attempt: 1,
+            hashes: Arc::new(Mutex::new(crate::reuse::FileHashCache::load(dir))),
+            cancel,
+            env: Arc::default(),
+            left_by: "run-1".into(),
+            note: Arc::new(move |text: &str| heard.lock().expect("notes").push(text.to_owned())),
+        };
+        (cx, notes)
+    }
+
+    /// A quote the ledger priced for `cells`, as estimate would leave it.
+    fn accepted(
+        ledger: &crate::backend::ledger::Ledger,
+        token: &crate::backend::api::Token,
+        cells: &[BoughtCell],
+    ) -> QuoteRecord {
+        let estimate = crate::backend::api::EstimateRequest {
+            cells: cells
+                .iter()
+                .map(|c| Cell {
+                    persona: c.persona.clone(),
+                    controller: c.controller.clone(),
+                })
+                .collect(),
+            modules: Vec::new(),
+            run_length: RunLength::Short,
+        };
+        let priced = ledger.estimate(token, "maze", &estimate).expect("priced");
+        QuoteRecord {
+            game: "maze".into(),
+            quote_id: priced.quote_id,
+            estimate_cents: priced.estimate_cents,
+            balance_cents: priced.balance_cents,
+            expires_at: priced.expires_at,
+            run_length: RunLength::Short,
+            modules: Vec::new(),
+            cells: cells.to_vec(),
+        }
+    }
+
+    #[test]
+    fn a_job_whose_runs_do_not_match_is_left_open_and_finish_does_not_settle_it() {
+        use std::sync::Arc;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ledger = Arc::new(
+            crate::backend::ledger::Ledger::open(&dir.path().join("ledger.sqlite"))
+                .expect("ledger"),
+        );
+        let token = crate::backend::api::Token(crate::backend::ledger::DEMO_TOKEN.into());
+        let connection = crate::backend::Connection {
+            backend: Arc::new(Reversed(crate::backend::local::LocalBackend::new(
+                Arc::clone(&ledger),
+            ))),
+            token: token.clone(),
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let cells = [
+            cell("play[kid,standard]", "kid", "standard"),
+            cell("play[kid,jev]", "kid", "jev"),
+        ];
+        let quote = accepted(&ledger, &token, &cells);
+        // The register step's own book holds the quote, as if estimate's.
+        let io = StepIo::new(
+            Arc::new(Memory),
+            "register".into(),
+            vec![crate::journal::run::Checkpoint {
+                attempt: 1,
+                data: json!({ money::QUOTE: quote }),
+            }],
+            Some(connection.clone()),
+            Arc::new(Never),
+            false,
+        );
+        let (cx, notes) = context(dir.path(), "register");
+        let outcome = runtime.block_on(Register.run(&cx, &io));
+        let StepOutcome::Failed { message, .. } = outcome else {
+            panic!("a job that does not match fails the step: {outcome:?}");
+        };
+        assert!(
+            message.starts_with("job job-1 was bought (idempotency key ")
+                && message.contains("`play[kid,standard]` plays kid/standard, but run run-2")
+                && message.contains("left open for reconciliation"),
+            "{message}"
+        );
+        assert!(
+            notes.lock().expect("notes").is_empty(),
+            "no job was said bought"
+        );
+        assert_eq!(
+            money::job_of(&io),
+            None,
+            "no job recorded: nothing plays on it"
+        );
+
+        // finish, below it, sees no job and says the bought one stays open.
+        let book = Arc::clone(&io.book);
+        let finish = StepIo::new(
+            Arc::new(Memory),
+            "finish".into(),
+            Vec::new(),
+            Some(connection),
+            Arc::new(Never),
+            false,
+        )
+        .in_run(
+            book,
+            std::collections::BTreeMap::from([("register".into(), dir.path().join("r"))]),
+        );
+        let (cx, notes) = context(dir.path(), "finish");
+        let outcome = runtime.block_on(super::super::finish::Finish.run(&cx, &finish));
+        assert_eq!(outcome, StepOutcome::Succeeded);
+        assert_eq!(
+            *notes.lock().expect("notes"),
+            vec![
+                "nothing settled: job job-1 is left open for reconciliation (its runs did not \
+                 match the plan's cells)"
+                    .to_owned()
+            ]
+        );
+        let view = ledger.show().expect("view");
+        assert_eq!(view.jobs.len(), 1);
+        assert_eq!(view.jobs[0].state, "open", "not settled");
     }
 }

@@ -521,3 +521,140 @@ fn issue16_register_and_finish_over_serve_buy_once_through_a_kill_and_keep_the_t
         }
     }
 }
+
+/// A loopback proxy in front of `upstream` that forwards each request (one
+/// per connection) and, while `drops` is above zero, loses the answer to
+/// a register (`POST …/jobs`) after the server processed it. It records the
+/// Idempotency-Key of every register it saw.
+struct Lossy {
+    url: String,
+    drops: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    keys: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Lossy {
+    fn start(upstream: &str, drops: usize) -> Lossy {
+        use std::io::{Read as _, Write as _};
+        use std::sync::atomic::Ordering;
+        use std::sync::{Arc, Mutex, atomic::AtomicUsize};
+        fn message(stream: &mut std::net::TcpStream) -> Option<(String, Vec<u8>)> {
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") {
+                if stream.read(&mut byte).ok()? == 0 {
+                    return None;
+                }
+                head.push(byte[0]);
+            }
+            let head = String::from_utf8(head).ok()?;
+            let length = header(&head, "content-length").map_or(0, |v| v.parse().unwrap_or(0));
+            let mut body = vec![0u8; length];
+            stream.read_exact(&mut body).ok()?;
+            Some((head, body))
+        }
+        fn header(head: &str, name: &str) -> Option<String> {
+            head.lines().skip(1).find_map(|line| {
+                let (key, value) = line.split_once(':')?;
+                key.trim()
+                    .eq_ignore_ascii_case(name)
+                    .then(|| value.trim().to_owned())
+            })
+        }
+        fn closing(head: &str) -> String {
+            let lines: Vec<&str> = head
+                .trim_end()
+                .lines()
+                .filter(|l| !l.to_ascii_lowercase().starts_with("connection:"))
+                .chain(["connection: close"])
+                .collect();
+            format!("{}\r\n\r\n", lines.join("\r\n"))
+        }
+        let upstream = upstream.trim_start_matches("http://").to_owned();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind proxy");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        let drops = Arc::new(AtomicUsize::new(drops));
+        let keys = Arc::new(Mutex::new(Vec::new()));
+        let (drops_in, keys_in) = (Arc::clone(&drops), Arc::clone(&keys));
+        std::thread::spawn(move || {
+            for mut client in listener.incoming().map_while(Result::ok) {
+                let (upstream, drops, keys) = (
+                    upstream.clone(),
+                    Arc::clone(&drops_in),
+                    Arc::clone(&keys_in),
+                );
+                std::thread::spawn(move || {
+                    let Some((head, body)) = message(&mut client) else {
+                        return;
+                    };
+                    let register = head.starts_with("POST ")
+                        && head.lines().next().is_some_and(|l| l.contains("/jobs "));
+                    if register {
+                        keys.lock()
+                            .expect("keys")
+                            .push(header(&head, "idempotency-key").unwrap_or_default());
+                    }
+                    let mut server =
+                        std::net::TcpStream::connect(&upstream).expect("connect to serve");
+                    server.write_all(closing(&head).as_bytes()).expect("head");
+                    server.write_all(&body).expect("body");
+                    let (answer_head, answer_body) = message(&mut server).expect("an answer");
+                    let lose = register
+                        && drops
+                            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                            .is_ok();
+                    if !lose {
+                        let _ = client.write_all(closing(&answer_head).as_bytes());
+                        let _ = client.write_all(&answer_body);
+                    }
+                });
+            }
+        });
+        Lossy { url, drops, keys }
+    }
+}
+
+#[test]
+fn issue16_register_whose_answers_are_lost_leaves_the_run_open_and_the_resume_buys_once() {
+    let t = Test::new();
+    let served = Served::start(&t);
+    // Every attempt of the first run loses its answer (the http backend
+    // tries a bounded number of times): the charge happened, the step
+    // cannot know it.
+    let proxy = Lossy::start(&served.url, usize::MAX);
+    let plan = played().replace(
+        "[backend]\nkind = \"local\"",
+        &format!(
+            "[backend]\nkind = \"http\"\nurl = \"{}\"\ntoken = \"{}\"",
+            proxy.url,
+            gameplan::backend::ledger::DEMO_TOKEN
+        ),
+    );
+    let t = t.file("plan.toml", plan);
+    let first = t.run(&["plan", "run", "plan.toml", "--yes", "--json"]);
+    first.code(1).stderr_has("no certain answer came");
+    let states = by_step(&first.json(), "state");
+    assert_eq!(states["register"], "uncertain", "{first}");
+    assert_eq!(
+        states["play[kid,standard]"], "pending",
+        "nothing played\n{first}"
+    );
+    assert_eq!(states["finish"], "pending", "{first}");
+    let attempts = proxy.keys.lock().expect("keys").len();
+    assert!(attempts > 1, "the backend tried again: {attempts}");
+
+    proxy.drops.store(0, std::sync::atomic::Ordering::SeqCst);
+    let resumed = t.run(&["plan", "resume", "--yes"]);
+    resumed
+        .code(0)
+        .stderr_has("(already bought: the journaled key was replayed")
+        .stdout_has("settled job ");
+    let keys = proxy.keys.lock().expect("keys").clone();
+    assert!(keys.len() > attempts, "{keys:?}");
+    assert!(keys.iter().all(|k| *k == keys[0]), "one key: {keys:?}");
+    let doc = t
+        .run(&["ledger", "show", "--json", "--db", "served.sqlite"])
+        .code(0)
+        .json();
+    let job = one_job_settled_once(&doc);
+    assert_eq!(job["idempotency_key"].as_str(), Some(keys[0].as_str()));
+}
