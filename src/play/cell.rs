@@ -104,17 +104,20 @@ pub async fn play_cell(
 pub trait CellWatch: Send {
     /// The game answered `hello` and its resets: play begins. Awaited
     /// before the first action; `false` stops the cell before it.
-    fn opened(&mut self) -> crate::steps::BoxFuture<'_, bool>;
+    fn opened(&mut self) -> Opened<'_>;
     /// A turn ended with `actions_taken` actions so far (every episode);
     /// `true` stops the cell after this turn, as an interrupt does.
     fn turned(&mut self, actions_taken: u64) -> bool;
 }
 
+/// What [`CellWatch::opened`] returns: whether the cell may play.
+pub type Opened<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send + 'a>>;
+
 /// The watch of a free cell: nothing follows it.
 struct Unwatched;
 
 impl CellWatch for Unwatched {
-    fn opened(&mut self) -> crate::steps::BoxFuture<'_, bool> {
+    fn opened(&mut self) -> Opened<'_> {
         Box::pin(async { true })
     }
 

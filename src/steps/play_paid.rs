@@ -29,7 +29,8 @@
 //! - **Heartbeats** `{actions_taken, checkpoint_step}` go after a turn once
 //!   [`HEARTBEAT_EVERY_ACTIONS`] actions or [`HEARTBEAT_EVERY`] passed since
 //!   the last one, on a task of their own: the game never waits for the
-//!   backend, and one heartbeat at most is in flight. A last one with the
+//!   backend, and one heartbeat at most is in flight. They are due between
+//!   turns, so a single slow turn (up to `action_timeout`) delays one. A last one with the
 //!   final count goes before the end's transition. A heartbeat that fails or
 //!   gets no answer does not fail the playtest: the run's output gets one
 //!   warning, the cell plays on.
@@ -45,13 +46,13 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
-use super::{BoxFuture, StepIo, StepOutcome, money};
+use super::{StepIo, StepOutcome, money};
 use crate::backend::Connection;
 use crate::backend::api::{
     ApiError, Heartbeat, HeartbeatRequest, RunRef, RunState, TransitionRequest,
 };
 use crate::play::CellState;
-use crate::play::cell::{CellResult, CellWatch, PlayError};
+use crate::play::cell::{CellResult, CellWatch, Opened, PlayError};
 
 /// A heartbeat goes after the turn that makes this many actions since the
 /// last one (or [`HEARTBEAT_EVERY`], whichever comes first).
@@ -343,7 +344,7 @@ impl<'a> PaidCell<'a> {
 }
 
 impl CellWatch for PaidCell<'_> {
-    fn opened(&mut self) -> BoxFuture<'_, bool> {
+    fn opened(&mut self) -> Opened<'_> {
         Box::pin(async move {
             if self.replaying {
                 return true;

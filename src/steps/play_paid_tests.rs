@@ -87,6 +87,8 @@ struct Paid {
     run: RunRef,
     record: JobRecord,
     warnings: Arc<Mutex<Vec<String>>>,
+    /// A secret of the plan's, which no reason sent to the backend may hold.
+    secret: Option<&'static str>,
 }
 
 fn demo() -> Token {
@@ -174,6 +176,7 @@ needs = ["register"]
             run,
             record,
             warnings: Arc::default(),
+            secret: None,
         }
     }
 
@@ -267,6 +270,11 @@ needs = ["register"]
             BTreeMap::from([("register".to_owned(), self.root().join("steps/register"))]),
         )
         .on_warn(move |w| warnings.lock().expect("warnings").push(w.to_owned()));
+        let redactor = crate::template::Redactor::default();
+        if let Some(secret) = self.secret {
+            redactor.register(secret);
+        }
+        let io = io.redacting(redactor);
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -346,7 +354,9 @@ fn issue16_play_a_free_cell_beside_a_bought_job_sends_nothing() {
 
 #[test]
 fn issue16_play_a_cell_that_cannot_start_fails_its_run_with_a_reason_and_finish_refunds_it() {
-    let paid = Paid::new("0", 25, true, RunLength::Standard);
+    let mut paid = Paid::new("0", 25, true, RunLength::Standard);
+    // The game's stderr says it; the backend never hears the secret.
+    paid.secret = Some("level 1");
     let StepOutcome::Failed { message, .. } = paid.play(true, nothing) else {
         panic!("a game that never opened fails the step");
     };
@@ -355,9 +365,14 @@ fn issue16_play_a_cell_that_cannot_start_fails_its_run_with_a_reason_and_finish_
     assert!(!view.played);
     let reason = view.reason.expect("a failed run says why");
     assert!(reason.chars().count() <= 400, "{reason}");
+    assert!(message.contains("level 1"), "{message}");
     assert!(
-        message.starts_with(reason.trim_end_matches('…')),
-        "the reason is the step's message: {reason} / {message}"
+        !reason.contains("level 1") && reason.contains("[redacted]"),
+        "{reason}"
+    );
+    assert!(
+        reason.starts_with("the cell did not play: the game exited with code 3"),
+        "the reason is the step's message: {reason}"
     );
     let job = JobRef {
         game: GAME.into(),

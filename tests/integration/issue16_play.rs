@@ -89,7 +89,13 @@ matrix = {{ persona = "*", controller = "*" }}
 }
 
 fn ledger(test: &Test) -> Value {
-    test.run(&["ledger", "show", "--json"]).code(0).json()
+    ledger_at(test, LEDGER)
+}
+
+fn ledger_at(test: &Test, db: &str) -> Value {
+    test.run(&["ledger", "show", "--json", "--db", db])
+        .code(0)
+        .json()
 }
 
 /// The runs of the one job: (persona, state, played, `actions_taken`).
@@ -113,7 +119,14 @@ fn runs(doc: &Value) -> Vec<(String, String, bool, i64)> {
 
 /// The fewest actions the ledger heard of any run (0 before a job exists).
 fn least_heard(test: &Test) -> i64 {
-    let Ok(ledger) = Ledger::open(&test.path(LEDGER)) else {
+    least_heard_at(test, LEDGER)
+}
+
+fn least_heard_at(test: &Test, db: &str) -> i64 {
+    if !test.path(db).is_file() {
+        return 0;
+    }
+    let Ok(ledger) = Ledger::open(&test.path(db)) else {
         return 0;
     };
     let Ok(view) = ledger.show() else { return 0 };
@@ -266,4 +279,106 @@ fn issue16_play_heartbeats_that_fail_are_one_warning_and_the_cells_play_on() {
             "{persona}: {doc}"
         );
     }
+}
+
+/// `gameplan serve --addr 127.0.0.1:0 --db served.sqlite`, running until
+/// dropped; its `listening on URL` line read for the URL.
+struct Served {
+    child: std::process::Child,
+    url: String,
+}
+
+impl Served {
+    fn start(t: &Test) -> Served {
+        use std::io::BufRead as _;
+        let mut child = std::process::Command::new(crate::support::BIN)
+            .args(["serve", "--addr", "127.0.0.1:0", "--db", "served.sqlite"])
+            .current_dir(t.path(""))
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("NO_COLOR", "1")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn gameplan serve");
+        let mut lines = std::io::BufReader::new(child.stderr.take().expect("stderr")).lines();
+        let url = lines
+            .by_ref()
+            .map_while(Result::ok)
+            .find_map(|l| {
+                l.strip_prefix("listening on ")
+                    .and_then(|rest| rest.split_whitespace().next())
+                    .map(str::to_owned)
+            })
+            .expect("a `listening on` line");
+        // Keep draining the log, so the server never blocks on a full pipe.
+        std::thread::spawn(move || lines.for_each(drop));
+        Served { child, url }
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn issue16_play_over_serve_a_ctrl_c_interrupts_the_runs_and_the_resume_reports_them() {
+    let test = paid("0.05", 60);
+    let served = Served::start(&test);
+    let token = test
+        .run(&[
+            "ledger",
+            "token",
+            "--db",
+            "served.sqlite",
+            "--scopes",
+            "playtest:write,playtest:model,playtest:upload",
+            "--account",
+            "demo",
+        ])
+        .code(0)
+        .stdout
+        .trim()
+        .to_owned();
+    let plan = test.read("plan.toml").replace(
+        "[backend]\nkind = \"local\"",
+        &format!(
+            "[backend]\nkind = \"http\"\nurl = \"{}\"\ntoken = \"{{{{ secret('STUDIO_TOKEN') }}}}\"",
+            served.url
+        ),
+    );
+    let test = test.file("plan.toml", plan).env("STUDIO_TOKEN", &token);
+    let run = test.spawn(&["plan", "run", "plan.toml", "--yes"]);
+    wait_until(
+        "both runs heard by heartbeat",
+        Duration::from_secs(30),
+        || least_heard_at(&test, "served.sqlite") >= 10,
+    );
+    run.signal(Signal::SIGINT);
+    run.wait().code(10);
+    let doc = ledger_at(&test, "served.sqlite");
+    for (persona, state, played, _) in runs(&doc) {
+        assert_eq!(
+            (state.as_str(), played),
+            ("interrupted", true),
+            "{persona}: {doc}"
+        );
+    }
+    test.run(&["plan", "resume"]).code(0);
+    let doc = ledger_at(&test, "served.sqlite");
+    for (persona, state, _, actions) in runs(&doc) {
+        assert_eq!(
+            (state.as_str(), actions),
+            ("reporting", 60),
+            "{persona}: {doc}"
+        );
+    }
+    assert!(
+        !test.path(LEDGER).exists(),
+        "nothing went to the embedded ledger"
+    );
 }
