@@ -15,6 +15,7 @@ mod issue15_gaps;
 mod issue15_search;
 mod issue15_verdict;
 mod issue16_aggregate;
+mod issue16_deliver;
 mod issue16_estimate;
 mod issue16_ledger;
 mod issue16_money;

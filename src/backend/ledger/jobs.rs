@@ -526,6 +526,8 @@ pub(super) fn show(tx: &Transaction<'_>) -> Result<LedgerView, ApiError> {
             charged_cents: view.charged_cents,
             refunded_cents: view.refunded_cents,
             settlements: view.settlement.into_iter().collect(),
+            uploads: super::runs::uploads_of(tx, job)?,
+            aggregate: super::runs::aggregate_of(tx, job)?,
             runs: view
                 .runs
                 .into_iter()

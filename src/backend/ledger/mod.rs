@@ -379,6 +379,20 @@ pub struct JobRow {
     pub refunded_cents: i64,
     pub settlements: Vec<Settlement>,
     pub runs: Vec<RunRow>,
+    /// Every file uploaded to the job, by run (the aggregate's have none).
+    pub uploads: Vec<UploadRow>,
+    /// The published aggregate's digests, once published.
+    pub aggregate: Option<crate::backend::api::AggregateCompleteRequest>,
+}
+
+/// A file uploaded to a job, as `show` lists it.
+#[derive(Debug, Clone, Serialize)]
+pub struct UploadRow {
+    /// The run it belongs to; `None` for the job's own (the aggregate).
+    pub run: Option<String>,
+    pub name: String,
+    pub size: i64,
+    pub sha256: String,
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -4,7 +4,7 @@
 use rusqlite::{OptionalExtension, Transaction, params};
 
 use super::jobs::{owned_job, parse_id, run_view};
-use super::{Caller, Db as _, Ledger, authenticate, sha256_hex};
+use super::{Caller, Db as _, Ledger, UploadRow, authenticate, sha256_hex};
 use crate::backend::api::{
     AggregateCompleteRequest, AggregatePublished, ApiError, CompleteRequest, Completed, FileDigest,
     Heartbeat, HeartbeatRequest, JobRef, ManifestEntry, RunRef, RunState, RunView, SCOPE_UPLOAD,
@@ -195,6 +195,52 @@ fn upload_unverified(problems: Vec<(String, String)>) -> ApiError {
     );
     ApiError::new(422, "upload_unverified", message)
         .with(|d| d.missing = problems.into_iter().map(|(path, _)| path).collect())
+}
+
+/// Every file uploaded to `job`, for `show`: by run, then name.
+pub(super) fn uploads_of(tx: &Transaction<'_>, job: i64) -> Result<Vec<UploadRow>, ApiError> {
+    let mut statement = tx
+        .prepare("SELECT run, name, size, sha256 FROM uploads WHERE job = ?1 ORDER BY run, name")
+        .db()?;
+    statement
+        .query_map(params![job], |r| {
+            let run: i64 = r.get(0)?;
+            Ok(UploadRow {
+                // Job files are stored under run 0 (see `upload`).
+                run: (run != 0).then(|| super::jobs::run_id(run)),
+                name: r.get(1)?,
+                size: r.get(2)?,
+                sha256: r.get(3)?,
+            })
+        })
+        .db()?
+        .collect::<Result<_, _>>()
+        .db()
+}
+
+/// The digests `job`'s aggregate was published with, for `show`.
+pub(super) fn aggregate_of(
+    tx: &Transaction<'_>,
+    job: i64,
+) -> Result<Option<AggregateCompleteRequest>, ApiError> {
+    tx.query_row(
+        "SELECT md_size, md_sha256, json_size, json_sha256 FROM aggregates WHERE job = ?1",
+        params![job],
+        |r| {
+            Ok(AggregateCompleteRequest {
+                md: FileDigest {
+                    size: r.get(0)?,
+                    sha256: r.get(1)?,
+                },
+                json: FileDigest {
+                    size: r.get(2)?,
+                    sha256: r.get(3)?,
+                },
+            })
+        },
+    )
+    .optional()
+    .db()
 }
 
 impl Ledger {
