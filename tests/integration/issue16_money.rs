@@ -22,8 +22,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use gameplan::backend::api::{JobRef, Token};
-use gameplan::backend::ledger::{DEMO_TOKEN, Ledger};
+use gameplan::backend::ledger::DEMO_TOKEN;
 
 use crate::support::{BIN, Output, Test, by_step, wait_until};
 
@@ -231,21 +230,6 @@ impl Demo {
             .collect()
     }
 
-    /// The job as the backend holds it (for `aggregate_published`, which
-    /// `ledger show` does not list).
-    fn job(&self, id: &str) -> gameplan::backend::api::JobView {
-        let ledger = Ledger::open(&self.db).expect("open the ledger");
-        ledger
-            .get_job(
-                &Token(self.token.clone()),
-                &JobRef {
-                    game: GAME_ID.to_owned(),
-                    job: id.to_owned(),
-                },
-            )
-            .unwrap_or_else(|e| panic!("get job {id}: {e:?}"))
-    }
-
     /// Every file under `.gameplan/`, as (path, bytes).
     fn state_files(&self) -> Vec<(PathBuf, Vec<u8>)> {
         let mut found = Vec::new();
@@ -400,11 +384,28 @@ fn assert_bought_played_settled(
         price - refunded,
         "the balance moved by the quote minus refunds\nbefore {before:#}\nafter {after:#}"
     );
-    let id = job["id"].as_str().expect("job id");
-    assert!(
-        demo.job(id).aggregate_published,
-        "the aggregate was not published\n{out}"
-    );
+    // The aggregate the run wrote is the one the job holds, and every
+    // run's files were uploaded.
+    for (field, file) in [("md", "aggregate.md"), ("json", "aggregate.json")] {
+        let on_disk = std::fs::read(
+            demo.test
+                .path(&format!(".gameplan/runs/{run_id}/steps/aggregate/{file}")),
+        )
+        .unwrap_or_else(|e| panic!("{file}: {e}\n{out}"));
+        assert_eq!(
+            job["aggregate"][field]["sha256"],
+            gameplan::reuse::sha256_hex(&on_disk),
+            "the published {file} is not the one on disk: {job:#}\n{out}"
+        );
+    }
+    let uploads = job["uploads"].as_array().expect("uploads");
+    for run in runs {
+        assert!(
+            uploads.iter().any(|u| u["run"] == run["id"]),
+            "nothing was uploaded for {}: {job:#}",
+            run["id"]
+        );
+    }
     job
 }
 
