@@ -16,8 +16,8 @@
 //!   and not stored; when it reads cells through other steps, whose outputs
 //!   do not show the cells', it is never reused.
 //! - **Publishing**: when the run has a job (`register`'s record) and a
-//!   backend, both files are uploaded to the job and published with their
-//!   sizes and sha256s ([`Written`]), the request journaled before it
+//!   backend, both files are uploaded to the job (the run's secrets
+//!   redacted) and published with their sizes and sha256s, the request journaled before it
 //!   leaves and the answer after (`published`), crash points
 //!   `aggregate:*`; `--dry-upload` lists them and sends nothing. A free
 //!   plan has no job and publishes nothing.
@@ -138,9 +138,9 @@ impl Kind for Aggregate {
             }
             io.mark_started();
             match write(cx) {
-                Ok(written) => match (io.backend(), super::money::job_of(io)) {
+                Ok(_) => match (io.backend(), super::money::job_of(io)) {
                     (Some(connection), Some(job)) => {
-                        publish(cx, io, connection, &job.job_ref(), &written).await
+                        publish(cx, io, connection, &job.job_ref()).await
                     }
                     _ => StepOutcome::Succeeded,
                 },
@@ -201,17 +201,30 @@ async fn publish(
     io: &StepIo,
     connection: &Connection,
     job: &JobRef,
-    written: &Written,
 ) -> StepOutcome {
     let note = |text: &str| (cx.note)(text);
-    let digest = |f: &WrittenFile| FileDigest {
-        size: i64::try_from(f.size).unwrap_or(i64::MAX),
-        sha256: f.sha256.clone(),
+    // What goes is the files with the run's secrets redacted (none may
+    // reach an upload); the digests are of what goes.
+    let mut files = Vec::new();
+    for name in [AGGREGATE_MD, AGGREGATE_JSON] {
+        let path = cx.step_dir.join(name);
+        match std::fs::read_to_string(&path) {
+            Ok(text) => files.push((name, io.redact(&text).into_bytes())),
+            Err(e) => {
+                return StepOutcome::Failed {
+                    exit_code: None,
+                    message: format!("cannot read {}: {e}", path.display()),
+                };
+            }
+        }
+    }
+    let digest = |bytes: &[u8]| FileDigest {
+        size: i64::try_from(bytes.len()).unwrap_or(i64::MAX),
+        sha256: sha256_hex(bytes),
     };
-    let [md, json] = written;
     let body = AggregateCompleteRequest {
-        md: digest(md),
-        json: digest(json),
+        md: digest(&files[0].1),
+        json: digest(&files[1].1),
     };
     if published_of(io).as_ref() == Some(&body) {
         note(&format!(
@@ -221,10 +234,11 @@ async fn publish(
         return StepOutcome::Succeeded;
     }
     if io.dry_upload() {
-        for file in written {
+        for (name, bytes) in &files {
+            let file = digest(bytes);
             note(&format!(
-                "--dry-upload: would upload {} ({} bytes, sha256 {}) to job {}",
-                file.name, file.size, file.sha256, job.job
+                "--dry-upload: would upload {name} ({} bytes, sha256 {}) to job {}",
+                file.size, file.sha256, job.job
             ));
         }
         note(&format!(
@@ -233,7 +247,7 @@ async fn publish(
         ));
         return StepOutcome::Succeeded;
     }
-    match send(cx, io, connection, job, body).await {
+    match send(cx, io, connection, job, body, &files).await {
         Ok(()) => StepOutcome::Succeeded,
         Err(outcome) => outcome,
     }
@@ -245,6 +259,7 @@ async fn send(
     connection: &Connection,
     job: &JobRef,
     body: AggregateCompleteRequest,
+    files: &[(&str, Vec<u8>)],
 ) -> Result<(), StepOutcome> {
     let failed = |message: String| StepOutcome::Failed {
         exit_code: None,
@@ -267,14 +282,11 @@ async fn send(
     }
     let doing = |what: &str| format!("publishing the aggregate to job {} ({what})", job.job);
     let target = UploadTarget::Job(job.clone());
-    for name in [AGGREGATE_MD, AGGREGATE_JSON] {
-        let path = cx.step_dir.join(name);
-        let bytes = std::fs::read(&path)
-            .map_err(|e| failed(format!("cannot read {}: {e}", path.display())))?;
+    for (name, bytes) in files {
         let upload = UploadRequest {
-            name: name.to_owned(),
-            sha256: sha256_hex(&bytes),
-            body: bytes,
+            name: (*name).to_owned(),
+            sha256: sha256_hex(bytes),
+            body: bytes.clone(),
         };
         connection
             .backend

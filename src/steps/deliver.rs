@@ -19,7 +19,9 @@
 //!   (`completed`): a resume that finds it succeeds without a call.
 //! - **State machine**: a played cell's run is moved to `uploading` first
 //!   (from wherever it is short of it: the play cell moves it to
-//!   `reporting`; a resumed delivery finds it `uploading` already).
+//!   `reporting`; a resumed delivery finds it `uploading` already). A run
+//!   the play cell ended itself (`budget_exceeded`) gets its files and no
+//!   complete.
 //! - **Repair**: one pass on 422 `upload_unverified` (the files it names
 //!   are uploaded again, then complete once more); a second 422 fails the
 //!   step naming them.
@@ -170,52 +172,109 @@ impl Deliver {
             ))
         })?;
 
-        let doing = |what: &str| format!("delivering {cell} ({what} run {})", run.run);
-        let state = to_uploading(connection, &run, body.state)
+        let delivery = Delivery {
+            cell,
+            run,
+            dir,
+            files,
+            body,
+        };
+        send(io, connection, &delivery, &note).await
+    }
+}
+
+/// A delivery under way: the cell, its backend run, its files and the
+/// complete body as journaled.
+struct Delivery {
+    cell: String,
+    run: RunRef,
+    dir: std::path::PathBuf,
+    files: Vec<File>,
+    body: CompleteRequest,
+}
+
+/// Moves the run to `uploading`, uploads the files and completes the run
+/// (the crash points after the key was journaled are here).
+async fn send(
+    io: &StepIo,
+    connection: &Connection,
+    delivery: &Delivery,
+    note: &impl Fn(&str),
+) -> Result<StepOutcome, StepOutcome> {
+    let Delivery {
+        cell,
+        run,
+        dir,
+        files,
+        body,
+    } = delivery;
+    let doing = |what: &str| format!("delivering {cell} ({what} run {})", run.run);
+    let state = to_uploading(connection, run, body.state)
+        .await
+        .map_err(|e| money::refusal(&e, &doing("moving to uploading"), CHARGED))?;
+    // A run that ended as the body says was completed by an earlier
+    // attempt (its answer lost): complete again only to hear so.
+    let completed_before = state == body.state;
+    if !completed_before {
+        let paths: Vec<&str> = body.manifest.iter().map(|m| m.path.as_str()).collect();
+        upload(connection, run, files, &paths)
             .await
-            .map_err(|e| money::refusal(&e, &doing("moving to uploading"), CHARGED))?;
-        if !state.is_terminal() {
-            let paths: Vec<&str> = body.manifest.iter().map(|m| m.path.as_str()).collect();
-            upload(connection, &run, &files, &paths)
-                .await
-                .map_err(|e| money::refusal(&e, &doing("uploading the files of"), CHARGED))?;
-        }
-        let completed = complete(connection, &run, &body, &files, &note)
-            .await
-            .map_err(|e| match e {
-                Completion::Refused(e) => money::refusal(&e, &doing("completing"), CHARGED),
-                Completion::Unverified(e) => failed(format!(
-                    "delivering {cell}: the backend still does not find {} as the manifest \
-                     says after uploading them again ({}). {CHARGED} The files in {} changed \
-                     since the delivery began; its run stays open and `finish` settles the job",
-                    e.details.missing.join(", "),
-                    e.message,
-                    dir.display()
-                )),
-            })?;
-        crash_point("complete", Boundary::ResponseReceived);
+            .map_err(|e| money::refusal(&e, &doing("uploading the files of"), CHARGED))?;
+    }
+    if state.is_terminal() && !completed_before {
+        // The play cell ended the run itself (`budget_exceeded` after
+        // the backend asked it to stop): its files went, there is
+        // nothing left to complete.
         io.checkpoint_durable(json!({
-            COMPLETED: {
-                "job": run.job,
-                "run": run.run,
-                "state": completed.run.state,
-                "changed": completed.changed,
-                "files": body.manifest.len(),
-            }
+            COMPLETED: {"job": run.job, "run": run.run, "state": state, "changed": false,
+                        "files": body.manifest.len()}
         }))
         .await
         .map_err(step_error)?;
-        crash_point("complete", Boundary::ResponseJournaled);
-        let bytes: i64 = body.manifest.iter().map(|m| m.size).sum();
         note(&format!(
-            "delivered {cell}: {} files ({bytes} bytes) to run {} of job {}, now {}",
-            body.manifest.len(),
+            "{cell}: run {} of job {} ended `{state}` already; its {} files were uploaded, \
+             nothing is left to complete",
             run.run,
             run.job,
-            completed.run.state
+            body.manifest.len()
         ));
-        Ok(StepOutcome::Succeeded)
+        return Ok(StepOutcome::Succeeded);
     }
+    let completed = complete(connection, run, body, files, note)
+        .await
+        .map_err(|e| match e {
+            Completion::Refused(e) => money::refusal(&e, &doing("completing"), CHARGED),
+            Completion::Unverified(e) => failed(format!(
+                "delivering {cell}: the backend still does not find {} as the manifest \
+                 says after uploading them again ({}). {CHARGED} The files in {} changed \
+                 since the delivery began; its run stays open and `finish` settles the job",
+                e.details.missing.join(", "),
+                e.message,
+                dir.display()
+            )),
+        })?;
+    crash_point("complete", Boundary::ResponseReceived);
+    io.checkpoint_durable(json!({
+        COMPLETED: {
+            "job": run.job,
+            "run": run.run,
+            "state": completed.run.state,
+            "changed": completed.changed,
+            "files": body.manifest.len(),
+        }
+    }))
+    .await
+    .map_err(step_error)?;
+    crash_point("complete", Boundary::ResponseJournaled);
+    let bytes: i64 = body.manifest.iter().map(|m| m.size).sum();
+    note(&format!(
+        "delivered {cell}: {} files ({bytes} bytes) to run {} of job {}, now {}",
+        body.manifest.len(),
+        run.run,
+        run.job,
+        completed.run.state
+    ));
+    Ok(StepOutcome::Succeeded)
 }
 
 /// How a complete with its repair pass failed.

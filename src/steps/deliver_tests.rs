@@ -821,3 +821,82 @@ fn the_aggregate_is_published_to_the_job_once_and_not_without_a_job_or_with_dry_
     assert!(journaled(&sink).is_empty());
     assert!(f.notes().contains("published to job"), "{}", f.notes());
 }
+
+#[test]
+fn a_run_the_cell_ended_itself_gets_its_files_and_no_complete() {
+    let f = Fixture::new(&[KID, VET]);
+    let run = f.job.run_ref(KID).unwrap();
+    for to in [
+        RunState::Launching,
+        RunState::Playing,
+        RunState::BudgetExceeded,
+    ] {
+        f.ledger
+            .transition(&token(), &run, &TransitionRequest { to, reason: None })
+            .unwrap();
+    }
+    let id = deliver_id(KID);
+    let cx = f.context(&id);
+    let (io, sink) = f.io(&id, &[KID], Vec::new(), f.local(), false, true);
+    assert_eq!(run_step(&deliver(), &cx, &io), StepOutcome::Succeeded);
+    assert_eq!(f.run_view(KID).state, RunState::BudgetExceeded);
+    let shown = f.ledger.show().unwrap();
+    let uploaded: Vec<&str> = shown.jobs[0]
+        .uploads
+        .iter()
+        .filter(|u| u.run.as_deref() == Some(run.run.as_str()))
+        .map(|u| u.name.as_str())
+        .collect();
+    assert_eq!(
+        uploaded,
+        [
+            "report.json",
+            "report.md",
+            "trace.jsonl",
+            "transcript.jsonl"
+        ]
+    );
+    assert!(
+        journaled(&sink)
+            .iter()
+            .any(|c| c.data["completed"]["state"] == "budget_exceeded"),
+        "a resume calls nothing"
+    );
+    assert!(
+        f.notes().contains("ended `budget_exceeded` already"),
+        "{}",
+        f.notes()
+    );
+}
+
+#[test]
+fn the_published_aggregate_holds_no_secret_and_its_digests_are_of_what_went() {
+    let f = Fixture::new(&[KID, VET]);
+    let mut kid = report(KID, CellState::Succeeded);
+    kid.warnings = vec![format!("the game printed {SECRET}")];
+    kid.persona = format!("kid {SECRET}");
+    f.write_cell(KID, &kid);
+    let cx = f.context("aggregate");
+    let (io, _) = aggregate_io(&f, Vec::new(), false, true);
+    assert_eq!(
+        run_step(&super::super::aggregate::Aggregate, &cx, &io),
+        StepOutcome::Succeeded
+    );
+    let local = std::fs::read_to_string(cx.step_dir.join("aggregate.md")).unwrap();
+    assert!(
+        local.contains(SECRET),
+        "the test's secret reaches the merge"
+    );
+    let shown = f.ledger.show().unwrap();
+    let md = shown.jobs[0]
+        .uploads
+        .iter()
+        .find(|u| u.run.is_none() && u.name == "aggregate.md")
+        .expect("uploaded to the job");
+    assert_eq!(
+        md.sha256,
+        crate::reuse::sha256_hex(redactor().redact(&local).as_bytes())
+    );
+    let published = shown.jobs[0].aggregate.clone().expect("published");
+    assert_eq!(published.md.sha256, md.sha256);
+}
