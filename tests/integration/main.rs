@@ -18,6 +18,7 @@ mod issue16_aggregate;
 mod issue16_deliver;
 mod issue16_estimate;
 mod issue16_ledger;
+mod issue16_money;
 mod issue16_play;
 mod issue16_register;
 mod issue16_seam;
