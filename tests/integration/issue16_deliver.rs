@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::support::{Test, wait_until};
+use crate::support::{Served, Test, wait_until};
 
 const CELL_FILES: [&str; 4] = [
     "report.json",
@@ -253,49 +253,6 @@ fn issue16_aggregate_killed_at_each_boundary_publishes_once_with_the_same_digest
             !resumed.contains("delivered play["),
             "no cell delivered again (aggregate:{boundary})\n{resumed}"
         );
-    }
-}
-
-/// `gameplan serve --addr 127.0.0.1:0 --db served.sqlite`, running until
-/// dropped; its `listening on URL` line read for the URL.
-struct Served {
-    child: std::process::Child,
-    url: String,
-}
-
-impl Served {
-    fn start(t: &Test) -> Served {
-        use std::io::BufRead as _;
-        let mut child = std::process::Command::new(crate::support::BIN)
-            .args(["serve", "--addr", "127.0.0.1:0", "--db", "served.sqlite"])
-            .current_dir(t.path(""))
-            .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("NO_COLOR", "1")
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("spawn gameplan serve");
-        let mut lines = std::io::BufReader::new(child.stderr.take().expect("stderr")).lines();
-        let url = lines
-            .by_ref()
-            .map_while(Result::ok)
-            .find_map(|l| {
-                l.strip_prefix("listening on ")
-                    .and_then(|rest| rest.split_whitespace().next())
-                    .map(str::to_owned)
-            })
-            .expect("a `listening on` line");
-        std::thread::spawn(move || lines.for_each(drop));
-        Served { child, url }
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -11,7 +11,7 @@
 
 use serde_json::Value;
 
-use crate::support::Test;
+use crate::support::{Served, Test};
 
 /// A bridge game whose `MODE` (its `game.env`) says how it behaves: `ok`
 /// plays (one room, a few actions, never done), `exit` writes two lines
@@ -451,55 +451,6 @@ fn issue16_estimate_a_resume_after_the_quote_was_journaled_does_not_ask_again() 
     assert!(played(&t, "play[kid,jev,1]"), "{out}");
 }
 
-/// `gameplan serve` on a free loopback port over `served.sqlite`, stopped
-/// when dropped.
-struct Served {
-    child: std::process::Child,
-    url: String,
-}
-
-impl Served {
-    fn start(t: &Test) -> Served {
-        use std::io::BufRead as _;
-        let mut child = std::process::Command::new(crate::support::BIN)
-            .args(["serve", "--addr", "127.0.0.1:0", "--db", "served.sqlite"])
-            .current_dir(t.path(""))
-            .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("spawn gameplan serve");
-        let mut lines = std::io::BufReader::new(child.stderr.take().expect("stderr")).lines();
-        let url = lines
-            .by_ref()
-            .map_while(Result::ok)
-            .find_map(|l| {
-                l.strip_prefix("listening on ")
-                    .and_then(|rest| rest.split_whitespace().next())
-                    .map(str::to_owned)
-            })
-            .expect("a `listening on` line");
-        // Keep reading its log, so it never blocks on a full pipe.
-        std::thread::spawn(move || lines.map_while(Result::ok).for_each(drop));
-        Served { child, url }
-    }
-
-    fn ledger(t: &Test) -> Value {
-        t.run(&["ledger", "show", "--json", "--db", "served.sqlite"])
-            .code(0)
-            .json()
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[test]
 fn issue16_estimate_prices_and_refuses_the_same_over_gameplan_serve() {
     let t = Test::new().file("tiny.py", TINY);
@@ -531,7 +482,7 @@ fn issue16_estimate_prices_and_refuses_the_same_over_gameplan_serve() {
             ..Paid::default()
         }),
     );
-    let before = Served::ledger(&t);
+    let before = served.ledger(&t);
 
     let t = t.env("STUDIO_TOKEN", &demo);
     let out = t.run(&["plan", "run", "plan.toml"]);
@@ -546,7 +497,7 @@ fn issue16_estimate_prices_and_refuses_the_same_over_gameplan_serve() {
         "{out}"
     );
     assert!(text.contains("Nothing was charged."), "{out}");
-    assert_eq!(Served::ledger(&t), before);
+    assert_eq!(served.ledger(&t), before);
 
     let t = t.env("STUDIO_TOKEN", &poor);
     let out = t.run(&["plan", "run", "plan.toml", "--yes", "--new"]);
@@ -564,7 +515,7 @@ fn issue16_estimate_prices_and_refuses_the_same_over_gameplan_serve() {
         said(&out).contains("lacks the scopes playtest:model, playtest:upload"),
         "{out}"
     );
-    assert_eq!(Served::ledger(&t), before, "no refusal moved money");
+    assert_eq!(served.ledger(&t), before, "no refusal moved money");
 
     let t = t.env("STUDIO_TOKEN", &demo);
     t.run(&["plan", "run", "plan.toml", "--yes", "--new"])

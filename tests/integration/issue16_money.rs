@@ -16,15 +16,12 @@
 //! - With `serve`, the token is found nowhere under `.gameplan/`, in the
 //!   run's output or in the server's log.
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::path::PathBuf;
+use std::time::Duration;
 
 use gameplan::backend::ledger::DEMO_TOKEN;
 
-use crate::support::{BIN, Output, Test, by_step, wait_until};
+use crate::support::{Output, Served, Test, by_step, wait_until};
 
 const DEMO: &str = include_str!("../../plans/demo.toml");
 const VETERAN: &str = include_str!("../../examples/personas/veteran.md");
@@ -73,71 +70,6 @@ enum Where {
     Serve,
 }
 
-/// `gameplan serve --addr 127.0.0.1:0 --db FILE`, its log (stderr lines)
-/// collected as they come; stopped with SIGTERM when dropped.
-struct Server {
-    child: Child,
-    url: String,
-    log: Arc<Mutex<Vec<String>>>,
-}
-
-impl Server {
-    fn start(cwd: &Path, db: &Path) -> Server {
-        let mut child = Command::new(BIN)
-            .args(["serve", "--addr", "127.0.0.1:0", "--db"])
-            .arg(db)
-            .current_dir(cwd)
-            .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn gameplan serve");
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let lines = BufReader::new(child.stderr.take().expect("stderr"));
-        let sink = Arc::clone(&log);
-        std::thread::spawn(move || {
-            for line in lines.lines().map_while(Result::ok) {
-                sink.lock().expect("log").push(line);
-            }
-        });
-        let started = Instant::now();
-        let url = loop {
-            let found = log.lock().expect("log").iter().find_map(|l| {
-                l.strip_prefix("listening on ")
-                    .and_then(|rest| rest.split_whitespace().next())
-                    .map(str::to_owned)
-            });
-            if let Some(url) = found {
-                break url;
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "no `listening on` line: {:?}",
-                log.lock().expect("log")
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        Server { child, url, log }
-    }
-
-    fn log(&self) -> String {
-        self.log.lock().expect("log").join("\n")
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(None)) {
-            let pid = nix::unistd::Pid::from_raw(i32::try_from(self.child.id()).unwrap_or(0));
-            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-            let _ = self.child.wait();
-        }
-    }
-}
-
 /// A temp copy of what the demo reads, set up to run against `place`.
 struct Demo {
     test: Test,
@@ -145,7 +77,7 @@ struct Demo {
     db: PathBuf,
     /// The bearer token the run presents.
     token: String,
-    server: Option<Server>,
+    server: Option<Served>,
 }
 
 impl Demo {
@@ -186,7 +118,7 @@ impl Demo {
                 made.code(0);
                 let token = made.stdout.trim().to_owned();
                 assert!(token.starts_with("gp_"), "{made}");
-                let server = Server::start(&test.path(""), &db);
+                let server = Served::of(&test.path(""), &db);
                 plan = replace_once(
                     &plan,
                     "[backend]\nkind = \"local\"\n",
@@ -271,7 +203,7 @@ impl Demo {
             );
         }
         if let Some(server) = &self.server {
-            let log = server.log();
+            let log = server.log().join("\n");
             assert!(log.contains("/v1/"), "the server logged no request: {log}");
             assert!(
                 !log.contains(&self.token),

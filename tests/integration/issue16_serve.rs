@@ -8,12 +8,10 @@
 //! proxy records each request).
 
 use std::collections::{HashMap, VecDeque};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use gameplan::backend::api::{
     Cell, EstimateRequest, RegisterRequest, Registered, RunLength, Token,
@@ -22,7 +20,7 @@ use gameplan::backend::http::{HttpBackend, HttpOptions, Retry};
 use gameplan::backend::ledger::DEMO_TOKEN;
 use gameplan::backend::{Backend, UploadTarget, api};
 
-use crate::support::{BIN, Test};
+use crate::support::{Served, Test};
 
 const GAME: &str = "serve-game";
 
@@ -32,75 +30,8 @@ const GAME: &str = "serve-game";
 #[path = "../../src/backend/conformance.rs"]
 mod conformance;
 
-/// `gameplan serve --addr 127.0.0.1:0 --db FILE`, running; its log lines
-/// (stderr) collected as they come. Stopped with SIGTERM when dropped.
-struct Server {
-    child: Child,
-    url: String,
-    log: Arc<Mutex<Vec<String>>>,
-    db: PathBuf,
-}
-
-impl Server {
-    fn start(test: &Test) -> Server {
-        let db = test.path("served.sqlite");
-        let mut child = Command::new(BIN)
-            .args(["serve", "--addr", "127.0.0.1:0", "--db"])
-            .arg(&db)
-            .current_dir(test.path(""))
-            .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn gameplan serve");
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let lines = BufReader::new(child.stderr.take().expect("stderr"));
-        let sink = Arc::clone(&log);
-        std::thread::spawn(move || {
-            for line in lines.lines().map_while(Result::ok) {
-                sink.lock().expect("log").push(line);
-            }
-        });
-        let started = Instant::now();
-        let url = loop {
-            let found = log.lock().expect("log").iter().find_map(|l| {
-                l.strip_prefix("listening on ")
-                    .and_then(|rest| rest.split_whitespace().next())
-                    .map(str::to_owned)
-            });
-            if let Some(url) = found {
-                break url;
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "no `listening on` line: {:?}",
-                log.lock().expect("log")
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        Server {
-            child,
-            url,
-            log,
-            db,
-        }
-    }
-
-    fn log(&self) -> Vec<String> {
-        self.log.lock().expect("log").clone()
-    }
-
-    /// `gameplan ledger show --json` on the server's file.
-    fn ledger(&self, test: &Test) -> serde_json::Value {
-        let db = self.db.to_str().expect("utf-8 path");
-        test.run(&["ledger", "show", "--json", "--db", db])
-            .code(0)
-            .json()
-    }
-
+/// What the tests here assert of a server's ledger.
+impl Served {
     /// Exactly one job, charged once, and the balance moved by its price only.
     fn assert_one_job_one_charge(&self, test: &Test, key: &str, price: i64) {
         let doc = self.assert_charged_once(test, key, price);
@@ -118,23 +49,6 @@ impl Server {
         assert_eq!(demo["charged_cents"], price, "one charge: {doc}");
         assert_eq!(demo["adds_up"], true, "{doc}");
         doc
-    }
-}
-
-impl Server {
-    /// SIGTERM, and the exit status.
-    fn stop(&mut self) -> std::process::ExitStatus {
-        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.child.id()).unwrap_or(0));
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-        self.child.wait().expect("wait for the server")
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if matches!(self.child.try_wait(), Ok(None)) {
-            self.stop();
-        }
     }
 }
 
@@ -331,7 +245,7 @@ fn relay(mut client: TcpStream, upstream: &str, seen: &Mutex<Vec<Seen>>, faults:
             forward(upstream, &head, &body);
             let body = br#"{"code":"internal","message":"the proxy says 500"}"#;
             let head = format!(
-                "HTTP/1.1 500 Internal Server Error\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+                "HTTP/1.1 500 Internal Served Error\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
                 body.len()
             );
             answer(&mut client, &head, body);
@@ -414,9 +328,9 @@ async fn quote(backend: &HttpBackend, token: &Token) -> RegisterRequest {
 }
 
 /// A register through a proxy that applies `faults` to its first attempts.
-fn register_through(faults: &[Fault], key: &str) -> (Test, Server, Proxy, Registered) {
+fn register_through(faults: &[Fault], key: &str) -> (Test, Served, Proxy, Registered) {
     let test = Test::new();
-    let server = Server::start(&test);
+    let server = Served::start(&test);
     let proxy = Proxy::start(&server.url);
     proxy.fail_next(Money::Register, faults);
     let backend = client(&proxy.url);
@@ -488,7 +402,7 @@ fn issue16_serve_charge_in_progress_backs_off_and_retries_with_the_same_key() {
 #[test]
 fn issue16_serve_answers_lost_every_time_end_uncertain_after_the_bound_with_one_charge() {
     let test = Test::new();
-    let server = Server::start(&test);
+    let server = Served::start(&test);
     let proxy = Proxy::start(&server.url);
     proxy.fail_next(Money::Register, &[Fault::DropAnswer; 4]);
     let backend = client(&proxy.url);
@@ -509,7 +423,7 @@ fn issue16_serve_answers_lost_every_time_end_uncertain_after_the_bound_with_one_
 #[test]
 fn issue16_serve_the_same_key_with_another_body_stops_at_once_with_422_naming_key_and_field() {
     let test = Test::new();
-    let server = Server::start(&test);
+    let server = Served::start(&test);
     let proxy = Proxy::start(&server.url);
     let backend = client(&proxy.url);
     let e = runtime()
@@ -538,7 +452,7 @@ fn issue16_serve_the_same_key_with_another_body_stops_at_once_with_422_naming_ke
 #[test]
 fn issue16_serve_fifty_concurrent_registers_with_one_key_buy_one_job() {
     let test = Test::new();
-    let server = Server::start(&test);
+    let server = Served::start(&test);
     let backend = Arc::new(client(&server.url));
     let answers = runtime().block_on(async {
         let body = Arc::new(quote(&backend, &demo()).await);
@@ -580,7 +494,7 @@ fn raw(url: &str, request: &str) -> (u16, serde_json::Value) {
 #[test]
 fn issue16_serve_checks_the_token_and_its_scope_and_never_logs_the_token() {
     let test = Test::new();
-    let server = Server::start(&test);
+    let server = Served::start(&test);
     let db = server.db.to_str().expect("utf-8").to_owned();
     let made = test.run(&[
         "ledger",
@@ -647,7 +561,7 @@ fn issue16_serve_checks_the_token_and_its_scope_and_never_logs_the_token() {
 fn issue16_serve_uploads_reach_the_run_under_nested_names_over_http() {
     use gameplan::backend::api::{RunRef, UploadRequest};
     let test = Test::new();
-    let server = Server::start(&test);
+    let server = Served::start(&test);
     let proxy = Proxy::start(&server.url);
     let backend = client(&proxy.url);
     let uploaded = runtime().block_on(async {
@@ -706,7 +620,7 @@ fn gameplan_sha256(bytes: &[u8]) -> String {
 #[test]
 fn issue16_serve_refuses_an_address_in_use_with_exit_3_and_stops_on_sigterm_with_0() {
     let test = Test::new();
-    let mut server = Server::start(&test);
+    let mut server = Served::start(&test);
     let addr = server.url.trim_start_matches("http://").to_owned();
     test.run(&["serve", "--addr", &addr, "--db", "other.sqlite"])
         .code(3)
@@ -761,7 +675,7 @@ fn issue16_serve_whoami_and_estimate_over_http_leave_the_ledger_byte_for_byte_un
     let narrow = Token(narrow.code(0).stdout.trim().to_owned());
     let (bytes_before, show_before) = crate::issue16_ledger::closed_ledger(&test, &db);
 
-    let mut server = Server::start(&test);
+    let mut server = Served::start(&test);
     let backend = client(&server.url);
     runtime().block_on(async {
         backend.whoami(&demo()).await.expect("whoami");
@@ -923,11 +837,11 @@ fn each_fault_on<T: std::fmt::Debug>(
     call: Money,
     key: &str,
     act: impl for<'a> Fn(&'a HttpBackend, &'a Bought) -> gameplan::backend::Call<'a, T>,
-    mut check: impl FnMut(Fault, &Test, &Server, &HttpBackend, &Bought, T),
+    mut check: impl FnMut(Fault, &Test, &Served, &HttpBackend, &Bought, T),
 ) {
     for fault in FAULTS {
         let test = Test::new();
-        let server = Server::start(&test);
+        let server = Served::start(&test);
         let proxy = Proxy::start(&server.url);
         let backend = client(&proxy.url);
         let runtime = runtime();
@@ -1050,7 +964,7 @@ fn issue16_serve_a_finish_whose_answer_was_lost_broken_late_or_409_settles_and_r
 #[test]
 fn issue16_serve_the_conformance_suite_passes_against_the_real_server_binary() {
     let test = Test::new();
-    let server = Server::start(&test);
+    let server = Served::start(&test);
     let backend = HttpBackend::new(&server.url).expect("http backend");
     runtime().block_on(conformance::one_job(&backend, &demo(), "conformance-serve"));
     // The same money as the suite's run against `local` ends with.
@@ -1074,7 +988,7 @@ fn issue16_serve_the_conformance_suite_passes_against_the_real_server_binary() {
 #[test]
 fn issue16_serve_a_token_is_in_no_error_body_client_error_log_or_ledger_show() {
     let test = Test::new();
-    let server = Server::start(&test);
+    let server = Served::start(&test);
     let db = server.db.to_str().expect("utf-8").to_owned();
     let token_of = |scopes: &str| {
         let made = test.run(&["ledger", "token", "--scopes", scopes, "--db", &db]);

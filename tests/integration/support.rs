@@ -682,3 +682,97 @@ pub fn expect_steps(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         .map(|(id, value)| ((*id).to_owned(), (*value).to_owned()))
         .collect()
 }
+
+/// `gameplan serve --addr 127.0.0.1:0 --db DB`, started in a directory and
+/// running until dropped (then stopped with SIGTERM, as an operator would):
+/// its URL read from its `listening on URL` line, its log (stderr) collected
+/// as it comes, so the server never blocks on a full pipe.
+pub struct Served {
+    child: std::process::Child,
+    pub url: String,
+    log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    pub db: PathBuf,
+}
+
+impl Served {
+    /// A server of `served.sqlite` in the test's repo.
+    pub fn start(t: &Test) -> Served {
+        Served::of(&t.path(""), &t.path("served.sqlite"))
+    }
+
+    /// A server of the ledger file `db`, started in `cwd`.
+    pub fn of(cwd: &Path, db: &Path) -> Served {
+        use std::io::BufRead as _;
+        let mut child = Command::new(BIN)
+            .args(["serve", "--addr", "127.0.0.1:0", "--db"])
+            .arg(db)
+            .current_dir(cwd)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn gameplan serve");
+        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let lines = std::io::BufReader::new(child.stderr.take().expect("stderr"));
+        let sink = std::sync::Arc::clone(&log);
+        std::thread::spawn(move || {
+            for line in lines.lines().map_while(Result::ok) {
+                sink.lock().expect("log").push(line);
+            }
+        });
+        let started = Instant::now();
+        let url = loop {
+            let found = log.lock().expect("log").iter().find_map(|l: &String| {
+                l.strip_prefix("listening on ")
+                    .and_then(|rest| rest.split_whitespace().next())
+                    .map(str::to_owned)
+            });
+            if let Some(url) = found {
+                break url;
+            }
+            assert!(
+                started.elapsed() < HANG_AFTER,
+                "no `listening on` line: {:?}",
+                log.lock().expect("log")
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        Served {
+            child,
+            url,
+            log,
+            db: db.to_path_buf(),
+        }
+    }
+
+    /// Its log so far, one line each.
+    pub fn log(&self) -> Vec<String> {
+        self.log.lock().expect("log").clone()
+    }
+
+    /// `gameplan ledger show --json` of its ledger file.
+    pub fn ledger(&self, t: &Test) -> serde_json::Value {
+        let db = self.db.to_str().expect("a UTF-8 ledger path");
+        t.run(&["ledger", "show", "--json", "--db", db])
+            .code(0)
+            .json()
+    }
+
+    /// Stops it with SIGTERM and waits for it.
+    pub fn stop(&mut self) -> std::process::ExitStatus {
+        let pid = Pid::from_raw(i32::try_from(self.child.id()).unwrap_or(0));
+        let _ = nix::sys::signal::kill(pid, Signal::SIGTERM);
+        self.child.wait().expect("wait for the server")
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            self.stop();
+        }
+    }
+}
