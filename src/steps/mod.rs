@@ -155,6 +155,16 @@ pub trait Kind: Send + Sync {
         None
     }
 
+    /// Whether an incomplete step of this kind still lets the steps that
+    /// need it run: its partial results are results (a play cell its
+    /// budget stopped has a report to deliver and merge). By default not:
+    /// a step that could not judge or finish everything (a gate
+    /// INCOMPLETE) stops what needs it, reported not run (`always` steps
+    /// still run).
+    fn partial_results_are_results(&self) -> bool {
+        false
+    }
+
     /// Whether its steps call the plan's backend (money and delivery): a
     /// run with such a step opens the backend before anything runs, and
     /// refuses (exit 3, nothing charged) when it cannot.
