@@ -57,6 +57,8 @@ struct Shared {
     /// Every play cell and whether it will be reused, decided before the
     /// run.
     cells_ahead: Arc<Vec<crate::steps::CellAhead>>,
+    /// The state directory's unit store, handed to every step.
+    units: crate::reuse::UnitStore,
 }
 
 /// The plan's backend, opened when a step of the run is of a kind that uses
@@ -230,6 +232,7 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
     let plan_file = plan_file(&loaded);
     let shared = Shared {
         cells_ahead: cells_ahead(&loaded, &pipeline, &state_dir, &options, &env, &kinds),
+        units: crate::reuse::UnitStore::open(&state_dir),
         root: loaded.root.clone(),
         plan_file,
         run_id: run_id.clone(),
@@ -1013,6 +1016,7 @@ impl Run {
                 let progress = self.shared.keeper.progress.clone();
                 Arc::new(move |text: &str| progress.note(text))
             },
+            units: self.shared.units.clone(),
         }
     }
 

@@ -1077,3 +1077,60 @@ fn issue17_a_resume_keeps_an_incomplete_step_final_and_what_needs_it_not_run() {
         "{text}"
     );
 }
+
+// ---- issue 17: a kind keeps values under its own keys across runs -------
+
+/// Reads what the last run left under its key, then leaves this run's id.
+fn keeps_units<'a>(
+    cx: &'a StepContext,
+    _io: &'a StepIo,
+    notes: &'a Path,
+) -> BoxFuture<'a, StepOutcome> {
+    Box::pin(async move {
+        let key = crate::reuse::sha256_hex(b"lens crashes x unit src/main.rs");
+        let before = match cx.units.get(&key) {
+            Ok(value) => value,
+            Err(e) => return failed(e.to_string()),
+        };
+        append(&notes.join("units"), &format!("{before:?}"));
+        match cx
+            .units
+            .put(&key, &json!({ "verdict": "clear", "run": cx.run_id }))
+        {
+            Ok(()) => StepOutcome::Succeeded,
+            Err(e) => failed(e.to_string()),
+        }
+    })
+}
+
+#[test]
+fn issue17_a_kind_reads_in_the_next_run_what_it_stored_in_its_unit_store() {
+    let repo = Repo::new(
+        "[[steps]]\nid = \"gate\"\nkind = \"command\"\nrun = \"true\"\n",
+        vec![(StepKind::Command, keeps_units)],
+    );
+    let first = repo.run(false);
+    assert_eq!(first.exit_code, 0, "{first:?}");
+    let second = repo.run(false);
+    assert_eq!(second.exit_code, 0, "{second:?}");
+    assert_ne!(first.run_id, second.run_id);
+    let seen: Vec<String> = repo.note("units").lines().map(str::to_owned).collect();
+    assert_eq!(seen[0], "None", "nothing stored before the first run");
+    assert_eq!(
+        seen[1],
+        format!(
+            "Some(Object {{\"verdict\": String(\"clear\"), \"run\": String(\"{}\")}})",
+            first.run_id
+        ),
+        "the second run reads the first run's value"
+    );
+    let key = crate::reuse::sha256_hex(b"lens crashes x unit src/main.rs");
+    assert!(
+        repo.state_dir()
+            .join("units")
+            .join(&key[..2])
+            .join(format!("{key}.json"))
+            .is_file(),
+        "in the state directory"
+    );
+}

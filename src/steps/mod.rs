@@ -33,6 +33,9 @@
 //!   reads `register`'s job id through the `deliver`s between them), the
 //!   same from the journal on resume as in the run that wrote them; read
 //!   only, and nothing of a step it does not need.
+//! - **A kind keeps small values across runs under keys of its own**
+//!   ([`StepContext::units`], `<state>/units/`): reuse finer than a step
+//!   (a clean verdict per lens × unit). A torn or missing value is a miss.
 //! - **A request goes out as it was first journaled** ([`StepIo::request_once`]):
 //!   a fresh idempotency key and the body, in one durable record before
 //!   anything is sent; an attempt that never heard back ends
@@ -267,6 +270,10 @@ pub struct StepContext {
     pub left_by: String,
     /// Says something the user must see while the step waits (not output).
     pub note: Arc<dyn Fn(&str) + Send + Sync>,
+    /// Small values the kind keeps across runs under keys of its own
+    /// (`<state>/units/`): unit-level reuse, such as a clean verdict per
+    /// lens × unit. The kind owns the keys and what enters them.
+    pub units: crate::reuse::UnitStore,
 }
 
 /// How one attempt of a step ended. Each maps to a step state and to an
