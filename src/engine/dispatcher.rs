@@ -1274,7 +1274,7 @@ impl Run {
 
     /// Why a step whose `needs` stopped it was not run, when an incomplete
     /// step stopped it (directly, or through steps it stopped) and no need
-    /// failed: `not run: `b` was incomplete`. A gate that could not judge
+    /// failed: ``not run: `b` was incomplete``. A gate that could not judge
     /// everything stops the gates after it this way.
     fn not_run_because(&self, needs: &[NodeIndex]) -> Option<String> {
         let state = |need: &NodeIndex| self.schedule.states[need.index()];
