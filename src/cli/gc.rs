@@ -18,7 +18,11 @@
 //! - a run whose journal this gameplan cannot read (maybe a newer one's);
 //! - `store/last/`, the reuse keys `plan explain` compares against to say why
 //!   a step is not reused: it lives in the store, not in the runs, and is
-//!   small, so neither limit touches it.
+//!   small, so neither limit touches it;
+//! - `units/`, the small values step kinds keep under keys of their own
+//!   ([`crate::reuse::UnitStore`]): a few hundred bytes per key, one more
+//!   only when a unit's content changes, not per run; `--max-store` counts
+//!   only `store/` (trimming `units/` waits for the kind that fills it).
 //!
 //! The store is trimmed least recently used first (an entry's `entry.json`
 //! mtime is refreshed on every reuse) until it fits `--max-store`; entries

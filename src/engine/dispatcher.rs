@@ -57,6 +57,8 @@ struct Shared {
     /// Every play cell and whether it will be reused, decided before the
     /// run.
     cells_ahead: Arc<Vec<crate::steps::CellAhead>>,
+    /// The state directory's unit store, handed to every step.
+    units: crate::reuse::UnitStore,
 }
 
 /// The plan's backend, opened when a step of the run is of a kind that uses
@@ -230,6 +232,7 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
     let plan_file = plan_file(&loaded);
     let shared = Shared {
         cells_ahead: cells_ahead(&loaded, &pipeline, &state_dir, &options, &env, &kinds),
+        units: crate::reuse::UnitStore::open(&state_dir),
         root: loaded.root.clone(),
         plan_file,
         run_id: run_id.clone(),
@@ -713,7 +716,7 @@ fn summary_sections(
     pipeline
         .order
         .iter()
-        .filter(|&&node| reports[node.index()].state.satisfies_needs())
+        .filter(|&&node| reports[node.index()].state.has_results())
         .filter_map(|&node| {
             let id = &pipeline.graph[node].id;
             let kind = kinds.get(pipeline.graph[node].kind)?;
@@ -876,8 +879,15 @@ impl Run {
                 log: None,
             })
             .collect();
+        let mut schedule = Schedule::new(Arc::clone(&pipeline));
+        for index in pipeline.graph.node_indices() {
+            schedule.partial_ok[index.index()] = shared
+                .kinds
+                .get(pipeline.graph[index].kind)
+                .is_some_and(crate::steps::Kind::partial_results_are_results);
+        }
         Run {
-            schedule: Schedule::new(Arc::clone(&pipeline)),
+            schedule,
             pipeline,
             shared,
             reports,
@@ -1006,6 +1016,7 @@ impl Run {
                 let progress = self.shared.keeper.progress.clone();
                 Arc::new(move |text: &str| progress.note(text))
             },
+            units: self.shared.units.clone(),
         }
     }
 
@@ -1221,17 +1232,19 @@ impl Run {
         for node in std::mem::take(&mut self.schedule.skipped) {
             // Skipped for a need that did not succeed, or never started
             // because a fail-fast abort came first.
-            let blocked = self
-                .pipeline
-                .needs(node)
+            let needs = self.pipeline.needs(node);
+            let blocked = needs
                 .iter()
-                .any(|need| !self.schedule.states[need.index()].satisfies_needs());
+                .any(|need| !self.schedule.satisfies_needs(*need));
+            let not_run = self.not_run_because(&needs);
             let report = &mut self.reports[node.index()];
             if report.state == StepState::Skipped {
                 continue;
             }
             report.state = StepState::Skipped;
-            report.message = Some(if blocked {
+            report.message = Some(if let Some(why) = not_run {
+                why
+            } else if blocked {
                 "a step it needs did not succeed".into()
             } else if self.fail_fast {
                 "not started: --fail-fast stopped the run at a failure".into()
@@ -1257,6 +1270,35 @@ impl Run {
             });
             self.shared.keeper.progress.step_finished(report);
         }
+    }
+
+    /// Why a step whose `needs` stopped it was not run, when an incomplete
+    /// step stopped it (directly, or through steps it stopped) and no need
+    /// failed: ``not run: `b` was incomplete``. A gate that could not judge
+    /// everything stops the gates after it this way.
+    fn not_run_because(&self, needs: &[NodeIndex]) -> Option<String> {
+        let state = |need: &NodeIndex| self.schedule.states[need.index()];
+        if needs.iter().any(|n| state(n) == StepState::Failed) {
+            return None;
+        }
+        if let Some(need) = needs
+            .iter()
+            .find(|n| state(n) == StepState::Incomplete && !self.schedule.satisfies_needs(**n))
+        {
+            return Some(format!(
+                "{}`{}` was incomplete",
+                crate::report::run::NOT_RUN,
+                self.pipeline.graph[*need].id
+            ));
+        }
+        needs.iter().find_map(|need| {
+            let report = &self.reports[need.index()];
+            (report.state == StepState::Skipped)
+                .then_some(report.message.as_deref())
+                .flatten()
+                .filter(|m| m.starts_with(crate::report::run::NOT_RUN))
+                .map(str::to_owned)
+        })
     }
 
     /// After fail-fast, the run is over: what never started is skipped.

@@ -1,7 +1,8 @@
 //! The schedule: step states, readiness and skipping, by the rules of
 //! DESIGN §3 (a step is ready when every step it needs has finished; a step
 //! whose need did not succeed is skipped, and so is everything below it,
-//! unless it is `always`). Pure bookkeeping: it starts nothing, writes
+//! unless it is `always`; an incomplete need did not succeed unless its
+//! kind's partial results are results). Pure bookkeeping: it starts nothing, writes
 //! nothing, and is tested on its own.
 
 use std::cmp::Reverse;
@@ -18,6 +19,11 @@ use crate::journal::run::StepState;
 pub struct Schedule {
     pipeline: Arc<Pipeline>,
     pub states: Vec<StepState>,
+    /// Per step: whether its kind's partial results are results, so that
+    /// it satisfies what needs it also when it ended incomplete
+    /// ([`crate::steps::Kind::partial_results_are_results`]). All false
+    /// until the run sets them: an incomplete step stops what needs it.
+    pub partial_ok: Vec<bool>,
     /// Needs of each step that have not reached a final state.
     waiting: Vec<usize>,
     pub ready: BinaryHeap<Reverse<NodeIndex>>,
@@ -33,6 +39,7 @@ impl Schedule {
         Schedule {
             pipeline,
             states: vec![StepState::Pending; n],
+            partial_ok: vec![false; n],
             waiting: vec![0; n],
             ready: BinaryHeap::new(),
             skipped: Vec::new(),
@@ -49,6 +56,12 @@ impl Schedule {
         self.ready.extend(nodes.into_iter().map(Reverse));
     }
 
+    /// Whether `node`'s state lets the steps that need it run.
+    pub fn satisfies_needs(&self, node: NodeIndex) -> bool {
+        let state = self.states[node.index()];
+        state.satisfies_needs() || (state == StepState::Incomplete && self.partial_ok[node.index()])
+    }
+
     pub fn initialize(&mut self) {
         let order = self.pipeline.order.clone();
         for &node in &order {
@@ -63,9 +76,10 @@ impl Schedule {
             if self.states[node.index()] != StepState::Pending {
                 continue;
             }
-            let blocked = self.pipeline.needs(node).iter().any(|need| {
-                self.states[need.index()].is_final() && !self.states[need.index()].satisfies_needs()
-            });
+            let blocked =
+                self.pipeline.needs(node).iter().any(|need| {
+                    self.states[need.index()].is_final() && !self.satisfies_needs(*need)
+                });
             if blocked && !self.pipeline.graph[node].always {
                 self.skip(node);
             } else if self.waiting[node.index()] == 0 {
@@ -89,7 +103,7 @@ impl Schedule {
 
     /// Records that `node` reached a final state; returns dependants to skip.
     fn settle(&mut self, node: NodeIndex) -> Vec<NodeIndex> {
-        let ok = self.states[node.index()].satisfies_needs();
+        let ok = self.satisfies_needs(node);
         let dependants: Vec<NodeIndex> = self
             .pipeline
             .graph
@@ -213,6 +227,47 @@ mod tests {
         let _ = ids(&mut schedule);
         schedule.finish(a, StepState::Interrupted, true);
         assert_eq!(schedule.skipped.len(), 2, "b and c");
+    }
+
+    #[test]
+    fn issue17_an_incomplete_step_stops_what_needs_it_unless_its_partial_results_are_results() {
+        let mut schedule = Schedule::new(pipeline());
+        schedule.initialize();
+        let _ = ids(&mut schedule);
+        let a = node(&schedule, "a");
+        schedule.finish(a, StepState::Succeeded, false);
+        let _ = ids(&mut schedule);
+        let b = node(&schedule, "b");
+        schedule.finish(b, StepState::Incomplete, false);
+        let skipped: Vec<&str> = schedule
+            .skipped
+            .iter()
+            .map(|n| schedule.pipeline.graph[*n].id.as_str())
+            .collect();
+        assert_eq!(skipped, ["c"]);
+        assert_eq!(ids(&mut schedule), ["e"], "`always` still runs");
+
+        let mut schedule = Schedule::new(pipeline());
+        let b = node(&schedule, "b");
+        schedule.partial_ok[b.index()] = true;
+        schedule.initialize();
+        let _ = ids(&mut schedule);
+        schedule.finish(a, StepState::Succeeded, false);
+        let _ = ids(&mut schedule);
+        schedule.finish(b, StepState::Incomplete, false);
+        assert!(schedule.skipped.is_empty());
+        assert_eq!(ids(&mut schedule), ["c", "e"]);
+
+        // A resume from a journal whose `b` ended incomplete: `c` is
+        // skipped at once, `e` is ready.
+        let mut schedule = Schedule::new(pipeline());
+        let d = node(&schedule, "d");
+        schedule.states[a.index()] = StepState::Succeeded;
+        schedule.states[b.index()] = StepState::Incomplete;
+        schedule.states[d.index()] = StepState::Succeeded;
+        schedule.initialize();
+        assert_eq!(schedule.skipped.len(), 1, "c");
+        assert_eq!(ids(&mut schedule), ["e"]);
     }
 
     #[test]

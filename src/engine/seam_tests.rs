@@ -915,3 +915,222 @@ fn ctrl_c_at_the_price_question_is_a_no() {
     assert_eq!(said.trim(), "10 declined", "the child's report: {said:?}");
     assert!(signalled.elapsed().as_secs() < 5, "promptly");
 }
+
+// ---- issue 17: an incomplete step stops what needs it --------------------
+
+const CHAIN: &str = r#"
+[[steps]]
+id = "a"
+kind = "command"
+run = "true"
+
+[[steps]]
+id = "b"
+kind = "command"
+run = "true"
+needs = ["a"]
+
+[[steps]]
+id = "c"
+kind = "command"
+run = "true"
+needs = ["b"]
+
+[[steps]]
+id = "d"
+kind = "command"
+run = "true"
+needs = ["c"]
+
+[[steps]]
+id = "finish"
+kind = "finish"
+needs = ["d"]
+always = true
+"#;
+
+/// `b` could not judge everything (a gate INCOMPLETE); the others succeed.
+fn b_incomplete<'a>(
+    cx: &'a StepContext,
+    _io: &'a StepIo,
+    notes: &'a Path,
+) -> BoxFuture<'a, StepOutcome> {
+    Box::pin(async move {
+        append(&notes.join("ran"), &cx.instance.id);
+        if cx.instance.id != "b" {
+            return StepOutcome::Succeeded;
+        }
+        std::fs::create_dir_all(&cx.step_dir).expect("step dir");
+        std::fs::write(cx.step_dir.join("summary.txt"), "gate b: INCOMPLETE\n").expect("summary");
+        StepOutcome::Incomplete {
+            message: "2 units were missing".into(),
+        }
+    })
+}
+
+#[test]
+fn issue17_an_incomplete_step_stops_what_needs_it_and_always_steps_still_run() {
+    let repo = Repo::new(
+        CHAIN,
+        vec![(StepKind::Command, b_incomplete), (StepKind::Finish, ok)],
+    );
+    let report = repo.run(false);
+    assert_eq!(report.exit_code, 2, "{report:?}");
+    assert_eq!(report.outcome, crate::journal::run::RunOutcome::Incomplete);
+    assert_eq!(state(&report, "b"), StepState::Incomplete);
+    assert_eq!(state(&report, "c"), StepState::Skipped);
+    assert_eq!(state(&report, "d"), StepState::Skipped);
+    assert_eq!(state(&report, "finish"), StepState::Succeeded);
+    assert_eq!(repo.note("ran"), "a\nb\nfinish\n", "c and d never ran");
+    let message = |id: &str| {
+        report
+            .steps
+            .iter()
+            .find(|s| s.id == id)
+            .and_then(|s| s.message.clone())
+            .unwrap_or_default()
+    };
+    assert_eq!(message("c"), "not run: `b` was incomplete");
+    assert_eq!(message("d"), "not run: `b` was incomplete", "through `c`");
+    let text = crate::report::run_summary::text(&report, false);
+    assert!(text.contains("INCOMPLETE"), "{text}");
+    assert!(
+        text.contains("  incomplete: b: 2 units were missing"),
+        "{text}"
+    );
+    assert!(
+        text.contains("  not run: c: `b` was incomplete\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("  not run: d: `b` was incomplete\n"),
+        "{text}"
+    );
+    // The incomplete step's partial results still reach the summary.
+    assert!(
+        report.sections.iter().any(|s| s.step == "b"),
+        "{:?}",
+        report.sections
+    );
+    let markdown = crate::report::run_summary::markdown(&report);
+    assert!(
+        markdown.contains("**Not run:** `c`: `b` was incomplete"),
+        "{markdown}"
+    );
+}
+
+/// Like [`b_incomplete`], and `x` (beside the chain) never hears back on
+/// its first attempt, so the run stays open for a resume.
+fn b_incomplete_x_uncertain<'a>(
+    cx: &'a StepContext,
+    io: &'a StepIo,
+    notes: &'a Path,
+) -> BoxFuture<'a, StepOutcome> {
+    Box::pin(async move {
+        if cx.instance.id == "x" {
+            append(&notes.join("ran"), "x");
+            if cx.attempt == 1 {
+                return StepOutcome::Uncertain {
+                    message: "no answer".into(),
+                };
+            }
+            return StepOutcome::Succeeded;
+        }
+        b_incomplete(cx, io, notes).await
+    })
+}
+
+#[test]
+fn issue17_a_resume_keeps_an_incomplete_step_final_and_what_needs_it_not_run() {
+    let plan = format!("{CHAIN}\n[[steps]]\nid = \"x\"\nkind = \"register\"\n");
+    let repo = Repo::new(
+        &plan,
+        vec![
+            (StepKind::Command, b_incomplete_x_uncertain),
+            (StepKind::Register, b_incomplete_x_uncertain),
+            (StepKind::Finish, ok),
+        ],
+    );
+    let first = repo.run(false);
+    assert_eq!(
+        first.exit_code, 1,
+        "uncertain outranks incomplete: {first:?}"
+    );
+    assert_eq!(state(&first, "c"), StepState::Skipped);
+    let second = repo.run(true);
+    assert_eq!(second.exit_code, 2, "{second:?}");
+    assert_eq!(state(&second, "b"), StepState::Incomplete);
+    assert_eq!(state(&second, "c"), StepState::Skipped);
+    assert_eq!(state(&second, "d"), StepState::Skipped);
+    assert_eq!(state(&second, "x"), StepState::Succeeded);
+    let notes = repo.note("ran");
+    let mut ran: Vec<&str> = notes.lines().collect();
+    ran.sort_unstable();
+    assert_eq!(
+        ran,
+        ["a", "b", "finish", "x", "x"],
+        "b is not replayed, c and d never run"
+    );
+    let text = crate::report::run_summary::text(&second, false);
+    assert!(
+        text.contains("  not run: c: `b` was incomplete\n"),
+        "{text}"
+    );
+}
+
+// ---- issue 17: a kind keeps values under its own keys across runs -------
+
+/// Reads what the last run left under its key, then leaves this run's id.
+fn keeps_units<'a>(
+    cx: &'a StepContext,
+    _io: &'a StepIo,
+    notes: &'a Path,
+) -> BoxFuture<'a, StepOutcome> {
+    Box::pin(async move {
+        let key = crate::reuse::sha256_hex(b"lens crashes x unit src/main.rs");
+        let before = match cx.units.get(&key) {
+            Ok(value) => value,
+            Err(e) => return failed(e.to_string()),
+        };
+        append(&notes.join("units"), &format!("{before:?}"));
+        match cx
+            .units
+            .put(&key, &json!({ "verdict": "clear", "run": cx.run_id }))
+        {
+            Ok(()) => StepOutcome::Succeeded,
+            Err(e) => failed(e.to_string()),
+        }
+    })
+}
+
+#[test]
+fn issue17_a_kind_reads_in_the_next_run_what_it_stored_in_its_unit_store() {
+    let repo = Repo::new(
+        "[[steps]]\nid = \"gate\"\nkind = \"command\"\nrun = \"true\"\n",
+        vec![(StepKind::Command, keeps_units)],
+    );
+    let first = repo.run(false);
+    assert_eq!(first.exit_code, 0, "{first:?}");
+    let second = repo.run(false);
+    assert_eq!(second.exit_code, 0, "{second:?}");
+    assert_ne!(first.run_id, second.run_id);
+    let seen: Vec<String> = repo.note("units").lines().map(str::to_owned).collect();
+    assert_eq!(seen[0], "None", "nothing stored before the first run");
+    assert_eq!(
+        seen[1],
+        format!(
+            "Some(Object {{\"verdict\": String(\"clear\"), \"run\": String(\"{}\")}})",
+            first.run_id
+        ),
+        "the second run reads the first run's value"
+    );
+    let key = crate::reuse::sha256_hex(b"lens crashes x unit src/main.rs");
+    assert!(
+        repo.state_dir()
+            .join("units")
+            .join(&key[..2])
+            .join(format!("{key}.json"))
+            .is_file(),
+        "in the state directory"
+    );
+}

@@ -60,12 +60,19 @@ impl StepState {
         )
     }
 
-    /// Whether steps that need this one may run (partial results are results).
+    /// Whether steps that need this one may run. An incomplete step does
+    /// only when its kind says its partial results are results (a play cell
+    /// its budget stopped: [`crate::steps::Kind::partial_results_are_results`]);
+    /// the schedule asks that of the step's kind, so a gate that could not
+    /// judge everything never lets the gates after it run.
     pub fn satisfies_needs(self) -> bool {
-        matches!(
-            self,
-            StepState::Succeeded | StepState::Reused | StepState::Incomplete
-        )
+        matches!(self, StepState::Succeeded | StepState::Reused)
+    }
+
+    /// Whether the step left results (a summary section, a part of the
+    /// playtest): succeeded, reused, or incomplete with partial ones.
+    pub fn has_results(self) -> bool {
+        self.satisfies_needs() || self == StepState::Incomplete
     }
 
     pub fn word(self) -> &'static str {

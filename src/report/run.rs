@@ -8,6 +8,10 @@ use serde::Serialize;
 
 use crate::journal::run::{RunOutcome, StepState};
 
+/// How the message of a step an incomplete step stopped begins
+/// (``not run: `b` was incomplete``); the summary lists such steps.
+pub const NOT_RUN: &str = "not run: ";
+
 /// One step's line in the run report.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct StepReport {

@@ -70,6 +70,7 @@ pub fn text(report: &RunReport, color: bool) -> String {
             );
         }
     }
+    not_run_text(&mut out, report, color);
     if let Some(fail_on) = report.fail_on.as_ref().filter(|f| !f.matched.is_empty()) {
         let found: Vec<String> = fail_on
             .matched
@@ -106,6 +107,26 @@ pub fn text(report: &RunReport, color: bool) -> String {
         let _ = writeln!(out, "  resume with: {resume}");
     }
     out
+}
+
+/// Steps an incomplete one stopped: a gate that could not judge
+/// everything must not read as if the gates after it passed.
+fn not_run_text(out: &mut String, report: &RunReport, color: bool) {
+    for step in &report.steps {
+        if step.state == StepState::Skipped
+            && let Some(why) = step
+                .message
+                .as_deref()
+                .and_then(|m| m.strip_prefix(super::run::NOT_RUN))
+        {
+            let _ = writeln!(
+                out,
+                "  {}: {}: {why}",
+                paint(color, "33", "not run"),
+                step.id
+            );
+        }
+    }
 }
 
 /// `--fail-on crash,high`, or the plan's key when it judged.
@@ -274,6 +295,18 @@ pub fn markdown(report: &RunReport) -> String {
         );
     }
     out.push('\n');
+    // Steps an incomplete one stopped: a gate that could not judge
+    // everything must not read as if the gates after it passed.
+    for step in &report.steps {
+        if step.state == StepState::Skipped
+            && let Some(why) = step
+                .message
+                .as_deref()
+                .and_then(|m| m.strip_prefix(super::run::NOT_RUN))
+        {
+            let _ = writeln!(out, "**Not run:** `{}`: {why}\n", step.id);
+        }
+    }
     if let Some(fail_on) = report.fail_on.as_ref().filter(|f| !f.matched.is_empty()) {
         let ids: Vec<String> = fail_on
             .matched

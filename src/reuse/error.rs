@@ -92,6 +92,12 @@ pub enum ReuseError {
     RestoreBlocked { path: String },
 
     #[error(
+        "unit key `{key}` is not 1 to 128 characters of [A-Za-z0-9_-]; a kind's unit keys name files in the state directory, so make them a digest (e.g. a sha256 hex)"
+    )]
+    #[diagnostic(code(reuse::bad_unit_key))]
+    BadUnitKey { key: String },
+
+    #[error(
         "could not {action} `{path}`: {source}; check that it exists and that gameplan may read and write there"
     )]
     #[diagnostic(code(reuse::io))]

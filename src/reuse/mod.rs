@@ -4,8 +4,9 @@
 //! step's result) and its canonical encoding and digest, the explanation of why
 //! a key differs from the previous one ([`why_not_reused`]), the expansion of
 //! `inputs` globs into repo files ([`expand_inputs`]), the content-hash cache
-//! of those files ([`FileHashCache`]), and the result [`Store`] under
-//! `<state>/store/`. It does not decide which settings of a step kind belong in
+//! of those files ([`FileHashCache`]), the result [`Store`] under
+//! `<state>/store/`, and the [`UnitStore`] under `<state>/units/`, where a
+//! kind keeps small values under keys of its own (unit-level reuse). It does not decide which settings of a step kind belong in
 //! a key (each step kind does), run steps, schedule, lock plans or print
 //! anything. All I/O is synchronous `std::fs`; the caller owns threading.
 //!
@@ -55,6 +56,7 @@ mod inputs;
 mod key;
 mod paths;
 mod store;
+mod units;
 mod write;
 
 pub use error::ReuseError;
@@ -64,3 +66,4 @@ pub use key::{KEY_VERSION, ReuseKey, outputs_digest, sha256_hex, why_not_reused}
 pub use store::{
     Entry, INLINE_MAX, RestoreScope, STALE_TEMP_AGE, Store, StoredEntry, StoredOutput, dir_size,
 };
+pub use units::{UNITS_DIR, UnitStore};

@@ -33,6 +33,9 @@
 //!   reads `register`'s job id through the `deliver`s between them), the
 //!   same from the journal on resume as in the run that wrote them; read
 //!   only, and nothing of a step it does not need.
+//! - **A kind keeps small values across runs under keys of its own**
+//!   ([`StepContext::units`], `<state>/units/`): reuse finer than a step
+//!   (a clean verdict per lens × unit). A torn or missing value is a miss.
 //! - **A request goes out as it was first journaled** ([`StepIo::request_once`]):
 //!   a fresh idempotency key and the body, in one durable record before
 //!   anything is sent; an attempt that never heard back ends
@@ -155,6 +158,16 @@ pub trait Kind: Send + Sync {
         None
     }
 
+    /// Whether an incomplete step of this kind still lets the steps that
+    /// need it run: its partial results are results (a play cell its
+    /// budget stopped has a report to deliver and merge). By default not:
+    /// a step that could not judge or finish everything (a gate
+    /// INCOMPLETE) stops what needs it, reported not run (`always` steps
+    /// still run).
+    fn partial_results_are_results(&self) -> bool {
+        false
+    }
+
     /// Whether its steps call the plan's backend (money and delivery): a
     /// run with such a step opens the backend before anything runs, and
     /// refuses (exit 3, nothing charged) when it cannot.
@@ -257,6 +270,10 @@ pub struct StepContext {
     pub left_by: String,
     /// Says something the user must see while the step waits (not output).
     pub note: Arc<dyn Fn(&str) + Send + Sync>,
+    /// Small values the kind keeps across runs under keys of its own
+    /// (`<state>/units/`): unit-level reuse, such as a clean verdict per
+    /// lens × unit. The kind owns the keys and what enters them.
+    pub units: crate::reuse::UnitStore,
 }
 
 /// How one attempt of a step ended. Each maps to a step state and to an

@@ -59,6 +59,13 @@ impl Kind for Play {
         StepKind::Play
     }
 
+    /// A cell the backend stopped at its allowance is incomplete, and its
+    /// report holds what it played: `deliver` uploads it, `aggregate`
+    /// merges it.
+    fn partial_results_are_results(&self) -> bool {
+        true
+    }
+
     fn reuse(&self, cx: &KeyContext<'_>) -> Result<Reuse, StepError> {
         let cell = Cell::of(cx.plan, cx.step, cx.instance)?;
         if !cell.persona.player.is_deterministic() {
@@ -437,5 +444,12 @@ needs = ["build", "register"]
             key_with(None, Some("job-1")),
             Reuse::AfterUpstream(why) if why.contains("`build` runs first")
         ));
+    }
+
+    #[test]
+    fn issue17_a_budget_stopped_cell_still_feeds_what_needs_it() {
+        // `deliver` uploads an incomplete cell's report and `aggregate`
+        // merges it: unlike a gate's, a cell's partial results are results.
+        assert!(Play.partial_results_are_results());
     }
 }

@@ -244,6 +244,7 @@ needs = ["register"]
             env: Arc::new(std::env::vars().collect()),
             left_by: "test-run".into(),
             note: Arc::new(|_: &str| {}),
+            units: crate::reuse::UnitStore::open(&self.root().join(".gameplan")),
         };
         let conn = Connection {
             backend: Arc::new(LocalBackend::new(Arc::clone(&self.ledger))),

@@ -619,6 +619,7 @@ always = true
             env: Arc::default(),
             left_by: "run-1".into(),
             note: Arc::new(move |text: &str| heard.lock().expect("notes").push(text.to_owned())),
+            units: crate::reuse::UnitStore::open(dir),
         };
         (cx, notes)
     }
