@@ -589,6 +589,7 @@ fn close(
     let root_causes = root_causes(&pipeline, &run.reports);
     let root_cause = root_cause(&run, &root_causes, open);
     let sections = summary_sections(&pipeline, &shared.kinds, &run.reports, &run_dir);
+    let junit = junit_cases(&pipeline, &shared.kinds, &run.reports, &run_dir);
     let report = RunReport {
         run_id,
         plan: shared.plan.name.clone(),
@@ -607,6 +608,7 @@ fn close(
         // An unfinished run's gates may still run on its resume.
         unjudged_findings: verdict.unjudged.filter(|_| !resumable),
         sections,
+        junit,
     };
     if !resumable && run_dir.journal().exists() {
         let summary = serde_json::to_vec_pretty(&report).unwrap_or_default();
@@ -723,6 +725,38 @@ fn summary_sections(
             let mut section = kind.summary(&run_dir.step(id))?;
             section.step.clone_from(id);
             Some(section)
+        })
+        .collect()
+}
+
+/// The `JUnit` cases the kinds of the steps that ran or were reused hand
+/// over ([`crate::steps::Kind::junit_cases`]), in plan order; a step that
+/// did not run in this run (skipped, pending) has none.
+fn junit_cases(
+    pipeline: &Pipeline,
+    kinds: &Kinds,
+    reports: &[StepReport],
+    run_dir: &RunDir,
+) -> Vec<crate::report::run::KindCases> {
+    pipeline
+        .order
+        .iter()
+        .filter(|&&node| {
+            !matches!(
+                reports[node.index()].state,
+                StepState::Skipped | StepState::Pending | StepState::Running
+            )
+        })
+        .filter_map(|&node| {
+            let instance = &pipeline.graph[node];
+            let cases = kinds
+                .get(instance.kind)?
+                .junit_cases(&run_dir.step(&instance.id));
+            (!cases.is_empty()).then(|| crate::report::run::KindCases {
+                step: instance.id.clone(),
+                kind: reports[node.index()].kind.clone(),
+                cases,
+            })
         })
         .collect()
 }

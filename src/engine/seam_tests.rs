@@ -77,6 +77,27 @@ impl Kind for Scripted {
         })
     }
 
+    fn junit_cases(&self, step_dir: &Path) -> Vec<crate::steps::JunitCase> {
+        // One case per line of `cases.txt`; a `!` before the name fails it.
+        let text = std::fs::read_to_string(step_dir.join("cases.txt")).unwrap_or_default();
+        text.lines()
+            .map(|line| crate::steps::JunitCase {
+                name: line.trim_start_matches('!').to_owned(),
+                classname: "lens".into(),
+                outcome: match line.strip_prefix('!') {
+                    Some(name) => crate::steps::CaseOutcome::Failed {
+                        message: format!("{name}: a finding stands"),
+                        text: String::new(),
+                    },
+                    None => crate::steps::CaseOutcome::Passed,
+                },
+                time_ms: None,
+                text: None,
+                finding: None,
+            })
+            .collect()
+    }
+
     fn playtest(&self, step_dir: &Path) -> Option<crate::steps::PlaytestPart> {
         let summary = step_dir.join("games.json");
         summary
@@ -607,6 +628,62 @@ fn a_kind_adds_its_section_to_the_run_summary() {
     assert_eq!(report.sections.len(), 1, "{report:?}");
     assert_eq!(report.sections[0].step, "finish");
     assert_eq!(report.sections[0].text, "settled: 1234 cents, refund 0\n");
+}
+
+fn judges_and_fails<'a>(
+    cx: &'a StepContext,
+    _io: &'a StepIo,
+    _notes: &'a Path,
+) -> BoxFuture<'a, StepOutcome> {
+    Box::pin(async move {
+        std::fs::create_dir_all(&cx.step_dir).expect("step dir");
+        std::fs::write(cx.step_dir.join("cases.txt"), "clear.rs\n!found.rs\n").expect("cases");
+        StepOutcome::Failed {
+            exit_code: None,
+            message: "FIX FIRST".into(),
+        }
+    })
+}
+
+/// A step that fails still hands its cases over (a FIX FIRST gate's are
+/// the point); a step skipped after it, which would write some, has none.
+#[test]
+fn issue17_a_kind_hands_its_junit_cases_also_when_its_step_failed() {
+    let repo = Repo::new(
+        "[[steps]]\nid = \"first\"\nkind = \"estimate\"\n\n\
+         [[steps]]\nid = \"second\"\nkind = \"register\"\nneeds = [\"first\"]\n",
+        vec![
+            (StepKind::Estimate, judges_and_fails),
+            (StepKind::Register, judges_and_fails),
+        ],
+    );
+    let report = repo.run(false);
+    assert_eq!(state(&report, "second"), StepState::Skipped, "{report:?}");
+    assert_eq!(report.junit.len(), 1, "{report:?}");
+    let cases = &report.junit[0];
+    assert_eq!(
+        (cases.step.as_str(), cases.kind.as_str()),
+        ("first", "estimate")
+    );
+    let names: Vec<&str> = cases.cases.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["clear.rs", "found.rs"]);
+    assert!(matches!(
+        cases.cases[1].outcome,
+        crate::steps::CaseOutcome::Failed { .. }
+    ));
+    // In the file: a suite of the step's own, classnames under the kind.
+    let path = repo.notes().join("junit.xml");
+    crate::report::run_summary::write_junit(&report, &path).expect("written");
+    let xml = std::fs::read_to_string(&path).expect("read");
+    let suite = xml
+        .split("<testsuite name=\"seam: first\"")
+        .nth(1)
+        .expect(&xml);
+    assert!(
+        suite.contains(r#"<testcase name="found.rs" classname="seam.estimate.lens">"#)
+            && suite.contains(r#"<failure message="found.rs: a finding stands""#),
+        "{xml}"
+    );
 }
 
 fn simulates<'a>(

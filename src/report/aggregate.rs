@@ -584,6 +584,57 @@ pub(crate) fn severity_of(name: &str) -> Severity {
         .unwrap_or(Severity::Low)
 }
 
+/// The `JUnit` cases of a merge: one per distinct finding, classname its
+/// category. A case is `skipped` ("not judged") unless the run's `fail_on`
+/// judged the findings, which fails the cases of those it matched and
+/// passes the rest (`run_summary`): a finding alone never turns a CI check
+/// red, as it never fails the run. Paths are the run directory's, as in
+/// `aggregate.json`, so a reused aggregate reports what it first did.
+pub fn junit_cases(agg: &Aggregate) -> Vec<super::run::JunitCase> {
+    agg.findings
+        .iter()
+        .map(|f| {
+            let mut text = format!(
+                "{} {} {}: {}\nwhere: {}\nmet by {} ({}), first in {} seed {} ({})\nreport: {}\n",
+                f.severity,
+                f.category,
+                f.id,
+                f.title,
+                f.location,
+                super::plural(usize::try_from(f.met).unwrap_or(usize::MAX), "cell"),
+                f.found_by.join(", "),
+                f.first.step,
+                f.first.seed,
+                if f.first.controller.is_empty() {
+                    f.first.persona.clone()
+                } else {
+                    format!("{}/{}", f.first.persona, f.first.controller)
+                },
+                f.report,
+            );
+            for command in [&f.replay, &f.shrink].into_iter().flatten() {
+                let _ = writeln!(text, "{command}");
+            }
+            text.push_str(
+                "(paths are relative to the run's directory, .gameplan/runs/<run-id>/)\n",
+            );
+            super::run::JunitCase {
+                name: format!("{} {}", f.id, f.title),
+                classname: f.category.clone(),
+                outcome: super::run::CaseOutcome::Skipped {
+                    message: format!(
+                        "{} {}: not judged (set --fail-on or fail_on to fail on it)",
+                        f.severity, f.category
+                    ),
+                },
+                time_ms: None,
+                text: Some(text),
+                finding: Some(f.id.clone()),
+            }
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

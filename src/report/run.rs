@@ -77,6 +77,59 @@ pub struct RunReport {
     #[serde(skip)]
     #[schemars(skip)]
     pub sections: Vec<SummarySection>,
+    /// The test cases step kinds hand to `--junit` (`Kind::junit_cases`),
+    /// per step in plan order; not part of `--json` either.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub junit: Vec<KindCases>,
+}
+
+/// The `JUnit` test cases one step's kind handed over.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KindCases {
+    /// The step they come from (the engine sets it).
+    pub step: String,
+    /// Its kind's name (`aggregate`).
+    pub kind: String,
+    pub cases: Vec<JunitCase>,
+}
+
+/// One test case a step kind reports (a gate's lens × unit, an
+/// aggregate's finding), turned into `JUnit` by `report::run_summary`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JunitCase {
+    pub name: String,
+    /// Dotted, under the plan and the kind (`crash` becomes
+    /// `maze.aggregate.crash`).
+    pub classname: String,
+    pub outcome: CaseOutcome,
+    pub time_ms: Option<u64>,
+    /// What the case is about, in full (`system-out`).
+    pub text: Option<String>,
+    /// The finding the case is about: when the run's `fail_on` judged the
+    /// findings it decides the case (failed when it matched this one,
+    /// passed when not), whatever `outcome` says.
+    pub finding: Option<String>,
+}
+
+/// How a kind's test case came out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CaseOutcome {
+    Passed,
+    /// The thing judged failed (a finding stands).
+    Failed {
+        message: String,
+        text: String,
+    },
+    /// It could not be judged (a unit left missing).
+    Error {
+        message: String,
+        text: String,
+    },
+    /// Nothing judged it.
+    Skipped {
+        message: String,
+    },
 }
 
 /// A section a step kind adds to the run's summary.

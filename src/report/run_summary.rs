@@ -7,7 +7,7 @@ use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
 
 use super::paint;
 use super::progress::Duration;
-use super::run::{FailOnReport, RunReport, headline};
+use super::run::{CaseOutcome, FailOnReport, JunitCase, KindCases, RunReport, headline};
 use crate::journal::run::{RunOutcome, StepState};
 
 /// The closing table: counts, failures (each once, by its headline: the
@@ -245,8 +245,76 @@ pub fn write_junit(report: &RunReport, path: &Path) -> std::io::Result<()> {
     }
     let mut junit = Report::new(format!("gameplan run {}", report.run_id));
     junit.add_test_suite(suite);
+    // A kind's cases are a suite per step, not cases beside the step's:
+    // the steps' suite keeps one case per step (its counts are the run's
+    // steps), and GitHub's test reporters and nextest-style viewers show a
+    // suite as a group with its own counts, so an aggregate's findings or
+    // a gate's lens × unit read under their step instead of drowning it.
+    for cases in &report.junit {
+        junit.add_test_suite(kind_suite(report, cases));
+    }
     let xml = junit.to_string().map_err(std::io::Error::other)?;
     crate::journal::atomic_write(path, xml.as_bytes()).map_err(std::io::Error::other)
+}
+
+/// One step's kind's cases as a suite named `PLAN: STEP`, classnames under
+/// `PLAN.KIND`; a case about a finding is decided by the run's `fail_on`
+/// when it judged.
+fn kind_suite(report: &RunReport, cases: &KindCases) -> TestSuite {
+    let mut suite = TestSuite::new(format!("{}: {}", report.plan, cases.step));
+    for case in &cases.cases {
+        suite.add_test_case(kind_case(report, &cases.kind, case));
+    }
+    suite
+}
+
+fn kind_case(report: &RunReport, kind: &str, case: &JunitCase) -> TestCase {
+    let judged = match (&report.fail_on, &case.finding) {
+        (Some(fail_on), Some(id)) => Some(match fail_on.matched.iter().find(|f| &f.id == id) {
+            Some(f) => CaseOutcome::Failed {
+                message: format!(
+                    "{} {} matches {}: {}",
+                    f.severity,
+                    f.category,
+                    fail_on_named(fail_on),
+                    f.title
+                ),
+                text: case.text.clone().unwrap_or_default(),
+            },
+            None => CaseOutcome::Passed,
+        }),
+        _ => None,
+    };
+    let status = match judged.as_ref().unwrap_or(&case.outcome) {
+        CaseOutcome::Passed => TestCaseStatus::success(),
+        CaseOutcome::Skipped { message } => {
+            let mut s = TestCaseStatus::skipped();
+            s.set_message(message.clone());
+            s
+        }
+        CaseOutcome::Failed { message, text } => {
+            non_success(NonSuccessKind::Failure, message, text)
+        }
+        CaseOutcome::Error { message, text } => non_success(NonSuccessKind::Error, message, text),
+    };
+    let mut out = TestCase::new(case.name.clone(), status);
+    out.set_classname(format!("{}.{kind}.{}", report.plan, case.classname));
+    if let Some(ms) = case.time_ms {
+        out.set_time(std::time::Duration::from_millis(ms));
+    }
+    if let Some(text) = &case.text {
+        out.set_system_out(text.clone());
+    }
+    out
+}
+
+fn non_success(kind: NonSuccessKind, message: &str, text: &str) -> TestCaseStatus {
+    let mut s = TestCaseStatus::non_success(kind);
+    s.set_message(message.to_owned());
+    if !text.is_empty() {
+        s.set_description(text.to_owned());
+    }
+    s
 }
 
 /// The `fail_on` check as one test case: failed when a finding matched.

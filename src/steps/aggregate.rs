@@ -177,6 +177,14 @@ impl Kind for Aggregate {
         })
     }
 
+    fn junit_cases(&self, step_dir: &Path) -> Vec<super::JunitCase> {
+        std::fs::read(step_dir.join(AGGREGATE_JSON))
+            .ok()
+            .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+            .map(|agg| crate::report::aggregate::junit_cases(&agg))
+            .unwrap_or_default()
+    }
+
     fn restore_scope(&self, _cx: &StepContext) -> Result<RestoreScope, StepError> {
         RestoreScope::new(&[AGGREGATE_JSON, AGGREGATE_MD], []).map_err(|e| StepError(e.to_string()))
     }

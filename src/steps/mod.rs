@@ -168,6 +168,15 @@ pub trait Kind: Send + Sync {
         false
     }
 
+    /// The `JUnit` test cases a step of this kind reports (a gate's lens ×
+    /// unit, an aggregate's findings), from its directory, so a reused
+    /// step and a resumed run report the same; asked of every step that
+    /// ran or was reused (a gate that failed still has its cases). Each
+    /// step's cases are a test suite of their own in `--junit`.
+    fn junit_cases(&self, _step_dir: &Path) -> Vec<JunitCase> {
+        Vec::new()
+    }
+
     /// Whether its steps call the plan's backend (money and delivery): a
     /// run with such a step opens the backend before anything runs, and
     /// refuses (exit 3, nothing charged) when it cannot.
@@ -178,7 +187,7 @@ pub trait Kind: Send + Sync {
 
 pub use crate::report::playtest::PlaytestPart;
 
-pub use crate::report::run::SummarySection;
+pub use crate::report::run::{CaseOutcome, JunitCase, SummarySection};
 
 /// What a kind says of reusing its result.
 #[derive(Debug, Clone)]
