@@ -21,6 +21,7 @@ pub mod play;
 pub mod process_table;
 pub mod report;
 pub mod reuse;
+pub mod review;
 pub mod server;
 pub mod state_dir;
 pub mod steps;
