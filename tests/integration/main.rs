@@ -25,6 +25,7 @@ mod issue16_seam;
 mod issue16_serve;
 mod issue17_dispositions;
 mod issue17_junit;
+mod issue17_patches;
 mod issue8;
 mod maze;
 mod plan_check;
