@@ -494,6 +494,8 @@ pub enum GraphFormat {
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum SchemaName {
     Plan,
+    /// dispositions.toml beside a plan: accepted findings with an expiry.
+    Dispositions,
     /// The report that plan run --json prints.
     Run,
     /// Bridge protocol v1: the messages between gameplan and a game.
