@@ -143,9 +143,9 @@ rules:
 EOF
 
 count=$(find src -type f | wc -l)
-bytes=$(du -sk src | cut -f1)
+bytes=$(($(cat src/*/* | wc -c) / 1024))
 cat src/*/* >/dev/null # one untimed read: every side meets a warm page cache
-echo "corpus: $count files, ${bytes} KB under src/; rule: dbg!\\(" >&2
+echo "corpus: $count files, ${bytes} KB under src/; rule: dbg!\\("
 
 # Milliseconds of one run of a command (its output discarded).
 run_ms() {
@@ -178,7 +178,7 @@ cold() { rm -rf .gameplan; }
 # What the latest run's gate reports: "JUDGED REUSED" (over both lenses).
 judged() {
   local run
-  run=$(ls -t .gameplan/runs 2>/dev/null | head -1)
+  run=$(ls -t .gameplan/runs 2>/dev/null | head -1 || true)
   "$PYTHON" - ".gameplan/runs/$run/steps/review/review.json" <<'EOF'
 import json, sys
 try:
