@@ -258,7 +258,7 @@ kind = "gate"
     );
 }
 
-/// Every `<testcase>` of a JUnit file as `(suite, classname, name, status)`,
+/// Every `<testcase>` of a `JUnit` file as `(suite, classname, name, status)`,
 /// parsed strictly.
 fn junit(xml: &str) -> Vec<(String, String, String, String)> {
     use quick_xml::events::Event;
@@ -311,8 +311,10 @@ fn issue17_junit_has_one_case_per_lens_and_unit() {
         first
             .iter()
             .find(|c| c.1 == class && c.2 == unit)
-            .map(|c| c.3.as_str())
-            .unwrap_or_else(|| panic!("no case {class} {unit}: {cases:#?}"))
+            .map_or_else(
+                || panic!("no case {class} {unit}: {cases:#?}"),
+                |c| c.3.as_str(),
+            )
     };
     assert_eq!(status("gates.gate.lint", "src/a.rs"), "passed");
     assert_eq!(status("gates.gate.lint", "src/b.rs"), "failure");
