@@ -9,11 +9,11 @@
 //! sha256 of a repo program or charter it runs, the reviewer's card, the
 //! prompt version), the unit's id and content sha256, and the digest of the
 //! dispositions in force for the lens. A unit whose key holds a clean
-//! verdict is not judged (a command lens is not even sent it). A finding
-//! on a unit drops every clean verdict stored for that unit under the lens
-//! (kept in a small index per lens × unit), so a unit that was once found
-//! wanting is judged afresh even when its content goes back to an earlier
-//! clean state. Findings and missing verdicts are never stored.
+//! verdict is not judged (a command lens is not even sent it). The keys
+//! live in one entry per lens × unit, so a finding on a unit drops every
+//! clean verdict stored for it under the lens at once: a unit that was once
+//! found wanting is judged afresh even when its content goes back to an
+//! earlier clean state. Findings and missing verdicts are never stored.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -146,22 +146,42 @@ pub fn unit_key(lens_digest: &str, dispositions: &str, unit: &Unit) -> String {
     sha256_hex(doc.to_string().as_bytes())
 }
 
-/// The key of the index of clean verdicts stored for a unit under a lens.
-fn index_key(instance: &str, unit: &str) -> String {
+/// Where a lens instance's clean verdicts of one unit are kept: one entry
+/// per lens × unit, holding the keys (lens, content, dispositions) it was
+/// found clean under, so a finding drops them all at once.
+fn entry_key(instance: &str, unit: &str) -> String {
     sha256_hex(
-        json!({"index": instance, "unit": unit})
+        json!({"lens": instance, "unit": unit})
             .to_string()
             .as_bytes(),
     )
 }
 
-/// Whether `store` holds a clean verdict under `key`.
-fn stored_clean(store: &UnitStore, key: &str) -> Option<Verdict> {
-    let value = store.get(key).ok()??;
-    match value.get("verdict")?.as_str()? {
+/// The clean verdicts stored for a unit: `(key, verdict)`, oldest first.
+fn stored(store: &UnitStore, instance: &str, unit: &str) -> Vec<(String, String)> {
+    store
+        .get(&entry_key(instance, unit))
+        .ok()
+        .flatten()
+        .and_then(|v| serde_json::from_value(v).ok())
+        .unwrap_or_default()
+}
+
+/// The clean verdict stored for a unit under `key`, if any.
+fn stored_clean(store: &UnitStore, instance: &str, unit: &str, key: &str) -> Option<Verdict> {
+    let verdicts = stored(store, instance, unit);
+    match verdicts.iter().find(|(k, _)| k == key)?.1.as_str() {
         "clear" => Some(Verdict::Clear),
         "n/a" => Some(Verdict::NotApplicable),
         _ => None,
+    }
+}
+
+/// The name of a lens's instance for `reviewer`.
+pub fn instance_name(lens: &Lens, reviewer: Option<&Reviewer>) -> String {
+    match reviewer {
+        Some(r) => format!("{}@{}", lens.name, r.slug),
+        None => lens.name.clone(),
     }
 }
 
@@ -176,9 +196,13 @@ pub fn count_reused(
 ) -> usize {
     let digest = lens_digest(root, lens, reviewer);
     let dispositions = waivers.digest(&lens.name);
+    let instance = instance_name(lens, reviewer);
     units
         .iter()
-        .filter(|u| stored_clean(store, &unit_key(&digest, &dispositions, u)).is_some())
+        .filter(|u| {
+            let key = unit_key(&digest, &dispositions, u);
+            stored_clean(store, &instance, &u.id, &key).is_some()
+        })
         .count()
 }
 
@@ -204,10 +228,7 @@ pub async fn judge_lens(
     reviewer: Option<&Reviewer>,
     units: Result<Vec<Unit>, String>,
 ) -> LensReport {
-    let name = match reviewer {
-        Some(r) => format!("{}@{}", lens.name, r.slug),
-        None => lens.name.clone(),
-    };
+    let name = instance_name(lens, reviewer);
     let mut report = LensReport {
         name: name.clone(),
         lens: lens.name.clone(),
@@ -240,7 +261,10 @@ pub async fn judge_lens(
     let mut to_judge: Vec<(usize, Map<String, Value>)> = Vec::new();
     let mut reused: BTreeMap<usize, Verdict> = BTreeMap::new();
     for (i, unit) in units.iter().enumerate() {
-        if let Some(verdict) = j.store.and_then(|s| stored_clean(s, &keys[i])) {
+        if let Some(verdict) = j
+            .store
+            .and_then(|s| stored_clean(s, &name, &unit.id, &keys[i]))
+        {
             reused.insert(i, verdict);
             continue;
         }
@@ -422,35 +446,23 @@ fn finding(waivers: &Waivers, lens: &Lens, unit: &Unit, raw: RawFinding) -> Lens
     }
 }
 
-/// Stores a clean verdict (and notes its key in the unit's index), or, for
-/// a finding, drops every clean verdict the index holds for the unit. A
-/// store that cannot be written costs only speed: the unit is judged again.
+/// Stores a clean verdict beside the unit's others, or, for a finding,
+/// drops every clean verdict stored for the unit under the lens. A store
+/// that cannot be written costs only speed: the unit is judged again.
 fn remember(store: &UnitStore, instance: &str, key: &str, verdict: &UnitVerdict) {
-    let index = index_key(instance, &verdict.unit);
-    let mut keys: Vec<String> = store
-        .get(&index)
-        .ok()
-        .flatten()
-        .and_then(|v| serde_json::from_value(v).ok())
-        .unwrap_or_default();
+    let entry = entry_key(instance, &verdict.unit);
     match verdict.verdict {
-        v if v.is_clean()
-            && store.put(key, &json!({"verdict": v.word()})).is_ok()
-            && !keys.iter().any(|k| k == key) =>
-        {
-            {
-                keys.push(key.to_owned());
-                // The newest few: an index is not a history.
-                let excess = keys.len().saturating_sub(32);
-                keys.drain(..excess);
-                let _ = store.put(&index, &json!(keys));
-            }
+        v if v.is_clean() => {
+            let mut verdicts = stored(store, instance, &verdict.unit);
+            verdicts.retain(|(k, _)| k != key);
+            verdicts.push((key.to_owned(), v.word().to_owned()));
+            // The newest few: a unit's entry is not a history.
+            let excess = verdicts.len().saturating_sub(16);
+            verdicts.drain(..excess);
+            let _ = store.put(&entry, &json!(verdicts));
         }
         Verdict::Finding => {
-            for k in &keys {
-                let _ = store.remove(k);
-            }
-            let _ = store.remove(&index);
+            let _ = store.remove(&entry);
         }
         _ => {}
     }
