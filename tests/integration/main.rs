@@ -23,6 +23,7 @@ mod issue16_play;
 mod issue16_register;
 mod issue16_seam;
 mod issue16_serve;
+mod issue17_findings;
 mod issue17_gates;
 mod issue17_junit;
 mod issue17_limits;
