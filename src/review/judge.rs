@@ -533,7 +533,8 @@ pub async fn judge_gate(
         .iter()
         .flat_map(|l| l.units.iter())
         .flat_map(|u| u.findings.iter())
-        .filter_map(|f| f.discharged.as_ref().map(|d| d.id.clone()))
+        .filter_map(|f| f.discharged.as_ref().or(f.lapsed.as_ref()))
+        .map(|d| d.id.clone())
         .collect();
     let mut lapsed: Vec<_> = lenses
         .iter()
@@ -543,7 +544,12 @@ pub async fn judge_gate(
         .collect();
     lapsed.sort_by(|a, b| a.id.cmp(&b.id));
     lapsed.dedup();
-    let names: Vec<&str> = gate.lenses.iter().map(String::as_str).collect();
+    // Only lenses that judged can call a disposition unused.
+    let names: Vec<&str> = lenses
+        .iter()
+        .filter(|l| l.errors.is_empty())
+        .map(|l| l.lens.as_str())
+        .collect();
     Review {
         review: REVIEW_FORMAT,
         gate: gate.name.clone(),

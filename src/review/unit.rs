@@ -129,6 +129,21 @@ pub fn findings(aggregates: &[PathBuf]) -> Result<Vec<Unit>, String> {
     Ok(units)
 }
 
+/// One unit per file per patch of the `git format-patch` series each of
+/// `patterns` names (a directory, a glob, or an mbox file).
+pub fn patches(root: &Path, patterns: &[String]) -> Result<Vec<Unit>, String> {
+    let mut units = Vec::new();
+    for pattern in patterns {
+        for patch in super::patches::read_series(root, pattern).map_err(|e| e.to_string())? {
+            let Ok(Value::Object(fields)) = serde_json::to_value(&patch) else {
+                continue;
+            };
+            units.push(Unit::of_fields(patch.id, patch.sha256, fields));
+        }
+    }
+    Ok(units)
+}
+
 /// One unit per play cell report: `(cell step id, its report.json)`.
 pub fn runs(reports: &[(String, PathBuf)]) -> Result<Vec<Unit>, String> {
     reports

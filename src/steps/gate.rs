@@ -91,10 +91,7 @@ impl Sources {
                     .into(),
             ),
             LensOver::Runs => unit::runs(&self.reports),
-            LensOver::Patches => Err(
-                "lenses over patches are not built in this gameplan yet: nothing judged them"
-                    .into(),
-            ),
+            LensOver::Patches => unit::patches(root, &lens.sources),
         }
     }
 }
@@ -192,6 +189,16 @@ fn read_review(step_dir: &Path) -> Option<Review> {
     serde_json::from_slice(&bytes).ok()
 }
 
+/// A lens's units when they can be listed before anything runs (its own
+/// files or patch series); `None` when they come from the steps it needs.
+fn units_ahead(cx: &KeyContext<'_>, lens: &Lens) -> Option<Result<Vec<Unit>, String>> {
+    match lens.over {
+        LensOver::Files => Some(unit::files(cx.root, &lens.sources, cx.hashes)),
+        LensOver::Patches => Some(unit::patches(cx.root, &lens.sources)),
+        LensOver::Findings | LensOver::Runs => None,
+    }
+}
+
 impl Kind for Gate {
     fn kind(&self) -> StepKind {
         StepKind::Gate
@@ -210,13 +217,13 @@ impl Kind for Gate {
             let Some(lens) = cx.plan.lenses.iter().find(|l| &l.name == name) else {
                 continue;
             };
-            if lens.over != LensOver::Files {
+            let Some(listed) = units_ahead(cx, lens) else {
                 lenses.push(format!(
                     "`{name}`: its units are known once the steps it needs have run"
                 ));
                 continue;
-            }
-            match unit::files(cx.root, &lens.sources, cx.hashes) {
+            };
+            match listed {
                 Ok(units) => {
                     let reused = count_reused(store, cx.root, lens, None, &waivers, &units);
                     lenses.push(format!(
@@ -233,10 +240,7 @@ impl Kind for Gate {
                     let Some(lens) = cx.plan.lenses.iter().find(|l| &l.name == name) else {
                         continue;
                     };
-                    if lens.over != LensOver::Files {
-                        continue;
-                    }
-                    if let Ok(units) = unit::files(cx.root, &lens.sources, cx.hashes) {
+                    if let Some(Ok(units)) = units_ahead(cx, lens) {
                         let reused =
                             count_reused(store, cx.root, lens, Some(&reviewer), &waivers, &units);
                         lenses.push(format!(

@@ -339,15 +339,18 @@ fn issue17_the_gates_verdicts_reach_the_github_step_summary() {
     assert!(md.contains("**Not run:** `third`"), "{md}");
 }
 
-/// `plans/review.toml` judges this repository's own files and passes (CI
-/// runs it too); a second run judges nothing.
+/// `plans/review.toml`'s `hygiene` gate judges this repository's own files
+/// and passes (CI runs the whole plan); a second run judges nothing.
 #[test]
 fn issue17_the_repos_own_review_plan_passes_on_the_repo() {
     let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let state = tempfile::tempdir().expect("state dir");
     let run = || {
         std::process::Command::new(crate::support::BIN)
-            .args(["plan", "run", "plans/review.toml", "--state-dir"])
+            // The `hygiene` gate only: the `lints` gate runs cargo clippy,
+            // which waits on this very test run's build lock (CI runs the
+            // whole plan, after its clippy).
+            .args(["plan", "run", "plans/review.toml", "hygiene", "--state-dir"])
             .arg(state.path())
             .current_dir(repo)
             .env("NO_COLOR", "1")
@@ -363,7 +366,6 @@ fn issue17_the_repos_own_review_plan_passes_on_the_repo() {
         String::from_utf8_lossy(&first.stderr)
     );
     assert!(stdout.contains("gate hygiene: SEND-READY"), "{stdout}");
-    assert!(stdout.contains("gate lints: SEND-READY"), "{stdout}");
     let again = run();
     let stdout = String::from_utf8_lossy(&again.stdout);
     assert_eq!(again.status.code(), Some(0), "{stdout}");
