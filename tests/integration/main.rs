@@ -32,6 +32,7 @@ mod issue17_junit;
 mod issue17_limits;
 mod issue17_patches;
 mod issue17_reuse;
+mod issue17_reviewers;
 mod issue8;
 mod maze;
 mod plan_check;
