@@ -95,3 +95,17 @@ fn issue17_a_changed_lens_judges_every_unit_again() {
         Some("src/a.rs src/b.rs src/c.rs")
     );
 }
+
+#[test]
+fn issue17_no_reuse_judges_every_unit_again() {
+    let t = repo("fn a() {}\n", "fn b() {}\n", "fn c() {}\n");
+    t.run(&["plan", "run", "plans/gates.toml"]).code(0);
+    t.run(&["plan", "run", "plans/gates.toml", "--no-reuse"])
+        .code(0)
+        .stdout_has("lint: SEND-READY (3 units, 3 clear; 3 judged, 0 reused)");
+    assert_eq!(t.read("lens.log").lines().count(), 2, "sent again");
+    // What it judged was stored: the next plain run reuses it.
+    t.run(&["plan", "run", "plans/gates.toml"])
+        .code(0)
+        .stdout_has("lint: SEND-READY (3 units, 3 clear; 0 judged, 3 reused)");
+}
