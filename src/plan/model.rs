@@ -229,6 +229,8 @@ pub struct Lens {
     pub judge: Judge,
     /// over = files: globs; over = patches: one path or glob.
     pub sources: Vec<String>,
+    /// command: seconds one call may take (`None`: the default).
+    pub timeout_secs: Option<u64>,
 }
 
 /// How a lens reaches a verdict.

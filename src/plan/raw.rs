@@ -487,6 +487,9 @@ pub struct RawLens {
     pub files: Option<Vec<Spanned<String>>>,
     /// over = "patches": a directory (or glob) of `git format-patch` files.
     pub patches: Option<Spanned<String>>,
+    /// command: seconds one call may take before its units are left missing (default 300).
+    #[schemars(range(min = 1))]
+    pub timeout: Option<Spanned<u64>>,
     #[schemars(skip)]
     pub span: crate::plan::source::Span,
 }
@@ -507,6 +510,20 @@ pub enum LensOver {
     Files,
     Patches,
 }
+
+/// The keys only some lens kinds take: a lens whose kind cannot be read
+/// is not blamed for any of them.
+const LENS_KIND_KEYS: [&str; 9] = [
+    "when",
+    "run",
+    "argv",
+    "charter",
+    "charter_file",
+    "model",
+    "base_url",
+    "api_key",
+    "timeout",
+];
 
 impl Decode for RawLens {
     fn decode(node: &Node, diags: &mut Diagnostics) -> Option<Self> {
@@ -553,12 +570,14 @@ impl Decode for RawLens {
             mut model,
             mut base_url,
             mut api_key,
-        ) = (None, None, None, None, None, None, None, None);
+            mut timeout,
+        ) = (None, None, None, None, None, None, None, None, None);
         match kind {
             Some(LensKind::Rule) => when = t.required("when", diags),
             Some(LensKind::Command) => {
                 run = t.optional("run", diags);
                 argv = t.optional("argv", diags);
+                timeout = t.optional("timeout", diags);
             }
             Some(LensKind::Llm) => {
                 charter = t.optional("charter", diags);
@@ -568,16 +587,7 @@ impl Decode for RawLens {
                 api_key = t.optional("api_key", diags);
             }
             None => {
-                for key in [
-                    "when",
-                    "run",
-                    "argv",
-                    "charter",
-                    "charter_file",
-                    "model",
-                    "base_url",
-                    "api_key",
-                ] {
+                for key in LENS_KIND_KEYS {
                     t.entry(key);
                 }
             }
@@ -607,6 +617,7 @@ impl Decode for RawLens {
             api_key,
             files,
             patches,
+            timeout,
             span,
         })
     }

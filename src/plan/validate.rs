@@ -671,7 +671,7 @@ impl Validator<'_> {
         let judge = match l.kind {
             LensKind::Rule => {
                 let when = l.when.as_ref()?;
-                if let Err(e) = self.templates.check_expression(when, &["unit"]) {
+                if let Err(e) = self.templates.check_expression(when, &["unit", "reviewer"]) {
                     let mut d = Diagnostic::new(
                         "plan::invalid_expression",
                         format!("lens `{}`: {}", l.name.value, e.message),
@@ -730,11 +730,23 @@ impl Validator<'_> {
         for s in &sources {
             self.repo_path(s, "lens source");
         }
+        if let Some(t) = l.timeout.as_ref().filter(|t| t.value == 0) {
+            self.push(
+                Diagnostic::new(
+                    "plan::invalid_value",
+                    format!("lens `{}`: `timeout` is 0 seconds", l.name.value),
+                )
+                .at(t.span)
+                .label("no call can answer in no time")
+                .help("give the seconds one call of the lens may take, at least 1"),
+            );
+        }
         Some(Lens {
             name: l.name.value.clone(),
             over: l.over.value,
             judge,
             sources: sources.into_iter().map(|s| s.value).collect(),
+            timeout_secs: l.timeout.as_ref().map(|t| t.value),
         })
     }
 

@@ -422,6 +422,8 @@ needs = ["build", "register"]
             upstream: &upstream,
             hashes: &hashes,
             env: &env,
+            plan_path: None,
+            units: None,
         };
         Play.reuse(&cx).expect("a key")
     }
