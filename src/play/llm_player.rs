@@ -295,11 +295,14 @@ impl Player for LlmPlayer {
             let Ok(client) = self.client.as_ref() else {
                 return PlayerReport::default();
             };
-            // A model that does not answer or refuses is not asked again,
-            // and a spent budget pays for no paragraph.
+            // A model that does not answer, refuses or talks nonsense is
+            // not asked again, and a spent budget pays for no paragraph.
             let asks = !matches!(
                 end.quit,
-                QuitReason::ModelUnreachable | QuitReason::ModelRefused | QuitReason::Interrupted
+                QuitReason::ModelUnreachable
+                    | QuitReason::ModelRefused
+                    | QuitReason::BadAnswer
+                    | QuitReason::Interrupted
             ) && !self.budget_stop;
             let mut felt = None;
             if asks {
