@@ -581,20 +581,13 @@ async fn play(
             });
             return Ok(QuitReason::NoActions);
         }
-        let choice = controller
-            .choose(
-                player,
-                &episode.current.observation,
-                &episode.current.hash,
-                &episode.history,
-            )
-            .await
-            .inspect_err(|e| {
-                line(
-                    transcript,
-                    &serde_json::json!({"step": taken, "player_error": e.to_string()}),
-                );
-            })?;
+        let Some(choice) = choose(&mut controller, player, episode, cancel).await else {
+            return Ok(QuitReason::Interrupted);
+        };
+        let choice = choice.inspect_err(|e| {
+            let error = serde_json::json!({"step": taken, "player_error": e.to_string()});
+            line(transcript, &error);
+        })?;
         let Some(action) = choice.action else {
             return Ok(QuitReason::ScriptEnd);
         };
@@ -623,6 +616,32 @@ async fn play(
         }
         stop_asked = watch.turned(episode.step());
         reset_due = episode.is_stuck() && spec.player.resets_after_stuck();
+    }
+}
+
+/// The controller's choice, or `None` when `cancel` turns true first: a
+/// player waiting on a model that does not answer must not hold a Ctrl-C
+/// up for its timeouts and retries. Nothing was sent to the game yet, so
+/// dropping the question loses no action.
+async fn choose(
+    controller: &mut Controller,
+    player: &mut dyn Player,
+    episode: &Episode,
+    cancel: &tokio::sync::watch::Receiver<bool>,
+) -> Option<Result<super::controllers::Choice, PlayerError>> {
+    let mut stop = cancel.clone();
+    let stopped = async move {
+        // No one can cancel any more: only the choice can end the wait.
+        if stop.wait_for(|stop| *stop).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    let current = &episode.current;
+    tokio::select! {
+        choice = controller.choose(player, &current.observation, &current.hash, &episode.history) => {
+            Some(choice)
+        }
+        () = stopped => None,
     }
 }
 

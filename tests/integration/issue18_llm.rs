@@ -11,7 +11,9 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::support::{Test, at};
+use nix::sys::signal::Signal;
+
+use crate::support::{Test, at, wait_until};
 
 const CANARY: &str = "sk-canary-7f3a9e1d";
 
@@ -668,4 +670,35 @@ matrix = { persona = "*" }
     t.write("plan.toml", priced);
     t.write("prompt.j2", "{{ persona }}");
     t.check(&["plan.toml"]).codes(&[]);
+}
+
+#[test]
+fn issue18_llm_ctrl_c_while_the_model_is_silent_stops_the_cell_at_once() {
+    // A 30 s timeout and four attempts: without the cancel, two minutes.
+    let server = ModelServer::start(Box::new(|_, _| Reply::Silent));
+    let t = repo(&plan(
+        "\"standard\"",
+        10,
+        "max_actions = 10",
+        &Player {
+            url: &server.url,
+            extra: ", timeout = 30",
+        },
+    ));
+    let gameplan = t.spawn(&["plan", "run", "plan.toml"]);
+    wait_until("the model was asked", Duration::from_secs(30), || {
+        !server.seen().is_empty()
+    });
+    let asked = Instant::now();
+    gameplan.signal(Signal::SIGINT);
+    let out = gameplan.wait();
+    out.code(10);
+    assert!(
+        asked.elapsed() < Duration::from_secs(10),
+        "the interrupt waited for the model: {:?}",
+        asked.elapsed()
+    );
+    assert_eq!(server.seen().len(), 1, "no retry after the interrupt");
+    let text = format!("{}{}", out.stdout, out.stderr);
+    assert!(text.contains("resume"), "{out}");
 }
