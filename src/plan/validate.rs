@@ -759,7 +759,18 @@ impl Validator<'_> {
         if let Some(file) = prompt_file {
             self.repo_file(file, "prompt_file");
             let path = self.root.join(file.value.as_str());
-            if let Ok(source) = std::fs::read_to_string(&path)
+            let max = crate::template::MAX_PROMPT_FILE_BYTES;
+            if std::fs::metadata(&path).is_ok_and(|m| m.len() > max) {
+                self.push(
+                    Diagnostic::new(
+                        "plan::file_too_large",
+                        format!("persona `{slug}`: prompt_file `{}` is larger than {} KiB", file.value, max / 1024),
+                    )
+                    .at(file.span)
+                    .label("too large")
+                    .help("a prompt template is a page of text; the turn's observation and history are filled in when it is rendered"),
+                );
+            } else if let Ok(source) = std::fs::read_to_string(&path)
                 && let Err(e) = crate::template::check_prompt(&source)
             {
                 let mut d = Diagnostic::new(

@@ -88,6 +88,11 @@ pub const HISTORY_LEN: usize = 12;
 /// How much of an observation's text a move's `result` keeps.
 const RESULT_CHARS: usize = 160;
 
+/// How much of the current observation's text a prompt shows: a game that
+/// prints a novel each turn must not push the prompt past its cap (or the
+/// bill past the budget).
+pub const OBSERVATION_CHARS: usize = 8000;
+
 /// Answer tokens asked for a move (and a selection).
 const MOVE_TOKENS: u32 = 64;
 /// Answer tokens asked for up to three alternatives.
@@ -184,7 +189,7 @@ impl LlmPlayer {
 
     fn observation(turn: &Turn<'_>) -> serde_json::Value {
         json!({
-            "text": turn.observation.text,
+            "text": cut(&turn.observation.text, OBSERVATION_CHARS),
             "actions": turn.observation.actions,
             "score": turn.observation.score,
             "state": turn.observation.state,
@@ -482,6 +487,34 @@ mod tests {
             match_action("Let's go north!", &listed).as_deref(),
             Ok("go north")
         );
+    }
+
+    #[test]
+    fn a_huge_observation_is_cut_so_the_prompt_stays_under_its_cap() {
+        let observation = crate::play::protocol::Observation {
+            text: "A very long room description. ".repeat(4000),
+            actions: actions(&["north", "south"]),
+            state: serde_json::Value::Null,
+            score: 0.0,
+        };
+        let history = crate::play::players::History::default();
+        let turn = Turn {
+            observation: &observation,
+            hash: "h",
+            history: &history,
+            wanted: 1,
+        };
+        let context = json!({
+            "persona": "A tester.",
+            "observation": LlmPlayer::observation(&turn),
+            "history": Vec::<Move>::new(),
+            "wanted": 1,
+            "step": 1,
+        });
+        let prompt = crate::template::render_prompt(DEFAULT_PROMPT, &context).expect("renders");
+        assert!(observation.text.len() > crate::template::MAX_RENDERED_BYTES);
+        assert!(prompt.len() < OBSERVATION_CHARS + 1000, "{}", prompt.len());
+        assert!(prompt.contains("- north\n- south\n"), "{prompt}");
     }
 
     #[test]

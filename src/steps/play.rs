@@ -55,9 +55,6 @@ pub const DEFAULT_PATIENCE: u64 = 40;
 /// The seed of a cell whose step and matrix give none.
 const DEFAULT_SEED: i64 = 1;
 
-/// The most bytes of a persona card file or a prompt file an `llm` player reads.
-pub const MAX_PROMPT_FILE_BYTES: u64 = 64 * 1024;
-
 /// The `play` kind; it holds the plan's secrets, which an `llm` player's
 /// answers, errors and report must not carry.
 pub struct Play {
@@ -467,20 +464,20 @@ fn llm_spec(
     })
 }
 
-/// A repo file an `llm` player reads, up to [`MAX_PROMPT_FILE_BYTES`].
+/// A repo file an `llm` player reads, up to [`crate::template::MAX_PROMPT_FILE_BYTES`].
 fn read_capped(root: &Path, path: &str, key: &str) -> Result<String, StepError> {
     use std::io::Read;
     let full = root.join(path);
     let file = std::fs::File::open(&full)
         .map_err(|e| StepError(format!("cannot read {key} `{path}`: {e}")))?;
     let mut text = String::new();
-    file.take(MAX_PROMPT_FILE_BYTES + 1)
+    file.take(crate::template::MAX_PROMPT_FILE_BYTES + 1)
         .read_to_string(&mut text)
         .map_err(|e| StepError(format!("cannot read {key} `{path}`: {e}")))?;
-    if text.len() as u64 > MAX_PROMPT_FILE_BYTES {
+    if text.len() as u64 > crate::template::MAX_PROMPT_FILE_BYTES {
         return Err(StepError(format!(
             "{key} `{path}` is larger than {} KiB; a prompt never needs to be",
-            MAX_PROMPT_FILE_BYTES / 1024
+            crate::template::MAX_PROMPT_FILE_BYTES / 1024
         )));
     }
     Ok(text)

@@ -15,6 +15,10 @@ use minijinja::{Environment, ErrorKind, UndefinedBehavior, Value};
 /// The most a single rendered string may hold.
 pub const MAX_RENDERED_BYTES: usize = 64 * 1024;
 
+/// The most bytes of a prompt template or persona card file an `llm`
+/// player reads (`plan check` refuses a larger `prompt_file`).
+pub const MAX_PROMPT_FILE_BYTES: u64 = 64 * 1024;
+
 /// Instructions a single template may execute: plenty for any real plan
 /// string, few enough that `{% for i in range(10**9) %}` stops at once.
 pub const FUEL: u64 = 100_000;

@@ -667,9 +667,16 @@ matrix = { persona = "*" }
         "base_url = \"http://127.0.0.1:11434/v1\" }",
         "base_url = \"http://127.0.0.1:11434/v1\", price = { input_per_mtok = 0, output_per_mtok = 0 } }",
     );
-    t.write("plan.toml", priced);
+    t.write("plan.toml", &priced);
     t.write("prompt.j2", "{{ persona }}");
     t.check(&["plan.toml"]).codes(&[]);
+    // The prompt file's size limit: 64 KiB is read, one byte more is not.
+    t.write("prompt.j2", "p".repeat(64 * 1024));
+    t.check(&["plan.toml"]).codes(&[]);
+    t.write("prompt.j2", "p".repeat(64 * 1024 + 1));
+    let check = t.check(&["plan.toml"]);
+    let too_large = check.only("plan::file_too_large");
+    at(too_large, &priced, "\"prompt.j2\"");
 }
 
 #[test]
