@@ -25,8 +25,8 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::driver::GameSpec;
 use super::protocol::Event;
-use super::stdio::GameSpec;
 
 /// How a cell (or a trace) ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
@@ -84,7 +84,16 @@ pub struct TraceHeader {
 #[serde(deny_unknown_fields)]
 pub struct TraceGame {
     pub driver: String,
+    /// A stdio game's argv (absent for a browser game).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub command: Vec<String>,
+    /// A browser game's page, as the plan wrote it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// The WebDriver server the plan named, if it did not leave starting
+    /// chromedriver to gameplan.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub webdriver_url: Option<String>,
     /// The game's cwd, relative to the repo root (`.`).
     pub cwd: String,
     /// Seconds without an answer before the game counted as hung.
@@ -106,6 +115,10 @@ pub struct TraceStep {
     pub events: Vec<Event>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refused: Option<String>,
+    /// The screenshot of the observation after it, relative to the cell's
+    /// directory (a browser game's cell only; never compared by replay).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub screenshot: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -176,13 +189,17 @@ impl Trace {
         }
     }
 
-    /// The header for the stdio game `game`, started from the repo root.
+    /// The header for the game `game` (a process started from the repo
+    /// root, or a page).
     pub fn header(game: &GameSpec, seed: i64, persona: &str, controller: &str) -> TraceHeader {
+        let browser = game.browser.as_ref();
         TraceHeader {
             trace: 1,
             game: TraceGame {
-                driver: "stdio".to_owned(),
+                driver: game.driver_name().to_owned(),
                 command: game.command.clone(),
+                url: browser.map(|b| b.url.clone()),
+                webdriver_url: browser.and_then(|b| b.webdriver_url.clone()),
                 cwd: ".".to_owned(),
                 action_timeout: Some(game.action_timeout.as_secs_f64()),
                 stuck_after: Some(game.stuck_after),
@@ -340,6 +357,7 @@ mod tests {
             obs: Some("ab".into()),
             events: vec![],
             refused: None,
+            screenshot: None,
         });
         trace.resets.push(TraceReset {
             after: 1,
@@ -352,6 +370,7 @@ mod tests {
             obs: None,
             events: vec![],
             refused: None,
+            screenshot: None,
         });
         trace.end = Some(QuitReason::Crash);
         let bytes = trace.to_jsonl();
