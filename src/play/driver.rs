@@ -446,8 +446,9 @@ impl Driver for Session {
 }
 
 /// Kills every game and browser this gameplan process started (a second
-/// Ctrl-C): both carry the marker in their environment, Chromium's
-/// children included.
+/// Ctrl-C): games and chromedriver carry the marker in their environment,
+/// Chromium's helpers name the marked profile in their arguments.
 pub fn kill_now() {
     super::stdio::kill_games_of_this_process();
+    super::webdriver::kill_browsers_of_this_process();
 }

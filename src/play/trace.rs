@@ -6,6 +6,7 @@
 //!
 //! ```text
 //! {"trace":1,"game":{"driver":"stdio","command":[...],"cwd":".","action_timeout":10.0,"stuck_after":8},"seed":7,"persona":"kid","controller":"jev"}
+//!   (a browser game: "driver":"webdriver","url":"examples/games/web/index.html" instead of the command)
 //! {"step":1,"action":"north","obs":"<sha256>","events":[]}
 //! {"reset":7,"obs":"<sha256>"}                                  <- a new episode (after `stuck`)
 //! {"step":2,"action":"pull lever","obs":null,"events":[]}      <- the game died answering it
@@ -280,14 +281,22 @@ impl Trace {
                 ),
             ));
         }
-        if header.game.driver != "stdio" {
-            return Err(invalid(
-                1,
-                format!(
-                    "driver `{}` cannot be replayed here (only stdio)",
-                    header.game.driver
-                ),
-            ));
+        match (header.game.driver.as_str(), &header.game.url) {
+            ("stdio", _) | ("webdriver", Some(_)) => {}
+            ("webdriver", None) => {
+                return Err(invalid(
+                    1,
+                    "a `webdriver` trace needs the page's `url` in its header".into(),
+                ));
+            }
+            (other, _) => {
+                return Err(invalid(
+                    1,
+                    format!(
+                        "driver `{other}` is not known (this gameplan replays stdio and webdriver)"
+                    ),
+                ));
+            }
         }
         let mut trace = Trace::new(header);
         for (i, line) in lines {

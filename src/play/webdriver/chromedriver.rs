@@ -170,13 +170,13 @@ impl ChromeDriver {
         }
     }
 
-    /// Kills chromedriver's group, reaps it, then kills whatever carries the
-    /// marker still (Chromium's processes, in whatever group they are).
+    /// Kills chromedriver's group, reaps it, then kills whatever is left of
+    /// the browser (Chromium's processes, in whatever group they are).
     pub async fn stop(mut self) {
         let _ = killpg(self.pid, Signal::SIGKILL);
         let _ = self.child.wait().await;
         self.finished = true;
-        kill_marked(&self.marker);
+        kill_browser(&self.marker);
     }
 }
 
@@ -186,8 +186,41 @@ impl Drop for ChromeDriver {
     fn drop(&mut self) {
         if !self.finished {
             let _ = killpg(self.pid, Signal::SIGKILL);
-            kill_marked(&self.marker);
+            kill_browser(&self.marker);
         }
+    }
+}
+
+/// The profile directory of the browser of `marker`: its name is how
+/// Chromium's helpers are found (see [`kill_browser`]).
+pub fn profile_name(marker: &str) -> String {
+    format!("{PROFILE_PREFIX}{marker}")
+}
+
+const PROFILE_PREFIX: &str = "gameplan-chromium-";
+
+/// Kills every process of the browser of `marker`: those carrying the
+/// marker in their environment (chromedriver, Chromium's browser process,
+/// crash handler) and those whose arguments name its profile (the helpers
+/// Chromium's zygote starts with a cleaned environment: renderers, GPU,
+/// utilities).
+pub fn kill_browser(marker: &str) {
+    kill_marked(marker);
+    kill_naming(&profile_name(marker));
+}
+
+/// Kills the browsers of every game this gameplan process started (a
+/// second Ctrl-C): every marker starts with our pid.
+pub fn kill_browsers_of_this_process() {
+    kill_naming(&format!("{PROFILE_PREFIX}{}-", std::process::id()));
+}
+
+fn kill_naming(needle: &str) {
+    let needle = needle.as_bytes();
+    for found in crate::process_table::running_with(|cmdline| {
+        cmdline.windows(needle.len()).any(|w| w == needle)
+    }) {
+        let _ = nix::sys::signal::kill(Pid::from_raw(found.pid), Signal::SIGKILL);
     }
 }
 

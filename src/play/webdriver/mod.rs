@@ -14,8 +14,9 @@
 //! - `hello` checks the browser answers; `reset` (re)loads `game.url` with
 //!   the page's storage cleared; the page gets no seed, so a page that uses
 //!   randomness replays only if it seeds itself.
-//! - The observation: `text` = the title, a blank line, the page's visible
-//!   text (cut at [`MAX_TEXT`] characters); `actions` = `click:LABEL` per
+//! - The observation: `text` = the page's visible text (cut at
+//!   [`MAX_TEXT`] characters; its first line names the place where a
+//!   player got stuck, so a page's heading makes a good first line); `actions` = `click:LABEL` per
 //!   visible enabled clickable element (a repeated label gets ` #2`, …),
 //!   `type:hello` when a text field is visible, `key:Enter`, `key:Escape`
 //!   (or the page's own `window.gameplan.keys`), and `wait`; `state` = the
@@ -51,7 +52,9 @@ use fantoccini::{Client, ClientBuilder};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-pub use chromedriver::{BROWSER_PACKAGE, DRIVER_PACKAGE, find_programs};
+pub use chromedriver::{
+    BROWSER_PACKAGE, DRIVER_PACKAGE, find_programs, kill_browsers_of_this_process,
+};
 
 use super::driver::{
     Acted, Answer, BrowserGame, Failure, GameSpec, Hello, Leaked, Refusal, Seen, SpawnError,
@@ -432,7 +435,7 @@ async fn find(client: &Client, mode: &str, label: &str) -> Result<Option<Element
 /// The W3C element reference in a script's result.
 fn element_ref(value: &Value) -> Option<String> {
     value
-        .get("element-6066-11e4-a52f-4f735466cecf")
+        .get("element-6066-11e4-a52e-4f735466cecf")
         .and_then(Value::as_str)
         .map(str::to_owned)
 }
@@ -595,7 +598,7 @@ fn observation(view: &PageView) -> Value {
     }
     actions.push("wait".to_owned());
     json!({
-        "text": format!("{}\n\n{}", view.title, text.trim()),
+        "text": text.trim(),
         "actions": actions,
         "state": {
             "title": view.title,
@@ -637,6 +640,9 @@ fn chromium_capabilities(browser: &Path, profile: &Path, timeout: Duration) -> C
         "--disable-component-update".to_owned(),
         "--disable-sync".to_owned(),
         "--disable-dev-shm-usage".to_owned(),
+        // A file:// page's own scripts count as another origin without it,
+        // and Chromium then hides their errors as "Script error.".
+        "--allow-file-access-from-files".to_owned(),
         format!("--user-data-dir={}", profile.display()),
         format!("--window-size={w},{h}"),
     ];
@@ -723,7 +729,8 @@ mod tests {
         assert!(text.ends_with("(the page's text is cut here)"), "{text}");
         assert_eq!(text.matches('x').count(), MAX_TEXT);
         let short = observation(&view("hi", 0));
-        assert_eq!(short["text"], "Game\n\nhi");
+        assert_eq!(short["text"], "hi");
+        assert_eq!(short["state"]["title"], "Game");
     }
 
     #[test]
