@@ -24,6 +24,7 @@ mod issue16_register;
 mod issue16_seam;
 mod issue16_serve;
 mod issue17_junit;
+mod issue18_browser;
 mod issue8;
 mod maze;
 mod plan_check;
