@@ -275,3 +275,41 @@ fn issue18_no_chromedriver_on_path_is_exit_3_naming_the_package_and_nothing_is_c
     let jobs = ledger.json()["jobs"].as_array().map_or(0, Vec::len);
     assert_eq!(jobs, 0, "no job was bought\n{ledger}");
 }
+
+#[test]
+fn issue18_webdriver_url_is_checked_where_it_is_written() {
+    let plan = |game: &str| {
+        format!(
+            "version = 1\nname = \"w\"\n\n[game]\n{game}\n\n[[personas]]\nslug = \"p\"\ncard = \"c\"\n\
+             player = {{ kind = \"explorer\" }}\n\n[[steps]]\nid = \"play\"\nkind = \"play\"\n\
+             matrix = {{ persona = \"*\" }}\n"
+        )
+    };
+    let on_stdio = Test::new()
+        .file(
+            "plan.toml",
+            plan("id = \"g\"\ncommand = [\"builtin:maze\"]\nwebdriver_url = \"http://127.0.0.1:4444\""),
+        )
+        .check(&["plan.toml"]);
+    let problem = on_stdio.only("plan::unused_key");
+    assert_eq!(
+        (problem.line, problem.column),
+        (Some(7), Some(17)),
+        "{problem:?}"
+    );
+    let not_http = Test::new()
+        .file(
+            "plan.toml",
+            plan("id = \"g\"\ndriver = \"webdriver\"\nurl = \"page.html\"\nwebdriver_url = \"127.0.0.1:4444\""),
+        )
+        .check(&["plan.toml"]);
+    let problem = not_http.only("plan::invalid_value");
+    assert!(problem.message.contains("http://"), "{problem:?}");
+    let fine = Test::new()
+        .file(
+            "plan.toml",
+            plan("id = \"g\"\ndriver = \"webdriver\"\nurl = \"page.html\"\nwebdriver_url = \"http://127.0.0.1:4444\""),
+        )
+        .check(&["plan.toml"]);
+    fine.json.code(0);
+}
