@@ -36,6 +36,7 @@ pub mod shrink;
 pub mod simulate;
 pub mod stdio;
 pub mod trace;
+pub mod trace_batch;
 
 pub use cell::{CellResult, CellSpec, PlayError, play_cell};
 pub use cell_report::{CellReport, CellState};
