@@ -39,6 +39,7 @@ pub mod shrink;
 pub mod simulate;
 pub mod stdio;
 pub mod trace;
+pub mod trace_batch;
 pub mod webdriver;
 
 pub use cell::{CellResult, CellSpec, PlayError, play_cell};
