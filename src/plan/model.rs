@@ -238,7 +238,7 @@ pub struct Lens {
     pub judge: Judge,
     /// over = files: globs; over = patches: one path or glob.
     pub sources: Vec<String>,
-    /// command: seconds one call may take (`None`: the default).
+    /// command: seconds one call may take; llm: one request (`None`: the default).
     pub timeout_secs: Option<u64>,
 }
 
@@ -254,10 +254,12 @@ pub enum Judge {
     },
     Llm {
         charter: Card,
-        model: Option<String>,
+        model: String,
         base_url: Option<String>,
         #[serde(skip)]
         api_key: Option<String>,
+        /// USD per million tokens; `None`: the built-in table's, if any.
+        price: Option<crate::llm::Price>,
     },
 }
 

@@ -532,14 +532,22 @@ pub struct RawLens {
     pub charter: Option<String>,
     /// llm: the charter, from a file in the repo.
     pub charter_file: Option<Spanned<String>>,
-    pub model: Option<String>,
+    /// llm: the model's name, as the endpoint knows it.
+    pub model: Option<Spanned<String>>,
+    /// llm: the endpoint's base URL (default `https://api.openai.com/v1`).
     pub base_url: Option<String>,
+    /// llm: the bearer key: `{{ secret('NAME') }}`, never the key itself.
     pub api_key: Option<String>,
+    /// llm: USD per million tokens; needed under `budget.max_model_usd` for
+    /// a model gameplan has no built-in price for.
+    pub price: Option<Spanned<RawPrice>>,
     /// over = "files": the globs whose files are units.
     pub files: Option<Vec<Spanned<String>>>,
     /// over = "patches": a directory (or glob) of `git format-patch` files.
     pub patches: Option<Spanned<String>>,
-    /// command: seconds one call may take before its units are left missing (default 300).
+    /// command: seconds one call may take before its units are left missing
+    /// (default 300); llm: seconds one request may take before it is tried
+    /// again (default 60).
     #[schemars(range(min = 1))]
     pub timeout: Option<Spanned<u64>>,
     #[schemars(skip)]
@@ -565,7 +573,7 @@ pub enum LensOver {
 
 /// The keys only some lens kinds take: a lens whose kind cannot be read
 /// is not blamed for any of them.
-const LENS_KIND_KEYS: [&str; 9] = [
+const LENS_KIND_KEYS: [&str; 10] = [
     "when",
     "run",
     "argv",
@@ -574,6 +582,7 @@ const LENS_KIND_KEYS: [&str; 9] = [
     "model",
     "base_url",
     "api_key",
+    "price",
     "timeout",
 ];
 
@@ -622,8 +631,9 @@ impl Decode for RawLens {
             mut model,
             mut base_url,
             mut api_key,
+            mut price,
             mut timeout,
-        ) = (None, None, None, None, None, None, None, None, None);
+        ) = (None, None, None, None, None, None, None, None, None, None);
         match kind {
             Some(LensKind::Rule) => when = t.required("when", diags),
             Some(LensKind::Command) => {
@@ -634,9 +644,11 @@ impl Decode for RawLens {
             Some(LensKind::Llm) => {
                 charter = t.optional("charter", diags);
                 charter_file = t.optional("charter_file", diags);
-                model = t.optional("model", diags);
+                model = t.required("model", diags);
                 base_url = t.optional("base_url", diags);
                 api_key = t.optional("api_key", diags);
+                price = t.optional("price", diags);
+                timeout = t.optional("timeout", diags);
             }
             None => {
                 for key in LENS_KIND_KEYS {
@@ -667,6 +679,7 @@ impl Decode for RawLens {
             model,
             base_url,
             api_key,
+            price,
             files,
             patches,
             timeout,

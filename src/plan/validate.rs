@@ -300,7 +300,11 @@ impl Validator<'_> {
             self.name(&l.name, "lens name");
         }
         self.unique(raw.lenses.iter().map(|l| &l.name), "lens name");
-        let lenses: Vec<Option<Lens>> = raw.lenses.iter().map(|l| self.lens(l)).collect();
+        let lenses: Vec<Option<Lens>> = raw
+            .lenses
+            .iter()
+            .map(|l| self.lens(l, budget.as_ref()))
+            .collect();
         let lens_names: Vec<&str> = raw.lenses.iter().map(|l| l.name.value.as_str()).collect();
 
         for g in &raw.gates {
@@ -735,6 +739,39 @@ impl Validator<'_> {
         })
     }
 
+    /// A model with no price (the plan's or the built-in table's) under a
+    /// `max_model_usd` cannot be bounded: an `llm` player's or lens's.
+    fn unpriced_model(
+        &mut self,
+        owner: &str,
+        holder: &str,
+        model: &Spanned<String>,
+        price: Option<crate::llm::Price>,
+        budget: Option<&Budget>,
+    ) {
+        let bounded = budget.and_then(|b| b.max_model_usd);
+        if let Some(max) = bounded
+            && price.is_none()
+            && crate::llm::Price::builtin(&model.value).is_none()
+        {
+            self.push(
+                Diagnostic::new(
+                    "plan::unpriced_model",
+                    format!(
+                        "{owner}: model `{}` has no price, so `max_model_usd = {max}` cannot bound what it spends",
+                        model.value
+                    ),
+                )
+                .at(model.span)
+                .label("no price known for this model")
+                .help(format!(
+                    "add `price = {{ input_per_mtok = …, output_per_mtok = … }}` (USD per million tokens) to the {holder}; built-in prices: {}",
+                    crate::llm::Price::builtin_names().join(", ")
+                )),
+            );
+        }
+    }
+
     /// An `llm` player's money and prompt: a model with no price under a
     /// `max_model_usd` cannot be bounded, and a prompt template that does
     /// not compile would fail every cell.
@@ -747,27 +784,7 @@ impl Validator<'_> {
         timeout: Option<&Spanned<u64>>,
         budget: Option<&Budget>,
     ) {
-        let bounded = budget.and_then(|b| b.max_model_usd);
-        if let Some(max) = bounded
-            && price.is_none()
-            && crate::llm::Price::builtin(&model.value).is_none()
-        {
-            self.push(
-                Diagnostic::new(
-                    "plan::unpriced_model",
-                    format!(
-                        "persona `{slug}`: model `{}` has no price, so `max_model_usd = {max}` cannot bound what it spends",
-                        model.value
-                    ),
-                )
-                .at(model.span)
-                .label("no price known for this model")
-                .help(format!(
-                    "add `price = {{ input_per_mtok = …, output_per_mtok = … }}` (USD per million tokens) to the player; built-in prices: {}",
-                    crate::llm::Price::builtin_names().join(", ")
-                )),
-            );
-        }
+        self.unpriced_model(&format!("persona `{slug}`"), "player", model, price, budget);
         if let Some(t) = timeout
             && t.value == 0
         {
@@ -814,7 +831,7 @@ impl Validator<'_> {
         }
     }
 
-    fn lens(&mut self, l: &RawLens) -> Option<Lens> {
+    fn lens(&mut self, l: &RawLens, budget: Option<&Budget>) -> Option<Lens> {
         let judge = match l.kind {
             LensKind::Rule => {
                 let when = l.when.as_ref()?;
@@ -861,11 +878,23 @@ impl Validator<'_> {
                         return None;
                     }
                 };
+                // `model` is required when the lens is read: a lens without
+                // one was already reported.
+                let model = l.model.as_ref()?;
+                let price = l.price.as_ref().and_then(|p| self.price(p));
+                self.unpriced_model(
+                    &format!("lens `{}`", l.name.value),
+                    "lens",
+                    model,
+                    price,
+                    budget,
+                );
                 Judge::Llm {
                     charter,
-                    model: l.model.clone(),
+                    model: model.value.clone(),
                     base_url: l.base_url.clone(),
                     api_key: l.api_key.clone(),
+                    price,
                 }
             }
         };

@@ -97,6 +97,8 @@ pub struct Judging<'a> {
     pub store: Option<&'a UnitStore>,
     pub waivers: &'a Waivers,
     pub cancel: watch::Receiver<bool>,
+    /// What the gate's llm lenses may spend together (`budget.max_model_usd`).
+    pub model_budget: &'a super::llm_lens::ModelBudget,
 }
 
 /// The digest of what a lens instance's verdicts depend on besides the
@@ -124,6 +126,14 @@ pub fn lens_digest(root: &Path, lens: &Lens, reviewer: Option<&Reviewer>) -> Str
             ..
         } => note(path),
         _ => {}
+    }
+    if matches!(lens.judge, LensJudge::Llm { .. }) {
+        // What every llm lens sends besides its charter: a new wrapper is a
+        // new question.
+        files.insert(
+            "(llm lens wrapper)".to_owned(),
+            sha256_hex(super::llm_lens::WRAPPER.as_bytes()),
+        );
     }
     let doc = json!({
         "prompt_version": PROMPT_VERSION,
@@ -242,6 +252,7 @@ pub async fn judge_lens(
         calls: 0,
         errors: Vec::new(),
         stderr_tail: None,
+        usage: None,
     };
     let units = match units {
         Ok(units) => units,
@@ -381,16 +392,34 @@ async fn ask(
                 }
             }
         }
-        LensJudge::Llm { .. } => {
-            for (i, _) in to_judge {
-                answers.insert(
-                    *i,
-                    Answer::Missing(
-                        "llm lenses are not built in this gameplan yet: nothing judged this unit"
-                            .into(),
-                    ),
-                );
-            }
+        LensJudge::Llm {
+            charter,
+            model,
+            base_url,
+            api_key,
+            price,
+        } => {
+            let lens = super::llm_lens::LlmLens {
+                root: j.root,
+                name,
+                charter,
+                model,
+                base_url: base_url.as_deref(),
+                api_key: api_key.as_deref(),
+                price: *price,
+                timeout_secs: lens.timeout_secs,
+                reviewer,
+                redactor: j.templates.redactor(),
+                budget: j.model_budget,
+            };
+            let sent: Vec<(usize, String, Map<String, Value>)> = to_judge
+                .iter()
+                .map(|(i, f)| (*i, units[*i].id.clone(), f.clone()))
+                .collect();
+            let judged = lens.judge(&sent, &j.cancel).await;
+            answers.extend(judged.answers);
+            report.calls = usize::try_from(judged.usage.calls).unwrap_or(usize::MAX);
+            report.usage = Some(judged.usage);
         }
     }
     answers
@@ -493,6 +522,7 @@ pub async fn judge_gate(
                 calls: 0,
                 errors: vec![format!("lens `{name}` is not in the plan")],
                 stderr_tail: None,
+                usage: None,
             };
             missing.status = missing.judge_status();
             lenses.push(missing);
@@ -558,8 +588,14 @@ pub async fn judge_gate(
         reused: lenses.iter().map(|l| l.reused).sum(),
         unused: j.waivers.unused(&names, &used),
         lapsed,
+        usage: lenses.iter().filter_map(|l| l.usage.as_ref()).fold(
+            Usage::default(),
+            |mut total, u| {
+                total.add(u);
+                total
+            },
+        ),
         lenses,
         reviewers,
-        usage: Usage::default(),
     }
 }

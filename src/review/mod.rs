@@ -8,6 +8,7 @@
 //!   per patch, with its hunks).
 //! - [`unit`]: units from each `over`, with ids and content sha256s.
 //! - [`rule`], [`command`]: the lens kinds that judge locally.
+//! - [`llm_lens`]: the lens kind that asks a chat model.
 //! - [`judge`]: a lens over its units (unit reuse, dispositions applied),
 //!   a gate over its lenses and reviewers.
 //! - [`verdict`]: verdicts, statuses, and `review.json`.
@@ -16,6 +17,7 @@
 pub mod command;
 pub mod dispositions;
 pub mod judge;
+pub mod llm_lens;
 pub mod patches;
 pub mod rule;
 pub mod unit;

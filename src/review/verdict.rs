@@ -145,6 +145,9 @@ pub struct LensReport {
     /// The last lines a command lens wrote to stderr.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stderr_tail: Option<String>,
+    /// What an llm lens's model calls cost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
 }
 
 impl LensReport {
@@ -228,13 +231,45 @@ pub struct DispositionRef {
     pub line: usize,
 }
 
-/// What model calls of the gate's lenses cost.
+/// What model calls of an llm lens (or of all the gate's) cost.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Usage {
+    /// The model an llm lens asked (a lens's usage only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Calls answered (a call's retries are one call).
     pub calls: u64,
     pub input_tokens: u64,
     pub output_tokens: u64,
+    /// USD, from the lens's `price` or the built-in table's.
     pub cost_usd: f64,
+    /// Whether `cost_usd` comes from a price (an unpriced model counts
+    /// tokens only).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub priced: bool,
+    /// `budget.max_model_usd`, what the gate's llm lenses may spend together.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_usd: Option<f64>,
+    /// The lens stopped because its next call could pass `max_usd`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stopped_by_budget: bool,
+    /// The model endpoint never answered (exit 5).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unreachable: bool,
+}
+
+impl Usage {
+    /// Adds `other`'s calls, tokens and cost (a gate's total).
+    pub fn add(&mut self, other: &Usage) {
+        self.calls += other.calls;
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+        self.cost_usd += other.cost_usd;
+        self.priced |= other.priced;
+        self.max_usd = self.max_usd.or(other.max_usd);
+        self.stopped_by_budget |= other.stopped_by_budget;
+        self.unreachable |= other.unreachable;
+    }
 }
 
 impl Review {
@@ -296,6 +331,7 @@ mod tests {
             calls: 0,
             errors: Vec::new(),
             stderr_tail: None,
+            usage: None,
         }
     }
 

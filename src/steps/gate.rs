@@ -5,8 +5,10 @@
 //!
 //! - **Outcome**: SEND-READY succeeds; FIX FIRST fails the step (exit 1);
 //!   INCOMPLETE ends it [`StepOutcome::Incomplete`] (exit 2), naming the
-//!   missing units. Either way the gates after it are not run (the engine
-//!   skips what needs a step that did not pass).
+//!   missing units; when an llm lens's model endpoint never answered,
+//!   [`StepOutcome::ModelUnreachable`] (exit 5) instead. Either way the
+//!   gates after it are not run (the engine skips what needs a step that
+//!   did not pass).
 //! - **Units**: `files` from the lens's globs; `findings` from every
 //!   `aggregate.json` among the steps the gate needs (directly or not);
 //!   `runs` from every play cell `report.json` among them. A lens over
@@ -282,10 +284,10 @@ impl Kind for Gate {
                     };
                 }
             };
-            let templates = crate::template::Templates::new(
-                (*cx.env).clone(),
-                crate::template::Redactor::default(),
-            );
+            let templates =
+                crate::template::Templates::new((*cx.env).clone(), io.redactor().clone());
+            let model_budget =
+                crate::review::llm_lens::ModelBudget::new(cx.plan.budget.max_model_usd);
             let judging = Judging {
                 root: &cx.root,
                 env: &cx.env,
@@ -293,6 +295,7 @@ impl Kind for Gate {
                 store: Some(&cx.units),
                 waivers: &waivers,
                 cancel: cx.cancel.clone(),
+                model_budget: &model_budget,
             };
             let sources = Sources::of(io);
             let units_of = |lens: &Lens| sources.units(&cx.root, &cx.hashes, lens);
@@ -315,6 +318,11 @@ impl Kind for Gate {
                 };
             }
             match review.status {
+                // A finding that stands is the more useful red; otherwise a
+                // model that never answered is exit 5, not a mere gap.
+                Status::Incomplete if review.usage.unreachable => StepOutcome::ModelUnreachable {
+                    message: io.redact(&headline(&review)),
+                },
                 Status::SendReady => StepOutcome::Succeeded,
                 Status::FixFirst => StepOutcome::Failed {
                     exit_code: None,

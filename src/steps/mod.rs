@@ -865,6 +865,12 @@ impl StepIo {
         }
     }
 
+    /// The plan's secrets, for what a step hands to code that redacts on
+    /// its own (the model client of an llm lens).
+    pub fn redactor(&self) -> &crate::template::Redactor {
+        &self.redactor
+    }
+
     /// `text` with the plan's secrets replaced (what goes to a backend or a
     /// journal never holds one).
     pub fn redact(&self, text: &str) -> String {
