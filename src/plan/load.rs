@@ -455,10 +455,11 @@ fn render_vars(
     serde_json::Value::Object(vars)
 }
 
-/// Keys whose strings are not templates: `vars` (rendered on their own) and
-/// a rule lens's `when` (an expression evaluated per unit at review time).
+/// Keys whose strings are not templates: `vars` (rendered on their own),
+/// a rule lens's `when` (an expression evaluated per unit at review time)
+/// and an llm lens's `charter` (a prompt rendered per unit at review time).
 fn is_verbatim(key: &str, depth: usize) -> bool {
-    (key == "vars" && depth == 0) || key == "when"
+    (key == "vars" && depth == 0) || key == "when" || key == "charter"
 }
 
 /// A step's keys whose strings may read `matrix.NAME`: rendered once per

@@ -528,8 +528,9 @@ pub struct RawLens {
     pub run: Option<Spanned<String>>,
     /// command: the same, as an argv.
     pub argv: Option<Spanned<Vec<String>>>,
-    /// llm: the charter text, inline.
-    pub charter: Option<String>,
+    /// llm: the charter text, inline: a minijinja template reading `unit`,
+    /// `reviewer` and `lens`, rendered per unit at review time.
+    pub charter: Option<Spanned<String>>,
     /// llm: the charter, from a file in the repo.
     pub charter_file: Option<Spanned<String>>,
     /// llm: the model's name, as the endpoint knows it.

@@ -859,44 +859,7 @@ impl Validator<'_> {
                     &format!("lens `{}`", l.name.value),
                 )?,
             },
-            LensKind::Llm => {
-                let charter = match (&l.charter, &l.charter_file) {
-                    (Some(text), None) => Card::Text(text.clone()),
-                    (None, Some(file)) => {
-                        self.repo_file(file, "charter_file");
-                        Card::File(file.value.clone())
-                    }
-                    _ => {
-                        self.push(
-                            Diagnostic::new(
-                                "plan::missing_key",
-                                format!("llm lens `{}` needs exactly one of `charter` and `charter_file`", l.name.value),
-                            )
-                            .at(l.name.span)
-                            .help("the charter tells the reviewer what to look for"),
-                        );
-                        return None;
-                    }
-                };
-                // `model` is required when the lens is read: a lens without
-                // one was already reported.
-                let model = l.model.as_ref()?;
-                let price = l.price.as_ref().and_then(|p| self.price(p));
-                self.unpriced_model(
-                    &format!("lens `{}`", l.name.value),
-                    "lens",
-                    model,
-                    price,
-                    budget,
-                );
-                Judge::Llm {
-                    charter,
-                    model: model.value.clone(),
-                    base_url: l.base_url.clone(),
-                    api_key: l.api_key.clone(),
-                    price,
-                }
-            }
+            LensKind::Llm => self.llm_lens(l, budget)?,
         };
         let sources: Vec<Spanned<String>> = match l.over.value {
             LensOver::Files => l.files.clone().unwrap_or_default(),
@@ -924,6 +887,83 @@ impl Validator<'_> {
             sources: sources.into_iter().map(|s| s.value).collect(),
             timeout_secs: l.timeout.as_ref().map(|t| t.value),
         })
+    }
+
+    /// An llm lens's judge: its charter, model and price.
+    fn llm_lens(&mut self, l: &RawLens, budget: Option<&Budget>) -> Option<Judge> {
+        let charter = match (&l.charter, &l.charter_file) {
+            (Some(text), None) => {
+                self.charter(&l.name.value, &text.value, text.span, "inline");
+                Card::Text(text.value.clone())
+            }
+            (None, Some(file)) => {
+                self.repo_file(file, "charter_file");
+                let path = self.root.join(file.value.as_str());
+                let max = crate::template::MAX_PROMPT_FILE_BYTES;
+                if std::fs::metadata(&path).is_ok_and(|m| m.len() > max) {
+                    self.push(
+                        Diagnostic::new(
+                            "plan::file_too_large",
+                            format!("lens `{}`: charter_file `{}` is larger than {} KiB", l.name.value, file.value, max / 1024),
+                        )
+                        .at(file.span)
+                        .label("too large")
+                        .help("a charter is a page of text; the unit is filled in when it is rendered"),
+                    );
+                } else if let Ok(source) = std::fs::read_to_string(&path) {
+                    self.charter(&l.name.value, &source, file.span, "its file");
+                }
+                Card::File(file.value.clone())
+            }
+            _ => {
+                self.push(
+                    Diagnostic::new(
+                        "plan::missing_key",
+                        format!(
+                            "llm lens `{}` needs exactly one of `charter` and `charter_file`",
+                            l.name.value
+                        ),
+                    )
+                    .at(l.name.span)
+                    .help("the charter tells the reviewer what to look for"),
+                );
+                return None;
+            }
+        };
+        // `model` is required when the lens is read: a lens without
+        // one was already reported.
+        let model = l.model.as_ref()?;
+        let price = l.price.as_ref().and_then(|p| self.price(p));
+        self.unpriced_model(
+            &format!("lens `{}`", l.name.value),
+            "lens",
+            model,
+            price,
+            budget,
+        );
+        Some(Judge::Llm {
+            charter,
+            model: model.value.clone(),
+            base_url: l.base_url.clone(),
+            api_key: l.api_key.clone(),
+            price,
+        })
+    }
+
+    /// An llm lens's charter compiles (it is rendered per unit at review
+    /// time; a broken one would leave every unit missing).
+    fn charter(&mut self, lens: &str, source: &str, span: crate::plan::source::Span, what: &str) {
+        if let Err(e) = crate::template::check_prompt(source) {
+            let message = e
+                .message
+                .replace("invalid prompt template", "invalid charter template");
+            self.push(
+                Diagnostic::new("plan::invalid_charter", format!("lens `{lens}`: {message}"))
+                    .at(span)
+                    .label(format!("does not compile ({what})"))
+                    .help("a charter is a minijinja template reading `unit` (its fields), `reviewer` (`slug`, `card`, or none) and `lens`"),
+            );
+        }
     }
 
     fn program(

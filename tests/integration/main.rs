@@ -30,6 +30,7 @@ mod issue17_findings;
 mod issue17_gates;
 mod issue17_junit;
 mod issue17_limits;
+mod issue17_llm_lens;
 mod issue17_patches;
 mod issue17_reuse;
 mod issue17_reviewers;

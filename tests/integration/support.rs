@@ -776,3 +776,165 @@ impl Drop for Served {
         }
     }
 }
+
+/// What the test model server answers to one request.
+pub enum ModelReply {
+    /// A chat completion with this text and usage (prompt, completion tokens).
+    Text(String, u64, u64),
+    /// Accepts, reads the request, and never answers.
+    Silent,
+}
+
+/// A chat completion request as the test model server saw it.
+#[derive(Debug, Clone)]
+pub struct ModelRequest {
+    /// The `Authorization` header.
+    pub authorization: String,
+    /// `(role, content)` of every message, in order.
+    pub messages: Vec<(String, String)>,
+    /// The whole request body.
+    pub body: serde_json::Value,
+}
+
+impl ModelRequest {
+    /// The content of the first message of `role`.
+    pub fn message(&self, role: &str) -> &str {
+        self.messages
+            .iter()
+            .find(|(r, _)| r == role)
+            .map_or("", |(_, c)| c.as_str())
+    }
+}
+
+/// Answers the `n`th request (from 0).
+pub type ModelScript = Box<dyn Fn(usize, &ModelRequest) -> ModelReply + Send>;
+
+/// A small OpenAI-compatible chat server on loopback (`std::net`), standing
+/// in for a paid model API only: it answers `POST /v1/chat/completions`
+/// from a script and records every request it read.
+pub struct ModelServer {
+    /// The `base_url` to give gameplan (`http://127.0.0.1:PORT/v1`).
+    pub url: String,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<ModelRequest>>>,
+}
+
+impl ModelServer {
+    pub fn start(script: ModelScript) -> ModelServer {
+        use std::io::Write as _;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+        let url = format!("http://{}/v1", listener.local_addr().expect("addr"));
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = seen.clone();
+        std::thread::spawn(move || {
+            let mut n = 0;
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { return };
+                let Some(request) = read_model_request(&mut stream) else {
+                    continue;
+                };
+                log.lock().unwrap().push(request.clone());
+                match script(n, &request) {
+                    ModelReply::Silent => {
+                        std::thread::spawn(move || {
+                            std::thread::sleep(Duration::from_secs(120));
+                            drop(stream);
+                        });
+                    }
+                    ModelReply::Text(text, input, output) => {
+                        let body = serde_json::json!({
+                            "id": format!("chatcmpl-{n}"),
+                            "object": "chat.completion",
+                            "choices": [{"index": 0, "finish_reason": "stop",
+                                         "message": {"role": "assistant", "content": text}}],
+                            "usage": {"prompt_tokens": input, "completion_tokens": output,
+                                      "total_tokens": input + output},
+                        })
+                        .to_string();
+                        let _ = write!(
+                            stream,
+                            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
+                             content-length: {}\r\nconnection: close\r\n\r\n{body}",
+                            body.len()
+                        );
+                    }
+                }
+                n += 1;
+            }
+        });
+        ModelServer { url, seen }
+    }
+
+    /// Every request read so far, in order.
+    pub fn seen(&self) -> Vec<ModelRequest> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+fn read_model_request(stream: &mut std::net::TcpStream) -> Option<ModelRequest> {
+    let mut bytes = Vec::new();
+    let mut buf = [0u8; 8192];
+    let head_end = loop {
+        let n = stream.read(&mut buf).ok()?;
+        if n == 0 {
+            return None;
+        }
+        bytes.extend_from_slice(&buf[..n]);
+        if let Some(i) = bytes.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+    };
+    let head = String::from_utf8_lossy(&bytes[..head_end]).to_string();
+    let header = |name: &str| {
+        head.lines()
+            .find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                k.trim()
+                    .eq_ignore_ascii_case(name)
+                    .then(|| v.trim().to_owned())
+            })
+            .unwrap_or_default()
+    };
+    let length: usize = header("content-length").parse().unwrap_or(0);
+    while bytes.len() < head_end + length {
+        let n = stream.read(&mut buf).ok()?;
+        if n == 0 {
+            break;
+        }
+        bytes.extend_from_slice(&buf[..n]);
+    }
+    let body: serde_json::Value = serde_json::from_slice(&bytes[head_end..]).ok()?;
+    let messages = body["messages"]
+        .as_array()?
+        .iter()
+        .map(|m| {
+            (
+                m["role"].as_str().unwrap_or("").to_owned(),
+                m["content"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect();
+    Some(ModelRequest {
+        authorization: header("authorization"),
+        messages,
+        body,
+    })
+}
+
+/// Every file under `dir` whose bytes hold `needle`.
+pub fn files_holding(dir: &Path, needle: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if let Ok(bytes) = std::fs::read(&path)
+                && bytes.windows(needle.len()).any(|w| w == needle.as_bytes())
+            {
+                found.push(path.display().to_string());
+            }
+        }
+    }
+    found
+}
