@@ -26,6 +26,9 @@
 //!   the answer's `usage`; cost from the player's `price` (USD per million
 //!   tokens) or [`Price::builtin`]. An unpriced model counts tokens only
 //!   (the plan check refuses one under a `max_model_usd`).
+//! - **Concurrency**: clients that share a semaphore ([`Client::sharing`],
+//!   the plan's `[pools] llm`) have at most that many requests in flight
+//!   together; a permit is held for one attempt, not across a backoff.
 //! - **Secrets**: the API key travels only in the `Authorization` header.
 //!   Every text this module hands back (answers, error messages, which may
 //!   quote a URL or a server's body) goes through the plan's
@@ -279,6 +282,8 @@ pub struct Client {
     config: ClientConfig,
     redactor: Redactor,
     usage: Mutex<Usage>,
+    /// Requests in flight at once, across the clients sharing it.
+    slots: Option<std::sync::Arc<tokio::sync::Semaphore>>,
 }
 
 /// The body of a chat completion request.
@@ -363,7 +368,15 @@ impl Client {
             config,
             redactor,
             usage: Mutex::new(usage),
+            slots: None,
         })
+    }
+
+    /// This client, sending requests only while it holds one of `slots`.
+    #[must_use]
+    pub fn sharing(mut self, slots: Option<std::sync::Arc<tokio::sync::Semaphore>>) -> Client {
+        self.slots = slots;
+        self
     }
 
     pub fn config(&self) -> &ClientConfig {
@@ -417,7 +430,15 @@ impl Client {
         let mut wait = self.config.backoff;
         let mut last = String::new();
         for attempt in 1..=attempts {
-            match self.attempt(&endpoint, &body).await {
+            // A closed semaphore never happens (nobody closes it); no permit
+            // then means no bound.
+            let permit = match &self.slots {
+                Some(slots) => slots.acquire().await.ok(),
+                None => None,
+            };
+            let attempted = self.attempt(&endpoint, &body).await;
+            drop(permit);
+            match attempted {
                 Attempt::Answered(bytes) => return self.answered(&bytes),
                 Attempt::Failed(e) => return Err(e),
                 Attempt::Again { why, after } => {

@@ -48,54 +48,66 @@ enum PromptKind {
     Felt,
 }
 
-type Script = Box<dyn Fn(usize, &Seen) -> Reply + Send>;
+type Script = Box<dyn Fn(usize, &Seen) -> Reply + Send + Sync>;
 
 struct ModelServer {
     url: String,
     seen: Arc<Mutex<Vec<Seen>>>,
+    /// The most requests it was answering at once.
+    most_at_once: Arc<Mutex<(usize, usize)>>,
 }
 
 impl ModelServer {
     fn start(script: Script) -> ModelServer {
+        Self::answering_after(script, Duration::ZERO)
+    }
+
+    /// Answers each request after `delay`, each on a thread of its own (so
+    /// requests may overlap), in the order they arrived (a request's
+    /// number is its place in that order).
+    fn answering_after(script: Script, delay: Duration) -> ModelServer {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
         let url = format!("http://{}/v1", listener.local_addr().expect("addr"));
         let seen = Arc::new(Mutex::new(Vec::new()));
-        let log = seen.clone();
+        let most_at_once = Arc::new(Mutex::new((0, 0)));
+        let (log, load) = (seen.clone(), most_at_once.clone());
+        let script = Arc::new(script);
         std::thread::spawn(move || {
-            for (n, stream) in listener.incoming().enumerate() {
+            for stream in listener.incoming() {
                 let Ok(mut stream) = stream else { return };
                 let Some(request) = read_request(&mut stream) else {
                     continue;
                 };
-                log.lock().unwrap().push(request.clone());
-                match script(n, &request) {
-                    Reply::Silent => {
-                        std::thread::spawn(move || {
-                            std::thread::sleep(Duration::from_secs(60));
-                            drop(stream);
-                        });
+                let n = {
+                    let mut log = log.lock().unwrap();
+                    log.push(request.clone());
+                    log.len() - 1
+                };
+                let (script, load) = (script.clone(), load.clone());
+                let answer = move || {
+                    {
+                        let mut load = load.lock().unwrap();
+                        load.0 += 1;
+                        load.1 = load.1.max(load.0);
                     }
-                    Reply::Text(text, input, output) => {
-                        let body = serde_json::json!({
-                            "id": format!("chatcmpl-{n}"),
-                            "object": "chat.completion",
-                            "choices": [{"index": 0, "finish_reason": "stop",
-                                         "message": {"role": "assistant", "content": text}}],
-                            "usage": {"prompt_tokens": input, "completion_tokens": output,
-                                      "total_tokens": input + output},
-                        })
-                        .to_string();
-                        let _ = write!(
-                            stream,
-                            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
-                             content-length: {}\r\nconnection: close\r\n\r\n{body}",
-                            body.len()
-                        );
-                    }
+                    std::thread::sleep(delay);
+                    let reply = script(n, &request);
+                    load.lock().unwrap().0 -= 1;
+                    reply
+                };
+                if delay.is_zero() {
+                    respond(stream, n, answer());
+                } else {
+                    // Overlapping requests need a thread each.
+                    std::thread::spawn(move || respond(stream, n, answer()));
                 }
             }
         });
-        ModelServer { url, seen }
+        ModelServer {
+            url,
+            seen,
+            most_at_once,
+        }
     }
 
     fn seen(&self) -> Vec<Seen> {
@@ -104,6 +116,38 @@ impl ModelServer {
 
     fn count(&self, kind: PromptKind) -> usize {
         self.seen().iter().filter(|s| s.kind == kind).count()
+    }
+
+    fn most_at_once(&self) -> usize {
+        self.most_at_once.lock().unwrap().1
+    }
+}
+
+fn respond(mut stream: TcpStream, n: usize, reply: Reply) {
+    match reply {
+        Reply::Silent => {
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_secs(60));
+                drop(stream);
+            });
+        }
+        Reply::Text(text, input, output) => {
+            let body = serde_json::json!({
+                "id": format!("chatcmpl-{n}"),
+                "object": "chat.completion",
+                "choices": [{"index": 0, "finish_reason": "stop",
+                             "message": {"role": "assistant", "content": text}}],
+                "usage": {"prompt_tokens": input, "completion_tokens": output,
+                          "total_tokens": input + output},
+            })
+            .to_string();
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
+                             content-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
     }
 }
 
@@ -677,6 +721,50 @@ matrix = { persona = "*" }
     let check = t.check(&["plan.toml"]);
     let too_large = check.only("plan::file_too_large");
     at(too_large, &priced, "\"prompt.j2\"");
+}
+
+#[test]
+fn issue18_llm_pools_llm_bounds_the_model_requests_in_flight_across_cells() {
+    let plan_with = |pool: u32| {
+        plan(
+            "\"standard\", \"jev\", \"rune\"",
+            3,
+            &format!("max_actions = 3\n\n[pools]\nplay = 3\nllm = {pool}"),
+            &Player {
+                url: "URL",
+                extra: "",
+            },
+        )
+    };
+    let answer = || -> Script {
+        Box::new(|_, seen| match seen.kind {
+            PromptKind::Select => Reply::Text(proposed(&seen.prompt)[0].clone(), 10, 1),
+            PromptKind::Felt => Reply::Text("Fine.".into(), 10, 1),
+            PromptKind::Alternatives => {
+                let actions = listed(&seen.prompt);
+                Reply::Text(actions[..actions.len().min(2)].join("\n"), 10, 1)
+            }
+            PromptKind::Move => Reply::Text(listed(&seen.prompt)[0].clone(), 10, 1),
+        })
+    };
+    let server = ModelServer::answering_after(answer(), Duration::from_millis(150));
+    let t = repo(&plan_with(1).replace("URL", &server.url));
+    t.run(&["plan", "run", "plan.toml", "--concurrency", "3"])
+        .code(0);
+    // Three cells of three turns, rune's of three calls a turn.
+    assert_eq!(server.count(PromptKind::Move), 9 + 3);
+    assert_eq!(server.count(PromptKind::Felt), 3);
+    assert_eq!(server.most_at_once(), 1, "llm = 1 let requests overlap");
+
+    let server = ModelServer::answering_after(answer(), Duration::from_millis(150));
+    t.write("plan.toml", plan_with(3).replace("URL", &server.url));
+    t.run(&["plan", "run", "plan.toml", "--concurrency", "3"])
+        .code(0);
+    assert!(
+        server.most_at_once() > 1,
+        "three cells at once never overlapped"
+    );
+    assert!(server.most_at_once() <= 3);
 }
 
 #[test]
