@@ -411,13 +411,12 @@ pub(crate) fn cell_spec_redacted(
     slots: Option<std::sync::Arc<tokio::sync::Semaphore>>,
 ) -> Result<CellSpec, StepError> {
     let cell = Cell::of(&cx.plan, &cx.step, &cx.instance)?;
-    let player = match PlayerSpec::of(&cell.persona.player) {
-        Some(player) => player,
-        None => {
-            let mut spec = llm_spec(cx, cell.persona, redactor)?;
-            spec.slots = slots;
-            PlayerSpec::Llm(Box::new(spec))
-        }
+    let player = if let Some(player) = PlayerSpec::of(&cell.persona.player) {
+        player
+    } else {
+        let mut spec = llm_spec(cx, cell.persona, redactor)?;
+        spec.slots = slots;
+        PlayerSpec::Llm(Box::new(spec))
     };
     Ok(CellSpec {
         game: game::spec(cx)?,
