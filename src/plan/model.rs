@@ -163,6 +163,9 @@ pub struct Game {
     pub driver: Driver,
     pub command: Vec<String>,
     pub url: Option<String>,
+    /// webdriver: a WebDriver server to use instead of the chromedriver
+    /// gameplan starts.
+    pub webdriver_url: Option<String>,
     pub inputs: Vec<String>,
     pub action_timeout_secs: u64,
     pub stuck_after: u64,
@@ -235,6 +238,8 @@ pub struct Lens {
     pub judge: Judge,
     /// over = files: globs; over = patches: one path or glob.
     pub sources: Vec<String>,
+    /// command: seconds one call may take (`None`: the default).
+    pub timeout_secs: Option<u64>,
 }
 
 /// How a lens reaches a verdict.

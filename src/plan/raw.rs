@@ -245,8 +245,11 @@ pub struct RawGame {
     pub driver: Option<Spanned<Driver>>,
     /// stdio: the game's argv. `["builtin:maze"]` runs a game shipped in gameplan.
     pub command: Option<Spanned<Vec<String>>>,
-    /// webdriver: the page to open.
+    /// webdriver: the page to open (`http(s)://`, `file://`, or a repo-relative path).
     pub url: Option<Spanned<String>>,
+    /// webdriver: a running WebDriver server (`http://127.0.0.1:4444`) to use
+    /// instead of the chromedriver gameplan starts itself.
+    pub webdriver_url: Option<Spanned<String>>,
     /// Globs hashed into the build hash.
     #[schemars(default)]
     pub inputs: Vec<Spanned<String>>,
@@ -284,6 +287,7 @@ impl Decode for RawGame {
         let driver_unreadable = driver.is_none() && t.entry("driver").is_some();
         let command = t.optional("command", diags);
         let url = t.optional("url", diags);
+        let webdriver_url = t.optional("webdriver_url", diags);
         let inputs = t.optional("inputs", diags);
         let action_timeout = t.optional("action_timeout", diags);
         let stuck_after = t.optional("stuck_after", diags);
@@ -297,6 +301,7 @@ impl Decode for RawGame {
             driver,
             command,
             url,
+            webdriver_url,
             inputs: inputs.unwrap_or_default(),
             action_timeout,
             stuck_after,
@@ -534,6 +539,9 @@ pub struct RawLens {
     pub files: Option<Vec<Spanned<String>>>,
     /// over = "patches": a directory (or glob) of `git format-patch` files.
     pub patches: Option<Spanned<String>>,
+    /// command: seconds one call may take before its units are left missing (default 300).
+    #[schemars(range(min = 1))]
+    pub timeout: Option<Spanned<u64>>,
     #[schemars(skip)]
     pub span: crate::plan::source::Span,
 }
@@ -554,6 +562,20 @@ pub enum LensOver {
     Files,
     Patches,
 }
+
+/// The keys only some lens kinds take: a lens whose kind cannot be read
+/// is not blamed for any of them.
+const LENS_KIND_KEYS: [&str; 9] = [
+    "when",
+    "run",
+    "argv",
+    "charter",
+    "charter_file",
+    "model",
+    "base_url",
+    "api_key",
+    "timeout",
+];
 
 impl Decode for RawLens {
     fn decode(node: &Node, diags: &mut Diagnostics) -> Option<Self> {
@@ -600,12 +622,14 @@ impl Decode for RawLens {
             mut model,
             mut base_url,
             mut api_key,
-        ) = (None, None, None, None, None, None, None, None);
+            mut timeout,
+        ) = (None, None, None, None, None, None, None, None, None);
         match kind {
             Some(LensKind::Rule) => when = t.required("when", diags),
             Some(LensKind::Command) => {
                 run = t.optional("run", diags);
                 argv = t.optional("argv", diags);
+                timeout = t.optional("timeout", diags);
             }
             Some(LensKind::Llm) => {
                 charter = t.optional("charter", diags);
@@ -615,16 +639,7 @@ impl Decode for RawLens {
                 api_key = t.optional("api_key", diags);
             }
             None => {
-                for key in [
-                    "when",
-                    "run",
-                    "argv",
-                    "charter",
-                    "charter_file",
-                    "model",
-                    "base_url",
-                    "api_key",
-                ] {
+                for key in LENS_KIND_KEYS {
                     t.entry(key);
                 }
             }
@@ -654,6 +669,7 @@ impl Decode for RawLens {
             api_key,
             files,
             patches,
+            timeout,
             span,
         })
     }
