@@ -797,3 +797,63 @@ fn issue18_llm_ctrl_c_while_the_model_is_silent_stops_the_cell_at_once() {
     let text = format!("{}{}", out.stdout, out.stderr);
     assert!(text.contains("resume"), "{out}");
 }
+
+/// The shipped example web game, with an `llm` persona instead of the
+/// explorer: the thinking half and the browser half behind the same seam.
+#[test]
+fn issue18_llm_plays_the_example_web_game_in_chromium_and_finds_its_console_error() {
+    let example = |rel: &str| {
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(rel))
+            .unwrap_or_else(|e| panic!("read {rel}: {e}"))
+    };
+    // The model goes for the chest whenever it is offered.
+    let server = ModelServer::start(Box::new(|_, seen| match seen.kind {
+        PromptKind::Felt => Reply::Text("That chest threw an error at me.".into(), 10, 5),
+        _ => {
+            let actions = listed(&seen.prompt);
+            let pick = actions
+                .iter()
+                .find(|a| a.contains("Open chest"))
+                .unwrap_or(&actions[0]);
+            Reply::Text(format!("I click \"{pick}\"."), 10, 2)
+        }
+    }));
+    let plan = example("examples/web.toml").replace(
+        "player = { kind = \"explorer\" }\npatience = 40",
+        &format!(
+            "player = {{ kind = \"llm\", model = \"house-model\", base_url = \"{}\", api_key = \"{{{{ secret('MODEL_KEY') }}}}\", price = {{ input_per_mtok = 1.0, output_per_mtok = 1.0 }} }}\npatience = 6",
+            server.url
+        ),
+    );
+    assert!(
+        plan.contains("kind = \"llm\""),
+        "the example's persona changed"
+    );
+    let t = Test::new()
+        .file(
+            "examples/games/web/index.html",
+            example("examples/games/web/index.html"),
+        )
+        .file(
+            "examples/games/web/game.js",
+            example("examples/games/web/game.js"),
+        )
+        .file("examples/web.toml", plan)
+        .env("MODEL_KEY", CANARY);
+    let out = t.run(&["plan", "run", "examples/web.toml", "--json"]);
+    out.code(0);
+    let doc = out.json();
+    let report = &reports(&t, &doc)[0];
+    assert_eq!(report["player"], "llm", "{report:#}");
+    let findings = report["findings"].as_array().expect("findings");
+    assert!(
+        findings.iter().any(|f| f["category"] == "console"),
+        "the model's clicks found the console error: {report:#}"
+    );
+    assert_eq!(
+        report["model"]["calls"].as_u64(),
+        Some(report["actions_taken"].as_u64().expect("actions") + 1),
+        "a call a move, and one for How it felt: {report:#}"
+    );
+    assert!(files_holding(&t.path(".gameplan"), CANARY).is_empty());
+}
