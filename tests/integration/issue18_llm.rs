@@ -807,16 +807,16 @@ fn issue18_llm_plays_the_example_web_game_in_chromium_and_finds_its_console_erro
             .unwrap_or_else(|e| panic!("read {rel}: {e}"))
     };
     // The model goes for the chest whenever it is offered.
-    let server = ModelServer::start(Box::new(|_, seen| match seen.kind {
-        PromptKind::Felt => Reply::Text("That chest threw an error at me.".into(), 10, 5),
-        _ => {
-            let actions = listed(&seen.prompt);
-            let pick = actions
-                .iter()
-                .find(|a| a.contains("Open chest"))
-                .unwrap_or(&actions[0]);
-            Reply::Text(format!("I click \"{pick}\"."), 10, 2)
+    let server = ModelServer::start(Box::new(|_, seen| {
+        if seen.kind == PromptKind::Felt {
+            return Reply::Text("That chest threw an error at me.".into(), 10, 5);
         }
+        let actions = listed(&seen.prompt);
+        let pick = actions
+            .iter()
+            .find(|a| a.contains("Open chest"))
+            .unwrap_or(&actions[0]);
+        Reply::Text(format!("I click \"{pick}\"."), 10, 2)
     }));
     let plan = example("examples/web.toml").replace(
         "player = { kind = \"explorer\" }\npatience = 40",
