@@ -559,6 +559,42 @@ impl Client {
     }
 }
 
+/// How many `{` (and, for each, `}`) [`json_in`] tries in prose.
+const JSON_TRIES: usize = 8;
+
+/// The JSON object an answer holds, for a caller that asked for one (an
+/// `llm` lens's verdict): the whole text, a fenced `json` code block, or the
+/// first `{…}` in it that parses. Models wrap JSON in prose and fences;
+/// `None` when no object parses (a bad answer for the caller).
+pub fn json_in(text: &str) -> Option<serde_json::Value> {
+    let parse = |t: &str| {
+        serde_json::from_str::<serde_json::Value>(t.trim())
+            .ok()
+            .filter(serde_json::Value::is_object)
+    };
+    if let Some(value) = parse(text) {
+        return Some(value);
+    }
+    if let Some((_, rest)) = text.split_once("```")
+        && let Some((block, _)) = rest.split_once("```")
+    {
+        let block = block.strip_prefix("json").unwrap_or(block);
+        if let Some(value) = parse(block) {
+            return Some(value);
+        }
+    }
+    // The first `{` whose object parses, up to a `}` after it, the
+    // longest first; a few of each, so an answer of braces costs little.
+    text.match_indices('{')
+        .take(JSON_TRIES)
+        .find_map(|(start, _)| {
+            text[start..]
+                .rmatch_indices('}')
+                .take(JSON_TRIES)
+                .find_map(|(end, _)| parse(&text[start..=start + end]))
+        })
+}
+
 enum Read {
     TooLarge,
     Broken(String),
