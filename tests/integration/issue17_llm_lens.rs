@@ -338,3 +338,125 @@ kind = "gate"
     let problem = check.only("plan::invalid_charter");
     at(problem, &broken, "\"Look at {%").help_has("`unit`");
 }
+
+#[test]
+fn issue17_llm_lens_over_a_free_maze_plays_findings_with_a_reviewers_pass() {
+    let server = ModelServer::start(Box::new(|_, _: &ModelRequest| {
+        ModelReply::Text(
+            r#"{"verdict": "clear", "findings": []}"#.to_owned(),
+            300,
+            12,
+        )
+    }));
+    let gates = format!(
+        r#"
+[[lenses]]
+name = "triage"
+kind = "llm"
+over = "findings"
+model = "test-model"
+base_url = "{url}"
+charter_file = "review/triage.md"
+
+[[gates]]
+name = "triage"
+lenses = ["triage"]
+reviewers = ["curious-kid"]
+
+[[steps]]
+id = "triage"
+kind = "gate"
+needs = ["aggregate"]
+"#,
+        url = server.url
+    );
+    let t = Test::new()
+        .file(
+            "plans/maze.toml",
+            format!("{}{gates}", include_str!("../../plans/maze.toml")),
+        )
+        .file(
+            "review/triage.md",
+            "As {{ reviewer.slug if reviewer else 'the team' }}: is this {{ unit.category }} finding a blocker?",
+        );
+    t.run(&["plan", "run", "plans/maze.toml"])
+        .code(0)
+        .stdout_has("gate triage: SEND-READY");
+    let doc = review(&t, "triage");
+    let lenses = doc["lenses"].as_array().expect("lenses");
+    assert_eq!(
+        lenses.len(),
+        2,
+        "the lens, then its reviewer's pass: {doc:#}"
+    );
+    assert_eq!(lenses[1]["name"], "triage@curious-kid");
+    let units = lenses[0]["units"].as_array().expect("units").len();
+    assert!(units > 0, "the maze's findings are units: {doc:#}");
+    let seen = server.seen();
+    assert_eq!(seen.len(), 2 * units, "one call per unit per pass");
+    let (own, reviewer) = seen.split_at(units);
+    assert!(
+        own.iter()
+            .all(|r| asked(r).starts_with("As the team: is this "))
+    );
+    assert!(
+        reviewer
+            .iter()
+            .all(|r| asked(r).starts_with("As curious-kid: is this ")
+                && r.message("system")
+                    .ends_with("Nine years old, clicks everything, reads nothing.")),
+        "{:?}",
+        reviewer.first()
+    );
+    // The charter reads the unit, so the unit is not appended again.
+    assert!(
+        own.iter()
+            .all(|r| asked(r).ends_with(" finding a blocker?") && !asked(r).contains("```")),
+        "{:?}",
+        own.first().map(asked)
+    );
+
+    // The same plays give the same findings: nothing is asked again.
+    t.run(&["plan", "run", "plans/maze.toml"]).code(0);
+    assert_eq!(server.seen().len(), 2 * units);
+}
+
+#[test]
+fn issue17_llm_lens_a_refused_request_stops_the_lens_and_leaves_it_incomplete() {
+    // A wrong key: the server says so, quoting it back as some providers do.
+    let server = ModelServer::start(Box::new(|_, request: &ModelRequest| {
+        ModelReply::Status(
+            401,
+            json!({"error": {"message": format!("invalid key {}", request.authorization)}})
+                .to_string(),
+        )
+    }));
+    let t = repo(
+        &plan(&server.url, "max_model_usd = 1.0", ""),
+        &[("src/a.rs", "fn a() {}\n"), ("src/b.rs", "fn b() {}\n")],
+    );
+    let out = t.run(&["plan", "run", "plans/review.toml"]);
+    out.code(2).stdout_has("gate review: INCOMPLETE");
+    assert_eq!(server.seen().len(), 1, "a refusal is not repeated per unit");
+    let doc = review(&t, "review");
+    let a = verdict(&doc, "words", "src/a.rs");
+    let said = a["missing"].as_str().expect("why");
+    assert!(
+        said.contains("refused") && said.contains("api_key"),
+        "{said}"
+    );
+    assert!(
+        said.contains("[redacted]"),
+        "the quoted key is redacted: {said}"
+    );
+    let b = verdict(&doc, "words", "src/b.rs");
+    assert!(b["missing"].as_str().unwrap().contains("not sent"), "{b}");
+    assert_eq!(
+        files_holding(&t.path(".gameplan"), CANARY),
+        Vec::<String>::new()
+    );
+    assert!(
+        !out.stdout.contains(CANARY) && !out.stderr.contains(CANARY),
+        "{out}"
+    );
+}

@@ -783,6 +783,8 @@ pub enum ModelReply {
     Text(String, u64, u64),
     /// Accepts, reads the request, and never answers.
     Silent,
+    /// An HTTP error status with this body.
+    Status(u16, String),
 }
 
 /// A chat completion request as the test model server saw it.
@@ -839,6 +841,14 @@ impl ModelServer {
                             std::thread::sleep(Duration::from_secs(120));
                             drop(stream);
                         });
+                    }
+                    ModelReply::Status(status, body) => {
+                        let _ = write!(
+                            stream,
+                            "HTTP/1.1 {status} Error\r\ncontent-type: application/json\r\n\
+                             content-length: {}\r\nconnection: close\r\n\r\n{body}",
+                            body.len()
+                        );
                     }
                     ModelReply::Text(text, input, output) => {
                         let body = serde_json::json!({
