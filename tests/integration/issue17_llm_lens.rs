@@ -88,6 +88,9 @@ fn issue17_llm_lens_good_answers_become_verdicts_and_an_unchanged_run_sends_noth
         ],
     );
     t.check(&["plans/review.toml"]).codes(&[]);
+    t.run(&["plan", "explain", "plans/review.toml"])
+        .code(0)
+        .stdout_has("`words`: 3 to judge, 0 reused");
     let out = t.run(&["plan", "run", "plans/review.toml"]);
     out.code(0).stdout_has("gate review: SEND-READY");
     let seen = server.seen();
@@ -95,6 +98,7 @@ fn issue17_llm_lens_good_answers_become_verdicts_and_an_unchanged_run_sends_noth
     for request in &seen {
         assert_eq!(request.authorization, format!("Bearer {CANARY}"));
         assert_eq!(request.body["model"], "test-model");
+        assert_eq!(request.body["max_tokens"], 1024, "the answer's bound");
         assert!(request.message("system").contains("\"verdict\""));
     }
     // The charter is rendered with the unit.
@@ -337,6 +341,29 @@ kind = "gate"
     let check = t.check(&["plan.toml"]);
     let problem = check.only("plan::invalid_charter");
     at(problem, &broken, "\"Look at {%").help_has("`unit`");
+    // A charter file: read up to 64 KiB, and checked the same way.
+    let from_file = fixed.replacen(
+        "charter = \"Look for secrets.\"",
+        "charter_file = \"charter.md\"",
+        1,
+    );
+    t.write("plan.toml", &from_file);
+    t.write("charter.md", "c".repeat(64 * 1024));
+    t.check(&["plan.toml"]).codes(&[]);
+    t.write("charter.md", "c".repeat(64 * 1024 + 1));
+    let check = t.check(&["plan.toml"]);
+    at(
+        check.only("plan::file_too_large"),
+        &from_file,
+        "\"charter.md\"",
+    );
+    t.write("charter.md", "{{ unit.path");
+    let check = t.check(&["plan.toml"]);
+    at(
+        check.only("plan::invalid_charter"),
+        &from_file,
+        "\"charter.md\"",
+    );
 }
 
 #[test]
