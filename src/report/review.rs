@@ -29,12 +29,32 @@ fn counts(lens: &LensReport) -> String {
             parts.push(format!("{n} {}", v.word()));
         }
     }
-    format!(
+    let mut line = format!(
         "{}; {} judged, {} reused",
         parts.join(", "),
         lens.judged,
         lens.reused
-    )
+    );
+    // What an llm lens spent is money: it is shown, not only dumped.
+    if let Some(usage) = &lens.usage {
+        let _ = write!(
+            line,
+            "; {}, {} tokens in, {} out",
+            super::plural(
+                usize::try_from(usage.calls).unwrap_or(usize::MAX),
+                "model call"
+            ),
+            usage.input_tokens,
+            usage.output_tokens
+        );
+        if usage.priced {
+            let _ = write!(line, ", {:.4} USD", usage.cost_usd);
+        }
+        if usage.stopped_by_budget {
+            line.push_str(", stopped by max_model_usd");
+        }
+    }
+    line
 }
 
 /// The lines a gate adds to the end of `plan run`'s summary.

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use crate::issue17_gates::{review, verdict};
-use crate::support::{ModelReply, ModelRequest, ModelServer, Test, at, files_holding};
+use crate::support::{ModelReply, ModelRequest, ModelServer, Output, Test, at, files_holding};
 
 const CANARY: &str = "sk-canary-llm-lens-4b1d";
 
@@ -57,6 +57,19 @@ fn repo(plan_text: &str, files: &[(&str, &str)]) -> Test {
     )
 }
 
+/// The key is nowhere under `.gameplan/` nor in what the run printed.
+#[track_caller]
+fn key_kept_out(t: &Test, out: &Output) {
+    assert_eq!(
+        files_holding(&t.path(".gameplan"), CANARY),
+        Vec::<String>::new()
+    );
+    assert!(
+        !out.stdout.contains(CANARY) && !out.stderr.contains(CANARY),
+        "{out}"
+    );
+}
+
 /// The unit text the server was asked about (the charter renders it last).
 fn asked(request: &ModelRequest) -> String {
     request.message("user").to_owned()
@@ -92,7 +105,9 @@ fn issue17_llm_lens_good_answers_become_verdicts_and_an_unchanged_run_sends_noth
         .code(0)
         .stdout_has("`words`: 3 to judge, 0 reused");
     let out = t.run(&["plan", "run", "plans/review.toml"]);
-    out.code(0).stdout_has("gate review: SEND-READY");
+    out.code(0)
+        .stdout_has("gate review: SEND-READY")
+        .stdout_has("3 judged, 0 reused; 3 model calls, 3600 tokens in, 90 out, 0.0045 USD");
     let seen = server.seen();
     assert_eq!(seen.len(), 3, "one call per unit");
     for request in &seen {
@@ -126,7 +141,7 @@ fn issue17_llm_lens_good_answers_become_verdicts_and_an_unchanged_run_sends_noth
     // Nothing changed: every clean verdict is reused, no request is sent.
     t.run(&["plan", "run", "plans/review.toml"])
         .code(0)
-        .stdout_has("words: SEND-READY (3 units, 3 clear; 0 judged, 3 reused)");
+        .stdout_has("words: SEND-READY (3 units, 3 clear; 0 judged, 3 reused; 0 model calls");
     assert_eq!(
         server.seen().len(),
         3,
@@ -148,14 +163,7 @@ fn issue17_llm_lens_good_answers_become_verdicts_and_an_unchanged_run_sends_noth
     assert_eq!(b["findings"][0]["line"], 1);
 
     // The key reached the server, and nothing gameplan wrote or printed.
-    assert_eq!(
-        files_holding(&t.path(".gameplan"), CANARY),
-        Vec::<String>::new()
-    );
-    assert!(
-        !out.stdout.contains(CANARY) && !out.stderr.contains(CANARY),
-        "{out}"
-    );
+    key_kept_out(&t, &out);
 }
 
 #[test]
@@ -224,7 +232,8 @@ fn issue17_llm_lens_the_budget_stops_it_and_leaves_the_rest_missing() {
     let out = t.run(&["plan", "run", "plans/review.toml"]);
     out.code(2)
         .stdout_has("gate review: INCOMPLETE")
-        .stdout_has("budget");
+        .stdout_has("2 model calls")
+        .stdout_has("stopped by max_model_usd");
     assert_eq!(
         server.seen().len(),
         2,
@@ -478,12 +487,5 @@ fn issue17_llm_lens_a_refused_request_stops_the_lens_and_leaves_it_incomplete() 
     );
     let b = verdict(&doc, "words", "src/b.rs");
     assert!(b["missing"].as_str().unwrap().contains("not sent"), "{b}");
-    assert_eq!(
-        files_holding(&t.path(".gameplan"), CANARY),
-        Vec::<String>::new()
-    );
-    assert!(
-        !out.stdout.contains(CANARY) && !out.stderr.contains(CANARY),
-        "{out}"
-    );
+    key_kept_out(&t, &out);
 }
