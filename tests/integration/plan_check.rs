@@ -533,6 +533,7 @@ card_file = "/etc/passwd"
 name = "onboarding"
 kind = "llm"
 over = "runs"
+model = "gpt-4o-mini"
 charter_file = "lenses/../../../charter.md"
 
 [[steps]]

@@ -346,6 +346,7 @@ fn every_plan_in_the_repo_checks_ok() {
     assert!(plans.iter().any(|p| p == "plans/demo.toml"), "{plans:?}");
     let t = plans.iter().fold(Test::new(), |t, p| from_repo(t, p));
     let t = from_repo(t, "examples/personas/veteran.md");
+    let t = from_repo(t, "examples/lenses/code-review.md");
     let files: Vec<&str> = plans.iter().map(String::as_str).collect();
     let check = t.check(&files);
     assert!(check.problems().is_empty(), "{}", check.text);
