@@ -178,7 +178,19 @@ impl LlmLens<'_> {
                     continue;
                 }
             };
-            let answer = match client.chat(&messages, MAX_ANSWER_TOKENS).await {
+            // A stop must not wait out a silent model's timeouts and retries.
+            let mut stop = cancel.clone();
+            let asked = tokio::select! {
+                result = client.chat(&messages, MAX_ANSWER_TOKENS) => Some(result),
+                _ = stop.wait_for(|stopped| *stopped) => None,
+            };
+            let Some(result) = asked else {
+                let why = "the run was stopped while this unit was asked".to_owned();
+                stopped = Some("the run was stopped before this unit was sent".into());
+                answers.push((*i, Answer::Missing(why)));
+                continue;
+            };
+            let answer = match result {
                 Ok(answer) => parse_answer(&answer.text),
                 Err(e @ LlmError::Budget { .. }) => {
                     usage.stopped_by_budget = true;

@@ -9,10 +9,13 @@
 
 use std::time::{Duration, Instant};
 
+use nix::sys::signal::Signal;
 use serde_json::json;
 
 use crate::issue17_gates::{review, verdict};
-use crate::support::{ModelReply, ModelRequest, ModelServer, Output, Test, at, files_holding};
+use crate::support::{
+    ModelReply, ModelRequest, ModelServer, Output, Test, at, files_holding, wait_until,
+};
 
 const CANARY: &str = "sk-canary-llm-lens-4b1d";
 
@@ -487,5 +490,30 @@ fn issue17_llm_lens_a_refused_request_stops_the_lens_and_leaves_it_incomplete() 
     );
     let b = verdict(&doc, "words", "src/b.rs");
     assert!(b["missing"].as_str().unwrap().contains("not sent"), "{b}");
+    key_kept_out(&t, &out);
+}
+
+#[test]
+fn issue17_llm_lens_ctrl_c_while_the_model_is_silent_stops_the_gate_at_once() {
+    // A 30 s timeout and four attempts: without the stop, two minutes.
+    let server = ModelServer::start(Box::new(|_, _: &ModelRequest| ModelReply::Silent));
+    let t = repo(
+        &plan(&server.url, "max_model_usd = 1.0", "timeout = 30"),
+        &[("src/a.rs", "fn a() {}\n"), ("src/b.rs", "fn b() {}\n")],
+    );
+    let gameplan = t.spawn(&["plan", "run", "plans/review.toml"]);
+    wait_until("the model was asked", Duration::from_secs(30), || {
+        !server.seen().is_empty()
+    });
+    let asked = Instant::now();
+    gameplan.signal(Signal::SIGINT);
+    let out = gameplan.wait();
+    out.code(10);
+    assert!(
+        asked.elapsed() < Duration::from_secs(10),
+        "the stop waited for the model: {:?}",
+        asked.elapsed()
+    );
+    assert_eq!(server.seen().len(), 1, "nothing more was sent");
     key_kept_out(&t, &out);
 }
