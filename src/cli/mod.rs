@@ -506,6 +506,8 @@ pub enum SchemaName {
     Aggregate,
     /// The backend API's requests, responses and error body (under $defs).
     Api,
+    /// review.json of a gate step.
+    Review,
 }
 
 /// What a command may read from the outside world: captured once, here, so

@@ -18,6 +18,7 @@ impl SchemaName {
             SchemaName::Report => schema_json::<crate::play::CellReport>(),
             SchemaName::Aggregate => schema_json::<crate::report::aggregate::Aggregate>(),
             SchemaName::Api => schema_json::<crate::backend::api::ApiPayloads>(),
+            SchemaName::Review => schema_json::<crate::review::verdict::Review>(),
         }
     }
 

@@ -28,6 +28,7 @@ pub mod cell_report;
 pub mod controllers;
 pub mod episode;
 pub mod findings;
+pub mod llm_player;
 pub mod players;
 pub mod protocol;
 pub mod replay;

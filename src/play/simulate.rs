@@ -206,9 +206,9 @@ pub async fn simulate(
                 first_error.get_or_insert(e);
             }
             Err(e) => {
-                first_error.get_or_insert(PlayError::Player(super::players::PlayerError(format!(
-                    "a simulate worker failed: {e}"
-                ))));
+                first_error.get_or_insert(PlayError::Player(
+                    super::players::PlayerError::Settings(format!("a simulate worker failed: {e}")),
+                ));
             }
         }
     }

@@ -40,7 +40,7 @@ pub enum QuitReason {
     Hang,
     /// The persona's patience ran out.
     Patience,
-    /// `budget.max_actions` or `max_wall_seconds` ran out.
+    /// `budget.max_actions`, `max_wall_seconds` or `max_model_usd` ran out.
     Budget,
     /// Stopped by a signal after the turn in flight; a resume plays it again.
     Interrupted,
@@ -48,6 +48,13 @@ pub enum QuitReason {
     ScriptEnd,
     /// The game offered no action and was not done.
     NoActions,
+    /// An `llm` player's model never named a listed action, also when
+    /// asked again; the report's `quit_detail` quotes it.
+    BadAnswer,
+    /// The model endpoint never answered (exit 5).
+    ModelUnreachable,
+    /// The model endpoint refused the request (a wrong key, an unknown model).
+    ModelRefused,
 }
 
 impl QuitReason {
@@ -61,6 +68,9 @@ impl QuitReason {
             QuitReason::Interrupted => "interrupted",
             QuitReason::ScriptEnd => "script_end",
             QuitReason::NoActions => "no_actions",
+            QuitReason::BadAnswer => "bad_answer",
+            QuitReason::ModelUnreachable => "model_unreachable",
+            QuitReason::ModelRefused => "model_refused",
         }
     }
 
