@@ -163,6 +163,9 @@ pub struct Game {
     pub driver: Driver,
     pub command: Vec<String>,
     pub url: Option<String>,
+    /// webdriver: a WebDriver server to use instead of the chromedriver
+    /// gameplan starts.
+    pub webdriver_url: Option<String>,
     pub inputs: Vec<String>,
     pub action_timeout_secs: u64,
     pub stuck_after: u64,

@@ -245,8 +245,11 @@ pub struct RawGame {
     pub driver: Option<Spanned<Driver>>,
     /// stdio: the game's argv. `["builtin:maze"]` runs a game shipped in gameplan.
     pub command: Option<Spanned<Vec<String>>>,
-    /// webdriver: the page to open.
+    /// webdriver: the page to open (`http(s)://`, `file://`, or a repo-relative path).
     pub url: Option<Spanned<String>>,
+    /// webdriver: a running WebDriver server (`http://127.0.0.1:4444`) to use
+    /// instead of the chromedriver gameplan starts itself.
+    pub webdriver_url: Option<Spanned<String>>,
     /// Globs hashed into the build hash.
     #[schemars(default)]
     pub inputs: Vec<Spanned<String>>,
@@ -284,6 +287,7 @@ impl Decode for RawGame {
         let driver_unreadable = driver.is_none() && t.entry("driver").is_some();
         let command = t.optional("command", diags);
         let url = t.optional("url", diags);
+        let webdriver_url = t.optional("webdriver_url", diags);
         let inputs = t.optional("inputs", diags);
         let action_timeout = t.optional("action_timeout", diags);
         let stuck_after = t.optional("stuck_after", diags);
@@ -297,6 +301,7 @@ impl Decode for RawGame {
             driver,
             command,
             url,
+            webdriver_url,
             inputs: inputs.unwrap_or_default(),
             action_timeout,
             stuck_after,

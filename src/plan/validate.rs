@@ -599,6 +599,29 @@ impl Validator<'_> {
                 .help("add `url = \"http://127.0.0.1:8080/\"`"),
             );
         }
+        if let Some(w) = &g.webdriver_url {
+            if driver != Driver::Webdriver {
+                self.push(
+                    Diagnostic::new(
+                        "plan::unused_key",
+                        "`webdriver_url` is only for the webdriver driver",
+                    )
+                    .at(w.span)
+                    .label("a stdio game has no browser")
+                    .help("remove it, or set `driver = \"webdriver\"` and `url`"),
+                );
+            } else if !w.value.starts_with("http://") {
+                self.push(
+                    Diagnostic::new(
+                        "plan::invalid_value",
+                        "`webdriver_url` must be an http:// URL of a WebDriver server",
+                    )
+                    .at(w.span)
+                    .label("not http://")
+                    .help("e.g. `webdriver_url = \"http://127.0.0.1:4444\"`, or remove it to let gameplan start chromedriver"),
+                );
+            }
+        }
         for input in &g.inputs {
             if self.repo_path(input, "input") && self.warn_unmatched_inputs {
                 self.unmatched_input(input);
@@ -609,6 +632,7 @@ impl Validator<'_> {
             driver,
             command,
             url: g.url.as_ref().map(|u| u.value.clone()),
+            webdriver_url: g.webdriver_url.as_ref().map(|u| u.value.clone()),
             inputs: g.inputs.iter().map(|i| i.value.clone()).collect(),
             action_timeout_secs: g.action_timeout.as_ref().map_or(10, |t| t.value),
             stuck_after: g.stuck_after.as_ref().map_or(8, |t| t.value),

@@ -26,10 +26,10 @@ use std::time::{Duration, Instant};
 
 use super::cell_report::{CellReport, CellState, GameInfo, Metrics, NotPlayed, REPORT_FORMAT};
 use super::controllers::{Controller, ControllerKind};
+use super::driver::{Driver, Failure, GameSpec, Hello, Seen, Session, SpawnError};
 use super::episode::{Episode, Stepped, failure_finding};
 use super::findings::{Category, Evidence, FindingSet, Spotted};
 use super::players::{PlayEnd, Player, PlayerError, PlayerReport, PlayerSpec};
-use super::stdio::{Failure, GameProcess, GameSpec, Hello, Seen, SpawnError};
 use super::trace::{QuitReason, Trace};
 
 /// Everything one cell needs.
@@ -87,7 +87,8 @@ pub const CELL_FILES: [&str; 4] = [
     "trace.jsonl",
 ];
 
-/// Plays one cell and writes its files into `out_dir` (created if needed).
+/// Plays one cell and writes its files into `out_dir` (created if needed;
+/// a browser game's screenshots go to `out_dir/screenshots/`).
 /// When `cancel` turns true the turn in flight finishes and the cell ends
 /// `interrupted`.
 pub async fn play_cell(
@@ -144,7 +145,7 @@ pub async fn play_cell_watched(
         controller_name,
     ));
     let mut transcript = Vec::with_capacity(16 * 1024);
-    let mut game = GameProcess::spawn(&spec.game)?;
+    let mut game = Session::start(&spec.game, Some(out_dir)).await?;
     let mut metrics = Metrics::default();
     let (hello, opened) = open(&mut game, spec.seed).await;
     let opened = match opened {
@@ -243,7 +244,7 @@ pub async fn play_cell_watched(
 
 /// `hello` then `reset`: the first observation, or the failure that ended it.
 /// A refusal of either is a protocol violation: nothing can be played.
-pub async fn open(game: &mut GameProcess, seed: i64) -> (Hello, Result<Seen, Failure>) {
+pub async fn open(game: &mut impl Driver, seed: i64) -> (Hello, Result<Seen, Failure>) {
     let hello = match game.hello().await {
         Ok(Ok(hello)) => hello,
         Ok(Err(refusal)) => {
@@ -262,7 +263,7 @@ pub async fn open(game: &mut GameProcess, seed: i64) -> (Hello, Result<Seen, Fai
     (hello, first)
 }
 
-pub(super) fn refused_opening(game: &GameProcess, op: &str, error: &str) -> Failure {
+pub(super) fn refused_opening(game: &impl Driver, op: &str, error: &str) -> Failure {
     Failure::Violation {
         during: if op == "hello" {
             super::protocol::Op::Hello
@@ -296,7 +297,7 @@ enum Opening {
 /// (with its observation hash), so replay resets twice too, then acts, and
 /// checks the observation the player started from.
 async fn reset_again(
-    game: &mut GameProcess,
+    game: &mut impl Driver,
     seed: i64,
     first: Seen,
 ) -> Result<(Seen, Option<String>), (Failure, Opening)> {
@@ -511,7 +512,7 @@ pub fn quit_for(failure: &Failure) -> QuitReason {
 /// finding ends one; see the module doc).
 async fn play(
     spec: &CellSpec,
-    (game, player): (&mut GameProcess, &mut dyn Player),
+    (game, player): (&mut impl Driver, &mut dyn Player),
     episode: &mut Episode,
     metrics: &mut Metrics,
     transcript: &mut Vec<u8>,
@@ -577,6 +578,7 @@ async fn play(
                     last_actions: super::findings::last_actions(episode.episode_actions()),
                     detail: Some(super::episode::cut(&episode.current.observation.text, 200)),
                     stderr_tail: None,
+                    screenshot: episode.current.screenshot.clone(),
                 },
             });
             return Ok(QuitReason::NoActions);

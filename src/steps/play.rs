@@ -216,6 +216,11 @@ fn outcome_of(
                 None => player_outcome(&result.report),
             }
         }
+        // The machine lacks what the driver needs (chromedriver, Chromium):
+        // an environment error, exit 3, and no other cell would fare better.
+        Err(crate::play::PlayError::Spawn(e)) if e.is_environment() => StepOutcome::Refused {
+            message: format!("the cell could not be played: {e}; the game was not started"),
+        },
         Err(e) => StepOutcome::Failed {
             exit_code: None,
             message: format!("the cell could not be played: {e}"),

@@ -254,14 +254,23 @@ max_steps = 50
     let message = doc["steps"][0]["message"].as_str().unwrap_or_default();
     assert!(message.contains("gameplan replay"), "{message}");
     let id = t.run_ids()[0].clone();
-    let traces: Vec<String> =
-        std::fs::read_dir(t.path(&format!(".gameplan/runs/{id}/steps/sim/traces")))
-            .expect("traces")
-            .flatten()
-            .map(|e| e.path().display().to_string())
-            .collect();
-    assert!(traces.len() as u64 >= crashed, "{traces:?}");
-    t.run(&["replay", &traces[0]])
-        .code(0)
-        .stdout_has("confirmed");
+    let dir = format!(".gameplan/runs/{id}/steps/sim");
+    let summary: serde_json::Value =
+        serde_json::from_str(&t.read(&format!("{dir}/summary.json"))).expect("summary.json");
+    let traces: Vec<String> = summary["traces"]
+        .as_array()
+        .expect("traces")
+        .iter()
+        .filter(|t| t["end"] == "crash")
+        .map(|t| format!("{dir}/{}", t["path"].as_str().unwrap_or_default()))
+        .collect();
+    assert_eq!(traces.len() as u64, crashed, "{summary:#}");
+    // Traces of failed games share a batch file per worker.
+    let files = std::fs::read_dir(t.path(&format!("{dir}/traces")))
+        .expect("traces")
+        .count();
+    assert!(files <= 3, "{files} files for {crashed} traces");
+    for trace in [&traces[0], &traces[traces.len() - 1]] {
+        t.run(&["replay", trace]).code(0).stdout_has("confirmed");
+    }
 }
