@@ -232,11 +232,7 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
     let plan_file = plan_file(&loaded);
     let shared = Shared {
         cells_ahead: cells_ahead(&loaded, &pipeline, &state_dir, &options, &env, &kinds),
-        units: if options.no_reuse {
-            crate::reuse::UnitStore::open(&state_dir).without_reads()
-        } else {
-            crate::reuse::UnitStore::open(&state_dir)
-        },
+        units: crate::reuse::UnitStore::open(&state_dir).reading(!options.no_reuse),
         root: loaded.root.clone(),
         plan_file,
         run_id: run_id.clone(),
