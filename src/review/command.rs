@@ -53,7 +53,8 @@ pub struct Call<'a> {
     /// The environment it runs with (nothing else is inherited).
     pub env: &'a BTreeMap<String, String>,
     pub program: &'a Program,
-    /// The name sent as `lens` (`LENS@REVIEWER` for a reviewer's instance).
+    /// The name sent as `lens`: the lens as the plan names it (a
+    /// reviewer's pass says which reviewer in `reviewer`).
     pub lens: &'a str,
     pub reviewer: Option<&'a Value>,
     pub timeout: Duration,

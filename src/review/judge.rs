@@ -280,7 +280,6 @@ pub async fn judge_lens(
         ask(
             j,
             lens,
-            &name,
             reviewer_json.as_ref(),
             &units,
             &to_judge,
@@ -321,7 +320,6 @@ pub async fn judge_lens(
 async fn ask(
     j: &Judging<'_>,
     lens: &Lens,
-    name: &str,
     reviewer: Option<&Value>,
     units: &[Unit],
     to_judge: &[(usize, Map<String, Value>)],
@@ -363,7 +361,7 @@ async fn ask(
                     root: j.root,
                     env: j.env,
                     program,
-                    lens: name,
+                    lens: &lens.name,
                     reviewer,
                     timeout,
                 };
