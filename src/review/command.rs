@@ -395,6 +395,45 @@ mod tests {
         assert!(missing(&answers["f"]).contains("no verdict"));
     }
 
+    #[tokio::test]
+    async fn issue17_only_the_tail_of_a_lens_stderr_is_kept() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let env = BTreeMap::from([("PATH".to_owned(), "/usr/bin:/bin".to_owned())]);
+        let program = Program::Shell(
+            "cat >/dev/null; i=0; while [ $i -lt 400 ]; do echo \"noise line $i of the lens\" >&2; i=$((i+1)); done; \
+             echo LAST >&2; echo '{\"verdicts\":[{\"unit\":\"a\",\"verdict\":\"clear\"}]}'"
+                .into(),
+        );
+        let call = Call {
+            root: dir.path(),
+            env: &env,
+            program: &program,
+            lens: "l",
+            reviewer: None,
+            timeout: Duration::from_secs(30),
+        };
+        let (_tx, rx) = watch::channel(false);
+        let called = call.run(&units(&["a"]), rx).await;
+        assert!(called.stderr_tail.len() <= STDERR_TAIL_BYTES);
+        assert!(called.stderr_tail.len() > STDERR_TAIL_BYTES / 2);
+        assert!(
+            called.stderr_tail.ends_with("LAST\n"),
+            "{}",
+            called.stderr_tail
+        );
+        assert!(
+            !called.stderr_tail.contains("line 0 of"),
+            "the head is dropped"
+        );
+        assert!(matches!(
+            called.answers["a"],
+            Answer::Judged {
+                verdict: Verdict::Clear,
+                ..
+            }
+        ));
+    }
+
     #[test]
     fn issue17_a_torn_answer_leaves_every_unit_missing() {
         let answers = parse(
