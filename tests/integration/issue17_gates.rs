@@ -410,3 +410,17 @@ print(json.dumps({"verdicts": [{"unit": u["id"], "verdict": "finding",
         "{first:#}"
     );
 }
+
+/// A `files` lens whose globs match nothing judged nothing: INCOMPLETE,
+/// never a pass (a typo in a glob must not turn a gate green).
+#[test]
+fn issue17_a_files_lens_matching_no_file_is_incomplete() {
+    let t = repo("fn a() {}\n", "fn b() {}\n", "fn c() {}\n").file(
+        "plans/gates.toml",
+        THREE_GATES.replacen("files = [\"src/**\"]", "files = [\"scr/**\"]", 1),
+    );
+    t.run(&["plan", "run", "plans/gates.toml"])
+        .code(2)
+        .stdout_has("gate first: INCOMPLETE")
+        .stdout_has("error: its `files` (scr/**) match no file in the repo");
+}
