@@ -1,4 +1,4 @@
-//! `gameplan schema [plan|run|bridge|report|aggregate|api]`, and the test that keeps `schemas/` current.
+//! `gameplan schema [plan|dispositions|run|bridge|report|aggregate|api]`, and the test that keeps `schemas/` current.
 
 use clap::ValueEnum;
 
@@ -10,6 +10,9 @@ impl SchemaName {
     pub fn text(self) -> String {
         match self {
             SchemaName::Plan => pretty(&crate::plan::schema::plan_schema()),
+            SchemaName::Dispositions => {
+                schema_json::<crate::review::dispositions::DispositionsFile>()
+            }
             SchemaName::Run => schema_json::<crate::report::run::RunReport>(),
             SchemaName::Bridge => schema_json::<crate::play::protocol::BridgeMessage>(),
             SchemaName::Report => schema_json::<crate::play::CellReport>(),

@@ -351,6 +351,51 @@ impl Dispositions {
     }
 }
 
+// ---------------------------------------------------------------- schema
+
+/// `dispositions.toml` beside a plan: the findings its team accepted, each
+/// with a reason, an owner and an expiry (`gameplan schema dispositions`).
+// Schema only: the file is read by the spanned reader above, which reports
+// every problem with its place.
+#[derive(schemars::JsonSchema)]
+#[schemars(deny_unknown_fields, rename = "DispositionsFile")]
+#[expect(dead_code, reason = "a schema-only mirror of the file, never built")]
+pub struct DispositionsFile {
+    /// Accepted findings, each a `[[dispositions]]` table. A file without
+    /// any waives nothing.
+    dispositions: Option<Vec<DispositionEntry>>,
+}
+
+/// One accepted finding. At least one of `fingerprint`, `title` and `unit`
+/// is required, and every one given must match.
+#[derive(schemars::JsonSchema)]
+#[schemars(
+    deny_unknown_fields,
+    rename = "Disposition",
+    extend("anyOf" = [{"required": ["fingerprint"]}, {"required": ["title"]}, {"required": ["unit"]}])
+)]
+#[expect(dead_code, reason = "a schema-only mirror of the file, never built")]
+struct DispositionEntry {
+    /// Unique in the file; names the disposition in reports.
+    id: String,
+    /// The plan's lens whose findings it may discharge.
+    lens: String,
+    /// A finding's fingerprint, matched exactly.
+    fingerprint: Option<String>,
+    /// A glob over the finding's title (`*` matches anything).
+    title: Option<String>,
+    /// A glob over the unit's id (`*` stays within one path part, `**` crosses them).
+    unit: Option<String>,
+    /// Why the finding is accepted.
+    reason: String,
+    /// Who answers for it.
+    owner: String,
+    /// The last day it applies (UTC), `YYYY-MM-DD`; after it, a matching
+    /// finding stands and the disposition is reported lapsed.
+    #[schemars(extend("format" = "date", "pattern" = "^[0-9]{4}-[0-9]{2}-[0-9]{2}$"))]
+    expires: String,
+}
+
 // ---------------------------------------------------------------- errors
 
 /// A dispositions file that could not be used: every problem, each with its

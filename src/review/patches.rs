@@ -771,6 +771,19 @@ index 3333333..4444444 100644
     }
 
     #[test]
+    fn binary_and_mode_only_changes_are_units_without_hunks() {
+        let text = "diff --git a/logo.png b/logo.png\nindex 1111111..2222222 100644\nBinary files a/logo.png and b/logo.png differ\ndiff --git a/run.sh b/run.sh\nold mode 100644\nnew mode 100755\n";
+        let mut units = Vec::new();
+        parse_file("0001-x.patch", text, &mut units).unwrap();
+        assert_eq!(units.len(), 2);
+        assert!(units[0].binary && units[0].hunks.is_empty());
+        assert_eq!(units[0].path, "logo.png");
+        assert_eq!(units[1].path, "run.sh");
+        assert!(!units[1].binary && units[1].hunks.is_empty());
+        assert!(units[1].text.ends_with("new mode 100755\n"));
+    }
+
+    #[test]
     fn git_header_paths_with_spaces_and_quotes() {
         assert_eq!(
             split_git_header("diff --git a/my file.rs b/my file.rs"),

@@ -360,14 +360,15 @@ pub struct RunSettings {
 impl Kinds {
     /// Every kind this gameplan runs.
     pub fn for_run(settings: RunSettings) -> Kinds {
+        let RunSettings {
+            concurrency,
+            redactor,
+        } = settings;
         Kinds {
             kinds: vec![
-                Box::new(deliver::Deliver::new(settings.redactor.clone())),
-                Box::new(command::Command::new(
-                    settings.concurrency,
-                    settings.redactor,
-                )),
-                Box::new(play::Play),
+                Box::new(deliver::Deliver::new(redactor.clone())),
+                Box::new(command::Command::new(concurrency, redactor.clone())),
+                Box::new(play::Play::new(redactor)),
                 Box::new(simulate::Simulate),
                 Box::new(aggregate::Aggregate),
                 Box::new(gate::Gate),

@@ -195,3 +195,48 @@ fn issue17_a_plan_with_no_lenses_cannot_carry_dispositions() {
     check.codes(&["dispositions::unknown_lens", "dispositions::unknown_lens"]);
     check.problems()[0].help_has("declares no `[[lenses]]`");
 }
+
+/// The checked-in schema (`gameplan schema dispositions`) accepts what the
+/// loader accepts and refuses a disposition with no matcher or an unknown
+/// key, as python-jsonschema (Draft 2020-12) sees it; TOML dates are given
+/// as their text, as TOML-aware editors do.
+#[test]
+fn issue17_the_dispositions_schema_agrees_with_the_loader() {
+    let t = Test::new()
+        .file("good.toml", GOOD)
+        .file(
+            "bad.toml",
+            "[[dispositions]]\nid = \"a\"\nlens = \"l\"\nreason = \"r\"\nowner = \"o\"\nexpires = 2027-01-01\ncolour = 1\n",
+        );
+    let schema = t.run(&["schema", "dispositions"]);
+    schema.code(0);
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let checked_in =
+        std::fs::read_to_string(repo.join("schemas/dispositions.schema.json")).unwrap();
+    assert_eq!(schema.stdout, checked_in);
+    t.write("schema.json", &schema.stdout);
+    let script = r#"
+import json, sys, tomllib, jsonschema
+schema = json.load(open("schema.json"))
+v = jsonschema.Draft202012Validator(schema)
+for path in sys.argv[1:]:
+    doc = json.loads(json.dumps(tomllib.load(open(path, "rb")), default=str))
+    print(path, sorted(e.validator for e in v.iter_errors(doc)))
+"#;
+    let out = std::process::Command::new("python3")
+        .args(["-c", script, "good.toml", "bad.toml"])
+        .current_dir(t.path(""))
+        .output()
+        .expect("python3 runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("good.toml []"), "{stdout}");
+    assert!(
+        stdout.contains("bad.toml ['additionalProperties', 'anyOf']"),
+        "{stdout}"
+    );
+}

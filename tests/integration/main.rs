@@ -33,6 +33,8 @@ mod issue17_limits;
 mod issue17_patches;
 mod issue17_reuse;
 mod issue17_reviewers;
+mod issue18_browser;
+mod issue18_llm;
 mod issue8;
 mod maze;
 mod plan_check;
