@@ -57,6 +57,11 @@ const STDERR_TAIL: usize = 8 * 1024;
 /// the next, harder step.
 const GRACE: Duration = Duration::from_millis(300);
 
+/// How long a check for a dying game's exit sleeps, at most [`SHORT_NAPS`]
+/// times (2 ms in all), before the 1 ms timer takes over.
+const SHORT_NAP: Duration = Duration::from_micros(20);
+const SHORT_NAPS: u32 = 100;
+
 /// Quoted evidence (a line that is not JSON, say) is cut to this many bytes.
 const EVIDENCE_MAX: usize = 300;
 
@@ -759,6 +764,10 @@ impl GameProcess {
     /// whether it did. A dying game closes its pipes a few microseconds
     /// before it becomes a zombie, so the first checks only yield: a
     /// millisecond's sleep per crash was most of a crash-heavy simulation.
+    /// On a busy machine the dying game may wait for a core before it gets
+    /// there (one crash in eight took over 0.5 ms), so the next checks are
+    /// [`SHORT_NAP`]s apart (a timer's sleep lasts at least a millisecond),
+    /// [`SHORT_NAPS`] of them at most, before the timer takes over.
     async fn wait_leader(&self, within: Duration) -> bool {
         let deadline = Instant::now() + within;
         for round in 0u32.. {
@@ -770,6 +779,8 @@ impl GameProcess {
             }
             if round < 64 {
                 tokio::task::yield_now().await;
+            } else if round < 64 + SHORT_NAPS {
+                std::thread::sleep(SHORT_NAP);
             } else {
                 tokio::time::sleep(Duration::from_millis(1)).await;
             }
