@@ -52,6 +52,28 @@ pub fn carrying(matches: impl Fn(&[u8]) -> bool) -> Vec<Found> {
         .collect()
 }
 
+/// Every live process whose command line (its arguments, each ended by a
+/// NUL) satisfies `matches`: how Chromium's helpers are found, which its
+/// zygote starts with a cleaned environment but the profile's path in
+/// their arguments.
+pub fn running_with(matches: impl Fn(&[u8]) -> bool) -> Vec<Found> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| {
+            let pid = entry.file_name().to_str()?.parse::<i32>().ok()?;
+            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+            if !matches(&cmdline) {
+                return None;
+            }
+            let (state, group) = stat(&entry.path())?;
+            live(state).then_some(Found { pid, group })
+        })
+        .collect()
+}
+
 /// Whether an environment block holds every one of `entries` (`NAME=value`)
 /// whole: `A=1` does not match `A=10`. No entries match nothing, never
 /// every process.

@@ -496,6 +496,8 @@ pub enum GraphFormat {
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum SchemaName {
     Plan,
+    /// dispositions.toml beside a plan: accepted findings with an expiry.
+    Dispositions,
     /// The report that plan run --json prints.
     Run,
     /// Bridge protocol v1: the messages between gameplan and a game.
@@ -506,6 +508,8 @@ pub enum SchemaName {
     Aggregate,
     /// The backend API's requests, responses and error body (under $defs).
     Api,
+    /// review.json of a gate step.
+    Review,
 }
 
 /// What a command may read from the outside world: captured once, here, so

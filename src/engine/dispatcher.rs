@@ -6,7 +6,7 @@
 //! the store. Only steps that must run get a task (and a pool slot).
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -232,7 +232,7 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
     let plan_file = plan_file(&loaded);
     let shared = Shared {
         cells_ahead: cells_ahead(&loaded, &pipeline, &state_dir, &options, &env, &kinds),
-        units: crate::reuse::UnitStore::open(&state_dir),
+        units: unit_store(&state_dir, options.no_reuse),
         root: loaded.root.clone(),
         plan_file,
         run_id: run_id.clone(),
@@ -707,8 +707,9 @@ fn failed_at_once(node: NodeIndex, message: &str) -> Finished {
     finished
 }
 
-/// What the kinds of the steps that succeeded or were reused add to the
-/// summary ([`crate::steps::Kind::summary`]), in plan order.
+/// What the kinds of the steps that succeeded, were reused, or ended with
+/// results of their own (a gate FIX FIRST failed with its verdicts) add to
+/// the summary ([`crate::steps::Kind::summary`]), in plan order.
 fn summary_sections(
     pipeline: &Pipeline,
     kinds: &Kinds,
@@ -718,7 +719,10 @@ fn summary_sections(
     pipeline
         .order
         .iter()
-        .filter(|&&node| reports[node.index()].state.has_results())
+        .filter(|&&node| {
+            let state = reports[node.index()].state;
+            state.has_results() || state == StepState::Failed
+        })
         .filter_map(|&node| {
             let id = &pipeline.graph[node].id;
             let kind = kinds.get(pipeline.graph[node].kind)?;
@@ -1016,6 +1020,8 @@ impl Run {
             env: &self.shared.env,
             redactor: self.shared.keeper.progress.redactor(),
             kinds: &self.shared.kinds,
+            plan_path: None,
+            units: None,
         };
         match maker.key(node, |need| self.outputs[need.index()].clone()) {
             Ok(Reuse::Key(key)) => Ok(Some(key)),
@@ -1312,6 +1318,18 @@ impl Run {
     /// everything stops the gates after it this way.
     fn not_run_because(&self, needs: &[NodeIndex]) -> Option<String> {
         let state = |need: &NodeIndex| self.schedule.states[need.index()];
+        // A gate that judged FIX FIRST failed, and the gates after it were
+        // not run (not "did not succeed"): their lenses judged nothing.
+        if let Some(gate) = needs.iter().find(|n| {
+            state(n) == StepState::Failed
+                && self.pipeline.graph[**n].kind == crate::plan::model::StepKind::Gate
+        }) {
+            return Some(format!(
+                "{}`{}` did not pass",
+                crate::report::run::NOT_RUN,
+                self.pipeline.graph[*gate].id
+            ));
+        }
         if needs.iter().any(|n| state(n) == StepState::Failed) {
             return None;
         }
@@ -1344,5 +1362,16 @@ impl Run {
             }
         }
         self.record_skips();
+    }
+}
+
+/// The store a kind keeps unit verdicts in; under `--no-reuse` it reads as
+/// empty (every unit is judged again) and still stores what was judged.
+fn unit_store(state_dir: &Path, no_reuse: bool) -> crate::reuse::UnitStore {
+    let store = crate::reuse::UnitStore::open(state_dir);
+    if no_reuse {
+        store.without_reads()
+    } else {
+        store
     }
 }

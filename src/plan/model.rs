@@ -163,6 +163,9 @@ pub struct Game {
     pub driver: Driver,
     pub command: Vec<String>,
     pub url: Option<String>,
+    /// webdriver: a WebDriver server to use instead of the chromedriver
+    /// gameplan starts.
+    pub webdriver_url: Option<String>,
     pub inputs: Vec<String>,
     pub action_timeout_secs: u64,
     pub stuck_after: u64,
@@ -212,6 +215,12 @@ pub enum Player {
         #[serde(skip)]
         api_key: Option<String>,
         temperature: Option<f64>,
+        /// USD per million tokens; `None`: the built-in table's, if any.
+        price: Option<crate::llm::Price>,
+        /// A repo-relative prompt template.
+        prompt_file: Option<String>,
+        /// Seconds one request may take.
+        timeout_secs: Option<u64>,
     },
 }
 
@@ -229,6 +238,8 @@ pub struct Lens {
     pub judge: Judge,
     /// over = files: globs; over = patches: one path or glob.
     pub sources: Vec<String>,
+    /// command: seconds one call may take (`None`: the default).
+    pub timeout_secs: Option<u64>,
 }
 
 /// How a lens reaches a verdict.

@@ -14,10 +14,10 @@
 //! the stuck count, the way into the trap and the evidence's last actions
 //! start again.
 
+use super::driver::{Driver, Failure, Seen};
 use super::findings::{Category, Evidence, FindingSet, Spotted, last_actions, normalize};
 use super::players::History;
 use super::protocol::{Event, EventKind, Op};
-use super::stdio::{Failure, GameProcess, Seen};
 use super::trace::{TraceReset, TraceStep};
 
 /// What one action did.
@@ -59,9 +59,10 @@ pub struct Episode {
 }
 
 impl Episode {
-    /// An episode that starts at `first` (the observation `reset` gave).
+    /// An episode that starts at `first` (the observation `reset` gave);
+    /// errors the page logged while it opened are findings at step 0.
     pub fn new(first: Seen, persona: &str, controller: &str, stuck_after: u64) -> Self {
-        Episode {
+        let mut episode = Episode {
             current: first,
             history: History::default(),
             findings: FindingSet::default(),
@@ -75,7 +76,9 @@ impl Episode {
             entered: None,
             since_reset: 0,
             keep_steps: true,
-        }
+        };
+        episode.spot_console(0, "", None);
+        episode
     }
 
     /// Starts over at `first`, keeping the allocations (simulate).
@@ -110,7 +113,7 @@ impl Episode {
     /// Resets `game` with `seed`: a new episode from its first observation,
     /// the history and findings kept. A failure (or a refusal, which breaks
     /// the protocol) is a finding and ends the play.
-    pub async fn reset(&mut self, game: &mut GameProcess, seed: i64) -> Result<(), Failure> {
+    pub async fn reset(&mut self, game: &mut impl Driver, seed: i64) -> Result<(), Failure> {
         let after = self.step();
         let answered = match game.reset(seed).await {
             Ok(Ok(first)) => Ok(first),
@@ -131,6 +134,7 @@ impl Episode {
                 self.stuck = false;
                 self.entered = None;
                 self.since_reset = self.history.actions().len();
+                self.spot_console(after, "", None);
                 Ok(())
             }
             Err(failure) => {
@@ -155,7 +159,7 @@ impl Episode {
     }
 
     /// Takes `action` in `game` and records what happened.
-    pub async fn act(&mut self, game: &mut GameProcess, action: &str) -> Stepped {
+    pub async fn act(&mut self, game: &mut impl Driver, action: &str) -> Stepped {
         let from = std::mem::take(&mut self.current.hash);
         self.history.record(&from, action);
         let step = self.step();
@@ -164,6 +168,7 @@ impl Episode {
             Ok(Ok(acted)) => {
                 let changed = acted.seen.hash != from;
                 self.current = acted.seen;
+                self.spot_console(step, &from, Some(action));
                 for event in &acted.events {
                     if matches!(event.kind, EventKind::Error | EventKind::Crash) {
                         self.spot(Spotted {
@@ -189,6 +194,7 @@ impl Episode {
                         obs: Some(self.current.hash.clone()),
                         events: acted.events.clone(),
                         refused: None,
+                        screenshot: self.current.screenshot.clone(),
                     });
                 }
                 self.count_change(changed, step, &from, action);
@@ -217,6 +223,7 @@ impl Episode {
                         obs: Some(from.clone()),
                         events: Vec::new(),
                         refused: Some(refusal.error.clone()),
+                        screenshot: None,
                     });
                 }
                 self.current.hash.clone_from(&from);
@@ -234,6 +241,7 @@ impl Episode {
                         obs: None,
                         events: Vec::new(),
                         refused: None,
+                        screenshot: None,
                     });
                 }
                 self.current.hash = from;
@@ -294,6 +302,27 @@ impl Episode {
             last_actions: last_actions(self.episode_actions()),
             detail,
             stderr_tail: stderr,
+            screenshot: self.current.screenshot.clone(),
+        }
+    }
+
+    /// A `console` finding per error the page logged or threw by the
+    /// current observation (a browser game; a stdio game has none). The
+    /// location is the message with numbers masked, so the same error
+    /// thrown again (or at another step) is one finding.
+    fn spot_console(&mut self, step: u64, from: &str, action: Option<&str>) {
+        for message in std::mem::take(&mut self.current.console) {
+            let after = action.map_or_else(
+                || " while the page loaded".to_owned(),
+                |a| format!(" after `{a}`"),
+            );
+            let spotted = Spotted {
+                category: Category::Console,
+                title: format!("The page logged an error{after}: {}", cut(&message, 120)),
+                location: normalize(&message),
+                evidence: self.evidence(step, from, Some(message), None),
+            };
+            self.spot(spotted);
         }
     }
 
@@ -376,6 +405,7 @@ pub fn failure_finding(
                 .stderr_tail()
                 .filter(|t| !t.is_empty())
                 .map(str::to_owned),
+            screenshot: None,
         },
     }
 }

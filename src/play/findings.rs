@@ -127,6 +127,10 @@ pub struct Evidence {
     /// The end of the game's stderr (crash only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stderr_tail: Option<String>,
+    /// The screenshot of the page at that moment, relative to the cell's
+    /// directory (`screenshots/step-0004.png`; a browser game only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub screenshot: Option<String>,
 }
 
 /// One thing wrong with the game.
@@ -310,6 +314,7 @@ mod tests {
                 last_actions: vec![],
                 detail: None,
                 stderr_tail: None,
+                screenshot: None,
             },
         }
     }

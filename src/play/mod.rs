@@ -1,7 +1,8 @@
 //! Play: personas playing a real build of a game over the bridge protocol,
 //! coming back with evidence of what is wrong with it (DESIGN §7).
 //!
-//! Owns the bridge protocol, the `stdio` driver, players, controllers,
+//! Owns the bridge protocol, the [`driver::Driver`] seam and its two
+//! drivers (`stdio`, `webdriver`), players, controllers,
 //! findings, traces, one play cell, replay, shrink and simulate. Knows
 //! nothing of plans, the journal, reuse or money: the `play` and
 //! `simulate` step kinds (in `steps/`) translate a plan into the plain specs
@@ -26,8 +27,10 @@
 pub mod cell;
 pub mod cell_report;
 pub mod controllers;
+pub mod driver;
 pub mod episode;
 pub mod findings;
+pub mod llm_player;
 pub mod players;
 pub mod protocol;
 pub mod replay;
@@ -37,14 +40,15 @@ pub mod simulate;
 pub mod stdio;
 pub mod trace;
 pub mod trace_batch;
+pub mod webdriver;
 
 pub use cell::{CellResult, CellSpec, PlayError, play_cell};
 pub use cell_report::{CellReport, CellState};
 pub use controllers::ControllerKind;
+pub use driver::{BrowserGame, Driver, GameSpec, ResourceLimits, Session};
 pub use findings::{Category, Finding};
 pub use players::PlayerSpec;
 pub use replay::{ReplayOptions, ReplayOutcome, replay};
 pub use shrink::{ShrinkOptions, ShrinkOutcome, shrink};
 pub use simulate::{SimulateSpec, SimulateSummary, simulate};
-pub use stdio::{GameSpec, ResourceLimits};
 pub use trace::{QuitReason, Trace};

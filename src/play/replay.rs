@@ -28,9 +28,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::cell::{PlayError, open, quit_for};
+use super::driver::{BrowserGame, Driver, Failure, GameSpec, ResourceLimits, Session};
 use super::episode::{Episode, Stepped};
 use super::protocol::observation_hash;
-use super::stdio::{Failure, GameProcess, GameSpec, ResourceLimits};
 use super::trace::{Input, QuitReason, Trace, TraceReset, TraceStep};
 
 /// The action timeout of a trace written before traces carried it.
@@ -88,6 +88,12 @@ impl ReplayOptions {
             game.stuck_after = stuck_after;
         }
         game.limits = self.limits;
+        if let Some(url) = &trace.header.game.url {
+            game.browser = Some(BrowserGame {
+                url: url.clone(),
+                webdriver_url: trace.header.game.webdriver_url.clone(),
+            });
+        }
         game
     }
 }
@@ -233,7 +239,7 @@ pub async fn run_inputs(
     mut stop: impl FnMut(&Episode) -> bool + Send,
 ) -> Result<Run, PlayError> {
     let spec = options.game(trace);
-    let mut game = GameProcess::spawn(&spec)?;
+    let mut game = Session::start(&spec, None).await?;
     let (_, opened) = open(&mut game, trace.header.seed).await;
     let run = match opened {
         Err(failure) => {

@@ -53,7 +53,7 @@ pub async fn shrink(trace: &Trace, options: &ShrinkOptions) -> Result<ShrinkOutc
         return Ok(ShrinkOutcome::NotReproduced {
             got: first.failure.as_ref().map_or_else(
                 || format!("the end `{}`", first.end.map_or("none", QuitReason::name)),
-                super::stdio::Failure::describe,
+                super::driver::Failure::describe,
             ),
         });
     }

@@ -333,7 +333,7 @@ fn list_traces(
 }
 
 fn worker_failed(why: &dyn std::fmt::Display) -> PlayError {
-    PlayError::Player(super::players::PlayerError(format!(
+    PlayError::Player(super::players::PlayerError::Settings(format!(
         "a simulate worker failed: {why}"
     )))
 }

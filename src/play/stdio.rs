@@ -31,7 +31,6 @@
 //!   thread that kills an overdue game's group (the blocked read returns);
 //!   the request reports a hang exactly as the timer would have.
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -49,9 +48,12 @@ use super::protocol::{
     self, Event, MAX_LINE, Observation, Op, PROTOCOL, RequestArg, observation_hash,
 };
 
-/// The environment variables a game inherits from gameplan; everything else
-/// it sees is declared (DESIGN §7).
-pub const KEPT_ENV: [&str; 4] = ["PATH", "HOME", "LANG", "TMPDIR"];
+// The types every driver shares moved to `driver`; re-exported so the
+// stdio paths callers use keep working.
+pub use super::driver::{
+    Acted, Failure, GameSpec, Hello, KEPT_ENV, Leaked, Refusal, ResourceLimits, Seen, SpawnError,
+};
+use super::driver::{NOT_A_MESSAGE, TOO_LONG};
 
 /// The variable that marks every process of one game, to find leaked ones.
 pub const MARKER_ENV: &str = "GAMEPLAN_GAME_CELL";
@@ -70,262 +72,6 @@ const SHORT_NAPS: u32 = 100;
 
 /// Quoted evidence (a line that is not JSON, say) is cut to this many bytes.
 const EVIDENCE_MAX: usize = 300;
-
-/// How to start a game.
-#[derive(Debug, Clone, PartialEq)]
-pub struct GameSpec {
-    /// The argv: a program on `PATH`, a repo-relative path, an absolute path,
-    /// or `builtin:NAME` (this gameplan as `gameplan game NAME`).
-    pub command: Vec<String>,
-    /// The game's whole environment (cleared, then this). [`GameSpec::new`]
-    /// fills in [`KEPT_ENV`] from the caller's; add `game.env` to it.
-    pub env: BTreeMap<String, String>,
-    /// The repo root: the game's cwd, and what relative paths are relative to.
-    pub root: PathBuf,
-    /// How long any one request may take before the game is declared hung.
-    pub action_timeout: Duration,
-    /// Actions with no change in observation before a `stuck` finding.
-    pub stuck_after: u64,
-    /// Any limit makes the game start through `gameplan __game-exec`, and
-    /// `builtin:NAME` runs `gameplan game NAME`: both re-run the current
-    /// executable, so a caller that is not gameplan (a unit test's harness)
-    /// uses [`ResourceLimits::NONE`] and no builtin.
-    pub limits: ResourceLimits,
-}
-
-impl GameSpec {
-    /// A spec with the defaults of DESIGN §2 (`action_timeout` 10 s,
-    /// `stuck_after` 8), the default limits, and the kept variables of
-    /// `parent_env` (the caller's environment, as captured in its context).
-    pub fn new(command: Vec<String>, root: PathBuf, parent_env: &BTreeMap<String, String>) -> Self {
-        let env = KEPT_ENV
-            .iter()
-            .filter_map(|k| Some(((*k).to_owned(), parent_env.get(*k)?.clone())))
-            .collect();
-        GameSpec {
-            command,
-            env,
-            root,
-            action_timeout: Duration::from_secs(10),
-            stuck_after: 8,
-            limits: ResourceLimits::default(),
-        }
-    }
-
-    /// The command as written in traces (`builtin:NAME` stays as is).
-    pub fn command_text(&self) -> String {
-        self.command.join(" ")
-    }
-}
-
-/// rlimits of a game process; `None` leaves the limit as inherited.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ResourceLimits {
-    /// Address space in bytes (`RLIMIT_AS`).
-    pub address_space: Option<u64>,
-    /// CPU seconds (`RLIMIT_CPU`): a game spinning forever is stopped by the kernel.
-    pub cpu_seconds: Option<u64>,
-    /// Open files (`RLIMIT_NOFILE`).
-    pub open_files: Option<u64>,
-}
-
-impl Default for ResourceLimits {
-    /// Generous for a game, small enough that a runaway one cannot take the
-    /// machine: 4 GiB of address space, 10 CPU minutes, 1024 files.
-    fn default() -> Self {
-        ResourceLimits {
-            address_space: Some(4 << 30),
-            cpu_seconds: Some(600),
-            open_files: Some(1024),
-        }
-    }
-}
-
-impl ResourceLimits {
-    /// No limits: the game is started directly, one exec less.
-    pub const NONE: ResourceLimits = ResourceLimits {
-        address_space: None,
-        cpu_seconds: None,
-        open_files: None,
-    };
-
-    fn any(self) -> bool {
-        self.address_space.is_some() || self.cpu_seconds.is_some() || self.open_files.is_some()
-    }
-}
-
-/// Why a game could not be started at all (an environment error, not a finding).
-#[derive(Debug, thiserror::Error)]
-pub enum SpawnError {
-    #[error("the game command is empty")]
-    Empty,
-    #[error("cannot find the game program `{program}` ({looked})")]
-    NotFound { program: String, looked: String },
-    #[error("cannot start the game `{command}`: {source}")]
-    Start {
-        command: String,
-        source: std::io::Error,
-    },
-}
-
-/// How a request failed for good: the session is over and the process must go.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Failure {
-    /// The game died, or closed its stdout.
-    Exited {
-        during: Op,
-        status: String,
-        stderr_tail: String,
-    },
-    /// No whole answer within the deadline.
-    Hang { during: Op, waited: Duration },
-    /// An answer that is not the protocol (not JSON, another id, too long).
-    Violation {
-        during: Op,
-        reason: String,
-        evidence: String,
-        stderr_tail: String,
-    },
-}
-
-impl Failure {
-    /// `crash` or `hang`: the finding category and the trace's end.
-    pub fn category_name(&self) -> &'static str {
-        match self {
-            Failure::Hang { .. } => "hang",
-            Failure::Exited { .. } | Failure::Violation { .. } => "crash",
-        }
-    }
-
-    pub fn during(&self) -> Op {
-        match self {
-            Failure::Exited { during, .. }
-            | Failure::Hang { during, .. }
-            | Failure::Violation { during, .. } => *during,
-        }
-    }
-
-    /// One line for people: what happened.
-    pub fn describe(&self) -> String {
-        match self {
-            Failure::Exited { during, status, .. } => {
-                format!("the game {status} during `{}`", during.name())
-            }
-            Failure::Hang { during, waited } => format!(
-                "the game did not answer `{}` within {:.1} s",
-                during.name(),
-                waited.as_secs_f64()
-            ),
-            Failure::Violation { during, reason, .. } => {
-                format!("protocol violation answering `{}`: {reason}", during.name())
-            }
-        }
-    }
-
-    pub fn stderr_tail(&self) -> Option<&str> {
-        match self {
-            Failure::Exited { stderr_tail, .. } | Failure::Violation { stderr_tail, .. } => {
-                Some(stderr_tail)
-            }
-            Failure::Hang { .. } => None,
-        }
-    }
-
-    pub fn evidence(&self) -> Option<&str> {
-        match self {
-            Failure::Violation { evidence, .. } => Some(evidence),
-            _ => None,
-        }
-    }
-
-    /// The line the game wrote where an answer belonged, when it was not a
-    /// protocol message at all (not JSON, JSON that is no response, or an
-    /// endless line): usually a log line on stdout. Unquoted from the
-    /// evidence, and only its first [`EVIDENCE_MAX`] bytes.
-    pub fn stray_output(&self) -> Option<String> {
-        let Failure::Violation {
-            reason, evidence, ..
-        } = self
-        else {
-            return None;
-        };
-        if !(reason.starts_with(NOT_A_MESSAGE) || reason.starts_with(TOO_LONG)) {
-            return None;
-        }
-        Some(unquote(evidence))
-    }
-}
-
-/// How a violation's reason starts when the line was no protocol message.
-const NOT_A_MESSAGE: &str = "the answer is not a protocol message";
-/// How a violation's reason starts when the line had no end in sight.
-const TOO_LONG: &str = "a line longer than";
-
-/// The text [`quote`] quoted: its outer quotes, its `\"` and `\\`
-/// escapes and its "… (N bytes in all)" tail dropped (other escapes stay,
-/// which keeps control characters out of a one-line message).
-fn unquote(quoted: &str) -> String {
-    let Some(body) = quoted.strip_prefix('"') else {
-        return quoted.to_owned();
-    };
-    let mut text = String::with_capacity(body.len());
-    let mut chars = body.chars();
-    while let Some(c) = chars.next() {
-        match c {
-            '"' => break,
-            '\\' => match chars.next() {
-                Some(e @ ('"' | '\\')) => text.push(e),
-                Some(e) => {
-                    text.push('\\');
-                    text.push(e);
-                }
-                None => text.push('\\'),
-            },
-            c => text.push(c),
-        }
-    }
-    text
-}
-
-/// A request the game answered with `ok: false`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refusal {
-    pub error: String,
-}
-
-/// A game's observation, with its hash.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Seen {
-    pub observation: Observation,
-    /// The observation exactly as sent (for the transcript).
-    pub raw: serde_json::Value,
-    pub hash: String,
-}
-
-/// The answer to `act`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Acted {
-    pub seen: Seen,
-    pub reward: f64,
-    pub done: bool,
-    pub events: Vec<Event>,
-}
-
-/// What `hello` told.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Hello {
-    pub name: String,
-    pub version: String,
-}
-
-/// A process that outlived its group's kill (it called `setsid`), killed now.
-#[derive(
-    Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
-)]
-pub struct Leaked {
-    pub pid: i32,
-    pub command: String,
-}
 
 /// The response fields gameplan reads; the observation stays a JSON value
 /// until it is hashed.
@@ -832,6 +578,8 @@ impl GameProcess {
                 observation,
                 hash: observation_hash(&raw),
                 raw,
+                screenshot: None,
+                console: Vec::new(),
             }),
             Err(e) => {
                 let evidence = quote(raw.to_string().as_bytes());

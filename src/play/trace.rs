@@ -6,6 +6,7 @@
 //!
 //! ```text
 //! {"trace":1,"game":{"driver":"stdio","command":[...],"cwd":".","action_timeout":10.0,"stuck_after":8},"seed":7,"persona":"kid","controller":"jev"}
+//!   (a browser game: "driver":"webdriver","url":"examples/games/web/index.html" instead of the command)
 //! {"step":1,"action":"north","obs":"<sha256>","events":[]}
 //! {"reset":7,"obs":"<sha256>"}                                  <- a new episode (after `stuck`)
 //! {"step":2,"action":"pull lever","obs":null,"events":[]}      <- the game died answering it
@@ -25,8 +26,8 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::driver::GameSpec;
 use super::protocol::Event;
-use super::stdio::GameSpec;
 
 /// How a cell (or a trace) ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
@@ -40,7 +41,7 @@ pub enum QuitReason {
     Hang,
     /// The persona's patience ran out.
     Patience,
-    /// `budget.max_actions` or `max_wall_seconds` ran out.
+    /// `budget.max_actions`, `max_wall_seconds` or `max_model_usd` ran out.
     Budget,
     /// Stopped by a signal after the turn in flight; a resume plays it again.
     Interrupted,
@@ -48,6 +49,13 @@ pub enum QuitReason {
     ScriptEnd,
     /// The game offered no action and was not done.
     NoActions,
+    /// An `llm` player's model never named a listed action, also when
+    /// asked again; the report's `quit_detail` quotes it.
+    BadAnswer,
+    /// The model endpoint never answered (exit 5).
+    ModelUnreachable,
+    /// The model endpoint refused the request (a wrong key, an unknown model).
+    ModelRefused,
 }
 
 impl QuitReason {
@@ -61,6 +69,9 @@ impl QuitReason {
             QuitReason::Interrupted => "interrupted",
             QuitReason::ScriptEnd => "script_end",
             QuitReason::NoActions => "no_actions",
+            QuitReason::BadAnswer => "bad_answer",
+            QuitReason::ModelUnreachable => "model_unreachable",
+            QuitReason::ModelRefused => "model_refused",
         }
     }
 
@@ -84,7 +95,16 @@ pub struct TraceHeader {
 #[serde(deny_unknown_fields)]
 pub struct TraceGame {
     pub driver: String,
+    /// A stdio game's argv (absent for a browser game).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub command: Vec<String>,
+    /// A browser game's page, as the plan wrote it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// The WebDriver server the plan named, if it did not leave starting
+    /// chromedriver to gameplan.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub webdriver_url: Option<String>,
     /// The game's cwd, relative to the repo root (`.`).
     pub cwd: String,
     /// Seconds without an answer before the game counted as hung.
@@ -106,6 +126,10 @@ pub struct TraceStep {
     pub events: Vec<Event>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refused: Option<String>,
+    /// The screenshot of the observation after it, relative to the cell's
+    /// directory (a browser game's cell only; never compared by replay).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub screenshot: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -176,13 +200,17 @@ impl Trace {
         }
     }
 
-    /// The header for the stdio game `game`, started from the repo root.
+    /// The header for the game `game` (a process started from the repo
+    /// root, or a page).
     pub fn header(game: &GameSpec, seed: i64, persona: &str, controller: &str) -> TraceHeader {
+        let browser = game.browser.as_ref();
         TraceHeader {
             trace: 1,
             game: TraceGame {
-                driver: "stdio".to_owned(),
+                driver: game.driver_name().to_owned(),
                 command: game.command.clone(),
+                url: browser.map(|b| b.url.clone()),
+                webdriver_url: browser.and_then(|b| b.webdriver_url.clone()),
                 cwd: ".".to_owned(),
                 action_timeout: Some(game.action_timeout.as_secs_f64()),
                 stuck_after: Some(game.stuck_after),
@@ -268,14 +296,22 @@ impl Trace {
                 ),
             ));
         }
-        if header.game.driver != "stdio" {
-            return Err(invalid(
-                1,
-                format!(
-                    "driver `{}` cannot be replayed here (only stdio)",
-                    header.game.driver
-                ),
-            ));
+        match (header.game.driver.as_str(), &header.game.url) {
+            ("stdio", _) | ("webdriver", Some(_)) => {}
+            ("webdriver", None) => {
+                return Err(invalid(
+                    1,
+                    "a `webdriver` trace needs the page's `url` in its header".into(),
+                ));
+            }
+            (other, _) => {
+                return Err(invalid(
+                    1,
+                    format!(
+                        "driver `{other}` is not known (this gameplan replays stdio and webdriver)"
+                    ),
+                ));
+            }
         }
         let mut trace = Trace::new(header);
         for (i, line) in lines {
@@ -345,6 +381,7 @@ mod tests {
             obs: Some("ab".into()),
             events: vec![],
             refused: None,
+            screenshot: None,
         });
         trace.resets.push(TraceReset {
             after: 1,
@@ -357,6 +394,7 @@ mod tests {
             obs: None,
             events: vec![],
             refused: None,
+            screenshot: None,
         });
         trace.end = Some(QuitReason::Crash);
         let bytes = trace.to_jsonl();

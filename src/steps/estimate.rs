@@ -39,7 +39,8 @@ use super::{
 use crate::backend::Connection;
 use crate::backend::api::{ApiError, Cell, EstimateRequest, RunLength, SCOPES, Whoami};
 use crate::backend::ledger::{DEMO_PRICES, DEMO_TOKEN};
-use crate::plan::model::{BackendKind, Driver, Plan, StepKind};
+use crate::plan::model::{BackendKind, Plan, StepKind};
+use crate::play::driver::{Driver as _, Session};
 use crate::report::ledger::dollars;
 use crate::report::quote::{self, MoneyAt};
 
@@ -361,32 +362,30 @@ fn refused(e: &ApiError, doing: &str, charged: &str) -> StepOutcome {
 
 /// The game starts and answers `hello` and one `reset` within its action
 /// timeout, with the opening every play cell makes; otherwise exit 3 with
-/// why and the game's stderr. Seed 1: the check is that the build starts,
+/// why and the game's stderr. A browser game: chromedriver and Chromium
+/// start and the page loads (its `hello` and `reset`). Seed 1: the check is that the build starts,
 /// not how a seed plays.
 async fn smoke_check(cx: &StepContext) -> Result<(), StepOutcome> {
-    let Some(plan_game) = cx.plan.game.as_ref() else {
+    if cx.plan.game.is_none() {
         return Err(StepOutcome::Refused {
             message: format!("the plan has no `[game]` to play. {NOTHING}"),
         });
-    };
-    if plan_game.driver == Driver::Webdriver {
-        // The webdriver driver is not built: its check (the page loads)
-        // comes with it. Its play cells fail on their own, unpaid for
-        // only if nothing is bought, so say so.
-        (cx.note)(&format!(
-            "{}: no smoke check: the `webdriver` driver is not built in this gameplan, so the \
-             page is not loaded before buying",
-            cx.instance.id
-        ));
-        return Ok(());
     }
     let spec = game::spec(cx).map_err(|e| StepOutcome::Refused {
         message: format!("the game did not start: {e}. {NOTHING}"),
     })?;
-    let mut process =
-        crate::play::stdio::GameProcess::spawn(&spec).map_err(|e| StepOutcome::Refused {
+    // The same start a cell makes: a stdio game's process, or chromedriver,
+    // Chromium and the page (then `hello` and `reset` load it).
+    let mut process = Session::start(&spec, None)
+        .await
+        .map_err(|e| StepOutcome::Refused {
             message: format!(
-                "the game did not start: {e}. {NOTHING} Check `[game] command`, then run again"
+                "the game did not start: {e}. {NOTHING} Check `[game] {}`, then run again",
+                if spec.browser.is_some() {
+                    "url"
+                } else {
+                    "command"
+                }
             ),
         })?;
     let mut cancel = cx.cancel.clone();
@@ -405,7 +404,7 @@ async fn smoke_check(cx: &StepContext) -> Result<(), StepOutcome> {
     opened.map(|_| ()).map_err(|failure| StepOutcome::Refused {
         message: quote::did_not_start(
             &crate::play::cell::not_opened(&failure),
-            &plan_game.command.join(" "),
+            &spec.command_text(),
         ),
     })
 }

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use super::{KeyContext, Reuse, StepContext, StepError, Upstream, expand};
 use crate::plan::model::{Driver, Game, Plan};
-use crate::play::GameSpec;
+use crate::play::{BrowserGame, GameSpec};
 use crate::reuse::ReuseKey;
 
 /// The plan's game, or why a playing step cannot run without one.
@@ -25,17 +25,19 @@ pub fn game_of(plan: &Plan) -> Result<&Game, StepError> {
     })
 }
 
-/// The stdio game to start, or why it cannot be started by this gameplan.
+/// The game to start: a stdio process, or a page for the webdriver driver.
 pub fn spec(cx: &StepContext) -> Result<GameSpec, StepError> {
     let game = game_of(&cx.plan)?;
-    if game.driver == Driver::Webdriver {
-        return Err(StepError(
-            "the `webdriver` driver is not built in this gameplan yet; only `stdio` games can be \
-             played"
-                .into(),
-        ));
-    }
     let mut spec = GameSpec::new(game.command.clone(), cx.root.clone(), &cx.env);
+    if game.driver == Driver::Webdriver {
+        let url = game.url.clone().ok_or_else(|| {
+            StepError("[game] with the webdriver driver needs a `url` (the page to open)".into())
+        })?;
+        spec.browser = Some(BrowserGame {
+            url,
+            webdriver_url: game.webdriver_url.clone(),
+        });
+    }
     spec.env.extend(game.env.clone());
     spec.action_timeout = Duration::from_secs(game.action_timeout_secs.max(1));
     spec.stuck_after = game.stuck_after;
@@ -51,9 +53,9 @@ pub fn resource(plan: &Plan) -> Option<&'static str> {
     })
 }
 
-/// A second Ctrl-C: every game this gameplan started dies at once.
+/// A second Ctrl-C: every game (and browser) this gameplan started dies at once.
 pub fn kill_now() {
-    crate::play::stdio::kill_games_of_this_process();
+    crate::play::driver::kill_now();
 }
 
 /// A playing step's files live in its own directory, and a reused one's
@@ -104,6 +106,7 @@ pub fn reuse(cx: &KeyContext<'_>, kind: &str, settings: &Value) -> Result<Reuse,
                 "driver": game.driver,
                 "command": game.command,
                 "url": game.url,
+                "webdriver_url": game.webdriver_url,
                 "env": game.env,
                 "action_timeout": game.action_timeout_secs,
                 "stuck_after": game.stuck_after,
@@ -114,8 +117,15 @@ pub fn reuse(cx: &KeyContext<'_>, kind: &str, settings: &Value) -> Result<Reuse,
         }),
     );
     let mut files = expand(cx.root, &game.inputs)?;
-    // Repo files the command names are part of the build, listed or not.
-    for word in game.command.iter().filter(|w| !w.starts_with("builtin:")) {
+    // Repo files the command names are part of the build, listed or not
+    // (and a browser game's page, when it is a repo path).
+    let page = game.url.iter().filter(|u| !u.contains("://"));
+    for word in game
+        .command
+        .iter()
+        .chain(page)
+        .filter(|w| !w.starts_with("builtin:"))
+    {
         let relative = word.strip_prefix("./").unwrap_or(word);
         let path = cx.root.join(relative);
         if !relative.is_empty()

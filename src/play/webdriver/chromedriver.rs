@@ -1,0 +1,272 @@
+//! The chromedriver process gameplan starts for a browser game: found on
+//! the game's `PATH`, started on a free loopback port in its own process
+//! group with the cell's marker in its environment, waited for until it
+//! listens, and stopped with every Chromium process it started.
+//!
+//! Chromium inherits chromedriver's environment, marker included, so the
+//! marker scan that finds a stdio game's escaped processes (and the second
+//! Ctrl-C's kill of every game) finds the browser's too, whatever process
+//! group Chromium puts its helpers in.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use tokio::io::AsyncReadExt;
+use tokio::process::Child;
+
+use crate::play::driver::SpawnError;
+use crate::play::stdio::{MARKER_ENV, kill_marked};
+
+/// How long chromedriver gets to listen on its port.
+const LISTEN_WITHIN: Duration = Duration::from_secs(10);
+
+/// How much of chromedriver's output is kept for an error message.
+const OUTPUT_TAIL: usize = 4 * 1024;
+
+/// The Chromium binaries tried, in order, and the Debian package of each
+/// program the driver needs.
+const BROWSERS: [&str; 3] = ["chromium", "chromium-browser", "google-chrome"];
+pub const BROWSER_PACKAGE: &str = "chromium";
+pub const DRIVER_PACKAGE: &str = "chromium-driver";
+
+/// The first executable called `name` on `path` (a `PATH` value).
+pub fn on_path(name: &str, path: Option<&str>) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    path?
+        .split(':')
+        .filter(|dir| !dir.is_empty())
+        .map(|dir| Path::new(dir).join(name))
+        .find(|p| {
+            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+}
+
+/// chromedriver and Chromium on the game's `PATH`, or which package to install.
+pub fn find_programs(env: &BTreeMap<String, String>) -> Result<(PathBuf, PathBuf), SpawnError> {
+    let path = env.get("PATH").map(String::as_str);
+    let looked = || format!("looked on PATH={}", path.unwrap_or("(unset)"));
+    let driver = on_path("chromedriver", path).ok_or_else(|| SpawnError::Missing {
+        program: "chromedriver".into(),
+        package: DRIVER_PACKAGE.into(),
+        looked: looked(),
+    })?;
+    let browser = BROWSERS
+        .iter()
+        .find_map(|name| on_path(name, path))
+        .ok_or_else(|| SpawnError::Missing {
+            program: "chromium".into(),
+            package: BROWSER_PACKAGE.into(),
+            looked: looked(),
+        })?;
+    Ok((driver, browser))
+}
+
+/// A running chromedriver.
+pub struct ChromeDriver {
+    child: Child,
+    pid: Pid,
+    port: u16,
+    marker: String,
+    output: Arc<Mutex<Vec<u8>>>,
+    finished: bool,
+}
+
+impl ChromeDriver {
+    /// Starts `program` on a free loopback port and waits until it listens.
+    pub async fn start(
+        program: &Path,
+        env: &BTreeMap<String, String>,
+        marker: &str,
+    ) -> Result<ChromeDriver, SpawnError> {
+        let port = free_port()?;
+        let mut command = tokio::process::Command::new(program);
+        command
+            .arg(format!("--port={port}"))
+            .arg("--allowed-ips=127.0.0.1")
+            .env_clear()
+            .envs(env)
+            .env(MARKER_ENV, marker)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+        let mut child = command
+            .spawn()
+            .map_err(|e| SpawnError::Browser(format!("cannot run `{}`: {e}", program.display())))?;
+        let pid = child
+            .id()
+            .and_then(|id| i32::try_from(id).ok())
+            .ok_or_else(|| SpawnError::Browser("chromedriver has no pid".into()))?;
+        let output: Arc<Mutex<Vec<u8>>> = Arc::default();
+        for pipe in [
+            child
+                .stdout
+                .take()
+                .map(|p| Box::new(p) as Box<dyn tokio::io::AsyncRead + Send + Unpin>),
+            child
+                .stderr
+                .take()
+                .map(|p| Box::new(p) as Box<dyn tokio::io::AsyncRead + Send + Unpin>),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            tokio::spawn(keep_tail(pipe, Arc::clone(&output)));
+        }
+        let mut driver = ChromeDriver {
+            child,
+            pid: Pid::from_raw(pid),
+            port,
+            marker: marker.to_owned(),
+            output,
+            finished: false,
+        };
+        driver.wait_listening().await?;
+        Ok(driver)
+    }
+
+    /// The URL of its WebDriver endpoint.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/", self.port)
+    }
+
+    /// The end of what chromedriver printed.
+    pub fn output_tail(&self) -> String {
+        let tail = self.output.lock().unwrap_or_else(PoisonError::into_inner);
+        String::from_utf8_lossy(&tail).trim().to_owned()
+    }
+
+    async fn wait_listening(&mut self) -> Result<(), SpawnError> {
+        let deadline = Instant::now() + LISTEN_WITHIN;
+        loop {
+            if tokio::net::TcpStream::connect(("127.0.0.1", self.port))
+                .await
+                .is_ok()
+            {
+                return Ok(());
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                self.finished = true;
+                return Err(SpawnError::Browser(format!(
+                    "chromedriver {status} before it listened: {}",
+                    self.output_tail()
+                )));
+            }
+            if Instant::now() >= deadline {
+                return Err(SpawnError::Browser(format!(
+                    "chromedriver did not listen on port {} within {} s: {}",
+                    self.port,
+                    LISTEN_WITHIN.as_secs(),
+                    self.output_tail()
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Kills chromedriver's group, reaps it, then kills whatever is left of
+    /// the browser (Chromium's processes, in whatever group they are).
+    pub async fn stop(mut self) {
+        let _ = killpg(self.pid, Signal::SIGKILL);
+        let _ = self.child.wait().await;
+        self.finished = true;
+        kill_browser(&self.marker);
+    }
+}
+
+impl Drop for ChromeDriver {
+    /// A session dropped without [`ChromeDriver::stop`] (a canceled task)
+    /// still leaves no browser behind.
+    fn drop(&mut self) {
+        if !self.finished {
+            let _ = killpg(self.pid, Signal::SIGKILL);
+            kill_browser(&self.marker);
+        }
+    }
+}
+
+/// The profile directory of the browser of `marker`: its name is how
+/// Chromium's helpers are found (see [`kill_browser`]).
+pub fn profile_name(marker: &str) -> String {
+    format!("{PROFILE_PREFIX}{marker}")
+}
+
+const PROFILE_PREFIX: &str = "gameplan-chromium-";
+
+/// Kills every process of the browser of `marker`: those carrying the
+/// marker in their environment (chromedriver, Chromium's browser process,
+/// crash handler) and those whose arguments name its profile (the helpers
+/// Chromium's zygote starts with a cleaned environment: renderers, GPU,
+/// utilities).
+pub fn kill_browser(marker: &str) {
+    kill_marked(marker);
+    kill_naming(&profile_name(marker));
+}
+
+/// Kills the browsers of every game this gameplan process started (a
+/// second Ctrl-C): every marker starts with our pid.
+pub fn kill_browsers_of_this_process() {
+    kill_naming(&format!("{PROFILE_PREFIX}{}-", std::process::id()));
+}
+
+fn kill_naming(needle: &str) {
+    let needle = needle.as_bytes();
+    for found in crate::process_table::running_with(|cmdline| {
+        cmdline.windows(needle.len()).any(|w| w == needle)
+    }) {
+        let _ = nix::sys::signal::kill(Pid::from_raw(found.pid), Signal::SIGKILL);
+    }
+}
+
+/// A port nobody listens on now (the kernel's pick; released at once for
+/// chromedriver to take).
+fn free_port() -> Result<u16, SpawnError> {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| SpawnError::Browser(format!("no free loopback port: {e}")))
+}
+
+async fn keep_tail(
+    mut pipe: Box<dyn tokio::io::AsyncRead + Send + Unpin>,
+    tail: Arc<Mutex<Vec<u8>>>,
+) {
+    let mut chunk = vec![0u8; 4096];
+    while let Ok(n) = pipe.read(&mut chunk).await {
+        if n == 0 {
+            break;
+        }
+        let mut tail = tail.lock().unwrap_or_else(PoisonError::into_inner);
+        tail.extend_from_slice(&chunk[..n]);
+        if tail.len() > OUTPUT_TAIL {
+            let excess = tail.len() - OUTPUT_TAIL;
+            tail.drain(..excess);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn issue18_a_missing_chromedriver_names_its_debian_package() {
+        let dir = std::env::temp_dir().join(format!("gameplan-nodriver-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let env = BTreeMap::from([("PATH".to_owned(), dir.display().to_string())]);
+        let err = find_programs(&env).expect_err("nothing on that PATH");
+        let text = err.to_string();
+        assert!(err.is_environment(), "{text}");
+        assert!(
+            text.contains("chromedriver") && text.contains("chromium-driver"),
+            "{text}"
+        );
+        let _ = std::fs::remove_dir(&dir);
+    }
+}

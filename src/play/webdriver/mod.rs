@@ -1,0 +1,784 @@
+//! The `webdriver` driver: a web game played in headless Chromium through
+//! chromedriver (W3C WebDriver, via fantoccini), behind the same
+//! [`Driver`](super::driver::Driver) seam as the stdio bridge.
+//!
+//! Owns starting the browser (chromedriver on a free loopback port, or the
+//! plan's `webdriver_url`; headless Chromium with offline flags and a fresh
+//! profile per session), what a page's observation is, the action syntax,
+//! the page's errors, screenshots, and stopping everything it started. It
+//! does not decide what an error means for a finding (`episode` makes
+//! `console` findings of [`Seen::console`]) or what to play.
+//!
+//! # The page as a game
+//!
+//! - `hello` checks the browser answers; `reset` (re)loads `game.url` with
+//!   the page's storage cleared; the page gets no seed, so a page that uses
+//!   randomness replays only if it seeds itself.
+//! - The observation: `text` = the page's visible text (cut at
+//!   [`MAX_TEXT`] characters; its first line names the place where a
+//!   player got stuck, so a page's heading makes a good first line); `actions` = `click:LABEL` per
+//!   visible enabled clickable element (a repeated label gets ` #2`, …),
+//!   `type:hello` when a text field is visible, `key:Enter`, `key:Escape`
+//!   (or the page's own `window.gameplan.keys`), and `wait`; `state` = the
+//!   title, the page's file name and fragment, and each element's label and
+//!   box; `score` = `window.gameplan.score`. A page may end the game by
+//!   setting `window.gameplan.done = true`.
+//! - Actions accepted: `click:LABEL`, `key:NAME` (Enter, Escape, Tab,
+//!   Space, Backspace, ArrowUp/Down/Left/Right, or one character),
+//!   `type:TEXT` (into the focused text field, else the first visible one),
+//!   `wait` ([`WAIT`]). An action naming nothing on the page is refused.
+//! - The hash covers the observation only: screenshots and console errors
+//!   (what changes by itself, or is not the game's state) stay out of it,
+//!   so a trace replays.
+//! - Errors: `listener.js` runs in every document before the page's own
+//!   scripts (Chrome DevTools' `Page.addScriptToEvaluateOnNewDocument`
+//!   through chromedriver; late, after load, on another WebDriver server)
+//!   and keeps uncaught errors, rejections, failed loads and
+//!   `console.error` calls; each observation takes them ([`MAX_ERRORS`] at
+//!   most) into [`Seen::console`].
+//! - Failures: no answer within `action_timeout` is a `hang`; a crashed
+//!   tab, a browser or driver that went away is a `crash`.
+
+mod chromedriver;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use fantoccini::actions::{InputSource, KeyAction, KeyActions};
+use fantoccini::elements::Element;
+use fantoccini::error::CmdError;
+use fantoccini::wd::{Capabilities, WebDriverCompatibleCommand};
+use fantoccini::{Client, ClientBuilder};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+pub use chromedriver::{
+    BROWSER_PACKAGE, DRIVER_PACKAGE, find_programs, kill_browsers_of_this_process,
+};
+
+use super::driver::{
+    Acted, Answer, BrowserGame, Failure, GameSpec, Hello, Leaked, Refusal, Seen, SpawnError,
+};
+use super::protocol::{Observation, Op, observation_hash};
+
+/// The page's visible text kept in an observation, in characters.
+pub const MAX_TEXT: usize = 4000;
+/// Clickable elements listed in an observation.
+pub const MAX_ELEMENTS: usize = 60;
+/// Page errors taken into one observation (the rest are counted).
+pub const MAX_ERRORS: usize = 20;
+/// How long `wait` waits.
+pub const WAIT: Duration = Duration::from_millis(500);
+/// How long the browser gets to start and open a session.
+const START_WITHIN: Duration = Duration::from_secs(30);
+/// How long a polite close gets before the processes are killed.
+const CLOSE_WITHIN: Duration = Duration::from_secs(5);
+/// The window every session gets: element boxes (in the observation) and
+/// screenshots depend on it, so it is fixed.
+const WINDOW: (u32, u32) = (800, 600);
+/// What `type:` is listed with when the page has a text field.
+const SAMPLE_TEXT: &str = "hello";
+
+const LISTENER: &str = include_str!("listener.js");
+const PAGE: &str = include_str!("page.js");
+
+/// One browser page being played, and everything started for it.
+pub struct BrowserSession {
+    client: Client,
+    /// `None` when the plan named its own WebDriver server.
+    driver: Option<chromedriver::ChromeDriver>,
+    /// The fresh Chromium profile of this session, removed at the end.
+    profile: Option<PathBuf>,
+    url: String,
+    timeout: Duration,
+    screenshots: Option<PathBuf>,
+    /// Whether the listener runs before the page's scripts (CDP worked).
+    early_listener: bool,
+    browser_version: String,
+    acts: u64,
+    resets: u64,
+}
+
+impl BrowserSession {
+    /// Starts chromedriver and Chromium (or connects to the plan's
+    /// WebDriver server) and opens a session; the page is loaded by `reset`.
+    pub async fn start(
+        spec: &GameSpec,
+        game: &BrowserGame,
+        artifacts: Option<&Path>,
+    ) -> Result<BrowserSession, SpawnError> {
+        let url = page_url(&game.url, &spec.root)?;
+        let screenshots = match artifacts {
+            Some(dir) => {
+                let dir = dir.join("screenshots");
+                std::fs::create_dir_all(&dir).map_err(|e| {
+                    SpawnError::Browser(format!("cannot create {}: {e}", dir.display()))
+                })?;
+                Some(dir)
+            }
+            None => None,
+        };
+        let timeout = spec.action_timeout;
+        let (driver, endpoint, profile, capabilities) = if let Some(external) = &game.webdriver_url
+        {
+            (None, external.clone(), None, external_capabilities(timeout))
+        } else {
+            let (program, browser) = find_programs(&spec.env)?;
+            let marker = super::stdio::new_marker();
+            let tmp = spec.env.get("TMPDIR").map_or("/tmp", String::as_str);
+            let profile = Path::new(tmp).join(format!("gameplan-chromium-{marker}"));
+            std::fs::create_dir_all(&profile).map_err(|e| {
+                SpawnError::Browser(format!("cannot create {}: {e}", profile.display()))
+            })?;
+            let driver = chromedriver::ChromeDriver::start(&program, &spec.env, &marker).await;
+            let driver = match driver {
+                Ok(driver) => driver,
+                Err(e) => {
+                    let _ = std::fs::remove_dir_all(&profile);
+                    return Err(e);
+                }
+            };
+            let endpoint = driver.url();
+            let caps = chromium_capabilities(&browser, &profile, timeout);
+            (Some(driver), endpoint, Some(profile), caps)
+        };
+        let connected = tokio::time::timeout(
+            START_WITHIN,
+            ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+                .capabilities(capabilities)
+                .connect(&endpoint),
+        )
+        .await;
+        let client = match connected {
+            Ok(Ok(client)) => client,
+            failed => {
+                let why = match failed {
+                    Ok(Err(e)) => e.to_string(),
+                    _ => format!("no session within {} s", START_WITHIN.as_secs()),
+                };
+                let tail = driver.as_ref().map(chromedriver::ChromeDriver::output_tail);
+                if let Some(driver) = driver {
+                    driver.stop().await;
+                }
+                if let Some(profile) = &profile {
+                    let _ = std::fs::remove_dir_all(profile);
+                }
+                return Err(SpawnError::Browser(format!(
+                    "no WebDriver session at {endpoint}: {why}{}",
+                    tail.filter(|t| !t.is_empty())
+                        .map(|t| format!(" (chromedriver said: {t})"))
+                        .unwrap_or_default()
+                )));
+            }
+        };
+        let browser_version = client
+            .capabilities()
+            .and_then(|c| c.get("browserVersion"))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let mut session = BrowserSession {
+            client,
+            driver,
+            profile,
+            url,
+            timeout,
+            screenshots,
+            early_listener: false,
+            browser_version,
+            acts: 0,
+            resets: 0,
+        };
+        session.early_listener = session
+            .client
+            .issue_cmd(ChromeCdp {
+                cmd: "Page.addScriptToEvaluateOnNewDocument",
+                params: json!({ "source": LISTENER }),
+            })
+            .await
+            .is_ok();
+        Ok(session)
+    }
+
+    /// The browser answers: its name and version stand for the game's.
+    pub async fn hello(&mut self) -> Answer<Hello> {
+        self.within(Op::Hello, self.client.title()).await?;
+        Ok(Ok(Hello {
+            name: "chromium".to_owned(),
+            version: self.browser_version.clone(),
+        }))
+    }
+
+    /// Loads the page afresh (storage cleared) and observes it.
+    pub async fn reset(&mut self, _seed: i64) -> Answer<Seen> {
+        self.resets += 1;
+        let client = self.client.clone();
+        let url = self.url.clone();
+        self.within(Op::Reset, async move {
+            // Storage outlives a reload: a game that saves progress would
+            // not start over. A page with no storage (about:blank) throws.
+            client
+                .execute(
+                    "try { localStorage.clear(); sessionStorage.clear(); } catch (e) {}",
+                    vec![],
+                )
+                .await?;
+            // Navigating to the URL the tab already shows may not reload it.
+            client.goto("about:blank").await?;
+            client.goto(&url).await
+        })
+        .await?;
+        let name = format!("reset-{}.png", self.resets);
+        self.observe(Op::Reset, &name).await.map(|seen| Ok(seen.0))
+    }
+
+    /// Does `action` (see the module doc for the syntax) and observes.
+    pub async fn act(&mut self, action: &str) -> Answer<Acted> {
+        self.acts += 1;
+        let parsed = match Action::parse(action) {
+            Ok(parsed) => parsed,
+            Err(refusal) => return Ok(Err(refusal)),
+        };
+        if let Err(refusal) = self.perform(&parsed).await? {
+            return Ok(Err(refusal));
+        }
+        let name = format!("step-{:04}.png", self.acts);
+        let (seen, done) = self.observe(Op::Act, &name).await?;
+        Ok(Ok(Acted {
+            seen,
+            reward: 0.0,
+            done,
+            events: Vec::new(),
+        }))
+    }
+
+    /// What chromedriver printed (a browser game has no stderr of its own).
+    pub fn stderr_tail(&self) -> String {
+        String::new()
+    }
+
+    /// Closes the session (when `polite`: Chromium quits), then kills
+    /// chromedriver's group and every process carrying its marker, and
+    /// removes the profile. Nothing it started outlives this.
+    pub async fn shutdown(self, polite: bool) -> Vec<Leaked> {
+        if polite || self.driver.is_none() {
+            let _ = tokio::time::timeout(CLOSE_WITHIN, self.client.clone().close()).await;
+        }
+        if let Some(driver) = self.driver {
+            driver.stop().await;
+        }
+        if let Some(profile) = &self.profile {
+            let _ = std::fs::remove_dir_all(profile);
+        }
+        Vec::new()
+    }
+
+    async fn perform(&mut self, action: &Action) -> Result<Result<(), Refusal>, Failure> {
+        let client = self.client.clone();
+        match action {
+            Action::Click(label) => {
+                let found = self.within(Op::Act, find(&client, "find", label)).await?;
+                let Some(element) = found else {
+                    return Ok(Err(Refusal {
+                        error: format!("no clickable element labelled `{label}` on the page"),
+                    }));
+                };
+                match self.within_refusable(element.click()).await? {
+                    Ok(()) => Ok(Ok(())),
+                    Err(e) => Ok(Err(Refusal {
+                        error: format!("`{label}` cannot be clicked: {e}"),
+                    })),
+                }
+            }
+            Action::Key(key) => {
+                let keys = KeyActions::new("keyboard".to_owned())
+                    .then(KeyAction::Down { value: *key })
+                    .then(KeyAction::Up { value: *key });
+                self.within(Op::Act, client.perform_actions(keys)).await?;
+                Ok(Ok(()))
+            }
+            Action::Type(text) => {
+                let found = self.within(Op::Act, find(&client, "input", "")).await?;
+                let Some(field) = found else {
+                    return Ok(Err(Refusal {
+                        error: "no text field on the page to type into".to_owned(),
+                    }));
+                };
+                match self.within_refusable(field.send_keys(text)).await? {
+                    Ok(()) => Ok(Ok(())),
+                    Err(e) => Ok(Err(Refusal {
+                        error: format!("cannot type into the text field: {e}"),
+                    })),
+                }
+            }
+            Action::Wait => {
+                tokio::time::sleep(WAIT).await;
+                Ok(Ok(()))
+            }
+        }
+    }
+
+    /// Reads the page (after it settled), saves its screenshot, and makes
+    /// the observation; also whether the page said it is done.
+    async fn observe(&mut self, during: Op, shot: &str) -> Result<(Seen, bool), Failure> {
+        let script = format!("{LISTENER}\n{PAGE}");
+        let request = json!({ "mode": "observe", "maxText": MAX_TEXT });
+        let client = self.client.clone();
+        let raw = self
+            .within(during, async move {
+                client.execute_async(&script, vec![request]).await
+            })
+            .await?;
+        let view: PageView = serde_json::from_value(raw).map_err(|e| Failure::Violation {
+            during,
+            reason: format!("the page could not be read: {e}"),
+            evidence: String::new(),
+            stderr_tail: String::new(),
+        })?;
+        let mut console = view.errors.clone();
+        if console.len() > MAX_ERRORS {
+            let more = console.len() - MAX_ERRORS;
+            console.truncate(MAX_ERRORS);
+            console.push(format!("… and {more} more errors"));
+        }
+        let done = view.done;
+        let raw = observation(&view);
+        let observation: Observation =
+            serde_json::from_value(raw.clone()).map_err(|e| Failure::Violation {
+                during,
+                reason: format!("the page made a malformed observation: {e}"),
+                evidence: String::new(),
+                stderr_tail: String::new(),
+            })?;
+        let screenshot = self.screenshot(during, shot).await?;
+        Ok((
+            Seen {
+                observation,
+                hash: observation_hash(&raw),
+                raw,
+                screenshot,
+                console,
+            },
+            done,
+        ))
+    }
+
+    /// Saves a PNG of the page under the cell's `screenshots/`, named by
+    /// the step; `None` without a cell directory, or when the file cannot
+    /// be written (the play goes on without it).
+    async fn screenshot(&mut self, during: Op, name: &str) -> Result<Option<String>, Failure> {
+        let Some(dir) = self.screenshots.clone() else {
+            return Ok(None);
+        };
+        let client = self.client.clone();
+        let png = self
+            .within(during, async move { client.screenshot().await })
+            .await?;
+        Ok(std::fs::write(dir.join(name), png)
+            .ok()
+            .map(|()| format!("screenshots/{name}")))
+    }
+
+    /// Runs one WebDriver exchange within the action timeout; what went
+    /// wrong as a [`Failure`].
+    async fn within<T>(
+        &self,
+        during: Op,
+        exchange: impl Future<Output = Result<T, CmdError>>,
+    ) -> Result<T, Failure> {
+        match tokio::time::timeout(self.timeout, exchange).await {
+            Err(_) => Err(Failure::Hang {
+                during,
+                waited: self.timeout,
+            }),
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) => Err(failure(during, &e, self.timeout)),
+        }
+    }
+
+    /// Like [`Self::within`], but an error about the element (hidden,
+    /// covered, gone) is the page refusing the action, not a failure.
+    async fn within_refusable(
+        &self,
+        exchange: impl Future<Output = Result<(), CmdError>>,
+    ) -> Result<Result<(), String>, Failure> {
+        match tokio::time::timeout(self.timeout, exchange).await {
+            Err(_) => Err(Failure::Hang {
+                during: Op::Act,
+                waited: self.timeout,
+            }),
+            Ok(Ok(())) => Ok(Ok(())),
+            Ok(Err(CmdError::Standard(e)))
+                if matches!(
+                    e.error,
+                    fantoccini::error::ErrorStatus::ElementNotInteractable
+                        | fantoccini::error::ErrorStatus::ElementClickIntercepted
+                        | fantoccini::error::ErrorStatus::StaleElementReference
+                ) =>
+            {
+                Ok(Err(first_line(&e.message)))
+            }
+            Ok(Err(e)) => Err(failure(Op::Act, &e, self.timeout)),
+        }
+    }
+}
+
+/// Runs `page.js` in `mode` and returns the element it found, if any.
+async fn find(client: &Client, mode: &str, label: &str) -> Result<Option<Element>, CmdError> {
+    let script = format!("{LISTENER}\n{PAGE}");
+    let found = client
+        .execute_async(&script, vec![json!({ "mode": mode, "label": label })])
+        .await?;
+    Ok(element_ref(&found).map(|id| Element::from_element_id(client.clone(), id.into())))
+}
+
+/// The W3C element reference in a script's result.
+fn element_ref(value: &Value) -> Option<String> {
+    value
+        .get("element-6066-11e4-a52e-4f735466cecf")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+}
+
+/// What a WebDriver error means for the game: the tab crashed or the
+/// browser went away (`crash`), it took too long (`hang`), or something
+/// else broke the session.
+fn failure(during: Op, error: &CmdError, timeout: Duration) -> Failure {
+    use fantoccini::error::ErrorStatus;
+    let text = first_line(&error.to_string());
+    match error {
+        CmdError::Standard(e)
+            if e.error == ErrorStatus::ScriptTimeout || e.error == ErrorStatus::Timeout =>
+        {
+            Failure::Hang {
+                during,
+                waited: timeout,
+            }
+        }
+        CmdError::Standard(e)
+            if e.message.contains("crash")
+                || e.error == ErrorStatus::InvalidSessionId
+                || e.message.contains("not reachable")
+                || e.message.contains("disconnected") =>
+        {
+            Failure::Exited {
+                during,
+                status: if e.message.contains("crash") {
+                    "crashed (the page's renderer died)".to_owned()
+                } else {
+                    "went away (the browser closed)".to_owned()
+                },
+                stderr_tail: text,
+            }
+        }
+        CmdError::Lost(_) | CmdError::Failed(_) | CmdError::FailedC(_) => Failure::Exited {
+            during,
+            status: "went away (the WebDriver server stopped answering)".to_owned(),
+            stderr_tail: text,
+        },
+        _ => Failure::Violation {
+            during,
+            reason: format!("the browser refused the request: {text}"),
+            evidence: String::new(),
+            stderr_tail: String::new(),
+        },
+    }
+}
+
+fn first_line(text: &str) -> String {
+    text.lines().next().unwrap_or("").trim().to_owned()
+}
+
+/// An action in the driver's syntax.
+#[derive(Debug, Clone, PartialEq)]
+enum Action {
+    Click(String),
+    Key(char),
+    Type(String),
+    Wait,
+}
+
+impl Action {
+    fn parse(action: &str) -> Result<Action, Refusal> {
+        let refuse = |error: String| Refusal { error };
+        if action == "wait" {
+            return Ok(Action::Wait);
+        }
+        let Some((verb, rest)) = action.split_once(':') else {
+            return Err(refuse(format!(
+                "`{action}` is not an action of the webdriver driver (click:LABEL, key:NAME, \
+                 type:TEXT, wait)"
+            )));
+        };
+        match verb {
+            "click" if !rest.is_empty() => Ok(Action::Click(rest.to_owned())),
+            "type" => Ok(Action::Type(rest.to_owned())),
+            "key" => key(rest).map(Action::Key).ok_or_else(|| {
+                refuse(format!(
+                    "`{rest}` is not a key this driver presses (Enter, Escape, Tab, Space, \
+                     Backspace, ArrowUp, ArrowDown, ArrowLeft, ArrowRight, or one character)"
+                ))
+            }),
+            _ => Err(refuse(format!(
+                "`{action}` is not an action of the webdriver driver (click:LABEL, key:NAME, \
+                 type:TEXT, wait)"
+            ))),
+        }
+    }
+}
+
+/// The WebDriver key code of a key name (W3C WebDriver §17.4.2).
+fn key(name: &str) -> Option<char> {
+    Some(match name {
+        "Enter" => '\u{E007}',
+        "Escape" => '\u{E00C}',
+        "Tab" => '\u{E004}',
+        "Space" => ' ',
+        "Backspace" => '\u{E003}',
+        "ArrowLeft" => '\u{E012}',
+        "ArrowUp" => '\u{E013}',
+        "ArrowRight" => '\u{E014}',
+        "ArrowDown" => '\u{E015}',
+        other => {
+            let mut chars = other.chars();
+            let c = chars.next()?;
+            if chars.next().is_some() {
+                return None;
+            }
+            c
+        }
+    })
+}
+
+/// What `page.js` reads from a page.
+#[derive(Debug, Clone, Deserialize)]
+struct PageView {
+    title: String,
+    page: String,
+    text: String,
+    elements: Vec<ElementView>,
+    input: bool,
+    keys: Option<Vec<String>>,
+    done: bool,
+    score: f64,
+    errors: Vec<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+struct ElementView {
+    label: String,
+    x: i64,
+    y: i64,
+    w: i64,
+    h: i64,
+}
+
+/// The observation of a page (see the module doc): what the player reads
+/// and the hash covers.
+fn observation(view: &PageView) -> Value {
+    let mut text: String = view.text.chars().take(MAX_TEXT).collect();
+    if view.text.chars().nth(MAX_TEXT).is_some() {
+        text.push_str("\n… (the page's text is cut here)");
+    }
+    let elements = &view.elements[..view.elements.len().min(MAX_ELEMENTS)];
+    let mut actions: Vec<String> = elements
+        .iter()
+        .map(|e| format!("click:{}", e.label))
+        .collect();
+    if view.input {
+        actions.push(format!("type:{SAMPLE_TEXT}"));
+    }
+    match &view.keys {
+        Some(keys) => actions.extend(
+            keys.iter()
+                .filter(|k| key(k).is_some())
+                .map(|k| format!("key:{k}")),
+        ),
+        None => actions.extend(["key:Enter".to_owned(), "key:Escape".to_owned()]),
+    }
+    actions.push("wait".to_owned());
+    json!({
+        "text": text.trim(),
+        "actions": actions,
+        "state": {
+            "title": view.title,
+            "page": view.page,
+            "elements": elements,
+        },
+        "score": view.score,
+    })
+}
+
+/// The page to load: a URL as given, or a repo-relative path as a
+/// `file://` URL (which must exist).
+fn page_url(url: &str, root: &Path) -> Result<String, SpawnError> {
+    if url.contains("://") || url.starts_with("about:") || url.starts_with("data:") {
+        return Ok(url.to_owned());
+    }
+    let path = root.join(url);
+    let absolute = path.canonicalize().map_err(|e| {
+        SpawnError::Browser(format!(
+            "the page `{url}` ({}) cannot be opened: {e}; `game.url` is an http(s):// or file:// \
+             URL, or a path under the repo root",
+            path.display()
+        ))
+    })?;
+    Ok(format!("file://{}", absolute.display()))
+}
+
+/// Headless Chromium that reaches nothing but the page: the flags DESIGN
+/// names, a fresh profile, a fixed window, and the timeouts of the game.
+fn chromium_capabilities(browser: &Path, profile: &Path, timeout: Duration) -> Capabilities {
+    let (w, h) = WINDOW;
+    let args = [
+        "--headless".to_owned(),
+        "--no-sandbox".to_owned(),
+        "--disable-gpu".to_owned(),
+        "--disable-quic".to_owned(),
+        "--no-first-run".to_owned(),
+        "--disable-background-networking".to_owned(),
+        "--disable-component-update".to_owned(),
+        "--disable-sync".to_owned(),
+        "--disable-dev-shm-usage".to_owned(),
+        // A file:// page's own scripts count as another origin without it,
+        // and Chromium then hides their errors as "Script error.".
+        "--allow-file-access-from-files".to_owned(),
+        format!("--user-data-dir={}", profile.display()),
+        format!("--window-size={w},{h}"),
+    ];
+    let mut caps = external_capabilities(timeout);
+    caps.insert("browserName".into(), json!("chrome"));
+    caps.insert(
+        "goog:chromeOptions".into(),
+        json!({ "binary": browser.display().to_string(), "args": args }),
+    );
+    caps
+}
+
+/// What any WebDriver server is asked for: the game's timeouts, and
+/// dialogs (`alert`) accepted rather than blocking every command.
+fn external_capabilities(timeout: Duration) -> Capabilities {
+    let ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+    let mut caps = Capabilities::new();
+    caps.insert(
+        "timeouts".into(),
+        json!({ "script": ms, "pageLoad": ms, "implicit": 0 }),
+    );
+    caps.insert("unhandledPromptBehavior".into(), json!("accept"));
+    caps
+}
+
+/// A Chrome DevTools command through chromedriver's `goog/cdp/execute`.
+#[derive(Debug)]
+struct ChromeCdp {
+    cmd: &'static str,
+    params: Value,
+}
+
+impl WebDriverCompatibleCommand for ChromeCdp {
+    fn endpoint(
+        &self,
+        base_url: &url::Url,
+        session_id: Option<&str>,
+    ) -> Result<url::Url, url::ParseError> {
+        base_url.join(&format!(
+            "session/{}/goog/cdp/execute",
+            session_id.unwrap_or_default()
+        ))
+    }
+
+    fn method_and_body(&self, _request_url: &url::Url) -> (http::Method, Option<String>) {
+        (
+            http::Method::POST,
+            Some(json!({ "cmd": self.cmd, "params": self.params }).to_string()),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view(text: &str, elements: usize) -> PageView {
+        PageView {
+            title: "Game".into(),
+            page: "index.html".into(),
+            text: text.into(),
+            elements: (0..elements)
+                .map(|i| ElementView {
+                    label: format!("b{i}"),
+                    x: 0,
+                    y: 0,
+                    w: 10,
+                    h: 10,
+                })
+                .collect(),
+            input: false,
+            keys: None,
+            done: false,
+            score: 0.0,
+            errors: vec![],
+        }
+    }
+
+    #[test]
+    fn issue18_the_text_is_cut_at_max_text_and_says_so() {
+        let long = "x".repeat(MAX_TEXT + 10);
+        let obs = observation(&view(&long, 0));
+        let text = obs["text"].as_str().expect("text");
+        assert!(text.ends_with("(the page's text is cut here)"), "{text}");
+        let note = "(the page's text is cut here)";
+        assert_eq!(
+            text.matches('x').count(),
+            MAX_TEXT + note.matches('x').count(),
+            "the page's own text is cut at MAX_TEXT"
+        );
+        let short = observation(&view("hi", 0));
+        assert_eq!(short["text"], "hi");
+        assert_eq!(short["state"]["title"], "Game");
+    }
+
+    #[test]
+    fn issue18_elements_are_capped_and_listed_as_click_actions() {
+        let obs = observation(&view("", MAX_ELEMENTS + 5));
+        let actions = obs["actions"].as_array().expect("actions");
+        let clicks = actions
+            .iter()
+            .filter(|a| a.as_str().is_some_and(|a| a.starts_with("click:")));
+        assert_eq!(clicks.count(), MAX_ELEMENTS);
+        assert_eq!(
+            obs["state"]["elements"].as_array().map(Vec::len),
+            Some(MAX_ELEMENTS)
+        );
+        assert_eq!(actions.last(), Some(&json!("wait")));
+        assert!(actions.contains(&json!("key:Enter")));
+    }
+
+    #[test]
+    fn issue18_the_action_syntax_parses_and_refuses_with_the_syntax() {
+        assert_eq!(
+            Action::parse("click:Start"),
+            Ok(Action::Click("Start".into()))
+        );
+        assert_eq!(Action::parse("click:a:b"), Ok(Action::Click("a:b".into())));
+        assert_eq!(Action::parse("key:Enter"), Ok(Action::Key('\u{E007}')));
+        assert_eq!(Action::parse("key:q"), Ok(Action::Key('q')));
+        assert_eq!(Action::parse("type:hi"), Ok(Action::Type("hi".into())));
+        assert_eq!(Action::parse("wait"), Ok(Action::Wait));
+        for bad in ["north", "click:", "key:Hyper", "jump:x"] {
+            let err = Action::parse(bad).expect_err(bad).error;
+            assert!(err.contains('`'), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn issue18_a_repo_path_page_becomes_a_file_url_and_a_missing_one_is_named() {
+        let root = std::env::temp_dir();
+        assert_eq!(
+            page_url("http://127.0.0.1:1/x", &root).expect("url"),
+            "http://127.0.0.1:1/x"
+        );
+        let err = page_url("no/such/page.html", &root).expect_err("missing");
+        assert!(err.to_string().contains("no/such/page.html"), "{err}");
+    }
+}

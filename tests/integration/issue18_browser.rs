@@ -1,0 +1,315 @@
+//! Issue 18, the browser half: web games played in real headless Chromium
+//! through real chromedriver (Debian `chromium`, `chromium-driver`), no mock.
+//!
+//! Every test checks that no browser process outlives gameplan: a process
+//! of ours carries `GAMEPLAN_GAME_CELL=<gameplan pid>-…` in its environment
+//! (chromedriver, Chromium) or names the marked profile
+//! `gameplan-chromium-<gameplan pid>-…` in its arguments (the helpers
+//! Chromium's zygote starts with a cleaned environment). Zombies do not
+//! count: where nobody reaps orphans they stay, holding nothing.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+
+use crate::support::{Test, wait_until};
+
+fn example(rel: &str) -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(rel))
+        .unwrap_or_else(|e| panic!("read {rel}: {e}"))
+}
+
+/// A repo holding the example web game and its plan, as shipped.
+fn example_repo() -> Test {
+    Test::new()
+        .file(
+            "examples/games/web/index.html",
+            example("examples/games/web/index.html"),
+        )
+        .file(
+            "examples/games/web/game.js",
+            example("examples/games/web/game.js"),
+        )
+        .file("examples/web.toml", example("examples/web.toml"))
+}
+
+/// Live processes started for the browser of gameplan `pid`.
+fn browser_processes_of(pid: i32) -> Vec<String> {
+    let env_mark = format!("GAMEPLAN_GAME_CELL={pid}-");
+    let profile = format!("gameplan-chromium-{pid}-");
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(p) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Some(stat) = crate::support::proc_stat(p) else {
+            continue;
+        };
+        if stat.zombie {
+            continue;
+        }
+        let environ = std::fs::read(entry.path().join("environ")).unwrap_or_default();
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let has =
+            |hay: &[u8], needle: &str| hay.windows(needle.len()).any(|w| w == needle.as_bytes());
+        if has(&environ, &env_mark) || has(&cmdline, &profile) {
+            found.push(format!(
+                "{p}: {}",
+                String::from_utf8_lossy(&cmdline).replace('\0', " ")
+            ));
+        }
+    }
+    found
+}
+
+#[track_caller]
+fn assert_no_browser_left(pid: i32) {
+    // SIGKILL is sent before gameplan exits; give the kernel a moment to
+    // take the processes down.
+    let mut left = Vec::new();
+    let gone = (0..100).any(|_| {
+        left = browser_processes_of(pid);
+        if left.is_empty() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        false
+    });
+    assert!(gone, "browser processes outlived gameplan {pid}: {left:#?}");
+}
+
+/// The one cell directory of the last run.
+fn cell_dir(t: &Test) -> PathBuf {
+    let runs = t.path(".gameplan/runs");
+    let run = t.run_ids().pop().expect("a run");
+    let steps = runs.join(run).join("steps");
+    std::fs::read_dir(&steps)
+        .expect("steps dir")
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.join("trace.jsonl").exists() || p.join("screenshots").exists())
+        .expect("a cell directory")
+}
+
+#[test]
+fn issue18_the_example_web_game_is_played_in_chromium_its_bugs_found_with_screenshots_and_it_replays()
+ {
+    let t = example_repo();
+    let gameplan = t.spawn(&["plan", "run", "examples/web.toml"]);
+    let pid = gameplan.pid();
+    let out = gameplan.wait();
+    out.code(0);
+    assert_no_browser_left(pid);
+
+    let cell = cell_dir(&t);
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(cell.join("report.json")).expect("report"))
+            .expect("report json");
+    let findings = report["findings"].as_array().expect("findings");
+    let of = |category: &str| {
+        findings
+            .iter()
+            .find(|f| f["category"] == category)
+            .unwrap_or_else(|| panic!("no `{category}` finding in {findings:#?}\n{out}"))
+    };
+    let console = of("console");
+    let title = console["title"].as_str().unwrap_or_default();
+    assert!(
+        title.contains("Open chest") && title.contains("TypeError"),
+        "the planted error behind `Open chest`: {title}"
+    );
+    let stuck = of("stuck");
+    assert!(
+        stuck["title"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("The Cellar"),
+        "the planted softlock: {stuck}"
+    );
+    for finding in [console, stuck] {
+        let shot = finding["evidence"]["screenshot"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no screenshot in the evidence of {finding}"));
+        let png = std::fs::read(cell.join(shot)).unwrap_or_else(|e| panic!("{shot}: {e}"));
+        assert!(
+            png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 1000,
+            "{shot} is not a screenshot ({} bytes)",
+            png.len()
+        );
+    }
+    // The trace names the page, not a command, and each step's screenshot.
+    let trace = std::fs::read_to_string(cell.join("trace.jsonl")).expect("trace");
+    let header: serde_json::Value =
+        serde_json::from_str(trace.lines().next().expect("header")).expect("header json");
+    assert_eq!(header["game"]["driver"], "webdriver");
+    assert_eq!(header["game"]["url"], "examples/games/web/index.html");
+    assert!(
+        trace.contains("\"screenshot\":\"screenshots/step-0001.png\""),
+        "{trace}"
+    );
+
+    // Same page, same actions: every observation hash again.
+    let trace_rel = cell
+        .strip_prefix(t.path(""))
+        .expect("in repo")
+        .join("trace.jsonl");
+    let replay = t.spawn(&["replay", trace_rel.to_str().expect("utf-8")]);
+    let replay_pid = replay.pid();
+    let replayed = replay.wait();
+    replayed.code(0).stdout_has("confirmed");
+    assert_no_browser_left(replay_pid);
+}
+
+#[test]
+fn issue18_ctrl_c_mid_cell_stops_the_browser_and_leaves_no_process() {
+    let t = example_repo();
+    // A long cell, so the signal lands mid-play.
+    let plan = example("examples/web.toml")
+        .replace("max_actions = 40", "max_actions = 400")
+        .replace("patience = 40", "patience = 400");
+    t.write("examples/web.toml", plan);
+    let gameplan = t.spawn(&["plan", "run", "examples/web.toml"]);
+    let pid = gameplan.pid();
+    wait_until(
+        "the cell's third screenshot",
+        Duration::from_secs(60),
+        || {
+            t.run_ids().pop().is_some_and(|run| {
+                let steps = t.path(&format!(".gameplan/runs/{run}/steps"));
+                std::fs::read_dir(steps)
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    .any(|cell| cell.path().join("screenshots/step-0003.png").exists())
+            })
+        },
+    );
+    assert!(
+        !browser_processes_of(pid).is_empty(),
+        "a browser runs mid-cell"
+    );
+    gameplan.signal(Signal::SIGINT);
+    let out = gameplan.wait();
+    out.code(10);
+    assert_no_browser_left(pid);
+    let cell = cell_dir(&t);
+    let report = std::fs::read_to_string(cell.join("report.json")).expect("report");
+    assert!(
+        report.contains("\"quit_reason\": \"interrupted\"")
+            || report.contains("\"quit_reason\":\"interrupted\""),
+        "{report}"
+    );
+}
+
+#[test]
+fn issue18_a_page_that_freezes_is_a_hang_and_its_browser_is_killed() {
+    let t = Test::new()
+        .file(
+            "page.html",
+            "<title>Freezer</title><h1>Freezer</h1>\
+             <button onclick=\"while (true) {}\">Freeze</button>",
+        )
+        .file(
+            "plan.toml",
+            r#"version = 1
+name = "freeze"
+
+[game]
+id = "freeze"
+driver = "webdriver"
+url = "page.html"
+action_timeout = 3
+
+[[personas]]
+slug = "clicker"
+card = "Clicks."
+player = { kind = "scripted", actions = ["click:Freeze", "wait"] }
+
+[[steps]]
+id = "play"
+kind = "play"
+matrix = { persona = "*" }
+"#,
+        );
+    let gameplan = t.spawn(&["plan", "run", "plan.toml"]);
+    let pid = gameplan.pid();
+    let out = gameplan.wait();
+    assert_no_browser_left(pid);
+    let report = std::fs::read_to_string(cell_dir(&t).join("report.json")).expect("report");
+    let report: serde_json::Value = serde_json::from_str(&report).expect("json");
+    assert_eq!(report["quit_reason"], "hang", "{report:#}\n{out}");
+    let hang = report["findings"]
+        .as_array()
+        .and_then(|f| f.iter().find(|f| f["category"] == "hang"))
+        .unwrap_or_else(|| panic!("no hang finding: {report:#}"));
+    assert!(
+        hang["title"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("click:Freeze"),
+        "{hang}"
+    );
+}
+
+#[test]
+fn issue18_no_chromedriver_on_path_is_exit_3_naming_the_package_and_nothing_is_charged() {
+    let empty = tempfile::tempdir().expect("dir");
+    // The default (paid) pipeline: the estimate's smoke check starts the
+    // browser before anything is priced or bought.
+    let plan = example("examples/web.toml");
+    let paid = &plan[..plan.find("[[steps]]").expect("steps")];
+    let t = example_repo()
+        .file("examples/web.toml", paid)
+        .env("PATH", &empty.path().display().to_string());
+    let out = t.run(&["plan", "run", "examples/web.toml", "--yes"]);
+    out.code(3)
+        .stderr_has("chromedriver")
+        .stderr_has("chromium-driver")
+        .stderr_has("Nothing was charged");
+    let ledger = t.run(&["ledger", "show", "--json"]);
+    let jobs = ledger.json()["jobs"].as_array().map_or(0, Vec::len);
+    assert_eq!(jobs, 0, "no job was bought\n{ledger}");
+}
+
+#[test]
+fn issue18_webdriver_url_is_checked_where_it_is_written() {
+    let plan = |game: &str| {
+        format!(
+            "version = 1\nname = \"w\"\n\n[game]\n{game}\n\n[[personas]]\nslug = \"p\"\ncard = \"c\"\n\
+             player = {{ kind = \"explorer\" }}\n\n[[steps]]\nid = \"play\"\nkind = \"play\"\n\
+             matrix = {{ persona = \"*\" }}\n"
+        )
+    };
+    let on_stdio = Test::new()
+        .file(
+            "plan.toml",
+            plan("id = \"g\"\ncommand = [\"builtin:maze\"]\nwebdriver_url = \"http://127.0.0.1:4444\""),
+        )
+        .check(&["plan.toml"]);
+    let problem = on_stdio.only("plan::unused_key");
+    assert_eq!(
+        (problem.line, problem.column),
+        (Some(7), Some(17)),
+        "{problem:?}"
+    );
+    let not_http = Test::new()
+        .file(
+            "plan.toml",
+            plan("id = \"g\"\ndriver = \"webdriver\"\nurl = \"page.html\"\nwebdriver_url = \"127.0.0.1:4444\""),
+        )
+        .check(&["plan.toml"]);
+    let problem = not_http.only("plan::invalid_value");
+    assert!(problem.message.contains("http://"), "{problem:?}");
+    let fine = Test::new()
+        .file(
+            "plan.toml",
+            plan("id = \"g\"\ndriver = \"webdriver\"\nurl = \"page.html\"\nwebdriver_url = \"http://127.0.0.1:4444\""),
+        )
+        .check(&["plan.toml"]);
+    fine.json.code(0);
+}
