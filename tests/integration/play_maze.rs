@@ -146,12 +146,7 @@ fn play_maze_simulate_finds_crashes_and_every_failed_trace_replays() {
         MAZE,
     ]);
     out.code(1).stdout_has("games 40 ");
-    let traces: Vec<&str> = out
-        .stdout
-        .lines()
-        .filter_map(|l| l.strip_prefix("trace of a failed game: "))
-        .filter_map(|l| l.split(' ').next())
-        .collect();
+    let traces = crate::support::failed_traces(&out.stdout);
     assert!(!traces.is_empty(), "{out}");
     for address in &traces {
         t.run(&["replay", address])
@@ -182,12 +177,7 @@ fn issue19_batch_traces_replay_by_address_and_survive_a_torn_write() {
         MAZE,
     ]);
     out.code(1);
-    let traces: Vec<&str> = out
-        .stdout
-        .lines()
-        .filter_map(|l| l.strip_prefix("trace of a failed game: "))
-        .filter_map(|l| l.split(' ').next())
-        .collect();
+    let traces = crate::support::failed_traces(&out.stdout);
     assert!(traces.len() >= 3, "{out}");
     assert!(
         traces
