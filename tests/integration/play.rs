@@ -552,12 +552,7 @@ fn play_simulate_counts_games_and_writes_replayable_traces_of_the_failed_ones() 
         "{files:?}"
     );
     assert!(files.len() <= 3, "{files:?}");
-    let traces: Vec<&str> = out
-        .stdout
-        .lines()
-        .filter_map(|l| l.strip_prefix("trace of a failed game: "))
-        .filter_map(|l| l.split(' ').next())
-        .collect();
+    let traces = crate::support::failed_traces(&out.stdout);
     assert!(!traces.is_empty(), "{out}");
     assert!(
         out.stdout.contains(&format!("crashed {} ", traces.len())),
