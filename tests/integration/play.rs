@@ -747,7 +747,7 @@ fn shrink_reduces_a_hang_to_the_one_action_that_hangs() {
         "--player",
         "scripted",
         "--action-timeout",
-        "0.5",
+        "1",
         "--patience",
         "50",
     ];
@@ -766,7 +766,7 @@ fn shrink_reduces_a_hang_to_the_one_action_that_hangs() {
         "--time-limit",
         "40",
         "--action-timeout",
-        "0.5",
+        "1",
     ])
     .code(0);
     let short = t.read("short.jsonl");
@@ -776,7 +776,7 @@ fn shrink_reduces_a_hang_to_the_one_action_that_hangs() {
         "{short}"
     );
     assert!(short.ends_with("{\"end\":\"hang\"}\n"), "{short}");
-    t.run(&["replay", "short.jsonl", "--action-timeout", "0.5"])
+    t.run(&["replay", "short.jsonl", "--action-timeout", "1"])
         .code(0)
         .stdout_has("same end `hang`");
 }
