@@ -102,6 +102,10 @@ pub fn markdown(report: &CellReport) -> String {
         if let Some(detail) = &e.detail {
             let _ = writeln!(md, "- Detail: {}", detail.replace('\n', " "));
         }
+        if let Some(shot) = &e.screenshot {
+            // Relative to report.md, which sits in the cell's directory.
+            let _ = writeln!(md, "- Screenshot: ![step {}]({shot})", e.step);
+        }
         if let Some(tail) = &e.stderr_tail {
             let _ = writeln!(md, "\nstderr (tail):\n\n```text\n{}\n```", tail.trim_end());
         }

@@ -142,6 +142,11 @@ fn issue18_the_example_web_game_is_played_in_chromium_its_bugs_found_with_screen
             png.len()
         );
     }
+    let md = std::fs::read_to_string(cell.join("report.md")).expect("report.md");
+    assert!(
+        md.contains("- Screenshot: ![step "),
+        "report.md shows the evidence:\n{md}"
+    );
     // The trace names the page, not a command, and each step's screenshot.
     let trace = std::fs::read_to_string(cell.join("trace.jsonl")).expect("trace");
     let header: serde_json::Value =
@@ -312,4 +317,68 @@ fn issue18_webdriver_url_is_checked_where_it_is_written() {
         )
         .check(&["plan.toml"]);
     fine.json.code(0);
+}
+
+#[test]
+fn issue18_a_second_ctrl_c_kills_a_frozen_browser_at_once() {
+    // The click freezes the page for good: the first Ctrl-C waits for a
+    // turn that will not end (within 60 s), the second kills at once.
+    let t = Test::new()
+        .file(
+            "page.html",
+            "<title>Freezer</title><h1>Freezer</h1>\
+             <button onclick=\"while (true) {}\">Freeze</button>",
+        )
+        .file(
+            "plan.toml",
+            r#"version = 1
+name = "freeze"
+
+[game]
+id = "freeze"
+driver = "webdriver"
+url = "page.html"
+action_timeout = 60
+
+[[personas]]
+slug = "clicker"
+card = "Clicks."
+player = { kind = "scripted", actions = ["click:Freeze"] }
+
+[[steps]]
+id = "play"
+kind = "play"
+matrix = { persona = "*" }
+"#,
+        );
+    let gameplan = t.spawn(&["plan", "run", "plan.toml"]);
+    let pid = gameplan.pid();
+    wait_until("the opening's screenshots", Duration::from_secs(60), || {
+        t.run_ids().pop().is_some_and(|run| {
+            let steps = t.path(&format!(".gameplan/runs/{run}/steps"));
+            std::fs::read_dir(steps)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .any(|cell| cell.path().join("screenshots/reset-2.png").exists())
+        })
+    });
+    // The click is sent right after; let it reach the page.
+    std::thread::sleep(Duration::from_millis(800));
+    gameplan.signal(Signal::SIGINT);
+    std::thread::sleep(Duration::from_millis(800));
+    assert!(
+        !browser_processes_of(pid).is_empty(),
+        "the frozen browser still runs"
+    );
+    gameplan.signal(Signal::SIGINT);
+    let second = std::time::Instant::now();
+    let out = gameplan.wait();
+    out.code(10).stderr_has("second Ctrl-C");
+    assert!(
+        second.elapsed() < Duration::from_secs(5),
+        "a second Ctrl-C took {:?}\n{out}",
+        second.elapsed()
+    );
+    assert_no_browser_left(pid);
 }
