@@ -211,9 +211,10 @@ fn issue18_ctrl_c_mid_cell_stops_the_browser_and_leaves_no_process() {
     );
 }
 
-#[test]
-fn issue18_a_page_that_freezes_is_a_hang_and_its_browser_is_killed() {
-    let t = Test::new()
+/// A repo with a page whose button freezes it for good (a loop that never
+/// ends), played by a scripted player with `actions` and `action_timeout`.
+fn freezer(action_timeout: u64, actions: &str) -> Test {
+    Test::new()
         .file(
             "page.html",
             "<title>Freezer</title><h1>Freezer</h1>\
@@ -221,26 +222,19 @@ fn issue18_a_page_that_freezes_is_a_hang_and_its_browser_is_killed() {
         )
         .file(
             "plan.toml",
-            r#"version = 1
-name = "freeze"
+            format!(
+                "version = 1\nname = \"freeze\"\n\n[game]\nid = \"freeze\"\ndriver = \"webdriver\"\n\
+                 url = \"page.html\"\naction_timeout = {action_timeout}\n\n[[personas]]\n\
+                 slug = \"clicker\"\ncard = \"Clicks.\"\n\
+                 player = {{ kind = \"scripted\", actions = {actions} }}\n\n[[steps]]\n\
+                 id = \"play\"\nkind = \"play\"\nmatrix = {{ persona = \"*\" }}\n"
+            ),
+        )
+}
 
-[game]
-id = "freeze"
-driver = "webdriver"
-url = "page.html"
-action_timeout = 3
-
-[[personas]]
-slug = "clicker"
-card = "Clicks."
-player = { kind = "scripted", actions = ["click:Freeze", "wait"] }
-
-[[steps]]
-id = "play"
-kind = "play"
-matrix = { persona = "*" }
-"#,
-        );
+#[test]
+fn issue18_a_page_that_freezes_is_a_hang_and_its_browser_is_killed() {
+    let t = freezer(3, r#"["click:Freeze", "wait"]"#);
     let gameplan = t.spawn(&["plan", "run", "plan.toml"]);
     let pid = gameplan.pid();
     let out = gameplan.wait();
@@ -323,34 +317,7 @@ fn issue18_webdriver_url_is_checked_where_it_is_written() {
 fn issue18_a_second_ctrl_c_kills_a_frozen_browser_at_once() {
     // The click freezes the page for good: the first Ctrl-C waits for a
     // turn that will not end (within 60 s), the second kills at once.
-    let t = Test::new()
-        .file(
-            "page.html",
-            "<title>Freezer</title><h1>Freezer</h1>\
-             <button onclick=\"while (true) {}\">Freeze</button>",
-        )
-        .file(
-            "plan.toml",
-            r#"version = 1
-name = "freeze"
-
-[game]
-id = "freeze"
-driver = "webdriver"
-url = "page.html"
-action_timeout = 60
-
-[[personas]]
-slug = "clicker"
-card = "Clicks."
-player = { kind = "scripted", actions = ["click:Freeze"] }
-
-[[steps]]
-id = "play"
-kind = "play"
-matrix = { persona = "*" }
-"#,
-        );
+    let t = freezer(60, r#"["click:Freeze"]"#);
     let gameplan = t.spawn(&["plan", "run", "plan.toml"]);
     let pid = gameplan.pid();
     wait_until("the opening's screenshots", Duration::from_secs(60), || {

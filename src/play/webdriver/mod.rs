@@ -256,7 +256,8 @@ impl BrowserSession {
         }))
     }
 
-    /// What chromedriver printed (a browser game has no stderr of its own).
+    /// Nothing: a page has no stderr (its errors are `console` findings,
+    /// and chromedriver's output goes into a start error, where it helps).
     pub fn stderr_tail(&self) -> String {
         String::new()
     }
