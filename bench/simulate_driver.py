@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
-"""A minimal Python driver loop for bridge protocol v1: the baseline that
-`gameplan __simulate` is measured against (bench/simulate.sh).
+"""The Python driver loop for bridge protocol v1 that a competent user
+writes: the peer `gameplan __simulate` is measured against
+(bench/simulate.sh). Default buffered pipes, one write and one flush per
+request, the standard json module, a multiprocessing pool.
 
 It does what gameplan's simulate does, minus everything gameplan adds
 (findings, observation hashes, traces): WORKERS processes, each keeping one
 game process and playing its share of GAMES seeded games (reset, then a
 uniformly random listed action until done or MAX_STEPS), starting a fresh
-game process after a crash. Prints games/s and the driver's own CPU time
+game process after a crash (the dead one killed and reaped) and playing on
+after a refused action. Prints games/s and the driver's own CPU time
 per action (game processes excluded).
 
 usage: simulate_driver.py GAMES WORKERS MAX_STEPS -- COMMAND...
@@ -22,8 +25,10 @@ import time
 
 class Game:
     def __init__(self, command):
+        # Default buffering (bufsize=-1): readline() reads the pipe in 8 KiB
+        # chunks, and a request is written whole with one flush.
         self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, bufsize=0)
+                                     stderr=subprocess.DEVNULL)
         self.out = self.proc.stdin
         self.inp = self.proc.stdout
         self.id = 0
@@ -33,6 +38,7 @@ class Game:
         self.id += 1
         request["id"] = self.id
         self.out.write((json.dumps(request) + "\n").encode())
+        self.out.flush()
         line = self.inp.readline()
         if not line:
             raise EOFError("the game died")

@@ -16,6 +16,7 @@ pub mod exit_code;
 pub mod games;
 pub mod graph;
 pub mod journal;
+pub mod llm;
 pub mod plan;
 pub mod play;
 pub mod process_table;

@@ -61,7 +61,8 @@ pub enum Command {
     /// fields that differ when the cell's transcript.jsonl is beside the trace). Resets where
     /// the trace did, with the action timeout its header recorded.
     Replay {
-        /// The trace.jsonl of a play cell (or of a simulated game, or a shrunk one).
+        /// The trace.jsonl of a play cell or a shrunk one, or one simulated game's trace in
+        /// a simulation's batch file: `traces/batch-0.jsonl#game-17` (as its summary names it).
         #[arg(value_name = "TRACE")]
         trace: PathBuf,
         /// Seconds without an answer before the game counts as hung [default: the
@@ -74,7 +75,8 @@ pub enum Command {
     /// Delta debugging: each candidate plays in a fresh game process. Writes a trace that
     /// `gameplan replay` confirms.
     Shrink {
-        /// The trace.jsonl to shrink; it must end in `crash` or `hang`.
+        /// The trace.jsonl to shrink, or a simulated game's `FILE#game-N`; it must end in
+        /// `crash` or `hang`.
         #[arg(value_name = "TRACE")]
         trace: PathBuf,
         /// Where to write the shrunk trace.
@@ -494,6 +496,8 @@ pub enum GraphFormat {
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum SchemaName {
     Plan,
+    /// dispositions.toml beside a plan: accepted findings with an expiry.
+    Dispositions,
     /// The report that plan run --json prints.
     Run,
     /// Bridge protocol v1: the messages between gameplan and a game.
@@ -504,6 +508,8 @@ pub enum SchemaName {
     Aggregate,
     /// The backend API's requests, responses and error body (under $defs).
     Api,
+    /// review.json of a gate step.
+    Review,
 }
 
 /// What a command may read from the outside world: captured once, here, so

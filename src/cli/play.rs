@@ -29,8 +29,9 @@ fn repo_root() -> PathBuf {
     crate::plan::find_root(&cwd.join("trace.jsonl"))
 }
 
+/// A trace file, or one game of a simulation's batch file (`FILE#game-N`).
 fn read_trace(cx: &Context, path: &Path) -> Result<Trace, u8> {
-    Trace::read(path).map_err(|e| {
+    crate::play::trace_batch::read(path).map_err(|e| {
         cx.console.err(&format!("gameplan: {e}\n"));
         exit_code::PLAN_ERROR
     })

@@ -1,4 +1,4 @@
-//! `gameplan schema [plan|run|bridge|report|aggregate|api]`, and the test that keeps `schemas/` current.
+//! `gameplan schema [plan|dispositions|run|bridge|report|aggregate|api]`, and the test that keeps `schemas/` current.
 
 use clap::ValueEnum;
 
@@ -10,11 +10,15 @@ impl SchemaName {
     pub fn text(self) -> String {
         match self {
             SchemaName::Plan => pretty(&crate::plan::schema::plan_schema()),
+            SchemaName::Dispositions => {
+                schema_json::<crate::review::dispositions::DispositionsFile>()
+            }
             SchemaName::Run => schema_json::<crate::report::run::RunReport>(),
             SchemaName::Bridge => schema_json::<crate::play::protocol::BridgeMessage>(),
             SchemaName::Report => schema_json::<crate::play::CellReport>(),
             SchemaName::Aggregate => schema_json::<crate::report::aggregate::Aggregate>(),
             SchemaName::Api => schema_json::<crate::backend::api::ApiPayloads>(),
+            SchemaName::Review => schema_json::<crate::review::verdict::Review>(),
         }
     }
 

@@ -232,7 +232,11 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
     let plan_file = plan_file(&loaded);
     let shared = Shared {
         cells_ahead: cells_ahead(&loaded, &pipeline, &state_dir, &options, &env, &kinds),
-        units: crate::reuse::UnitStore::open(&state_dir),
+        units: if options.no_reuse {
+            crate::reuse::UnitStore::open(&state_dir).without_reads()
+        } else {
+            crate::reuse::UnitStore::open(&state_dir)
+        },
         root: loaded.root.clone(),
         plan_file,
         run_id: run_id.clone(),
@@ -707,8 +711,9 @@ fn failed_at_once(node: NodeIndex, message: &str) -> Finished {
     finished
 }
 
-/// What the kinds of the steps that succeeded or were reused add to the
-/// summary ([`crate::steps::Kind::summary`]), in plan order.
+/// What the kinds of the steps that succeeded, were reused, or ended with
+/// results of their own (a gate FIX FIRST failed with its verdicts) add to
+/// the summary ([`crate::steps::Kind::summary`]), in plan order.
 fn summary_sections(
     pipeline: &Pipeline,
     kinds: &Kinds,
@@ -718,7 +723,10 @@ fn summary_sections(
     pipeline
         .order
         .iter()
-        .filter(|&&node| reports[node.index()].state.has_results())
+        .filter(|&&node| {
+            let state = reports[node.index()].state;
+            state.has_results() || state == StepState::Failed
+        })
         .filter_map(|&node| {
             let id = &pipeline.graph[node].id;
             let kind = kinds.get(pipeline.graph[node].kind)?;
@@ -1016,6 +1024,8 @@ impl Run {
             env: &self.shared.env,
             redactor: self.shared.keeper.progress.redactor(),
             kinds: &self.shared.kinds,
+            plan_path: None,
+            units: None,
         };
         match maker.key(node, |need| self.outputs[need.index()].clone()) {
             Ok(Reuse::Key(key)) => Ok(Some(key)),
@@ -1312,6 +1322,18 @@ impl Run {
     /// everything stops the gates after it this way.
     fn not_run_because(&self, needs: &[NodeIndex]) -> Option<String> {
         let state = |need: &NodeIndex| self.schedule.states[need.index()];
+        // A gate that judged FIX FIRST failed, and the gates after it were
+        // not run (not "did not succeed"): their lenses judged nothing.
+        if let Some(gate) = needs.iter().find(|n| {
+            state(n) == StepState::Failed
+                && self.pipeline.graph[**n].kind == crate::plan::model::StepKind::Gate
+        }) {
+            return Some(format!(
+                "{}`{}` did not pass",
+                crate::report::run::NOT_RUN,
+                self.pipeline.graph[*gate].id
+            ));
+        }
         if needs.iter().any(|n| state(n) == StepState::Failed) {
             return None;
         }

@@ -28,6 +28,10 @@ pub struct KeyMaker<'a> {
     pub env: &'a BTreeMap<String, String>,
     pub redactor: &'a Redactor,
     pub kinds: &'a Kinds,
+    /// The plan file, for the kinds that read something beside it.
+    pub plan_path: Option<&'a Path>,
+    /// Given by `plan explain` only: see [`KeyContext::units`].
+    pub units: Option<&'a crate::reuse::UnitStore>,
 }
 
 impl KeyMaker<'_> {
@@ -78,6 +82,8 @@ impl KeyMaker<'_> {
             upstream: &upstream,
             hashes: self.hashes,
             env: self.env,
+            plan_path: self.plan_path,
+            units: self.units,
         };
         let mut reuse = kind.reuse(&cx)?;
         if let Reuse::Key(key) = &mut reuse {

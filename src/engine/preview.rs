@@ -42,6 +42,7 @@ fn decide(
     kinds: &Kinds,
 ) -> Vec<Decision> {
     let store = Store::open(state_dir);
+    let units = crate::reuse::UnitStore::open(state_dir);
     let hashes = Mutex::new(FileHashCache::load(state_dir));
     let maker = KeyMaker {
         root: &loaded.root,
@@ -51,6 +52,8 @@ fn decide(
         env,
         redactor: &loaded.redactor,
         kinds,
+        plan_path: Some(&loaded.source.path),
+        units: (!no_reuse).then_some(&units),
     };
     let last_keys = store.last_keys(&loaded.plan.name);
     let n = pipeline.graph.node_count();

@@ -122,24 +122,39 @@ pub fn load(path: &Path, options: &LoadOptions) -> Result<LoadedPlan, LoadFailur
             plan,
             unset: unset_secrets,
             warnings,
-        }) => Ok(LoadedPlan {
-            source,
-            warnings,
-            root,
-            plan,
-            redactor: options.redactor.clone(),
-            templates: Arc::new(if options.defer_secrets {
-                Templates::deferring_secrets(options.env.clone(), options.redactor.clone())
-            } else {
-                Templates::new(options.env.clone(), options.redactor.clone())
-            }),
-            unset_secrets,
-        }),
+        }) => {
+            check_dispositions(path, &plan)?;
+            Ok(LoadedPlan {
+                source,
+                warnings,
+                root,
+                plan,
+                redactor: options.redactor.clone(),
+                templates: Arc::new(if options.defer_secrets {
+                    Templates::deferring_secrets(options.env.clone(), options.redactor.clone())
+                } else {
+                    Templates::new(options.env.clone(), options.redactor.clone())
+                }),
+                unset_secrets,
+            })
+        }
         Err(diags) => Err(fail(
             Some(source),
             redact(diags.into_vec(), &options.redactor),
         )),
     }
+}
+
+/// A malformed `dispositions.toml` beside the plan is a plan error: a gate
+/// would otherwise run with waivers that silently apply to nothing. Checked
+/// once the plan is valid, since its lens names are what a disposition's
+/// `lens` must be one of. A plan without the file is unaffected.
+fn check_dispositions(path: &Path, plan: &Plan) -> Result<(), LoadFailure> {
+    use crate::review::dispositions::{Dispositions, beside};
+    let lenses: Vec<&str> = plan.lenses.iter().map(|l| l.name.as_str()).collect();
+    Dispositions::load_for(&beside(path), &lenses)
+        .map(drop)
+        .map_err(crate::review::dispositions::DispositionsError::into_load_failure)
 }
 
 /// A secret rendered into a value that is then found wrong (an invalid id, a

@@ -215,6 +215,12 @@ pub enum Player {
         #[serde(skip)]
         api_key: Option<String>,
         temperature: Option<f64>,
+        /// USD per million tokens; `None`: the built-in table's, if any.
+        price: Option<crate::llm::Price>,
+        /// A repo-relative prompt template.
+        prompt_file: Option<String>,
+        /// Seconds one request may take.
+        timeout_secs: Option<u64>,
     },
 }
 
@@ -232,6 +238,8 @@ pub struct Lens {
     pub judge: Judge,
     /// over = files: globs; over = patches: one path or glob.
     pub sources: Vec<String>,
+    /// command: seconds one call may take (`None`: the default).
+    pub timeout_secs: Option<u64>,
 }
 
 /// How a lens reaches a verdict.

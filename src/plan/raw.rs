@@ -384,6 +384,10 @@ impl Decode for RawPersona {
     deny_unknown_fields,
     rename = "Player"
 )]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "one player per persona, a handful per plan"
+)]
 pub enum RawPlayer {
     /// Plays a fixed list of actions.
     Scripted { actions: Vec<String> },
@@ -391,13 +395,50 @@ pub enum RawPlayer {
     Random { seed: Option<i64> },
     /// Prefers the actions least tried from this observation (seeded tie-break).
     Explorer { seed: Option<i64> },
-    /// An OpenAI-compatible chat model.
+    /// An OpenAI-compatible chat model (a hosted API, or a local
+    /// llama.cpp, Ollama or vLLM server via `base_url`).
     Llm {
-        model: String,
+        /// The model's name, as the endpoint knows it.
+        model: Spanned<String>,
+        /// The endpoint's base URL (default `https://api.openai.com/v1`);
+        /// requests go to `{base_url}/chat/completions`.
         base_url: Option<String>,
+        /// The bearer key: `{{ secret('NAME') }}`, never the key itself.
         api_key: Option<String>,
         temperature: Option<f64>,
+        /// USD per million tokens; needed under `budget.max_model_usd` for
+        /// a model gameplan has no built-in price for.
+        price: Option<Spanned<RawPrice>>,
+        /// A minijinja template for the prompt, a file in the repo (default:
+        /// the one shipped in gameplan). It reads `persona`, `observation`,
+        /// `history`, `wanted` and `step`.
+        prompt_file: Option<Spanned<String>>,
+        /// Seconds one request may take before it is tried again (default 60).
+        timeout: Option<Spanned<u64>>,
     },
+}
+
+/// A model's price: USD per million tokens.
+#[derive(Debug, Clone, PartialEq, JsonSchema)]
+#[schemars(deny_unknown_fields, rename = "Price")]
+pub struct RawPrice {
+    /// USD per million input (prompt) tokens.
+    pub input_per_mtok: Spanned<f64>,
+    /// USD per million output (completion) tokens.
+    pub output_per_mtok: Spanned<f64>,
+}
+
+impl Decode for RawPrice {
+    fn decode(node: &Node, diags: &mut Diagnostics) -> Option<Self> {
+        let mut t = TableReader::new(node, "`price`", diags)?;
+        let input = t.required("input_per_mtok", diags);
+        let output = t.required("output_per_mtok", diags);
+        t.finish(diags);
+        Some(RawPrice {
+            input_per_mtok: input?,
+            output_per_mtok: output?,
+        })
+    }
 }
 
 impl Decode for RawPlayer {
@@ -447,11 +488,17 @@ impl Decode for RawPlayer {
                 let base_url = t.optional("base_url", diags);
                 let api_key = t.optional("api_key", diags);
                 let temperature = t.optional("temperature", diags);
+                let price = t.optional("price", diags);
+                let prompt_file = t.optional("prompt_file", diags);
+                let timeout = t.optional("timeout", diags);
                 RawPlayer::Llm {
                     model: model?,
                     base_url,
                     api_key,
                     temperature,
+                    price,
+                    prompt_file,
+                    timeout,
                 }
             }
         };
@@ -492,6 +539,9 @@ pub struct RawLens {
     pub files: Option<Vec<Spanned<String>>>,
     /// over = "patches": a directory (or glob) of `git format-patch` files.
     pub patches: Option<Spanned<String>>,
+    /// command: seconds one call may take before its units are left missing (default 300).
+    #[schemars(range(min = 1))]
+    pub timeout: Option<Spanned<u64>>,
     #[schemars(skip)]
     pub span: crate::plan::source::Span,
 }
@@ -512,6 +562,20 @@ pub enum LensOver {
     Files,
     Patches,
 }
+
+/// The keys only some lens kinds take: a lens whose kind cannot be read
+/// is not blamed for any of them.
+const LENS_KIND_KEYS: [&str; 9] = [
+    "when",
+    "run",
+    "argv",
+    "charter",
+    "charter_file",
+    "model",
+    "base_url",
+    "api_key",
+    "timeout",
+];
 
 impl Decode for RawLens {
     fn decode(node: &Node, diags: &mut Diagnostics) -> Option<Self> {
@@ -558,12 +622,14 @@ impl Decode for RawLens {
             mut model,
             mut base_url,
             mut api_key,
-        ) = (None, None, None, None, None, None, None, None);
+            mut timeout,
+        ) = (None, None, None, None, None, None, None, None, None);
         match kind {
             Some(LensKind::Rule) => when = t.required("when", diags),
             Some(LensKind::Command) => {
                 run = t.optional("run", diags);
                 argv = t.optional("argv", diags);
+                timeout = t.optional("timeout", diags);
             }
             Some(LensKind::Llm) => {
                 charter = t.optional("charter", diags);
@@ -573,16 +639,7 @@ impl Decode for RawLens {
                 api_key = t.optional("api_key", diags);
             }
             None => {
-                for key in [
-                    "when",
-                    "run",
-                    "argv",
-                    "charter",
-                    "charter_file",
-                    "model",
-                    "base_url",
-                    "api_key",
-                ] {
+                for key in LENS_KIND_KEYS {
                     t.entry(key);
                 }
             }
@@ -612,6 +669,7 @@ impl Decode for RawLens {
             api_key,
             files,
             patches,
+            timeout,
             span,
         })
     }

@@ -289,7 +289,11 @@ impl Validator<'_> {
             self.name(&p.slug, "persona slug");
         }
         self.unique(raw.personas.iter().map(|p| &p.slug), "persona slug");
-        let personas: Vec<Option<Persona>> = raw.personas.iter().map(|p| self.persona(p)).collect();
+        let personas: Vec<Option<Persona>> = raw
+            .personas
+            .iter()
+            .map(|p| self.persona(p, budget.as_ref()))
+            .collect();
         let persona_slugs: Vec<&str> = raw.personas.iter().map(|p| p.slug.value.as_str()).collect();
 
         for l in &raw.lenses {
@@ -636,7 +640,7 @@ impl Validator<'_> {
         })
     }
 
-    fn persona(&mut self, p: &RawPersona) -> Option<Persona> {
+    fn persona(&mut self, p: &RawPersona, budget: Option<&Budget>) -> Option<Persona> {
         let card = match (&p.card, &p.card_file) {
             (Some(text), None) => Some(Card::Text(text.clone())),
             (None, Some(file)) => {
@@ -676,12 +680,29 @@ impl Validator<'_> {
                 base_url,
                 api_key,
                 temperature,
-            }) => Player::Llm {
-                model: model.clone(),
-                base_url: base_url.clone(),
-                api_key: api_key.clone(),
-                temperature: *temperature,
-            },
+                price,
+                prompt_file,
+                timeout,
+            }) => {
+                let price = price.as_ref().and_then(|price| self.price(price));
+                self.llm_player(
+                    &p.slug.value,
+                    model,
+                    price,
+                    prompt_file.as_ref(),
+                    timeout.as_ref(),
+                    budget,
+                );
+                Player::Llm {
+                    model: model.value.clone(),
+                    base_url: base_url.clone(),
+                    api_key: api_key.clone(),
+                    temperature: *temperature,
+                    price,
+                    prompt_file: prompt_file.as_ref().map(|f| f.value.clone()),
+                    timeout_secs: timeout.as_ref().map(|t| t.value),
+                }
+            }
         };
         Some(Persona {
             slug: p.slug.value.clone(),
@@ -691,11 +712,113 @@ impl Validator<'_> {
         })
     }
 
+    /// A price of non-negative, finite numbers.
+    fn price(&mut self, price: &Spanned<super::raw::RawPrice>) -> Option<crate::llm::Price> {
+        let mut ok = true;
+        for value in [&price.input_per_mtok, &price.output_per_mtok] {
+            if !value.value.is_finite() || value.value < 0.0 {
+                ok = false;
+                self.push(
+                    Diagnostic::new(
+                        "plan::invalid_price",
+                        format!("price {} is not a price", value.value),
+                    )
+                    .at(value.span)
+                    .label("expected USD per million tokens, 0 or more")
+                    .help("e.g. `price = { input_per_mtok = 0.15, output_per_mtok = 0.60 }`"),
+                );
+            }
+        }
+        ok.then_some(crate::llm::Price {
+            input_per_mtok: price.input_per_mtok.value,
+            output_per_mtok: price.output_per_mtok.value,
+        })
+    }
+
+    /// An `llm` player's money and prompt: a model with no price under a
+    /// `max_model_usd` cannot be bounded, and a prompt template that does
+    /// not compile would fail every cell.
+    fn llm_player(
+        &mut self,
+        slug: &str,
+        model: &Spanned<String>,
+        price: Option<crate::llm::Price>,
+        prompt_file: Option<&Spanned<String>>,
+        timeout: Option<&Spanned<u64>>,
+        budget: Option<&Budget>,
+    ) {
+        let bounded = budget.and_then(|b| b.max_model_usd);
+        if let Some(max) = bounded
+            && price.is_none()
+            && crate::llm::Price::builtin(&model.value).is_none()
+        {
+            self.push(
+                Diagnostic::new(
+                    "plan::unpriced_model",
+                    format!(
+                        "persona `{slug}`: model `{}` has no price, so `max_model_usd = {max}` cannot bound what it spends",
+                        model.value
+                    ),
+                )
+                .at(model.span)
+                .label("no price known for this model")
+                .help(format!(
+                    "add `price = {{ input_per_mtok = …, output_per_mtok = … }}` (USD per million tokens) to the player; built-in prices: {}",
+                    crate::llm::Price::builtin_names().join(", ")
+                )),
+            );
+        }
+        if let Some(t) = timeout
+            && t.value == 0
+        {
+            self.push(
+                Diagnostic::new(
+                    "plan::invalid_timeout",
+                    "`timeout` must be at least 1 second",
+                )
+                .at(t.span)
+                .label("0 seconds"),
+            );
+        }
+        if let Some(file) = prompt_file {
+            self.repo_file(file, "prompt_file");
+            let path = self.root.join(file.value.as_str());
+            let max = crate::template::MAX_PROMPT_FILE_BYTES;
+            if std::fs::metadata(&path).is_ok_and(|m| m.len() > max) {
+                self.push(
+                    Diagnostic::new(
+                        "plan::file_too_large",
+                        format!("persona `{slug}`: prompt_file `{}` is larger than {} KiB", file.value, max / 1024),
+                    )
+                    .at(file.span)
+                    .label("too large")
+                    .help("a prompt template is a page of text; the turn's observation and history are filled in when it is rendered"),
+                );
+            } else if let Ok(source) = std::fs::read_to_string(&path)
+                && let Err(e) = crate::template::check_prompt(&source)
+            {
+                let mut d = Diagnostic::new(
+                    "plan::invalid_prompt",
+                    format!(
+                        "persona `{slug}`: prompt_file `{}`: {}",
+                        file.value, e.message
+                    ),
+                )
+                .at(file.span)
+                .label("does not compile");
+                if let Some(help) = e.help {
+                    d = d.help(help);
+                }
+                self.push(d);
+            }
+        }
+    }
+
     fn lens(&mut self, l: &RawLens) -> Option<Lens> {
         let judge = match l.kind {
             LensKind::Rule => {
                 let when = l.when.as_ref()?;
-                if let Err(e) = self.templates.check_expression(when, &["unit"]) {
+                if let Err(e) = self.templates.check_expression(when, &["unit", "reviewer"]) {
                     let mut d = Diagnostic::new(
                         "plan::invalid_expression",
                         format!("lens `{}`: {}", l.name.value, e.message),
@@ -754,11 +877,23 @@ impl Validator<'_> {
         for s in &sources {
             self.repo_path(s, "lens source");
         }
+        if let Some(t) = l.timeout.as_ref().filter(|t| t.value == 0) {
+            self.push(
+                Diagnostic::new(
+                    "plan::invalid_value",
+                    format!("lens `{}`: `timeout` is 0 seconds", l.name.value),
+                )
+                .at(t.span)
+                .label("no call can answer in no time")
+                .help("give the seconds one call of the lens may take, at least 1"),
+            );
+        }
         Some(Lens {
             name: l.name.value.clone(),
             over: l.over.value,
             judge,
             sources: sources.into_iter().map(|s| s.value).collect(),
+            timeout_secs: l.timeout.as_ref().map(|t| t.value),
         })
     }
 

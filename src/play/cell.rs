@@ -29,7 +29,7 @@ use super::controllers::{Controller, ControllerKind};
 use super::driver::{Driver, Failure, GameSpec, Hello, Seen, Session, SpawnError};
 use super::episode::{Episode, Stepped, failure_finding};
 use super::findings::{Category, Evidence, FindingSet, Spotted};
-use super::players::{PlayerError, PlayerSpec};
+use super::players::{PlayEnd, Player, PlayerError, PlayerReport, PlayerSpec};
 use super::trace::{QuitReason, Trace};
 
 /// Everything one cell needs.
@@ -159,7 +159,8 @@ pub async fn play_cell_watched(
     };
     let mut warnings = Vec::new();
     let mut not_played = None;
-    let (end, findings) = match opened {
+    let mut player = spec.player.build(spec.player_seed);
+    let (end, findings, player_report) = match opened {
         // Not a finding: a game that never gave its first observation was
         // not played, so the cell fails (and is never reused) instead of
         // reporting a "crash" of a bridge that never worked.
@@ -169,7 +170,7 @@ pub async fn play_cell_watched(
                 &serde_json::json!({"step": 0, "failure": failure.describe()}),
             );
             not_played = Some(not_played_by(&failure, opening));
-            (quit_for(&failure), FindingSet::default())
+            unplayed(&failure)
         }
         Ok((first, warning)) => {
             warnings.extend(warning);
@@ -186,14 +187,16 @@ pub async fn play_cell_watched(
             );
             let end = play(
                 spec,
-                &mut game,
+                (&mut game, player.as_mut()),
                 &mut episode,
                 &mut metrics,
                 &mut transcript,
                 (&cancel, watch),
                 started,
             )
-            .await?;
+            .await;
+            let (end, detail) = ended_by_player(end)?;
+            let said = finish_player(player.as_mut(), end, &episode, detail).await;
             metrics.final_score = episode.current.observation.score;
             trace.steps = std::mem::take(&mut episode.steps);
             // The opening's second reset is in the trace too, so replay
@@ -205,7 +208,7 @@ pub async fn play_cell_watched(
                 obs: Some(opened_hash),
             });
             trace.resets.append(&mut episode.resets);
-            (end, episode.findings)
+            (end, episode.findings, said)
         }
     };
     trace.end = Some(end);
@@ -236,6 +239,9 @@ pub async fn play_cell_watched(
         leaked,
         not_played,
         warnings,
+        quit_detail: player_report.quit_detail,
+        felt: player_report.felt,
+        model: player_report.model,
     };
     let files = write_files(out_dir, &report, &transcript, &trace)?;
     Ok(CellResult { report, files })
@@ -451,6 +457,54 @@ fn not_played_by(failure: &Failure, opening: Opening) -> NotPlayed {
     }
 }
 
+/// The end of a cell whose game never opened: nothing found, nothing said.
+fn unplayed(failure: &Failure) -> (QuitReason, FindingSet, PlayerReport) {
+    (
+        quit_for(failure),
+        FindingSet::default(),
+        PlayerReport::default(),
+    )
+}
+
+/// The end of a play a player's error ended (a model that failed): the
+/// cell keeps what it played and says why; any other error fails the cell.
+fn ended_by_player(
+    end: Result<QuitReason, PlayError>,
+) -> Result<(QuitReason, Option<String>), PlayError> {
+    match end {
+        Ok(end) => Ok((end, None)),
+        Err(PlayError::Player(e)) => match e.quit_reason() {
+            Some(quit) => Ok((quit, Some(e.to_string()))),
+            None => Err(PlayError::Player(e)),
+        },
+        Err(e) => Err(e),
+    }
+}
+
+/// The player's last word on the play (an `llm` player's "How it felt"
+/// and its usage).
+async fn finish_player(
+    player: &mut dyn Player,
+    quit: QuitReason,
+    episode: &Episode,
+    detail: Option<String>,
+) -> PlayerReport {
+    let end = PlayEnd {
+        quit,
+        actions_taken: episode.step(),
+        findings: episode
+            .findings
+            .as_slice()
+            .iter()
+            .map(|f| f.title.clone())
+            .collect(),
+        player_error: detail,
+    };
+    let mut report = player.finish(&end).await;
+    report.quit_detail = end.player_error;
+    report
+}
+
 /// The end a failure gives: `crash` or `hang`.
 pub fn quit_for(failure: &Failure) -> QuitReason {
     match failure {
@@ -463,14 +517,13 @@ pub fn quit_for(failure: &Failure) -> QuitReason {
 /// finding ends one; see the module doc).
 async fn play(
     spec: &CellSpec,
-    game: &mut impl Driver,
+    (game, player): (&mut impl Driver, &mut dyn Player),
     episode: &mut Episode,
     metrics: &mut Metrics,
     transcript: &mut Vec<u8>,
     (cancel, watch): (&tokio::sync::watch::Receiver<bool>, &mut dyn CellWatch),
     started: Instant,
 ) -> Result<QuitReason, PlayError> {
-    let mut player = spec.player.build(spec.player_seed);
     let mut controller = Controller::new(spec.controller, spec.player_seed);
     let mut distinct: HashSet<String> = HashSet::new();
     distinct.insert(episode.current.hash.clone());
@@ -535,14 +588,13 @@ async fn play(
             });
             return Ok(QuitReason::NoActions);
         }
-        let choice = controller
-            .choose(
-                player.as_mut(),
-                &episode.current.observation,
-                &episode.current.hash,
-                &episode.history,
-            )
-            .await?;
+        let Some(choice) = choose(&mut controller, player, episode, cancel).await else {
+            return Ok(QuitReason::Interrupted);
+        };
+        let choice = choice.inspect_err(|e| {
+            let error = serde_json::json!({"step": taken, "player_error": e.to_string()});
+            line(transcript, &error);
+        })?;
         let Some(action) = choice.action else {
             return Ok(QuitReason::ScriptEnd);
         };
@@ -574,6 +626,32 @@ async fn play(
         }
         stop_asked = watch.turned(episode.step());
         reset_due = episode.is_stuck() && spec.player.resets_after_stuck();
+    }
+}
+
+/// The controller's choice, or `None` when `cancel` turns true first: a
+/// player waiting on a model that does not answer must not hold a Ctrl-C
+/// up for its timeouts and retries. Nothing was sent to the game yet, so
+/// dropping the question loses no action.
+async fn choose(
+    controller: &mut Controller,
+    player: &mut dyn Player,
+    episode: &Episode,
+    cancel: &tokio::sync::watch::Receiver<bool>,
+) -> Option<Result<super::controllers::Choice, PlayerError>> {
+    let mut stop = cancel.clone();
+    let stopped = async move {
+        // No one can cancel any more: only the choice can end the wait.
+        if stop.wait_for(|stop| *stop).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    let current = &episode.current;
+    tokio::select! {
+        choice = controller.choose(player, &current.observation, &current.hash, &episode.history) => {
+            Some(choice)
+        }
+        () = stopped => None,
     }
 }
 

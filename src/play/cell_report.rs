@@ -94,7 +94,7 @@ pub struct CellReport {
     pub report: u32,
     pub persona: String,
     pub controller: String,
-    /// The player kind: scripted, random, explorer.
+    /// The player kind: scripted, random, explorer, llm.
     pub player: String,
     pub seed: i64,
     pub game: GameInfo,
@@ -114,4 +114,14 @@ pub struct CellReport {
     /// not findings, since they are about the bridge, not the game's play.
     #[serde(default)]
     pub warnings: Vec<String>,
+    /// Why the player ended the play, when it did (an `llm` player's model
+    /// that never named a listed action, never answered, or refused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quit_detail: Option<String>,
+    /// "How it felt", in the persona's own voice (an `llm` player).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub felt: Option<String>,
+    /// An `llm` player's calls, tokens and cost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<crate::llm::Usage>,
 }

@@ -2,10 +2,14 @@
 //!
 //! Owns `standard` (the player picks one), `jev` (the player proposes up to
 //! three alternatives; a separate selector picks one) and `rune` (three
-//! independent proposals; majority vote). The selector here is
-//! deterministic: the alternative least tried from the current observation,
-//! seeded ties, so a `jev` cell replays from its seed. The selector draws
-//! from its own random stream, apart from the player's.
+//! independent proposals; majority vote). jev's selector is the player's
+//! own when it has one (an `llm` player asks its model in a separate call,
+//! when there are two or more alternatives to choose among); otherwise it
+//! is deterministic: the alternative least tried from the current
+//! observation, seeded ties, so a `jev` cell replays from its seed. That
+//! selector draws from its own random stream, apart from the player's.
+//! Every call a player makes (proposals, votes, the selection) is its own,
+//! so an `llm` player counts each against its budget.
 
 use super::players::{History, Player, PlayerError, Turn};
 use super::protocol::Observation;
@@ -88,10 +92,22 @@ impl Controller {
                 })
             }
             ControllerKind::Jev => {
-                let mut proposals = player.propose(&turn(3)).await?;
+                let asked = turn(3);
+                let mut proposals = player.propose(&asked).await?;
                 proposals.truncate(3);
-                let action = self.select(&proposals, hash, history);
-                Ok(Choice { action, proposals })
+                let by_player = if proposals.len() > 1 {
+                    player.select(&asked, &proposals)
+                } else {
+                    None
+                };
+                let action = match by_player {
+                    Some(selected) => selected.await?.into_iter().next(),
+                    None => self.select(&proposals, hash, history),
+                };
+                Ok(Choice {
+                    action,
+                    proposals: proposals.clone(),
+                })
             }
             ControllerKind::Rune => {
                 let mut votes = Vec::with_capacity(3);

@@ -30,6 +30,7 @@ pub mod controllers;
 pub mod driver;
 pub mod episode;
 pub mod findings;
+pub mod llm_player;
 pub mod players;
 pub mod protocol;
 pub mod replay;
@@ -38,6 +39,7 @@ pub mod shrink;
 pub mod simulate;
 pub mod stdio;
 pub mod trace;
+pub mod trace_batch;
 pub mod webdriver;
 
 pub use cell::{CellResult, CellSpec, PlayError, play_cell};

@@ -6,16 +6,24 @@
 //! and picks one; the player never sees the game process.
 //!
 //! The trait is asynchronous and object-safe (a boxed future), so a player
-//! that waits on a model endpoint (the `llm` player) implements the same
-//! trait as the ones here: given the observation, the history and how many
-//! proposals are wanted, it returns proposals.
+//! that waits on a model endpoint (the `llm` player, `llm_player`)
+//! implements the same trait as the ones here: given the observation, the
+//! history and how many proposals are wanted, it returns proposals. A
+//! player that thinks may also pick among proposals itself
+//! ([`Player::select`], jev's selector call) and say how the play felt at
+//! the end ([`Player::finish`]). Its errors are typed ([`PlayerError`]), so
+//! a cell can end on a model that never answers (exit 5), refuses, answers
+//! nonsense, or spent its budget, each with its own quit reason.
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
 
+use super::llm_player::{LlmPlayer, LlmSpec};
 use super::protocol::Observation;
 use super::rng::Rng;
+use super::trace::QuitReason;
+use crate::llm::LlmError;
 
 /// What a player is, as configured (the cell's seed seeds it).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,6 +34,8 @@ pub enum PlayerSpec {
     Random,
     /// Picks an action least tried from the current observation.
     Explorer,
+    /// Asks a chat model, in the persona's voice (`llm_player`).
+    Llm(Box<LlmSpec>),
 }
 
 impl PlayerSpec {
@@ -34,6 +44,7 @@ impl PlayerSpec {
             PlayerSpec::Scripted { .. } => "scripted",
             PlayerSpec::Random => "random",
             PlayerSpec::Explorer => "explorer",
+            PlayerSpec::Llm(_) => "llm",
         }
     }
 
@@ -57,6 +68,7 @@ impl PlayerSpec {
             PlayerSpec::Explorer => Box::new(Explorer {
                 rng: Rng::new(seed, "player"),
             }),
+            PlayerSpec::Llm(spec) => Box::new(LlmPlayer::new(spec)),
         }
     }
 }
@@ -86,7 +98,7 @@ impl PlayerSpec {
         PlayerSpec::named(name, &[])
             .filter(|p| !matches!(p, PlayerSpec::Scripted { .. }))
             .ok_or_else(|| {
-                PlayerError(format!(
+                PlayerError::Settings(format!(
                     "unknown strategy `{name}` ({})",
                     PlayerSpec::STRATEGIES
                 ))
@@ -94,7 +106,8 @@ impl PlayerSpec {
     }
 
     /// The player of a plan's persona; `None` for an `llm` player, which
-    /// this gameplan does not build yet.
+    /// needs the persona's card, the budget and the plan's secrets
+    /// (`steps::play` builds its [`LlmSpec`]).
     pub fn of(player: &crate::plan::model::Player) -> Option<PlayerSpec> {
         use crate::plan::model::Player;
         match player {
@@ -106,10 +119,57 @@ impl PlayerSpec {
     }
 }
 
-/// Why a player could not propose (a model endpoint down, say).
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("{0}")]
-pub struct PlayerError(pub String);
+/// Why a player could not propose.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PlayerError {
+    /// The player's settings cannot work (an unknown strategy).
+    #[error("{0}")]
+    Settings(String),
+    /// The model behind an `llm` player failed.
+    #[error(transparent)]
+    Model(#[from] LlmError),
+}
+
+impl PlayerError {
+    /// How a cell ends on this error, when it ends the play rather than
+    /// failing the cell: each model failure has its own end.
+    pub fn quit_reason(&self) -> Option<QuitReason> {
+        match self {
+            PlayerError::Settings(_) => None,
+            PlayerError::Model(e) => Some(match e {
+                LlmError::Unreachable { .. } => QuitReason::ModelUnreachable,
+                LlmError::Refused { .. } => QuitReason::ModelRefused,
+                LlmError::BadAnswer(_) => QuitReason::BadAnswer,
+                LlmError::Budget { .. } => QuitReason::Budget,
+            }),
+        }
+    }
+}
+
+/// How a cell ended, for a player's last word ([`Player::finish`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlayEnd {
+    pub quit: QuitReason,
+    pub actions_taken: u64,
+    /// The titles of the findings.
+    pub findings: Vec<String>,
+    /// Why the player ended the play, when it did (its error, redacted).
+    pub player_error: Option<String>,
+}
+
+/// What a player adds to the cell's report at the end.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PlayerReport {
+    /// "How it felt", in the persona's voice.
+    pub felt: Option<String>,
+    /// Calls, tokens and cost of a model.
+    pub model: Option<crate::llm::Usage>,
+    /// Why the player ended the play, when it did (the cell fills it in).
+    pub quit_detail: Option<String>,
+}
+
+/// What [`Player::finish`] returns.
+pub type Finished<'a> = Pin<Box<dyn Future<Output = PlayerReport> + Send + 'a>>;
 
 /// What a player answers: proposals, best first. None means the player is
 /// done (a script ran out).
@@ -130,6 +190,21 @@ pub struct Turn<'a> {
 pub trait Player: Send {
     /// Proposes up to `turn.wanted` actions.
     fn propose<'a>(&'a mut self, turn: &'a Turn<'a>) -> Proposals<'a>;
+
+    /// jev's selector: picks one of `proposals` itself (one element), or
+    /// `None` to leave it to the controller's deterministic selector.
+    fn select<'a>(
+        &'a mut self,
+        _turn: &'a Turn<'a>,
+        _proposals: &'a [String],
+    ) -> Option<Proposals<'a>> {
+        None
+    }
+
+    /// The play is over: what the player adds to the report.
+    fn finish<'a>(&'a mut self, _end: &'a PlayEnd) -> Finished<'a> {
+        Box::pin(std::future::ready(PlayerReport::default()))
+    }
 }
 
 /// What happened so far in a cell, across its episodes: the actions taken,
@@ -307,7 +382,10 @@ mod tests {
             Some(PlayerSpec::Explorer)
         );
         let refused = PlayerSpec::strategy("scripted").expect_err("needs a script");
-        assert_eq!(refused.0, "unknown strategy `scripted` (random, explorer)");
+        assert_eq!(
+            refused.to_string(),
+            "unknown strategy `scripted` (random, explorer)"
+        );
         assert_eq!(
             PlayerSpec::of(&crate::plan::model::Player::Random { seed: Some(3) }),
             Some(PlayerSpec::Random)

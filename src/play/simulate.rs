@@ -18,7 +18,7 @@
 //! not a checkpoint).
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -27,8 +27,9 @@ use super::controllers::{Controller, ControllerKind};
 use super::episode::{Episode, Stepped, failure_finding};
 use super::findings::{Category, Finding, FindingSet, Severity};
 use super::players::PlayerSpec;
-use super::stdio::{GameProcess, GameSpec, Leaked};
+use super::stdio::{GameProcess, GameSpec, Leaked, SpawnError};
 use super::trace::{QuitReason, Trace};
+use super::trace_batch::{self, BatchWriter, IndexEntry};
 
 /// Progress is reported after every this many games.
 pub const PROGRESS_EVERY: u64 = 100;
@@ -144,8 +145,9 @@ struct Tally {
     other: u64,
     steps: u64,
     findings: BTreeMap<String, Met>,
-    /// Traces that may be written: failed games and first meetings.
-    kept: Vec<(u64, Trace)>,
+    /// The traces written to this worker's batch file: failed games and
+    /// (with `trace_findings`) this worker's first meetings.
+    written: Vec<IndexEntry>,
     processes: u64,
     leaked: Vec<Leaked>,
 }
@@ -186,8 +188,11 @@ pub async fn simulate(
     let next = Arc::new(AtomicU64::new(0));
     let done = Arc::new(AtomicU64::new(0));
     let spec = Arc::new(spec.clone());
-    let mut workers = tokio::task::JoinSet::new();
-    for _ in 0..spec.workers.max(1) {
+    // Dropped (the step aborted, the caller gave up): no worker starts
+    // another game.
+    let _stop = StopOnDrop(Arc::clone(&next), spec.games);
+    let mut workers = Vec::new();
+    for number in 0..spec.workers.max(1) {
         let (spec, next, done, progress, cancel) = (
             Arc::clone(&spec),
             Arc::clone(&next),
@@ -195,27 +200,50 @@ pub async fn simulate(
             Arc::clone(&progress),
             cancel.clone(),
         );
-        workers.spawn(async move { worker(&spec, &next, &done, progress.as_ref(), &cancel).await });
+        let (sent, result) = tokio::sync::oneshot::channel();
+        let started = std::thread::Builder::new()
+            .name(format!("simulate-{number}"))
+            .spawn(move || {
+                let tally = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(runtime) => runtime.block_on(worker(
+                        &spec,
+                        number,
+                        &next,
+                        &done,
+                        progress.as_ref(),
+                        &cancel,
+                    )),
+                    Err(e) => Err(worker_failed(&e)),
+                };
+                let _ = sent.send(tally);
+            });
+        if let Err(e) = started {
+            // `_stop` ends the workers already started.
+            return Err(worker_failed(&e));
+        }
+        workers.push(result);
     }
     let mut tally = Tally::default();
     let mut first_error = None;
-    while let Some(joined) = workers.join_next().await {
-        match joined {
+    for result in workers {
+        match result.await {
             Ok(Ok(t)) => merge(&mut tally, t),
             Ok(Err(e)) => {
                 first_error.get_or_insert(e);
             }
-            Err(e) => {
-                first_error.get_or_insert(PlayError::Player(super::players::PlayerError(format!(
-                    "a simulate worker failed: {e}"
-                ))));
+            Err(_) => {
+                first_error.get_or_insert(worker_failed(&"it stopped without an answer"));
             }
         }
     }
     if let Some(e) = first_error {
         return Err(e);
     }
-    let (findings, traces) = write_traces(&spec, tally.findings, std::mem::take(&mut tally.kept))?;
+    let (findings, traces) =
+        list_traces(&spec, tally.findings, std::mem::take(&mut tally.written))?;
     Ok(SimulateSummary {
         games: tally.games,
         completed: tally.completed,
@@ -232,73 +260,74 @@ pub async fn simulate(
     })
 }
 
-/// Writes the traces of the failed games (and with `trace_findings`, of
-/// the first game of each finding) and lists the findings, most severe
-/// first; a kept trace of a finding another worker met earlier is dropped.
-fn write_traces(
+/// Lists the traces the workers wrote (every failed game's and, with
+/// `trace_findings`, the first game's of each finding; a trace of a finding
+/// another worker met earlier stays in its batch file, unlisted) and the
+/// findings, most severe first, and writes the index of the batch files.
+fn list_traces(
     spec: &SimulateSpec,
     met: BTreeMap<String, Met>,
-    mut kept: Vec<(u64, Trace)>,
+    mut written: Vec<IndexEntry>,
 ) -> Result<(Vec<SimulatedFinding>, Vec<GameTrace>), PlayError> {
-    let strategies = strategy_names(&spec.strategies);
-    let who = |game: u64| {
-        (
-            spec.seed.wrapping_add_unsigned(game),
-            strategies[usize::try_from(game).unwrap_or(0) % strategies.len()].to_owned(),
-        )
-    };
     let firsts: std::collections::BTreeSet<u64> = met.values().map(|m| m.first).collect();
-    kept.sort_by_key(|(i, _)| *i);
-    kept.retain(|(i, t)| {
-        t.end.is_some_and(QuitReason::is_failure) || spec.trace_findings && firsts.contains(i)
-    });
+    written.sort_by_key(|e| e.game);
     let mut traces = Vec::new();
-    if let Some(dir) = &spec.out_dir {
-        if !kept.is_empty() {
-            std::fs::create_dir_all(dir).map_err(|source| PlayError::Write {
-                path: dir.display().to_string(),
-                source,
-            })?;
-        }
-        for (i, trace) in &kept {
-            let path = dir.join(format!("game-{i}.trace.jsonl"));
-            std::fs::write(&path, trace.to_jsonl()).map_err(|source| PlayError::Write {
-                path: path.display().to_string(),
-                source,
-            })?;
-            let (seed, strategy) = who(*i);
-            traces.push(GameTrace {
-                game: *i,
-                seed,
-                strategy,
-                end: trace.end.unwrap_or(QuitReason::Done),
-                path,
-            });
+    if let Some(dir) = &spec.out_dir
+        && !written.is_empty()
+    {
+        trace_batch::write_index(dir, &written).map_err(|source| PlayError::Write {
+            path: dir.join(trace_batch::INDEX).display().to_string(),
+            source,
+        })?;
+        for entry in &written {
+            if entry.end.is_failure() || spec.trace_findings && firsts.contains(&entry.game) {
+                traces.push(GameTrace {
+                    game: entry.game,
+                    seed: entry.seed,
+                    strategy: entry.strategy.clone(),
+                    end: entry.end,
+                    path: trace_batch::address(&dir.join(&entry.file), entry.game),
+                });
+            }
         }
     }
+    let strategies = strategy_names(&spec.strategies);
     let mut findings: Vec<SimulatedFinding> = met
         .into_iter()
-        .map(|(id, met)| {
-            let (seed, strategy) = who(met.first);
-            SimulatedFinding {
-                id,
-                category: met.category,
-                severity: met.category.severity(),
-                title: met.title,
-                location: met.location,
-                games: met.games,
-                game: met.first,
-                seed,
-                strategy,
-                trace: traces
-                    .iter()
-                    .find(|t| t.game == met.first)
-                    .map(|t| t.path.clone()),
-            }
+        .map(|(id, met)| SimulatedFinding {
+            id,
+            category: met.category,
+            severity: met.category.severity(),
+            title: met.title,
+            location: met.location,
+            games: met.games,
+            game: met.first,
+            seed: spec.seed.wrapping_add_unsigned(met.first),
+            strategy: strategies[usize::try_from(met.first).unwrap_or(0) % strategies.len()]
+                .to_owned(),
+            trace: traces
+                .iter()
+                .find(|t| t.game == met.first)
+                .map(|t| t.path.clone()),
         })
         .collect();
     findings.sort_by_key(|f| (f.severity, f.game));
     Ok((findings, traces))
+}
+
+fn worker_failed(why: &dyn std::fmt::Display) -> PlayError {
+    PlayError::Player(super::players::PlayerError::Settings(format!(
+        "a simulate worker failed: {why}"
+    )))
+}
+
+/// Ends the simulation for every worker when dropped: none starts a game.
+struct StopOnDrop(Arc<AtomicU64>, u64);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.fetch_max(self.1, Ordering::Relaxed);
+    }
 }
 
 /// The name of each strategy, as game `i` plays `strategies[i % len]`.
@@ -334,22 +363,30 @@ fn merge(into: &mut Tally, t: Tally) {
             }
         }
     }
-    into.kept.extend(t.kept);
+    into.written.extend(t.written);
     into.processes += t.processes;
     into.leaked.extend(t.leaked);
 }
 
 async fn worker(
     spec: &SimulateSpec,
+    number: usize,
     next: &AtomicU64,
     done: &AtomicU64,
     progress: &(dyn Fn(u64, u64) + Send + Sync),
     cancel: &tokio::sync::watch::Receiver<bool>,
 ) -> Result<Tally, PlayError> {
-    let mut tally = Tally::default();
-    let marker = super::stdio::new_marker();
-    let mut game: Option<GameProcess> = None;
-    let mut episode: Option<Episode> = None;
+    let mut w = Worker {
+        spec,
+        marker: super::stdio::new_marker(),
+        game: None,
+        episode: None,
+        tally: Tally::default(),
+        batch_name: format!("batch-{number}.jsonl"),
+        batch: None,
+        spare: None,
+        ending: Vec::new(),
+    };
     let strategies = if spec.strategies.is_empty() {
         vec![PlayerSpec::Random]
     } else {
@@ -365,29 +402,28 @@ async fn worker(
         }
         let strategy = &strategies[usize::try_from(i).unwrap_or(0) % strategies.len()];
         let seed = spec.seed.wrapping_add_unsigned(i);
-        let end = match play_one(
-            spec,
-            &marker,
-            &mut game,
-            &mut episode,
-            &mut tally,
-            strategy,
-            seed,
-            i,
-        )
-        .await
-        {
+        let end = match w.play_one(strategy, seed, i).await {
             Ok(end) => end,
             Err(e) => {
                 // No other worker starts a game: the simulation is over.
                 next.fetch_max(spec.games, Ordering::Relaxed);
-                if let Some(process) = game.take() {
+                if let Some(process) = w.game.take() {
                     process.shutdown(false, false).await;
                 }
-                super::stdio::kill_marked(&marker);
+                if let Some(spare) = w.spare.take() {
+                    spare.abort();
+                }
+                for ending in w.ending.drain(..) {
+                    let _ = ending.await;
+                }
+                super::stdio::kill_marked(&w.marker);
+                if let Some(batch) = w.batch.take() {
+                    let _ = batch.finish();
+                }
                 return Err(e);
             }
         };
+        let tally = &mut w.tally;
         tally.games += 1;
         match end {
             QuitReason::Done => tally.completed += 1,
@@ -396,143 +432,237 @@ async fn worker(
             QuitReason::Budget => tally.truncated += 1,
             _ => tally.other += 1,
         }
-        if end.is_failure()
-            && let Some(process) = game.take()
-        {
-            process.shutdown(false, false).await;
+        if end.is_failure() {
+            w.end_failed();
         }
         let finished = done.fetch_add(1, Ordering::Relaxed) + 1;
         if finished.is_multiple_of(PROGRESS_EVERY) {
             progress(finished, spec.games);
         }
     }
-    if let Some(process) = game.take() {
+    if let Some(process) = w.game.take() {
         process.shutdown(true, false).await;
+    }
+    if let Some(spare) = w.spare.take()
+        && let Ok(Ok((process, _))) = spare.await
+    {
+        process.shutdown(true, false).await;
+    }
+    for ending in w.ending.drain(..) {
+        let _ = ending.await;
+    }
+    if let Some(batch) = w.batch.take() {
+        let path = batch.path().display().to_string();
+        batch
+            .finish()
+            .map_err(|source| PlayError::Write { path, source })?;
     }
     // Every game of this worker carried the marker: one scan finds what
     // any of them left behind.
-    tally.leaked = super::stdio::kill_marked(&marker);
-    Ok(tally)
+    w.tally.leaked = super::stdio::kill_marked(&w.marker);
+    Ok(w.tally)
 }
 
-/// Plays game `index`; the process is kept in `game` unless it failed.
-#[expect(
-    clippy::too_many_arguments,
-    reason = "the worker's state, passed apart so each piece is borrowed as it needs"
-)]
-async fn play_one(
-    spec: &SimulateSpec,
-    marker: &str,
-    game: &mut Option<GameProcess>,
-    episode: &mut Option<Episode>,
-    tally: &mut Tally,
-    strategy: &PlayerSpec,
-    seed: i64,
-    index: u64,
-) -> Result<QuitReason, PlayError> {
-    let kind = strategy.kind();
-    let header = || Trace::header(&spec.game, seed, kind, ControllerKind::Standard.name());
-    if game.is_none() {
-        let mut process = GameProcess::spawn_marked(&spec.game, marker)?;
-        tally.processes += 1;
-        if let Err(failure) = process.hello().await.map(|r| r.map(|_| ())) {
-            return fail_at_start(tally, &failure, header(), index, &mut Some(process)).await;
-        }
-        *game = Some(process);
+/// One worker's state between games.
+struct Worker<'a> {
+    spec: &'a SimulateSpec,
+    /// In the environment of every game process this worker starts.
+    marker: String,
+    /// The game process, kept across games until one fails.
+    game: Option<GameProcess>,
+    /// Kept across games for its allocations.
+    episode: Option<Episode>,
+    tally: Tally,
+    batch_name: String,
+    /// This worker's batch file, created with its first trace.
+    batch: Option<BatchWriter>,
+    /// The next game process, started (and greeted) ahead.
+    spare: Option<tokio::task::JoinHandle<Result<Opened, SpawnError>>>,
+    /// Failed game processes being ended and reaped.
+    ending: Vec<tokio::task::JoinHandle<Vec<Leaked>>>,
+}
+
+/// A game process and how it answered `hello`.
+type Opened = (
+    GameProcess,
+    Result<Result<(), super::stdio::Refusal>, super::stdio::Failure>,
+);
+
+/// Starts a game process and greets it.
+async fn open(game: GameSpec, marker: String) -> Result<Opened, SpawnError> {
+    let mut process = GameProcess::spawn_marked(&game, &marker)?;
+    let hello = process.hello().await.map(|r| r.map(|_| ()));
+    Ok((process, hello))
+}
+
+impl Worker<'_> {
+    /// Starts the next game process in the background.
+    fn start_spare(&mut self) {
+        self.tally.processes += 1;
+        self.spare = Some(tokio::spawn(open(
+            self.spec.game.clone(),
+            self.marker.clone(),
+        )));
     }
-    let Some(process) = game.as_mut() else {
-        return Ok(QuitReason::Crash);
-    };
-    let first = match process.reset(seed).await {
-        Ok(Ok(first)) => first,
-        Ok(Err(refusal)) => {
-            let failure = super::stdio::Failure::Violation {
-                during: super::protocol::Op::Reset,
-                reason: format!("the game refused `reset`: {}", refusal.error),
-                evidence: String::new(),
-                stderr_tail: process.stderr_tail(),
+
+    /// Ends the failed game's process in the background (it is dead or
+    /// hung: nothing to wait for on the way to the next game).
+    fn end_failed(&mut self) {
+        if let Some(process) = self.game.take() {
+            self.ending.retain(|ending| !ending.is_finished());
+            self.ending
+                .push(tokio::spawn(process.shutdown(false, false)));
+        }
+    }
+
+    /// Plays game `index`; the process is kept in `game` unless it failed.
+    async fn play_one(
+        &mut self,
+        strategy: &PlayerSpec,
+        seed: i64,
+        index: u64,
+    ) -> Result<QuitReason, PlayError> {
+        let spec = self.spec;
+        let kind = strategy.kind();
+        let header = || Trace::header(&spec.game, seed, kind, ControllerKind::Standard.name());
+        if self.game.is_none() {
+            // After the first failed game, the next process is started
+            // while this one plays: a crash costs no start-up wait.
+            let replacing = self.tally.processes > 0;
+            let (process, hello) = if let Some(spare) = self.spare.take() {
+                spare.await.map_err(|e| worker_failed(&e))??
+            } else {
+                self.tally.processes += 1;
+                open(spec.game.clone(), self.marker.clone()).await?
             };
-            return fail_at_start(tally, &failure, header(), index, game).await;
+            self.game = Some(process);
+            if replacing && index + 1 < spec.games {
+                self.start_spare();
+            }
+            if let Err(failure) = hello {
+                return self.fail_at_start(&failure, header(), index, kind);
+            }
         }
-        Err(failure) => return fail_at_start(tally, &failure, header(), index, game).await,
-    };
-    let ep = match episode {
-        Some(ep) => {
-            ep.restart(first, kind);
-            ep
-        }
-        None => episode.insert(Episode::new(
-            first,
-            kind,
-            ControllerKind::Standard.name(),
-            spec.game.stuck_after,
-        )),
-    };
-    let mut player = strategy.build(seed);
-    let mut controller = Controller::new(ControllerKind::Standard, seed);
-    let end = loop {
-        if ep.step() >= spec.max_steps {
-            break QuitReason::Budget;
-        }
-        if ep.current.observation.actions.is_empty() {
-            break QuitReason::NoActions;
-        }
-        let choice = controller
-            .choose(
-                player.as_mut(),
-                &ep.current.observation,
-                &ep.current.hash,
-                &ep.history,
-            )
-            .await?;
-        let Some(action) = choice.action else {
-            break QuitReason::ScriptEnd;
+        let Some(process) = self.game.as_mut() else {
+            return Ok(QuitReason::Crash);
         };
-        match ep.act(process, &action).await {
-            Stepped::Acted { done: true, .. } => break QuitReason::Done,
-            Stepped::Failed(failure) => break quit_for(&failure),
-            _ => {}
+        let first = match process.reset(seed).await {
+            Ok(Ok(first)) => first,
+            Ok(Err(refusal)) => {
+                let failure = super::stdio::Failure::Violation {
+                    during: super::protocol::Op::Reset,
+                    reason: format!("the game refused `reset`: {}", refusal.error),
+                    evidence: String::new(),
+                    stderr_tail: process.stderr_tail(),
+                };
+                return self.fail_at_start(&failure, header(), index, kind);
+            }
+            Err(failure) => return self.fail_at_start(&failure, header(), index, kind),
+        };
+        let ep = match &mut self.episode {
+            Some(ep) => {
+                ep.restart(first, kind);
+                ep
+            }
+            None => self.episode.insert(Episode::new(
+                first,
+                kind,
+                ControllerKind::Standard.name(),
+                spec.game.stuck_after,
+            )),
+        };
+        let mut player = strategy.build(seed);
+        let mut controller = Controller::new(ControllerKind::Standard, seed);
+        let end = loop {
+            if ep.step() >= spec.max_steps {
+                break QuitReason::Budget;
+            }
+            if ep.current.observation.actions.is_empty() {
+                break QuitReason::NoActions;
+            }
+            let choice = controller
+                .choose(
+                    player.as_mut(),
+                    &ep.current.observation,
+                    &ep.current.hash,
+                    &ep.history,
+                )
+                .await?;
+            let Some(action) = choice.action else {
+                break QuitReason::ScriptEnd;
+            };
+            match ep.act(process, &action).await {
+                Stepped::Acted { done: true, .. } => break QuitReason::Done,
+                Stepped::Failed(failure) => break quit_for(&failure),
+                _ => {}
+            }
+        };
+        self.tally.steps += ep.step();
+        let first = self.tally.meet(index, ep.findings.as_slice().iter());
+        if end.is_failure() || first && spec.trace_findings {
+            let mut trace = Trace::new(header());
+            trace.steps = std::mem::take(&mut ep.steps);
+            trace.end = Some(end);
+            self.write_trace(index, seed, kind, &trace)?;
         }
-    };
-    tally.steps += ep.step();
-    let first = tally.meet(index, ep.findings.as_slice().iter());
-    if end.is_failure() || first {
-        let mut trace = Trace::new(header());
-        trace.steps = std::mem::take(&mut ep.steps);
-        trace.end = Some(end);
-        tally.kept.push((index, trace));
+        Ok(end)
     }
-    Ok(end)
-}
 
-/// A game that failed at hello or reset: counted, its trace kept, the
-/// process dropped. When the first game (index 0, always on a fresh
-/// process) fails there, the game cannot open at all: the simulation stops
-/// saying why, rather than counting every game as a crash.
-async fn fail_at_start(
-    tally: &mut Tally,
-    failure: &super::stdio::Failure,
-    header: super::trace::TraceHeader,
-    index: u64,
-    game: &mut Option<GameProcess>,
-) -> Result<QuitReason, PlayError> {
-    if index == 0 {
-        if let Some(process) = game.take() {
-            process.shutdown(false, false).await;
+    /// A game that failed at hello or reset: counted, its trace written,
+    /// the process ended. When the first game (index 0, always on a fresh
+    /// process) fails there, the game cannot open at all: the simulation
+    /// stops saying why, rather than counting every game as a crash.
+    fn fail_at_start(
+        &mut self,
+        failure: &super::stdio::Failure,
+        header: super::trace::TraceHeader,
+        index: u64,
+        kind: &str,
+    ) -> Result<QuitReason, PlayError> {
+        self.end_failed();
+        if index == 0 {
+            return Err(PlayError::NotPlayed(super::cell::not_opened(failure)));
         }
-        return Err(PlayError::NotPlayed(super::cell::not_opened(failure)));
+        let end = quit_for(failure);
+        let mut found = FindingSet::default();
+        found.add(failure_finding(failure, 0, "", None, &[]), "", "");
+        self.tally.meet(index, found.as_slice().iter());
+        let seed = header.seed;
+        let mut trace = Trace::new(header);
+        trace.end = Some(end);
+        self.write_trace(index, seed, kind, &trace)?;
+        Ok(end)
     }
-    let end = quit_for(failure);
-    let mut found = FindingSet::default();
-    found.add(failure_finding(failure, 0, "", None, &[]), "", "");
-    tally.meet(index, found.as_slice().iter());
-    let mut trace = Trace::new(header);
-    trace.end = Some(end);
-    tally.kept.push((index, trace));
-    if let Some(process) = game.take() {
-        process.shutdown(false, false).await;
+
+    /// Appends game `index`'s trace to this worker's batch file (none
+    /// without `out_dir`).
+    fn write_trace(
+        &mut self,
+        index: u64,
+        seed: i64,
+        strategy: &str,
+        trace: &Trace,
+    ) -> Result<(), PlayError> {
+        let Some(dir) = &self.spec.out_dir else {
+            return Ok(());
+        };
+        let failed = |path: &Path, source| PlayError::Write {
+            path: path.display().to_string(),
+            source,
+        };
+        let batch = match &mut self.batch {
+            Some(batch) => batch,
+            None => self.batch.insert(
+                BatchWriter::create(dir, &self.batch_name)
+                    .map_err(|e| failed(&dir.join(&self.batch_name), e))?,
+            ),
+        };
+        let entry = batch
+            .append(index, seed, strategy, trace)
+            .map_err(|e| failed(batch.path(), e))?;
+        self.tally.written.push(entry);
+        Ok(())
     }
-    Ok(end)
 }
 
 #[cfg(test)]

@@ -41,7 +41,7 @@ pub enum QuitReason {
     Hang,
     /// The persona's patience ran out.
     Patience,
-    /// `budget.max_actions` or `max_wall_seconds` ran out.
+    /// `budget.max_actions`, `max_wall_seconds` or `max_model_usd` ran out.
     Budget,
     /// Stopped by a signal after the turn in flight; a resume plays it again.
     Interrupted,
@@ -49,6 +49,13 @@ pub enum QuitReason {
     ScriptEnd,
     /// The game offered no action and was not done.
     NoActions,
+    /// An `llm` player's model never named a listed action, also when
+    /// asked again; the report's `quit_detail` quotes it.
+    BadAnswer,
+    /// The model endpoint never answered (exit 5).
+    ModelUnreachable,
+    /// The model endpoint refused the request (a wrong key, an unknown model).
+    ModelRefused,
 }
 
 impl QuitReason {
@@ -62,6 +69,9 @@ impl QuitReason {
             QuitReason::Interrupted => "interrupted",
             QuitReason::ScriptEnd => "script_end",
             QuitReason::NoActions => "no_actions",
+            QuitReason::BadAnswer => "bad_answer",
+            QuitReason::ModelUnreachable => "model_unreachable",
+            QuitReason::ModelRefused => "model_refused",
         }
     }
 
@@ -214,7 +224,13 @@ impl Trace {
     /// The trace as JSON lines.
     pub fn to_jsonl(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(128 + self.steps.len() * 128);
-        let _ = serde_json::to_writer(&mut out, &self.header);
+        self.write_jsonl(&mut out);
+        out
+    }
+
+    /// Appends the trace as JSON lines to `out` (a batch file's record).
+    pub fn write_jsonl(&self, out: &mut Vec<u8>) {
+        let _ = serde_json::to_writer(&mut *out, &self.header);
         out.push(b'\n');
         let mut resets = self.resets.iter().peekable();
         let mut reset_lines = |out: &mut Vec<u8>, before: u64| {
@@ -228,16 +244,15 @@ impl Trace {
             }
         };
         for (done, step) in self.steps.iter().enumerate() {
-            reset_lines(&mut out, done as u64);
-            let _ = serde_json::to_writer(&mut out, step);
+            reset_lines(out, done as u64);
+            let _ = serde_json::to_writer(&mut *out, step);
             out.push(b'\n');
         }
-        reset_lines(&mut out, u64::MAX);
+        reset_lines(out, u64::MAX);
         if let Some(end) = self.end {
-            let _ = serde_json::to_writer(&mut out, &TraceEnd { end });
+            let _ = serde_json::to_writer(&mut *out, &TraceEnd { end });
             out.push(b'\n');
         }
-        out
     }
 
     pub fn actions(&self) -> impl Iterator<Item = &str> {

@@ -14,6 +14,7 @@ pub mod play_results;
 pub mod playtest;
 pub mod progress;
 pub mod quote;
+pub mod review;
 pub mod run;
 pub mod run_summary;
 pub mod runs;

@@ -45,6 +45,7 @@ pub fn markdown(report: &CellReport) -> String {
     }
     let _ = writeln!(md, "- Actions taken: {}", report.actions_taken);
     let _ = writeln!(md, "- Quit reason: {}", report.quit_reason.name());
+    player_lines(&mut md, report);
     let _ = writeln!(md, "- Findings: {}", report.findings.len());
     if !report.leaked.is_empty() {
         let _ = writeln!(
@@ -78,7 +79,7 @@ pub fn markdown(report: &CellReport) -> String {
         );
     }
     md.push_str("\n## How it felt\n\n");
-    md.push_str(&felt(report));
+    md.push_str(&(felt_in_voice(report) + &felt(report)));
     md.push_str("\n## Evidence\n\n");
     if let Some(tail) = report
         .not_played
@@ -137,6 +138,44 @@ pub fn not_played(why: &NotPlayed) -> String {
     text
 }
 
+/// Why the player quit and what its model spent (an `llm` player's cell).
+fn player_lines(md: &mut String, report: &CellReport) {
+    if let Some(detail) = &report.quit_detail {
+        let _ = writeln!(md, "- Why it quit: {}", detail.replace('\n', " "));
+    }
+    if let Some(model) = &report.model {
+        let _ = writeln!(md, "- Model: {}", model_usage(model));
+    }
+}
+
+/// The persona's own paragraph, quoted, when its player wrote one.
+fn felt_in_voice(report: &CellReport) -> String {
+    let mut text = String::new();
+    if let Some(voice) = &report.felt {
+        for line in voice.lines() {
+            let _ = writeln!(text, "> {line}");
+        }
+        text.push('\n');
+    }
+    text
+}
+
+/// An `llm` player's calls, tokens and cost, in one line.
+fn model_usage(model: &crate::llm::Usage) -> String {
+    let cost = model.cost_usd.map_or_else(
+        || "cost unknown (no price)".to_owned(),
+        |c| format!("{c:.4} USD"),
+    );
+    let budget = model
+        .max_usd
+        .map(|m| format!(" of max_model_usd {m}"))
+        .unwrap_or_default();
+    format!(
+        "`{}`, {} calls ({} retried), {} input + {} output tokens, {cost}{budget}",
+        model.model, model.calls, model.retries, model.input_tokens, model.output_tokens
+    )
+}
+
 fn quoted_list(items: &[String]) -> String {
     items
         .iter()
@@ -164,6 +203,15 @@ pub(crate) fn felt(report: &CellReport) -> String {
         ),
         QuitReason::ScriptEnd => format!("The script ran out after {n} actions."),
         QuitReason::NoActions => format!("After {n} actions the game offered nothing to do."),
+        QuitReason::BadAnswer => format!(
+            "The model stopped naming a listed action after {n} actions, also when asked again."
+        ),
+        QuitReason::ModelUnreachable => {
+            format!("The model endpoint stopped answering after {n} actions.")
+        }
+        QuitReason::ModelRefused => {
+            format!("The model endpoint refused the request after {n} actions.")
+        }
     };
     let _ = write!(text, " Saw {} different screens", m.distinct_observations);
     if n > 0 {

@@ -375,6 +375,17 @@ pub fn markdown(report: &RunReport) -> String {
             let _ = writeln!(out, "**Not run:** `{}`: {why}\n", step.id);
         }
     }
+    // What step kinds add (a gate's verdicts, a settlement), as printed at
+    // the end of the run: a CI page shows the gates' verdicts, not only
+    // that a step failed.
+    for section in &report.sections {
+        let _ = write!(
+            out,
+            "#### `{}`\n\n```text\n{}```\n\n",
+            section.step,
+            section.text.replace("```", "'''")
+        );
+    }
     if let Some(fail_on) = report.fail_on.as_ref().filter(|f| !f.matched.is_empty()) {
         let ids: Vec<String> = fail_on
             .matched

@@ -419,6 +419,9 @@ fn report(cell: &str, state: CellState) -> CellReport {
         leaked: Vec::new(),
         not_played: None,
         warnings: Vec::new(),
+        quit_detail: None,
+        felt: None,
+        model: None,
     }
 }
 

@@ -49,6 +49,7 @@ pub mod deliver;
 pub mod estimate;
 pub mod finish;
 pub mod game;
+pub mod gate;
 pub mod launcher;
 pub mod money;
 pub mod play;
@@ -254,6 +255,13 @@ pub struct KeyContext<'a> {
     pub upstream: &'a [Upstream],
     pub hashes: &'a Mutex<FileHashCache>,
     pub env: &'a BTreeMap<String, String>,
+    /// The plan file (a gate reads `dispositions.toml` beside it).
+    pub plan_path: Option<&'a Path>,
+    /// The kinds' unit store, given only when the caller wants to know how
+    /// much finer-than-a-step reuse a step would get (`plan explain`: how
+    /// many units each lens would judge and reuse); a run passes `None`,
+    /// since the step counts that itself as it runs.
+    pub units: Option<&'a crate::reuse::UnitStore>,
 }
 
 /// Everything one step instance may use while it runs.
@@ -352,16 +360,18 @@ pub struct RunSettings {
 impl Kinds {
     /// Every kind this gameplan runs.
     pub fn for_run(settings: RunSettings) -> Kinds {
+        let RunSettings {
+            concurrency,
+            redactor,
+        } = settings;
         Kinds {
             kinds: vec![
-                Box::new(deliver::Deliver::new(settings.redactor.clone())),
-                Box::new(command::Command::new(
-                    settings.concurrency,
-                    settings.redactor,
-                )),
-                Box::new(play::Play),
+                Box::new(deliver::Deliver::new(redactor.clone())),
+                Box::new(command::Command::new(concurrency, redactor.clone())),
+                Box::new(play::Play::new(redactor)),
                 Box::new(simulate::Simulate),
                 Box::new(aggregate::Aggregate),
+                Box::new(gate::Gate),
                 Box::new(estimate::Estimate),
                 Box::new(register::Register),
                 Box::new(finish::Finish),

@@ -42,9 +42,12 @@ use super::{
 };
 use crate::graph::Instance;
 use crate::plan::model::{Controller, Params, Persona, Plan, Player, Step, StepKind};
+use crate::play::QuitReason;
 use crate::play::cell::play_cell_watched;
+use crate::play::llm_player::LlmSpec;
 use crate::play::{CellSpec, CellState, ControllerKind, PlayerSpec, play_cell};
 use crate::reuse::RestoreScope;
+use crate::template::Redactor;
 
 /// Actions a persona that sets no `patience` takes before it quits bored.
 pub const DEFAULT_PATIENCE: u64 = 40;
@@ -52,7 +55,17 @@ pub const DEFAULT_PATIENCE: u64 = 40;
 /// The seed of a cell whose step and matrix give none.
 const DEFAULT_SEED: i64 = 1;
 
-pub struct Play;
+/// The `play` kind; it holds the plan's secrets, which an `llm` player's
+/// answers, errors and report must not carry.
+pub struct Play {
+    redactor: Redactor,
+}
+
+impl Play {
+    pub fn new(redactor: Redactor) -> Play {
+        Play { redactor }
+    }
+}
 
 impl Kind for Play {
     fn kind(&self) -> StepKind {
@@ -88,7 +101,7 @@ impl Kind for Play {
 
     fn run<'a>(&'a self, cx: &'a StepContext, io: &'a StepIo) -> BoxFuture<'a, StepOutcome> {
         Box::pin(async move {
-            let spec = match cell_spec(cx) {
+            let spec = match cell_spec_redacted(cx, &self.redactor) {
                 Ok(spec) => spec,
                 Err(e) => {
                     return StepOutcome::Failed {
@@ -200,7 +213,7 @@ fn outcome_of(
                     exit_code: None,
                     message: crate::report::play_cell::not_played(why),
                 },
-                None => StepOutcome::Succeeded,
+                None => player_outcome(&result.report),
             }
         }
         // The machine lacks what the driver needs (chromedriver, Chromium):
@@ -212,6 +225,50 @@ fn outcome_of(
             exit_code: None,
             message: format!("the cell could not be played: {e}"),
         },
+    }
+}
+
+/// The outcome of a cell that played, by how its player ended: a model
+/// that never answered is exit 5, one that refused the request a failure,
+/// one that never named a listed action or spent the model budget leaves
+/// partial results (exit 2). Every other end is a success (findings are
+/// not failures; `max_actions` is the plan's bound, not a stop).
+fn player_outcome(report: &crate::play::CellReport) -> StepOutcome {
+    let n = report.actions_taken;
+    let detail = report.quit_detail.clone().unwrap_or_default();
+    let kept = "the cell's report holds what it played";
+    match report.quit_reason {
+        QuitReason::ModelUnreachable => StepOutcome::ModelUnreachable {
+            message: format!(
+                "{detail}; the cell stopped after {n} actions and {kept}. Check the player's \
+                 `base_url` and that the model server runs (or raise its `timeout`), then \
+                 `gameplan plan resume` plays the cell again"
+            ),
+        },
+        QuitReason::ModelRefused => StepOutcome::Failed {
+            exit_code: None,
+            message: format!(
+                "{detail}; the cell stopped after {n} actions and {kept}. Check the player's \
+                 `model` and `api_key`"
+            ),
+        },
+        QuitReason::BadAnswer => StepOutcome::Incomplete {
+            message: format!("the cell stopped after {n} actions: {detail}; {kept}"),
+        },
+        QuitReason::Budget if report.model.as_ref().is_some_and(|m| m.stopped_by_budget) => {
+            let spent = report
+                .model
+                .as_ref()
+                .and_then(|m| m.cost_usd)
+                .unwrap_or_default();
+            StepOutcome::Incomplete {
+                message: format!(
+                    "the model budget stopped the cell after {n} actions ({spent:.4} USD spent; \
+                     {detail}); {kept} (a larger `budget.max_model_usd` allows more)"
+                ),
+            }
+        }
+        _ => StepOutcome::Succeeded,
     }
 }
 
@@ -333,15 +390,23 @@ impl<'p> Cell<'p> {
     }
 }
 
+/// The cell's spec, with no secrets to redact (tests of plans without any).
+#[cfg(test)]
 pub(crate) fn cell_spec(cx: &StepContext) -> Result<CellSpec, StepError> {
+    cell_spec_redacted(cx, &Redactor::default())
+}
+
+/// The cell's spec; an `llm` player redacts `redactor`'s secrets from all
+/// it hands back.
+pub(crate) fn cell_spec_redacted(
+    cx: &StepContext,
+    redactor: &Redactor,
+) -> Result<CellSpec, StepError> {
     let cell = Cell::of(&cx.plan, &cx.step, &cx.instance)?;
-    let player = PlayerSpec::of(&cell.persona.player).ok_or_else(|| {
-        StepError(format!(
-            "persona `{}` plays with an `llm` player, which is not built in this gameplan yet \
-             (scripted, random and explorer are)",
-            cell.persona.slug
-        ))
-    })?;
+    let player = match PlayerSpec::of(&cell.persona.player) {
+        Some(player) => player,
+        None => PlayerSpec::Llm(Box::new(llm_spec(cx, cell.persona, redactor)?)),
+    };
     Ok(CellSpec {
         game: game::spec(cx)?,
         persona: cell.persona.slug.clone(),
@@ -353,6 +418,74 @@ pub(crate) fn cell_spec(cx: &StepContext) -> Result<CellSpec, StepError> {
         max_actions: cx.plan.budget.max_actions,
         max_wall: Cell::max_wall(&cx.plan, &cx.step),
     })
+}
+
+/// An `llm` persona's player: its card, prompt, endpoint, price and the
+/// plan's model budget.
+fn llm_spec(
+    cx: &StepContext,
+    persona: &Persona,
+    redactor: &Redactor,
+) -> Result<LlmSpec, StepError> {
+    let Player::Llm {
+        model,
+        base_url,
+        api_key,
+        temperature,
+        price,
+        prompt_file,
+        timeout_secs,
+    } = &persona.player
+    else {
+        return Err(StepError(format!(
+            "persona `{}` has no player this gameplan builds",
+            persona.slug
+        )));
+    };
+    let card = match &persona.card {
+        crate::plan::model::Card::Text(text) => text.clone(),
+        crate::plan::model::Card::File(path) => read_capped(&cx.root, path, "card_file")?,
+    };
+    let prompt = prompt_file
+        .as_deref()
+        .map(|path| read_capped(&cx.root, path, "prompt_file"))
+        .transpose()?;
+    let mut client = crate::llm::ClientConfig::new(model.clone());
+    if let Some(url) = base_url {
+        client.base_url.clone_from(url);
+    }
+    client.api_key.clone_from(api_key);
+    client.temperature = *temperature;
+    client.price = *price;
+    client.max_usd = cx.plan.budget.max_model_usd;
+    if let Some(secs) = timeout_secs {
+        client.timeout = Duration::from_secs(*secs);
+    }
+    Ok(LlmSpec {
+        client,
+        card,
+        prompt,
+        redactor: redactor.clone(),
+    })
+}
+
+/// A repo file an `llm` player reads, up to [`crate::template::MAX_PROMPT_FILE_BYTES`].
+fn read_capped(root: &Path, path: &str, key: &str) -> Result<String, StepError> {
+    use std::io::Read;
+    let full = root.join(path);
+    let file = std::fs::File::open(&full)
+        .map_err(|e| StepError(format!("cannot read {key} `{path}`: {e}")))?;
+    let mut text = String::new();
+    file.take(crate::template::MAX_PROMPT_FILE_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| StepError(format!("cannot read {key} `{path}`: {e}")))?;
+    if text.len() as u64 > crate::template::MAX_PROMPT_FILE_BYTES {
+        return Err(StepError(format!(
+            "{key} `{path}` is larger than {} KiB; a prompt never needs to be",
+            crate::template::MAX_PROMPT_FILE_BYTES / 1024
+        )));
+    }
+    Ok(text)
 }
 
 #[cfg(test)]
@@ -427,8 +560,10 @@ needs = ["build", "register"]
             upstream: &upstream,
             hashes: &hashes,
             env: &env,
+            plan_path: None,
+            units: None,
         };
-        Play.reuse(&cx).expect("a key")
+        Play::new(Redactor::default()).reuse(&cx).expect("a key")
     }
 
     /// Issue 7: a paid cell keys on what it plays, not on the purchase
@@ -455,6 +590,6 @@ needs = ["build", "register"]
     fn issue17_a_budget_stopped_cell_still_feeds_what_needs_it() {
         // `deliver` uploads an incomplete cell's report and `aggregate`
         // merges it: unlike a gate's, a cell's partial results are results.
-        assert!(Play.partial_results_are_results());
+        assert!(Play::new(Redactor::default()).partial_results_are_results());
     }
 }

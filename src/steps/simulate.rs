@@ -61,7 +61,7 @@ fn settings(step: &Step) -> Result<Settings, StepError> {
 fn strategies(names: &[String]) -> Result<Vec<PlayerSpec>, StepError> {
     names
         .iter()
-        .map(|name| PlayerSpec::strategy(name).map_err(|e| StepError(e.0)))
+        .map(|name| PlayerSpec::strategy(name).map_err(|e| StepError(e.to_string())))
         .collect()
 }
 

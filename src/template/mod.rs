@@ -15,6 +15,10 @@ use minijinja::{Environment, ErrorKind, UndefinedBehavior, Value};
 /// The most a single rendered string may hold.
 pub const MAX_RENDERED_BYTES: usize = 64 * 1024;
 
+/// The most bytes of a prompt template or persona card file an `llm`
+/// player reads (`plan check` refuses a larger `prompt_file`).
+pub const MAX_PROMPT_FILE_BYTES: u64 = 64 * 1024;
+
 /// Instructions a single template may execute: plenty for any real plan
 /// string, few enough that `{% for i in range(10**9) %}` stops at once.
 pub const FUEL: u64 = 100_000;
@@ -142,12 +146,7 @@ impl Templates {
     }
 
     fn build(env: BTreeMap<String, String>, redactor: Redactor, defer: bool) -> Self {
-        let mut jinja = Environment::new();
-        jinja.set_undefined_behavior(UndefinedBehavior::Strict);
-        jinja.set_fuel(Some(FUEL));
-        jinja.set_recursion_limit(64);
-        // Plan strings are not HTML.
-        jinja.set_auto_escape_callback(|_| minijinja::AutoEscape::None);
+        let mut jinja = environment();
         let secret_env = env.clone();
         let secret_redactor = redactor.clone();
         let unset = defer.then(|| Arc::new(Mutex::new(Vec::new())));
@@ -338,6 +337,63 @@ impl Templates {
                 ),
             }),
         }
+    }
+}
+
+/// The environment every template is rendered in: strict undefined, fuel,
+/// a recursion limit, no HTML escaping. Plan strings add `secret()` to it.
+fn environment() -> Environment<'static> {
+    let mut jinja = Environment::new();
+    jinja.set_undefined_behavior(UndefinedBehavior::Strict);
+    jinja.set_fuel(Some(FUEL));
+    jinja.set_recursion_limit(64);
+    // Plan strings and prompts are not HTML.
+    jinja.set_auto_escape_callback(|_| minijinja::AutoEscape::None);
+    jinja
+}
+
+/// Renders a prompt template (an `llm` player's) with `context` at its top
+/// level, with the caps plan strings have (strict undefined, fuel, at most
+/// [`MAX_RENDERED_BYTES`]). A prompt has no `env` and no `secret()`: it
+/// goes to a model, and the plan's secrets must not.
+pub fn render_prompt(source: &str, context: &serde_json::Value) -> Result<String, TemplateError> {
+    let jinja = environment();
+    let template = jinja
+        .template_from_str(source)
+        .map_err(|e| prompt_error(&e))?;
+    let mut out = CappedWriter::default();
+    match template.render_captured_to(Value::from(minijinja::value::Serde(context)), &mut out) {
+        Ok(_) => {}
+        Err(_) if out.overflowed => return Err(too_large()),
+        Err(e) if e.kind() == ErrorKind::OutOfFuel => return Err(render_error(&e)),
+        Err(e) => return Err(prompt_error(&e)),
+    }
+    String::from_utf8(out.bytes).map_err(|_| TemplateError {
+        message: "the prompt rendered invalid UTF-8".into(),
+        help: None,
+    })
+}
+
+/// Checks that a prompt template compiles (`plan check`).
+pub fn check_prompt(source: &str) -> Result<(), TemplateError> {
+    environment()
+        .template_from_str(source)
+        .map(|_| ())
+        .map_err(|e| prompt_error(&e))
+}
+
+fn prompt_error(e: &minijinja::Error) -> TemplateError {
+    let detail = e
+        .detail()
+        .map_or_else(|| e.kind().to_string(), str::to_owned);
+    let at = e.line().map(|l| format!(" (line {l})")).unwrap_or_default();
+    TemplateError {
+        message: format!("invalid prompt template{at}: {detail}"),
+        help: Some(
+            "a prompt reads `persona`, `observation` (text, actions, score, state), `history` \
+             (action, result), `wanted` and `step`"
+                .into(),
+        ),
     }
 }
 

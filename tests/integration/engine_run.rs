@@ -421,17 +421,7 @@ fn junit_has_one_testcase_per_step_and_a_failure_for_the_failed_one() {
 }
 
 #[test]
-fn a_plan_with_a_gate_step_is_refused_before_anything_runs_because_gate_is_not_built() {
-    let t = Test::new().file("plans/review.toml", include_str!("../../plans/review.toml"));
-    let out = t.run(&["plan", "run", "plans/review.toml"]);
-    out.code(3)
-        .stderr_has("step `hygiene` is of kind `gate`, which this gameplan cannot run yet")
-        .stderr_has("Nothing was run or charged");
-    assert!(t.run_ids().is_empty(), "a run was started\n{out}");
-}
-
-#[test]
-fn a_plan_with_one_unbuilt_kind_runs_none_of_its_command_steps() {
+fn issue17_a_gate_step_judges_after_what_it_needs_and_a_finding_fails_the_run() {
     let t = Test::new().file(
         "plan.toml",
         r#"version = 1
@@ -460,16 +450,23 @@ gate = "hygiene"
 needs = ["build"]
 "#,
     );
+    // The gate was the last kind not built; now it judges after `build`
+    // (the rule finds its own `TODO` in the plan): FIX FIRST, exit 1.
     let out = t.run(&["plan", "run", "plan.toml", "--json"]);
-    out.code(3)
-        .stderr_has("step `report` is of kind `gate`, which this gameplan cannot run yet")
-        .stderr_has("Nothing was run or charged");
-    assert!(out.stdout.is_empty(), "{out}");
-    assert!(!t.path("built").exists(), "the command step ran\n{out}");
-    assert!(t.run_ids().is_empty(), "a run was started\n{out}");
-    // explain, which the message points to, shows the plan without running it.
-    t.run(&["plan", "explain", "plan.toml"]).code(0);
-    assert!(!t.path("built").exists());
+    out.code(1);
+    assert!(
+        t.path("built").exists(),
+        "the command step ran first\n{out}"
+    );
+    let report = out.json();
+    assert_eq!(report["steps"][1]["id"], "report");
+    assert_eq!(report["steps"][1]["state"], "failed");
+    assert!(
+        report["steps"][1]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("gate `hygiene` is FIX FIRST")),
+        "{out}"
+    );
 }
 
 /// Eight independent steps, four of them in a pool of one; each logs `+`

@@ -324,10 +324,22 @@ max_steps = 30
         assert_eq!(f["id"].as_str().map(str::len), Some(16), "{f:#}");
         assert!(!f["title"].as_str().unwrap_or_default().is_empty(), "{f:#}");
         let trace = f["trace"].as_str().expect("a trace");
-        let text = t.read(&format!("{dir}/{trace}"));
+        // One game's trace in its worker's batch file, opened by its record line.
+        let (file, game) = trace.split_once("#game-").expect("FILE#game-N");
+        assert_eq!(
+            Some(game),
+            f["game"].as_u64().map(|g| g.to_string()).as_deref()
+        );
+        let text = t.read(&format!("{dir}/{file}"));
+        let record = text
+            .split("{\"simulated_game\":")
+            .find(|r| r.starts_with(&format!("{game},")))
+            .unwrap_or_else(|| panic!("no record of game {game} in {text}"));
         assert!(
-            text.trim_end().ends_with(&format!("{{\"end\":\"{end}\"}}")),
-            "{trace}: {text}"
+            record
+                .trim_end()
+                .ends_with(&format!("{{\"end\":\"{end}\"}}")),
+            "{trace}: {record}"
         );
         // Which trace ended how.
         assert!(

@@ -307,12 +307,21 @@ max_steps = 30
     assert_eq!(by_step(&doc, "state")["mechanics"], "failed", "{out}");
     let run = doc["run_id"].as_str().expect("run_id");
     let traces = t.path(&format!(".gameplan/runs/{run}/steps/mechanics/traces"));
-    let ends: Vec<String> = std::fs::read_dir(&traces)
-        .unwrap_or_else(|e| panic!("no traces in {} ({e})\n{out}", traces.display()))
-        .flatten()
-        .map(|e| std::fs::read_to_string(e.path()).expect("trace"))
-        .map(|text| text.lines().last().unwrap_or_default().to_owned())
+    // The index lists every traced game with how it ended; each game's
+    // record in the batch file closes with that end.
+    let index = std::fs::read_to_string(traces.join("index.jsonl"))
+        .unwrap_or_else(|e| panic!("no index in {} ({e})\n{out}", traces.display()));
+    let batch = std::fs::read_to_string(traces.join("batch-0.jsonl")).expect("batch");
+    let ends: Vec<String> = batch
+        .lines()
+        .filter(|l| l.starts_with("{\"end\""))
+        .map(str::to_owned)
         .collect();
+    assert_eq!(index.lines().count(), ends.len(), "{index}");
+    assert!(
+        index.lines().all(|l| l.contains("\"end\":\"hang\"")),
+        "{index}"
+    );
     assert!(!ends.is_empty(), "{out}");
     assert!(
         ends.iter().all(|end| end == "{\"end\":\"hang\"}"),

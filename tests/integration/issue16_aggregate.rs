@@ -489,8 +489,9 @@ max_steps = 3
         .expect("the crash");
     let trace = crash["trace"].as_str().expect("a trace");
     assert!(trace.starts_with("steps/sim/traces/"), "{trace}");
+    let (file, _game) = trace.split_once("#game-").expect("FILE#game-N");
     assert!(
-        t.path(&format!("{}/{trace}", run_dir(&t))).is_file(),
+        t.path(&format!("{}/{file}", run_dir(&t))).is_file(),
         "{trace}"
     );
     let doc = out.json();

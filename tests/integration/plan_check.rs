@@ -814,7 +814,7 @@ fn a_rule_expression_that_does_not_compile() {
         "\"finding.category",
     )
     .message("lens `crashes`: `finding` is not defined in this expression")
-    .help("the expression can read unit");
+    .help("the expression can read unit, reviewer");
 }
 
 #[test]

@@ -137,34 +137,33 @@ fn the_python_example_plays_and_only_what_changed_plays_again() {
 }
 
 /// An `llm` player does not play the same twice: explain says its cells are
-/// never reused. This gameplan does not have the llm player yet: the cell
-/// fails saying so, and the other persona's cells play.
+/// never reused. Its endpoint here refuses every connection: the cell ends
+/// `model_unreachable` and the run exits 5 (issue 18), naming what to check.
 #[test]
-fn an_llm_persona_is_never_reused_and_its_cell_says_the_player_is_not_built() {
+fn an_llm_persona_is_never_reused_and_an_endpoint_that_never_answers_is_exit_5() {
     let plan = format!(
-        "{MAZE_PLAN}\n[[personas]]\nslug = \"chatty\"\ncard = \"Talks a lot.\"\nplayer = {{ kind = \"llm\", model = \"gpt-4o-mini\" }}\n"
+        "{MAZE_PLAN}\n[[personas]]\nslug = \"chatty\"\ncard = \"Talks a lot.\"\nplayer = {{ kind = \"llm\", model = \"gpt-4o-mini\", base_url = \"http://127.0.0.1:1/v1\" }}\n"
     );
     let t = Test::new().file("plans/maze.toml", plan);
     t.run(&["plan", "explain", "plans/maze.toml"])
         .code(0)
         .stdout_has("never reused: persona `chatty` plays with an `llm` player");
     let out = t.run(&["plan", "run", "plans/maze.toml", "--json"]);
-    out.code(1);
+    out.code(5);
     let doc = out.json();
     let states = by_step(&doc, "state");
-    assert_eq!(states["play[chatty,jev,1]"], "failed", "{out}");
-    assert_eq!(states["play[curious-kid,jev,1]"], "succeeded", "{out}");
-    let failed = doc["steps"]
+    assert_eq!(states["play[chatty,standard,1]"], "unreachable", "{out}");
+    let stopped = doc["steps"]
         .as_array()
         .into_iter()
         .flatten()
-        .find(|s| s["id"] == "play[chatty,jev,1]")
+        .find(|s| s["id"] == "play[chatty,standard,1]")
         .expect("chatty's cell");
     assert!(
-        failed["message"]
+        stopped["message"]
             .as_str()
-            .is_some_and(|m| m.contains("`llm` player, which is not built")),
-        "{failed}"
+            .is_some_and(|m| m.contains("never answered") && m.contains("base_url")),
+        "{stopped}"
     );
 }
 
@@ -255,14 +254,23 @@ max_steps = 50
     let message = doc["steps"][0]["message"].as_str().unwrap_or_default();
     assert!(message.contains("gameplan replay"), "{message}");
     let id = t.run_ids()[0].clone();
-    let traces: Vec<String> =
-        std::fs::read_dir(t.path(&format!(".gameplan/runs/{id}/steps/sim/traces")))
-            .expect("traces")
-            .flatten()
-            .map(|e| e.path().display().to_string())
-            .collect();
-    assert!(traces.len() as u64 >= crashed, "{traces:?}");
-    t.run(&["replay", &traces[0]])
-        .code(0)
-        .stdout_has("confirmed");
+    let dir = format!(".gameplan/runs/{id}/steps/sim");
+    let summary: serde_json::Value =
+        serde_json::from_str(&t.read(&format!("{dir}/summary.json"))).expect("summary.json");
+    let traces: Vec<String> = summary["traces"]
+        .as_array()
+        .expect("traces")
+        .iter()
+        .filter(|t| t["end"] == "crash")
+        .map(|t| format!("{dir}/{}", t["path"].as_str().unwrap_or_default()))
+        .collect();
+    assert_eq!(traces.len() as u64, crashed, "{summary:#}");
+    // Traces of failed games share a batch file per worker.
+    let files = std::fs::read_dir(t.path(&format!("{dir}/traces")))
+        .expect("traces")
+        .count();
+    assert!(files <= 3, "{files} files for {crashed} traces");
+    for trace in [&traces[0], &traces[traces.len() - 1]] {
+        t.run(&["replay", trace]).code(0).stdout_has("confirmed");
+    }
 }

@@ -538,21 +538,46 @@ fn play_simulate_counts_games_and_writes_replayable_traces_of_the_failed_ones() 
         "buggy.py",
     ]);
     out.code(1).stdout_has("games 24 ");
-    let traces: Vec<_> = std::fs::read_dir(t.path("failed"))
+    // One batch file per worker and the index, not one file per game.
+    let mut files: Vec<_> = std::fs::read_dir(t.path("failed"))
         .expect("failed traces")
         .flatten()
-        .map(|e| e.path())
+        .map(|e| e.file_name().into_string().expect("utf8"))
+        .collect();
+    files.sort();
+    assert!(
+        files
+            .iter()
+            .all(|f| f == "index.jsonl" || f == "batch-0.jsonl" || f == "batch-1.jsonl"),
+        "{files:?}"
+    );
+    assert!(files.len() <= 3, "{files:?}");
+    let traces: Vec<&str> = out
+        .stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("trace of a failed game: "))
+        .filter_map(|l| l.split(' ').next())
         .collect();
     assert!(!traces.is_empty(), "{out}");
     assert!(
         out.stdout.contains(&format!("crashed {} ", traces.len())),
         "{out}"
     );
-    let first = traces[0]
-        .strip_prefix(t.path(""))
-        .map(Path::to_path_buf)
-        .expect("in repo");
-    t.run(&["replay", first.to_str().expect("utf8")])
+    assert_eq!(
+        t.read("failed/index.jsonl").lines().count(),
+        traces.len(),
+        "{out}"
+    );
+    let first = traces[0];
+    assert!(
+        first.contains("failed/batch-") && first.contains(".jsonl#game-"),
+        "{first}"
+    );
+    t.run(&["replay", first])
+        .code(0)
+        .stdout_has("same end `crash`");
+    t.run(&["shrink", first, "--out", "short.jsonl"]).code(0);
+    t.run(&["replay", "short.jsonl"])
         .code(0)
         .stdout_has("same end `crash`");
 }

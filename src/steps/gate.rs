@@ -1,0 +1,358 @@
+//! The `gate` step kind: judges one gate's lenses over their units and
+//! writes `review.json` and `review.md` in the step's directory (DESIGN
+//! §8). Judging is `crate::review`'s; this kind owns where the units come
+//! from (the steps it needs), its outcome and its report parts.
+//!
+//! - **Outcome**: SEND-READY succeeds; FIX FIRST fails the step (exit 1);
+//!   INCOMPLETE ends it [`StepOutcome::Incomplete`] (exit 2), naming the
+//!   missing units. Either way the gates after it are not run (the engine
+//!   skips what needs a step that did not pass).
+//! - **Units**: `files` from the lens's globs; `findings` from every
+//!   `aggregate.json` among the steps the gate needs (directly or not);
+//!   `runs` from every play cell `report.json` among them. A lens over
+//!   findings with no aggregate to read is INCOMPLETE, never a pass.
+//! - **Reuse**: per unit, not per step: the step runs every time and
+//!   judges only the units whose clean verdict is not stored (see
+//!   `review::judge`). `plan explain` shows, per lens, how many units it
+//!   would judge and reuse.
+
+use std::path::{Path, PathBuf};
+
+use super::{
+    BoxFuture, JunitCase, KeyContext, Kind, Outputs, Reuse, StepContext, StepError, StepIo,
+    StepOutcome, SummarySection,
+};
+use crate::plan::model::{Gate as PlanGate, Lens, LensOver, Params, Plan, StepKind};
+use crate::review::judge::{Judging, Reviewer, count_reused, judge_gate};
+use crate::review::unit::{self, Unit};
+use crate::review::verdict::{REVIEW_JSON, REVIEW_MD, Review, Status};
+use crate::review::waivers::Waivers;
+
+pub struct Gate;
+
+/// The gate a step judges.
+fn gate_of<'p>(plan: &'p Plan, params: &Params, id: &str) -> Result<&'p PlanGate, StepError> {
+    let name = match params {
+        Params::Gate { gate } => gate.as_str(),
+        _ => id,
+    };
+    plan.gates
+        .iter()
+        .find(|g| g.name == name)
+        .ok_or_else(|| StepError(format!("gate `{name}` is not in the plan")))
+}
+
+/// Where a lens's units come from, besides its own `files` globs.
+struct Sources {
+    aggregates: Vec<PathBuf>,
+    reports: Vec<(String, PathBuf)>,
+}
+
+impl Sources {
+    /// What the steps `io` shows (those the gate needs, directly or not) left.
+    fn of(io: &StepIo) -> Sources {
+        let mut sources = Sources {
+            aggregates: Vec::new(),
+            reports: Vec::new(),
+        };
+        for id in io.upstream_ids() {
+            let Some(up) = io.upstream(&id) else {
+                continue;
+            };
+            let aggregate = up.step_dir.join(crate::report::aggregate::AGGREGATE_JSON);
+            if aggregate.is_file() {
+                sources.aggregates.push(aggregate);
+            }
+            let report = up.step_dir.join("report.json");
+            if report.is_file() {
+                sources.reports.push((id, report));
+            }
+        }
+        sources
+    }
+
+    fn units(
+        &self,
+        root: &Path,
+        hashes: &std::sync::Mutex<crate::reuse::FileHashCache>,
+        lens: &Lens,
+    ) -> Result<Vec<Unit>, String> {
+        match lens.over {
+            LensOver::Files => unit::files(root, &lens.sources, hashes),
+            LensOver::Findings if self.aggregates.is_empty() => Err(
+                "no aggregate to read findings from: a lens over findings needs the gate step to \
+                 need an `aggregate` step (the default pipeline does)"
+                    .into(),
+            ),
+            LensOver::Findings => unit::findings(&self.aggregates),
+            LensOver::Runs if self.reports.is_empty() => Err(
+                "no play report to read: a lens over runs needs the gate step to need the `play` \
+                 cells (directly or through `aggregate`)"
+                    .into(),
+            ),
+            LensOver::Runs => unit::runs(&self.reports),
+            LensOver::Patches => unit::patches(root, &lens.sources),
+        }
+    }
+}
+
+/// The one-line cause of a gate that did not pass, naming what stands or
+/// is missing.
+fn headline(review: &Review) -> String {
+    let mut parts = Vec::new();
+    for lens in &review.lenses {
+        let standing: Vec<String> = lens
+            .standing()
+            .map(|(u, f)| format!("{}: {}", u.unit, f.title))
+            .collect();
+        let missing: Vec<&str> = lens.missing().map(|u| u.unit.as_str()).collect();
+        if !standing.is_empty() {
+            parts.push(format!(
+                "lens `{}` has {} ({}{})",
+                lens.name,
+                crate::report::plural(standing.len(), "finding"),
+                standing
+                    .iter()
+                    .take(3)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join("; "),
+                if standing.len() > 3 { "; …" } else { "" }
+            ));
+        }
+        if !missing.is_empty() {
+            let why = lens
+                .missing()
+                .next()
+                .and_then(|u| u.missing.clone())
+                .unwrap_or_default();
+            parts.push(format!(
+                "lens `{}` left {} missing: {}{} ({why})",
+                lens.name,
+                crate::report::plural(missing.len(), "unit"),
+                missing
+                    .iter()
+                    .take(5)
+                    .copied()
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                if missing.len() > 5 { ", …" } else { "" }
+            ));
+        }
+        for e in &lens.errors {
+            parts.push(format!("lens `{}` judged nothing: {e}", lens.name));
+        }
+    }
+    format!(
+        "gate `{}` is {}: {} (review: review.md in the step's directory)",
+        review.gate,
+        review.status.word(),
+        parts.join("; ")
+    )
+}
+
+/// Every string of `value` with the run's secrets replaced.
+fn redact(io: &StepIo, value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::String(s) => *s = io.redact(s),
+        serde_json::Value::Array(items) => items.iter_mut().for_each(|v| redact(io, v)),
+        serde_json::Value::Object(map) => map.values_mut().for_each(|v| redact(io, v)),
+        _ => {}
+    }
+}
+
+fn write_review(cx: &StepContext, io: &StepIo, review: &Review) -> Result<(), StepError> {
+    let mut doc = serde_json::to_value(review).map_err(|e| StepError(e.to_string()))?;
+    redact(io, &mut doc);
+    let review: Review =
+        serde_json::from_value(doc.clone()).map_err(|e| StepError(e.to_string()))?;
+    let mut json = serde_json::to_vec_pretty(&doc).map_err(|e| StepError(e.to_string()))?;
+    json.push(b'\n');
+    std::fs::create_dir_all(&cx.step_dir)
+        .and_then(|()| std::fs::write(cx.step_dir.join(REVIEW_JSON), json))
+        .and_then(|()| {
+            std::fs::write(
+                cx.step_dir.join(REVIEW_MD),
+                crate::report::review::markdown(&review),
+            )
+        })
+        .map_err(|e| {
+            StepError(format!(
+                "cannot write the review in {}: {e}",
+                cx.step_dir.display()
+            ))
+        })
+}
+
+fn read_review(step_dir: &Path) -> Option<Review> {
+    let bytes = std::fs::read(step_dir.join(REVIEW_JSON)).ok()?;
+    serde_json::from_slice(&bytes).ok()
+}
+
+/// A lens's units when they can be listed before anything runs (its own
+/// files or patch series); `None` when they come from the steps it needs.
+fn units_ahead(cx: &KeyContext<'_>, lens: &Lens) -> Option<Result<Vec<Unit>, String>> {
+    match lens.over {
+        LensOver::Files => Some(unit::files(cx.root, &lens.sources, cx.hashes)),
+        LensOver::Patches => Some(unit::patches(cx.root, &lens.sources)),
+        LensOver::Findings | LensOver::Runs => None,
+    }
+}
+
+impl Kind for Gate {
+    fn kind(&self) -> StepKind {
+        StepKind::Gate
+    }
+
+    fn reuse(&self, cx: &KeyContext<'_>) -> Result<Reuse, StepError> {
+        let gate = gate_of(cx.plan, &cx.step.params, &cx.step.id)?;
+        let mut why = "a gate judges per unit, every run, reusing each unit's stored clean verdict"
+            .to_owned();
+        let Some(store) = cx.units else {
+            return Ok(Reuse::Never(why));
+        };
+        let waivers = Waivers::beside(cx.plan_path).unwrap_or_default();
+        let mut lenses = Vec::new();
+        for name in &gate.lenses {
+            let Some(lens) = cx.plan.lenses.iter().find(|l| &l.name == name) else {
+                continue;
+            };
+            let Some(listed) = units_ahead(cx, lens) else {
+                lenses.push(format!(
+                    "`{name}`: its units are known once the steps it needs have run"
+                ));
+                continue;
+            };
+            match listed {
+                Ok(units) => {
+                    let reused = count_reused(store, cx.root, lens, None, &waivers, &units);
+                    lenses.push(format!(
+                        "`{name}`: {} to judge, {reused} reused",
+                        units.len() - reused
+                    ));
+                }
+                Err(e) => lenses.push(format!("`{name}`: its units cannot be listed: {e}")),
+            }
+        }
+        for slug in &gate.reviewers {
+            if let Ok(reviewer) = Reviewer::of(cx.plan, cx.root, slug) {
+                for name in &gate.lenses {
+                    let Some(lens) = cx.plan.lenses.iter().find(|l| &l.name == name) else {
+                        continue;
+                    };
+                    if let Some(Ok(units)) = units_ahead(cx, lens) {
+                        let reused =
+                            count_reused(store, cx.root, lens, Some(&reviewer), &waivers, &units);
+                        lenses.push(format!(
+                            "`{name}@{slug}` (if the lenses pass): {} to judge, {reused} reused",
+                            units.len() - reused
+                        ));
+                    }
+                }
+            }
+        }
+        why.push_str(": ");
+        why.push_str(&lenses.join("; "));
+        Ok(Reuse::Never(why))
+    }
+
+    fn run<'a>(&'a self, cx: &'a StepContext, io: &'a StepIo) -> BoxFuture<'a, StepOutcome> {
+        Box::pin(async move {
+            if *cx.cancel.borrow() {
+                return StepOutcome::Interrupted {
+                    message: "stopped before the gate judged anything".into(),
+                };
+            }
+            io.mark_started();
+            let gate = match gate_of(&cx.plan, &cx.step.params, &cx.step.id) {
+                Ok(gate) => gate.clone(),
+                Err(e) => {
+                    return StepOutcome::Failed {
+                        exit_code: None,
+                        message: e.0,
+                    };
+                }
+            };
+            let plan_path = cx.plan_file.as_ref().map(|f| cx.root.join(f));
+            let waivers = match Waivers::beside(plan_path.as_deref()) {
+                Ok(w) => w,
+                Err(e) => {
+                    return StepOutcome::Refused {
+                        message: format!("{e}; nothing was judged and nothing charged"),
+                    };
+                }
+            };
+            let templates = crate::template::Templates::new(
+                (*cx.env).clone(),
+                crate::template::Redactor::default(),
+            );
+            let judging = Judging {
+                root: &cx.root,
+                env: &cx.env,
+                templates: &templates,
+                store: Some(&cx.units),
+                waivers: &waivers,
+                cancel: cx.cancel.clone(),
+            };
+            let sources = Sources::of(io);
+            let units_of = |lens: &Lens| sources.units(&cx.root, &cx.hashes, lens);
+            let review = judge_gate(&judging, &cx.plan, &gate, &units_of).await;
+            // A cache that cannot be saved costs only speed next time.
+            let _ = cx
+                .hashes
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .save();
+            if let Err(e) = write_review(cx, io, &review) {
+                return StepOutcome::Failed {
+                    exit_code: None,
+                    message: e.0,
+                };
+            }
+            if *cx.cancel.borrow() {
+                return StepOutcome::Interrupted {
+                    message: "stopped while the gate judged".into(),
+                };
+            }
+            match review.status {
+                Status::SendReady => StepOutcome::Succeeded,
+                Status::FixFirst => StepOutcome::Failed {
+                    exit_code: None,
+                    message: io.redact(&headline(&review)),
+                },
+                Status::Incomplete => StepOutcome::Incomplete {
+                    message: io.redact(&headline(&review)),
+                },
+            }
+        })
+    }
+
+    fn outputs(&self, cx: &StepContext) -> Result<Outputs, StepError> {
+        Ok(Outputs {
+            base: cx.step_dir.clone(),
+            files: vec![REVIEW_JSON.to_owned(), REVIEW_MD.to_owned()],
+        })
+    }
+
+    fn restore_base(&self, cx: &StepContext) -> PathBuf {
+        cx.step_dir.clone()
+    }
+
+    fn log(&self, step_dir: &Path) -> Option<PathBuf> {
+        Some(step_dir.join(REVIEW_MD))
+    }
+
+    fn summary(&self, step_dir: &Path) -> Option<SummarySection> {
+        let review = read_review(step_dir)?;
+        Some(SummarySection {
+            step: String::new(),
+            text: crate::report::review::summary(&review),
+        })
+    }
+
+    fn junit_cases(&self, step_dir: &Path) -> Vec<JunitCase> {
+        read_review(step_dir)
+            .map(|r| crate::report::review::junit_cases(&r))
+            .unwrap_or_default()
+    }
+}

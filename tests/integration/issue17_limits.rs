@@ -1,0 +1,67 @@
+//! Issue 17, a command lens's limits: its `timeout` per call, the cap on
+//! what it may write on stdout, and the number of units per call. Each
+//! leaves what it stopped missing (never clear), and says which limit.
+
+use std::time::{Duration, Instant};
+
+use crate::issue17_gates::{LENS, THREE_GATES, repo, review, verdict};
+use crate::support::Test;
+
+#[test]
+fn issue17_a_command_lens_past_its_timeout_is_stopped_and_its_units_missing() {
+    let plan = THREE_GATES.replace(
+        "argv = [\"python3\", \"lens.py\"]",
+        "argv = [\"python3\", \"lens.py\"]\ntimeout = 2",
+    );
+    let t = repo("fn a() {}\n", "SLEEP\n", "fn c() {}\n").file("plans/gates.toml", plan);
+    let started = Instant::now();
+    t.run(&["plan", "run", "plans/gates.toml"])
+        .code(2)
+        .stdout_has("missing: src/a.rs: the lens did not answer within 2s (its `timeout`)");
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "the lens sleeps 60s; it was not stopped at its timeout ({:?})",
+        started.elapsed()
+    );
+    let first = review(&t, "first");
+    assert_eq!(verdict(&first, "lint", "src/c.rs")["verdict"], "missing");
+}
+
+#[test]
+fn issue17_a_timeout_of_zero_is_a_plan_error() {
+    let plan = THREE_GATES.replace(
+        "argv = [\"python3\", \"lens.py\"]",
+        "argv = [\"python3\", \"lens.py\"]\ntimeout = 0",
+    );
+    let t = repo("", "", "").file("plans/gates.toml", plan);
+    t.run(&["plan", "check", "plans/gates.toml"])
+        .code(3)
+        .stderr_has("lens `lint`: `timeout` is 0 seconds");
+}
+
+#[test]
+fn issue17_a_command_lens_writing_past_the_stdout_cap_leaves_its_units_missing() {
+    let t = repo("fn a() {}\n", "FLOOD\n", "fn c() {}\n");
+    t.run(&["plan", "run", "plans/gates.toml"])
+        .code(2)
+        .stdout_has(
+            "missing: src/a.rs: the lens wrote more than 16777216 bytes on stdout (the cap)",
+        );
+}
+
+#[test]
+fn issue17_a_big_lens_is_sent_in_calls_of_at_most_256_units() {
+    let mut t = Test::new()
+        .file("lens.py", LENS)
+        .file("plans/gates.toml", THREE_GATES);
+    for i in 0..300 {
+        t = t.file(&format!("src/f{i:03}.rs"), format!("fn f{i}() {{}}\n"));
+    }
+    t.run(&["plan", "run", "plans/gates.toml"])
+        .code(0)
+        .stdout_has("lint: SEND-READY (300 units, 300 clear; 300 judged, 0 reused)");
+    let log = t.read("lens.log");
+    let calls: Vec<usize> = log.lines().map(|l| l.split(' ').count()).collect();
+    assert_eq!(calls, [256, 44], "{log}");
+    assert_eq!(review(&t, "first")["lenses"][0]["calls"], 2);
+}

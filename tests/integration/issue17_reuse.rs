@@ -1,0 +1,111 @@
+//! Issue 17, unit reuse: a clean verdict is stored per lens × unit, so a
+//! second run with no change judges zero units (the command lens is not
+//! even called), changing one file re-judges exactly that unit (the lens
+//! receives only it), a finding on a unit drops its stored clean verdicts,
+//! and `plan explain` says per lens how many units it will judge and reuse.
+
+use crate::issue17_gates::{repo, review, verdict};
+
+#[test]
+fn issue17_unchanged_units_are_reused_and_a_changed_one_is_judged_alone() {
+    let t = repo("fn a() {}\n", "fn b() {}\n", "fn c() {}\n");
+    t.run(&["plan", "explain", "plans/gates.toml"])
+        .code(0)
+        .stdout_has("`lint`: 3 to judge, 0 reused");
+    t.run(&["plan", "run", "plans/gates.toml"]).code(0);
+    assert_eq!(t.read("lens.log"), "src/a.rs src/b.rs src/c.rs\n");
+
+    t.run(&["plan", "explain", "plans/gates.toml"])
+        .code(0)
+        .stdout_has("`lint`: 0 to judge, 3 reused")
+        .stdout_has("`todo`: 0 to judge, 3 reused");
+    t.run(&["plan", "run", "plans/gates.toml"])
+        .code(0)
+        .stdout_has("lint: SEND-READY (3 units, 3 clear; 0 judged, 3 reused)");
+    assert_eq!(
+        t.read("lens.log"),
+        "src/a.rs src/b.rs src/c.rs\n",
+        "nothing changed: the lens was not called"
+    );
+    let first = review(&t, "first");
+    assert_eq!(first["judged"], 0);
+    assert_eq!(first["reused"], 3);
+    assert_eq!(verdict(&first, "lint", "src/b.rs")["reused"], true);
+
+    t.write("src/b.rs", "fn b() { 1 }\n");
+    t.run(&["plan", "explain", "plans/gates.toml"])
+        .code(0)
+        .stdout_has("`lint`: 1 to judge, 2 reused");
+    t.run(&["plan", "run", "plans/gates.toml"])
+        .code(0)
+        .stdout_has("lint: SEND-READY (3 units, 3 clear; 1 judged, 2 reused)");
+    assert_eq!(
+        t.read("lens.log").lines().last(),
+        Some("src/b.rs"),
+        "only the changed file was sent"
+    );
+    let sent: serde_json::Value =
+        serde_json::from_str(&t.read("lens.stdin.json")).expect("the lens's stdin");
+    assert_eq!(sent["lens"], "lint");
+    assert_eq!(sent["units"].as_array().map(Vec::len), Some(1));
+    assert_eq!(sent["units"][0]["path"], "src/b.rs");
+    assert_eq!(sent["units"][0]["text"], "fn b() { 1 }\n");
+    assert_eq!(sent["units"][0]["size"], 13);
+    assert!(
+        sent["units"][0]["sha256"]
+            .as_str()
+            .is_some_and(|s| s.len() == 64)
+    );
+}
+
+#[test]
+fn issue17_a_finding_drops_the_units_stored_clean_verdict() {
+    let t = repo("fn a() {}\n", "fn b() {}\n", "fn c() {}\n");
+    t.run(&["plan", "run", "plans/gates.toml"]).code(0);
+    t.write("src/b.rs", "BAD\n");
+    t.run(&["plan", "run", "plans/gates.toml"])
+        .code(1)
+        .stdout_has("finding: src/b.rs:1: bad word (high)");
+    // Back to the content whose clean verdict the first run stored: that
+    // verdict was dropped with the finding, so b is judged again.
+    t.write("src/b.rs", "fn b() {}\n");
+    t.run(&["plan", "run", "plans/gates.toml"]).code(0);
+    let log = t.read("lens.log");
+    let calls: Vec<&str> = log.lines().collect();
+    assert_eq!(
+        calls,
+        ["src/a.rs src/b.rs src/c.rs", "src/b.rs", "src/b.rs"],
+        "{log}"
+    );
+    // a and c kept theirs all along.
+    let first = review(&t, "first");
+    assert_eq!(verdict(&first, "lint", "src/a.rs")["reused"], true);
+    assert_eq!(verdict(&first, "lint", "src/b.rs")["reused"], false);
+}
+
+#[test]
+fn issue17_a_changed_lens_judges_every_unit_again() {
+    let t = repo("fn a() {}\n", "fn b() {}\n", "fn c() {}\n");
+    t.run(&["plan", "run", "plans/gates.toml"]).code(0);
+    // The lens's program is a repo file: its content is part of the lens.
+    t.write("lens.py", format!("{}\n# v2\n", crate::issue17_gates::LENS));
+    t.run(&["plan", "run", "plans/gates.toml"]).code(0);
+    assert_eq!(
+        t.read("lens.log").lines().last(),
+        Some("src/a.rs src/b.rs src/c.rs")
+    );
+}
+
+#[test]
+fn issue17_no_reuse_judges_every_unit_again() {
+    let t = repo("fn a() {}\n", "fn b() {}\n", "fn c() {}\n");
+    t.run(&["plan", "run", "plans/gates.toml"]).code(0);
+    t.run(&["plan", "run", "plans/gates.toml", "--no-reuse"])
+        .code(0)
+        .stdout_has("lint: SEND-READY (3 units, 3 clear; 3 judged, 0 reused)");
+    assert_eq!(t.read("lens.log").lines().count(), 2, "sent again");
+    // What it judged was stored: the next plain run reuses it.
+    t.run(&["plan", "run", "plans/gates.toml"])
+        .code(0)
+        .stdout_has("lint: SEND-READY (3 units, 3 clear; 0 judged, 3 reused)");
+}
