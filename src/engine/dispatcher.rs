@@ -6,7 +6,7 @@
 //! the store. Only steps that must run get a task (and a pool slot).
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -232,11 +232,7 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
     let plan_file = plan_file(&loaded);
     let shared = Shared {
         cells_ahead: cells_ahead(&loaded, &pipeline, &state_dir, &options, &env, &kinds),
-        units: if options.no_reuse {
-            crate::reuse::UnitStore::open(&state_dir).without_reads()
-        } else {
-            crate::reuse::UnitStore::open(&state_dir)
-        },
+        units: unit_store(&state_dir, options.no_reuse),
         root: loaded.root.clone(),
         plan_file,
         run_id: run_id.clone(),
@@ -1366,5 +1362,16 @@ impl Run {
             }
         }
         self.record_skips();
+    }
+}
+
+/// The store a kind keeps unit verdicts in; under `--no-reuse` it reads as
+/// empty (every unit is judged again) and still stores what was judged.
+fn unit_store(state_dir: &Path, no_reuse: bool) -> crate::reuse::UnitStore {
+    let store = crate::reuse::UnitStore::open(state_dir);
+    if no_reuse {
+        store.without_reads()
+    } else {
+        store
     }
 }

@@ -342,6 +342,7 @@ mod tests {
                 obs: Some(format!("h{i}")),
                 events: vec![],
                 refused: None,
+                screenshot: None,
             });
         }
         trace.end = Some(end);
