@@ -269,4 +269,23 @@ mod tests {
         );
         let _ = std::fs::remove_dir(&dir);
     }
+
+    #[test]
+    fn issue18_a_missing_chromium_names_its_debian_package() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("gameplan-nochromium-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let driver = dir.join("chromedriver");
+        std::fs::write(&driver, "#!/bin/sh\n").expect("write");
+        std::fs::set_permissions(&driver, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let env = BTreeMap::from([("PATH".to_owned(), dir.display().to_string())]);
+        let err = find_programs(&env).expect_err("no chromium on that PATH");
+        let text = err.to_string();
+        assert!(err.is_environment(), "{text}");
+        assert!(
+            text.contains("`chromium`") && text.contains("apt-get install chromium"),
+            "{text}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
