@@ -105,6 +105,15 @@ fn issue18_the_example_web_game_is_played_in_chromium_its_bugs_found_with_screen
     let out = gameplan.wait();
     out.code(0);
     assert_no_browser_left(pid);
+    let profile = format!("gameplan-chromium-{pid}-");
+    assert!(
+        !std::fs::read_dir("/tmp")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|e| e.file_name().to_string_lossy().starts_with(&profile)),
+        "the cell's Chromium profile is removed"
+    );
 
     let cell = cell_dir(&t);
     let report: serde_json::Value =
@@ -348,4 +357,14 @@ fn issue18_a_second_ctrl_c_kills_a_frozen_browser_at_once() {
         second.elapsed()
     );
     assert_no_browser_left(pid);
+    // Nor its profile (TMPDIR is unset for the run: /tmp).
+    let prefix = format!("gameplan-chromium-{pid}-");
+    let profiles: Vec<_> = std::fs::read_dir("/tmp")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        .map(|e| e.path())
+        .collect();
+    assert!(profiles.is_empty(), "profiles left behind: {profiles:?}");
 }
