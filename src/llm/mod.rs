@@ -26,6 +26,9 @@
 //!   the answer's `usage`; cost from the player's `price` (USD per million
 //!   tokens) or [`Price::builtin`]. An unpriced model counts tokens only
 //!   (the plan check refuses one under a `max_model_usd`).
+//! - **Concurrency**: clients that share a semaphore ([`Client::sharing`],
+//!   the plan's `[pools] llm`) have at most that many requests in flight
+//!   together; a permit is held for one attempt, not across a backoff.
 //! - **Secrets**: the API key travels only in the `Authorization` header.
 //!   Every text this module hands back (answers, error messages, which may
 //!   quote a URL or a server's body) goes through the plan's
@@ -279,6 +282,8 @@ pub struct Client {
     config: ClientConfig,
     redactor: Redactor,
     usage: Mutex<Usage>,
+    /// Requests in flight at once, across the clients sharing it.
+    slots: Option<std::sync::Arc<tokio::sync::Semaphore>>,
 }
 
 /// The body of a chat completion request.
@@ -363,7 +368,15 @@ impl Client {
             config,
             redactor,
             usage: Mutex::new(usage),
+            slots: None,
         })
+    }
+
+    /// This client, sending requests only while it holds one of `slots`.
+    #[must_use]
+    pub fn sharing(mut self, slots: Option<std::sync::Arc<tokio::sync::Semaphore>>) -> Client {
+        self.slots = slots;
+        self
     }
 
     pub fn config(&self) -> &ClientConfig {
@@ -417,7 +430,15 @@ impl Client {
         let mut wait = self.config.backoff;
         let mut last = String::new();
         for attempt in 1..=attempts {
-            match self.attempt(&endpoint, &body).await {
+            // A closed semaphore never happens (nobody closes it); no permit
+            // then means no bound.
+            let permit = match &self.slots {
+                Some(slots) => slots.acquire().await.ok(),
+                None => None,
+            };
+            let attempted = self.attempt(&endpoint, &body).await;
+            drop(permit);
+            match attempted {
                 Attempt::Answered(bytes) => return self.answered(&bytes),
                 Attempt::Failed(e) => return Err(e),
                 Attempt::Again { why, after } => {
@@ -536,6 +557,42 @@ impl Client {
             output_tokens: output,
         })
     }
+}
+
+/// How many `{` (and, for each, `}`) [`json_in`] tries in prose.
+const JSON_TRIES: usize = 8;
+
+/// The JSON object an answer holds, for a caller that asked for one (an
+/// `llm` lens's verdict): the whole text, a fenced `json` code block, or the
+/// first `{…}` in it that parses. Models wrap JSON in prose and fences;
+/// `None` when no object parses (a bad answer for the caller).
+pub fn json_in(text: &str) -> Option<serde_json::Value> {
+    let parse = |t: &str| {
+        serde_json::from_str::<serde_json::Value>(t.trim())
+            .ok()
+            .filter(serde_json::Value::is_object)
+    };
+    if let Some(value) = parse(text) {
+        return Some(value);
+    }
+    if let Some((_, rest)) = text.split_once("```")
+        && let Some((block, _)) = rest.split_once("```")
+    {
+        let block = block.strip_prefix("json").unwrap_or(block);
+        if let Some(value) = parse(block) {
+            return Some(value);
+        }
+    }
+    // The first `{` whose object parses, up to a `}` after it, the
+    // longest first; a few of each, so an answer of braces costs little.
+    text.match_indices('{')
+        .take(JSON_TRIES)
+        .find_map(|(start, _)| {
+            text[start..]
+                .rmatch_indices('}')
+                .take(JSON_TRIES)
+                .find_map(|(end, _)| parse(&text[start..=start + end]))
+        })
 }
 
 enum Read {

@@ -290,3 +290,26 @@ fn the_config_never_prints_its_key() {
     cfg.base_url = "http://127.0.0.1:11434/v1/chat/completions/".into();
     assert_eq!(cfg.endpoint(), "http://127.0.0.1:11434/v1/chat/completions");
 }
+
+#[test]
+fn json_is_found_in_prose_and_fences_and_nothing_else_is_taken_for_it() {
+    let verdict = serde_json::json!({"verdict": "clear", "findings": []});
+    for text in [
+        r#"{"verdict": "clear", "findings": []}"#,
+        "Here you go:\n```json\n{\"verdict\": \"clear\", \"findings\": []}\n```\nThanks.",
+        "Verdict follows {\"verdict\": \"clear\", \"findings\": []} as asked.",
+    ] {
+        assert_eq!(json_in(text), Some(verdict.clone()), "{text}");
+    }
+    assert_eq!(json_in("no json {here"), None);
+    assert_eq!(json_in("[1, 2]"), None, "an object, not any JSON");
+    // A hostile answer of braces, at the answer cap, is refused quickly.
+    let braces = "{}".repeat(MAX_ANSWER_BYTES / 2).replace("{}", "{x}");
+    let started = Instant::now();
+    assert_eq!(json_in(&braces), None);
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+}

@@ -112,6 +112,9 @@ pub struct LlmSpec {
     pub prompt: Option<String>,
     /// The plan's secrets: nothing the player hands back holds one.
     pub redactor: Redactor,
+    /// The run's `[pools] llm`: model requests in flight at once, across
+    /// every cell of the run.
+    pub slots: Option<std::sync::Arc<tokio::sync::Semaphore>>,
 }
 
 impl std::fmt::Debug for LlmSpec {
@@ -156,7 +159,8 @@ pub struct LlmPlayer {
 impl LlmPlayer {
     pub fn new(spec: &LlmSpec) -> LlmPlayer {
         LlmPlayer {
-            client: Client::new(spec.client.clone(), spec.redactor.clone()),
+            client: Client::new(spec.client.clone(), spec.redactor.clone())
+                .map(|client| client.sharing(spec.slots.clone())),
             card: spec.card.clone(),
             prompt: spec
                 .prompt

@@ -59,11 +59,17 @@ const DEFAULT_SEED: i64 = 1;
 /// answers, errors and report must not carry.
 pub struct Play {
     redactor: Redactor,
+    /// `[pools] llm` of the run's plan, made at its first `llm` cell: model
+    /// requests in flight at once across all the run's cells.
+    llm_slots: std::sync::OnceLock<Option<std::sync::Arc<tokio::sync::Semaphore>>>,
 }
 
 impl Play {
     pub fn new(redactor: Redactor) -> Play {
-        Play { redactor }
+        Play {
+            redactor,
+            llm_slots: std::sync::OnceLock::new(),
+        }
     }
 }
 
@@ -101,7 +107,13 @@ impl Kind for Play {
 
     fn run<'a>(&'a self, cx: &'a StepContext, io: &'a StepIo) -> BoxFuture<'a, StepOutcome> {
         Box::pin(async move {
-            let spec = match cell_spec_redacted(cx, &self.redactor) {
+            let slots = self.llm_slots.get_or_init(|| {
+                let size = cx.plan.pools.get("llm").copied()?;
+                Some(std::sync::Arc::new(tokio::sync::Semaphore::new(
+                    usize::try_from(size).unwrap_or(usize::MAX).max(1),
+                )))
+            });
+            let spec = match cell_spec_redacted(cx, &self.redactor, slots.clone()) {
                 Ok(spec) => spec,
                 Err(e) => {
                     return StepOutcome::Failed {
@@ -393,19 +405,23 @@ impl<'p> Cell<'p> {
 /// The cell's spec, with no secrets to redact (tests of plans without any).
 #[cfg(test)]
 pub(crate) fn cell_spec(cx: &StepContext) -> Result<CellSpec, StepError> {
-    cell_spec_redacted(cx, &Redactor::default())
+    cell_spec_redacted(cx, &Redactor::default(), None)
 }
 
 /// The cell's spec; an `llm` player redacts `redactor`'s secrets from all
-/// it hands back.
+/// it hands back, and sends while it holds one of `slots` (`[pools] llm`).
 pub(crate) fn cell_spec_redacted(
     cx: &StepContext,
     redactor: &Redactor,
+    slots: Option<std::sync::Arc<tokio::sync::Semaphore>>,
 ) -> Result<CellSpec, StepError> {
     let cell = Cell::of(&cx.plan, &cx.step, &cx.instance)?;
-    let player = match PlayerSpec::of(&cell.persona.player) {
-        Some(player) => player,
-        None => PlayerSpec::Llm(Box::new(llm_spec(cx, cell.persona, redactor)?)),
+    let player = if let Some(player) = PlayerSpec::of(&cell.persona.player) {
+        player
+    } else {
+        let mut spec = llm_spec(cx, cell.persona, redactor)?;
+        spec.slots = slots;
+        PlayerSpec::Llm(Box::new(spec))
     };
     Ok(CellSpec {
         game: game::spec(cx)?,
@@ -466,6 +482,7 @@ fn llm_spec(
         card,
         prompt,
         redactor: redactor.clone(),
+        slots: None,
     })
 }
 

@@ -48,54 +48,66 @@ enum PromptKind {
     Felt,
 }
 
-type Script = Box<dyn Fn(usize, &Seen) -> Reply + Send>;
+type Script = Box<dyn Fn(usize, &Seen) -> Reply + Send + Sync>;
 
 struct ModelServer {
     url: String,
     seen: Arc<Mutex<Vec<Seen>>>,
+    /// The most requests it was answering at once.
+    most_at_once: Arc<Mutex<(usize, usize)>>,
 }
 
 impl ModelServer {
     fn start(script: Script) -> ModelServer {
+        Self::answering_after(script, Duration::ZERO)
+    }
+
+    /// Answers each request after `delay`, each on a thread of its own (so
+    /// requests may overlap), in the order they arrived (a request's
+    /// number is its place in that order).
+    fn answering_after(script: Script, delay: Duration) -> ModelServer {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
         let url = format!("http://{}/v1", listener.local_addr().expect("addr"));
         let seen = Arc::new(Mutex::new(Vec::new()));
-        let log = seen.clone();
+        let most_at_once = Arc::new(Mutex::new((0, 0)));
+        let (log, load) = (seen.clone(), most_at_once.clone());
+        let script = Arc::new(script);
         std::thread::spawn(move || {
-            for (n, stream) in listener.incoming().enumerate() {
+            for stream in listener.incoming() {
                 let Ok(mut stream) = stream else { return };
                 let Some(request) = read_request(&mut stream) else {
                     continue;
                 };
-                log.lock().unwrap().push(request.clone());
-                match script(n, &request) {
-                    Reply::Silent => {
-                        std::thread::spawn(move || {
-                            std::thread::sleep(Duration::from_secs(60));
-                            drop(stream);
-                        });
+                let n = {
+                    let mut log = log.lock().unwrap();
+                    log.push(request.clone());
+                    log.len() - 1
+                };
+                let (script, load) = (script.clone(), load.clone());
+                let answer = move || {
+                    {
+                        let mut load = load.lock().unwrap();
+                        load.0 += 1;
+                        load.1 = load.1.max(load.0);
                     }
-                    Reply::Text(text, input, output) => {
-                        let body = serde_json::json!({
-                            "id": format!("chatcmpl-{n}"),
-                            "object": "chat.completion",
-                            "choices": [{"index": 0, "finish_reason": "stop",
-                                         "message": {"role": "assistant", "content": text}}],
-                            "usage": {"prompt_tokens": input, "completion_tokens": output,
-                                      "total_tokens": input + output},
-                        })
-                        .to_string();
-                        let _ = write!(
-                            stream,
-                            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
-                             content-length: {}\r\nconnection: close\r\n\r\n{body}",
-                            body.len()
-                        );
-                    }
+                    std::thread::sleep(delay);
+                    let reply = script(n, &request);
+                    load.lock().unwrap().0 -= 1;
+                    reply
+                };
+                if delay.is_zero() {
+                    respond(stream, n, answer());
+                } else {
+                    // Overlapping requests need a thread each.
+                    std::thread::spawn(move || respond(stream, n, answer()));
                 }
             }
         });
-        ModelServer { url, seen }
+        ModelServer {
+            url,
+            seen,
+            most_at_once,
+        }
     }
 
     fn seen(&self) -> Vec<Seen> {
@@ -104,6 +116,38 @@ impl ModelServer {
 
     fn count(&self, kind: PromptKind) -> usize {
         self.seen().iter().filter(|s| s.kind == kind).count()
+    }
+
+    fn most_at_once(&self) -> usize {
+        self.most_at_once.lock().unwrap().1
+    }
+}
+
+fn respond(mut stream: TcpStream, n: usize, reply: Reply) {
+    match reply {
+        Reply::Silent => {
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_secs(60));
+                drop(stream);
+            });
+        }
+        Reply::Text(text, input, output) => {
+            let body = serde_json::json!({
+                "id": format!("chatcmpl-{n}"),
+                "object": "chat.completion",
+                "choices": [{"index": 0, "finish_reason": "stop",
+                             "message": {"role": "assistant", "content": text}}],
+                "usage": {"prompt_tokens": input, "completion_tokens": output,
+                          "total_tokens": input + output},
+            })
+            .to_string();
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
+                             content-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
     }
 }
 
@@ -680,6 +724,50 @@ matrix = { persona = "*" }
 }
 
 #[test]
+fn issue18_llm_pools_llm_bounds_the_model_requests_in_flight_across_cells() {
+    let plan_with = |pool: u32| {
+        plan(
+            "\"standard\", \"jev\", \"rune\"",
+            3,
+            &format!("max_actions = 3\n\n[pools]\nplay = 3\nllm = {pool}"),
+            &Player {
+                url: "URL",
+                extra: "",
+            },
+        )
+    };
+    let answer = || -> Script {
+        Box::new(|_, seen| match seen.kind {
+            PromptKind::Select => Reply::Text(proposed(&seen.prompt)[0].clone(), 10, 1),
+            PromptKind::Felt => Reply::Text("Fine.".into(), 10, 1),
+            PromptKind::Alternatives => {
+                let actions = listed(&seen.prompt);
+                Reply::Text(actions[..actions.len().min(2)].join("\n"), 10, 1)
+            }
+            PromptKind::Move => Reply::Text(listed(&seen.prompt)[0].clone(), 10, 1),
+        })
+    };
+    let server = ModelServer::answering_after(answer(), Duration::from_millis(150));
+    let t = repo(&plan_with(1).replace("URL", &server.url));
+    t.run(&["plan", "run", "plan.toml", "--concurrency", "3"])
+        .code(0);
+    // Three cells of three turns, rune's of three calls a turn.
+    assert_eq!(server.count(PromptKind::Move), 9 + 3);
+    assert_eq!(server.count(PromptKind::Felt), 3);
+    assert_eq!(server.most_at_once(), 1, "llm = 1 let requests overlap");
+
+    let server = ModelServer::answering_after(answer(), Duration::from_millis(150));
+    t.write("plan.toml", plan_with(3).replace("URL", &server.url));
+    t.run(&["plan", "run", "plan.toml", "--concurrency", "3"])
+        .code(0);
+    assert!(
+        server.most_at_once() > 1,
+        "three cells at once never overlapped"
+    );
+    assert!(server.most_at_once() <= 3);
+}
+
+#[test]
 fn issue18_llm_ctrl_c_while_the_model_is_silent_stops_the_cell_at_once() {
     // A 30 s timeout and four attempts: without the cancel, two minutes.
     let server = ModelServer::start(Box::new(|_, _| Reply::Silent));
@@ -708,4 +796,64 @@ fn issue18_llm_ctrl_c_while_the_model_is_silent_stops_the_cell_at_once() {
     assert_eq!(server.seen().len(), 1, "no retry after the interrupt");
     let text = format!("{}{}", out.stdout, out.stderr);
     assert!(text.contains("resume"), "{out}");
+}
+
+/// The shipped example web game, with an `llm` persona instead of the
+/// explorer: the thinking half and the browser half behind the same seam.
+#[test]
+fn issue18_llm_plays_the_example_web_game_in_chromium_and_finds_its_console_error() {
+    let example = |rel: &str| {
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(rel))
+            .unwrap_or_else(|e| panic!("read {rel}: {e}"))
+    };
+    // The model goes for the chest whenever it is offered.
+    let server = ModelServer::start(Box::new(|_, seen| {
+        if seen.kind == PromptKind::Felt {
+            return Reply::Text("That chest threw an error at me.".into(), 10, 5);
+        }
+        let actions = listed(&seen.prompt);
+        let pick = actions
+            .iter()
+            .find(|a| a.contains("Open chest"))
+            .unwrap_or(&actions[0]);
+        Reply::Text(format!("I click \"{pick}\"."), 10, 2)
+    }));
+    let plan = example("examples/web.toml").replace(
+        "player = { kind = \"explorer\" }\npatience = 40",
+        &format!(
+            "player = {{ kind = \"llm\", model = \"house-model\", base_url = \"{}\", api_key = \"{{{{ secret('MODEL_KEY') }}}}\", price = {{ input_per_mtok = 1.0, output_per_mtok = 1.0 }} }}\npatience = 6",
+            server.url
+        ),
+    );
+    assert!(
+        plan.contains("kind = \"llm\""),
+        "the example's persona changed"
+    );
+    let t = Test::new()
+        .file(
+            "examples/games/web/index.html",
+            example("examples/games/web/index.html"),
+        )
+        .file(
+            "examples/games/web/game.js",
+            example("examples/games/web/game.js"),
+        )
+        .file("examples/web.toml", plan)
+        .env("MODEL_KEY", CANARY);
+    let out = t.run(&["plan", "run", "examples/web.toml", "--json"]);
+    out.code(0);
+    let doc = out.json();
+    let report = &reports(&t, &doc)[0];
+    assert_eq!(report["player"], "llm", "{report:#}");
+    let findings = report["findings"].as_array().expect("findings");
+    assert!(
+        findings.iter().any(|f| f["category"] == "console"),
+        "the model's clicks found the console error: {report:#}"
+    );
+    assert_eq!(
+        report["model"]["calls"].as_u64(),
+        Some(report["actions_taken"].as_u64().expect("actions") + 1),
+        "a call a move, and one for How it felt: {report:#}"
+    );
+    assert!(files_holding(&t.path(".gameplan"), CANARY).is_empty());
 }
