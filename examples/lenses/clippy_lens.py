@@ -186,9 +186,13 @@ def main():
             verdicts.append({"unit": unit["id"], "verdict": "n/a", "findings": []})
     outside = sorted(set(by_path) - {u.get("path") or u["id"] for u in units})
     if outside:
+        # Either outside the lens's `files`, or units whose clean verdict
+        # gameplan reused (it sends only changed units), though another
+        # file's change gave them a lint (dead code, say).
         sys.stderr.write(
-            f"clippy_lens: {len(outside)} file(s) with lints are not units of this lens "
-            f"(e.g. {outside[0]}); widen the lens's `files` to judge them\n"
+            f"clippy_lens: {len(outside)} file(s) with lints were not sent as units "
+            f"(e.g. {outside[0]}): outside the lens's `files`, or reused as clean; "
+            f"`gameplan plan run --no-reuse` judges every unit again\n"
         )
     json.dump({"verdicts": verdicts}, sys.stdout)
     sys.stdout.write("\n")

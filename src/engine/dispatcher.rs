@@ -1368,10 +1368,5 @@ impl Run {
 /// The store a kind keeps unit verdicts in; under `--no-reuse` it reads as
 /// empty (every unit is judged again) and still stores what was judged.
 fn unit_store(state_dir: &Path, no_reuse: bool) -> crate::reuse::UnitStore {
-    let store = crate::reuse::UnitStore::open(state_dir);
-    if no_reuse {
-        store.without_reads()
-    } else {
-        store
-    }
+    crate::reuse::UnitStore::open(state_dir).reading(!no_reuse)
 }

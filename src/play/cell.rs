@@ -109,6 +109,11 @@ pub trait CellWatch: Send {
     /// A turn ended with `actions_taken` actions so far (every episode);
     /// `true` stops the cell after this turn, as an interrupt does.
     fn turned(&mut self, actions_taken: u64) -> bool;
+    /// A turn's screenshot was saved (a browser game): its path relative
+    /// to the cell's directory (`screenshots/step-0004.png`). Called before
+    /// [`CellWatch::turned`]; `deliver` uploads the files after the cell,
+    /// so a watch that ignores them loses nothing.
+    fn screenshot(&mut self, _relative: &str) {}
 }
 
 /// What [`CellWatch::opened`] returns: whether the cell may play.
@@ -615,6 +620,9 @@ async fn play(
             Stepped::Acted { done: true, .. } => return Ok(QuitReason::Done),
             Stepped::Failed(failure) => return Ok(quit_for(&failure)),
             _ => {}
+        }
+        if let Some(shot) = &episode.current.screenshot {
+            watch.screenshot(shot);
         }
         stop_asked = watch.turned(episode.step());
         reset_due = episode.is_stuck() && spec.player.resets_after_stuck();

@@ -16,6 +16,19 @@
 //! request and line buffers, one JSON parse, one hash) and touches no disk;
 //! only failed games are written out, without fsync (a trace is evidence,
 //! not a checkpoint).
+//!
+//! Where the time goes (issue 19, 10,000 maze games, 6,000 of them crashing):
+//!
+//! - Each worker is a thread with a current-thread runtime of its own, so
+//!   the workers use every core whatever runtime the caller runs (the
+//!   engine's is single-threaded), and its requests block that thread (one
+//!   `write`, one `read`; [`GameProcess::use_blocking_io`]).
+//! - After a worker's first failed game, the next game process is started
+//!   and greeted while the current one plays: a crash costs no start-up
+//!   wait. Failed processes are ended and reaped by background tasks.
+//! - The traces of failed games go to one batch file per worker with an
+//!   index (`play::trace_batch`), appended as games end: thousands of crashes
+//!   make two files, not thousands.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -33,6 +46,10 @@ use super::trace_batch::{self, BatchWriter, IndexEntry};
 
 /// Progress is reported after every this many games.
 pub const PROGRESS_EVERY: u64 = 100;
+
+/// A worker lets the runtime's other tasks run after this many actions of
+/// one game (and between games).
+const YIELD_EVERY: u64 = 64;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct SimulateSpec {
@@ -386,6 +403,8 @@ async fn worker(
         batch: None,
         spare: None,
         ending: Vec::new(),
+        // Without one, requests go through the reactor as in a play cell.
+        watchdog: super::stdio::Watchdog::start().ok(),
     };
     let strategies = if spec.strategies.is_empty() {
         vec![PlayerSpec::Random]
@@ -402,6 +421,10 @@ async fn worker(
         }
         let strategy = &strategies[usize::try_from(i).unwrap_or(0) % strategies.len()];
         let seed = spec.seed.wrapping_add_unsigned(i);
+        // Blocking requests never wait on the runtime: between games, the
+        // next process's start, the failed ones' ends and the games' stderr
+        // readers get their turn.
+        tokio::task::yield_now().await;
         let end = match w.play_one(strategy, seed, i).await {
             Ok(end) => end,
             Err(e) => {
@@ -480,6 +503,9 @@ struct Worker<'a> {
     spare: Option<tokio::task::JoinHandle<Result<Opened, SpawnError>>>,
     /// Failed game processes being ended and reaped.
     ending: Vec<tokio::task::JoinHandle<Vec<Leaked>>>,
+    /// The deadline keeper of this worker's blocking requests: a worker
+    /// owns its thread, so a request is one `write` and one `read`.
+    watchdog: Option<super::stdio::Watchdog>,
 }
 
 /// A game process and how it answered `hello`.
@@ -535,6 +561,11 @@ impl Worker<'_> {
                 self.tally.processes += 1;
                 open(spec.game.clone(), self.marker.clone()).await?
             };
+            let mut process = process;
+            if let Some(watchdog) = &self.watchdog {
+                // Stays on the reactor if its pipes cannot be taken over.
+                let _ = process.use_blocking_io(watchdog);
+            }
             self.game = Some(process);
             if replacing && index + 1 < spec.games {
                 self.start_spare();
@@ -591,6 +622,11 @@ impl Worker<'_> {
             let Some(action) = choice.action else {
                 break QuitReason::ScriptEnd;
             };
+            if ep.step() % YIELD_EVERY == YIELD_EVERY - 1 {
+                // A game writing much to stderr in one long game must
+                // not fill its pipe while its reader waits for a turn.
+                tokio::task::yield_now().await;
+            }
             match ep.act(process, &action).await {
                 Stepped::Acted { done: true, .. } => break QuitReason::Done,
                 Stepped::Failed(failure) => break quit_for(&failure),
@@ -738,5 +774,94 @@ mod tests {
             .expect("simulate");
         assert_eq!(summary.games, 0);
         assert!(summary.interrupted);
+    }
+
+    /// A game that floods a line past the 1 MiB cap on `flood`, sleeps on
+    /// `sleep` and dies on `die`.
+    const HOSTILE: &str = r#"import json, sys, time
+for line in sys.stdin:
+    msg = json.loads(line)
+    op, i = msg["op"], msg["id"]
+    action = msg.get("action")
+    if action == "flood":
+        sys.stdout.write("x" * (1100 * 1024))
+        sys.stdout.flush()
+        time.sleep(60)
+    if action == "sleep":
+        time.sleep(60)
+    if action == "die":
+        sys.stderr.write("boom: the floor gave way\n")
+        sys.exit(7)
+    o = {"text": "A room.", "actions": ["look", "flood", "sleep", "die"], "state": {}, "score": 0}
+    out = {"id": i, "ok": True, "name": "hostile", "version": "1", "protocol": 1, "observation": o, "done": False}
+    print(json.dumps(out), flush=True)
+"#;
+
+    /// Issue 19: simulate's blocking requests keep every limit of the
+    /// reactor path: a line past 1 MiB is a protocol violation, a game
+    /// that does not answer within `action_timeout` is a hang (found by
+    /// the watchdog, not waited out), a death keeps its exit status and
+    /// stderr; and every one of them has a trace in the batch file.
+    #[tokio::test]
+    async fn blocking_requests_keep_the_line_cap_the_deadline_and_the_crash_evidence() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("hostile.py"), HOSTILE).expect("write game");
+        let env: BTreeMap<String, String> = std::env::vars().collect();
+        let mut game = GameSpec::new(
+            vec!["python3".into(), "hostile.py".into()],
+            dir.path().to_path_buf(),
+            &env,
+        );
+        game.limits = ResourceLimits::NONE;
+        // Long enough for python3 to start on a busy machine.
+        game.action_timeout = std::time::Duration::from_secs(2);
+        let spec = SimulateSpec {
+            game,
+            games: 12,
+            strategies: vec![PlayerSpec::Random],
+            workers: 2,
+            max_steps: 20,
+            seed: 1,
+            out_dir: Some(dir.path().join("traces")),
+            trace_findings: false,
+        };
+        let (_stop, cancel) = tokio::sync::watch::channel(false);
+        let started = std::time::Instant::now();
+        let summary = simulate(&spec, Arc::new(|_, _| {}), cancel)
+            .await
+            .expect("simulate");
+        let titles: Vec<&str> = summary.findings.iter().map(|f| f.title.as_str()).collect();
+        assert!(
+            titles
+                .iter()
+                .any(|t| t.contains("a line longer than 1024 KiB")),
+            "{titles:#?}"
+        );
+        assert!(
+            titles.iter().any(|t| t.contains("no answer within 2.0 s")),
+            "{titles:#?}"
+        );
+        assert!(
+            titles
+                .iter()
+                .any(|t| t.contains("exited with code 7") && t.contains("boom: the floor gave way")),
+            "{titles:#?}"
+        );
+        assert!(summary.hung > 0 && summary.crashed > 0, "{summary:?}");
+        // Hangs are cut at the deadline: nowhere near the game's 60 s sleeps.
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(30),
+            "{:?}",
+            started.elapsed()
+        );
+        assert_eq!(
+            summary.traces.len() as u64,
+            summary.crashed + summary.hung,
+            "{summary:?}"
+        );
+        for t in &summary.traces {
+            let trace = trace_batch::read(&t.path).expect("each failed game's trace reads");
+            assert_eq!(trace.end, Some(t.end));
+        }
     }
 }

@@ -24,6 +24,12 @@
 //! - Lines are read through a fixed buffer and appended to one reused line
 //!   buffer that refuses to grow past [`MAX_LINE`]: a game flooding output
 //!   without a newline costs 1 MiB, not all memory.
+//! - A caller that owns its thread (simulate's workers) can switch a game to
+//!   blocking requests ([`GameProcess::use_blocking_io`]): one `write` and
+//!   one `read` per request, where the reactor costs a failed read, an
+//!   `epoll_wait` and a timer. The deadline is then kept by a [`Watchdog`]
+//!   thread that kills an overdue game's group (the blocked read returns);
+//!   the request reports a hang exactly as the timer would have.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -59,6 +65,11 @@ const STDERR_TAIL: usize = 8 * 1024;
 /// the next, harder step.
 const GRACE: Duration = Duration::from_millis(300);
 
+/// How long a check for a dying game's exit sleeps, at most [`SHORT_NAPS`]
+/// times (2 ms in all), before the 1 ms timer takes over.
+const SHORT_NAP: Duration = Duration::from_micros(20);
+const SHORT_NAPS: u32 = 100;
+
 /// Quoted evidence (a line that is not JSON, say) is cut to this many bytes.
 const EVIDENCE_MAX: usize = 300;
 
@@ -92,8 +103,7 @@ static NEXT_GAME: AtomicU64 = AtomicU64::new(0);
 pub struct GameProcess {
     child: Child,
     pid: Pid,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
+    pipes: Pipes,
     stderr: Arc<Mutex<Vec<u8>>>,
     stderr_task: Option<tokio::task::JoinHandle<()>>,
     timeout: Duration,
@@ -199,6 +209,183 @@ enum LineError {
     Broken,
 }
 
+/// How requests travel to the game and answers back.
+enum Pipes {
+    /// Through the runtime's reactor, each request under a timer.
+    Async {
+        stdin: ChildStdin,
+        stdout: BufReader<ChildStdout>,
+    },
+    /// Blocking calls on the caller's thread ([`GameProcess::use_blocking_io`]).
+    Blocking(BlockingPipes),
+    /// Only while [`GameProcess::use_blocking_io`] swaps one for the other.
+    Switching,
+}
+
+/// A game's pipes in blocking mode, and the answer bytes read ahead.
+struct BlockingPipes {
+    stdin: std::fs::File,
+    stdout: std::fs::File,
+    buffer: Box<[u8]>,
+    /// The unread bytes are `buffer[start..end]`.
+    start: usize,
+    end: usize,
+    watchdog: Arc<WatchdogState>,
+}
+
+impl BlockingPipes {
+    /// Writes `request`, reads the answer's line into `line`; `Err(())`
+    /// when the deadline passed first (the watchdog killed the game).
+    fn exchange(
+        &mut self,
+        request: &[u8],
+        line: &mut Vec<u8>,
+        group: Pid,
+        timeout: Duration,
+    ) -> Result<Result<(), LineError>, ()> {
+        self.watchdog.arm(group, timeout);
+        let answered = self.write_and_read(request, line);
+        if self.watchdog.disarm() {
+            Ok(answered)
+        } else {
+            Err(())
+        }
+    }
+
+    fn write_and_read(&mut self, request: &[u8], line: &mut Vec<u8>) -> Result<(), LineError> {
+        use std::io::{Read, Write};
+        (&self.stdin)
+            .write_all(request)
+            .map_err(|_| LineError::Broken)?;
+        loop {
+            line.clear();
+            loop {
+                let available = &self.buffer[self.start..self.end];
+                if let Some(at) = available.iter().position(|&b| b == b'\n') {
+                    if line.len() + at > MAX_LINE {
+                        return Err(LineError::TooLong);
+                    }
+                    line.extend_from_slice(&available[..at]);
+                    self.start += at + 1;
+                    if line.last() == Some(&b'\r') {
+                        line.pop();
+                    }
+                    break;
+                }
+                if line.len() + available.len() > MAX_LINE {
+                    // Keep only a prefix, for the evidence.
+                    let room = EVIDENCE_MAX.saturating_sub(line.len()).min(available.len());
+                    line.extend_from_slice(&available[..room]);
+                    return Err(LineError::TooLong);
+                }
+                line.extend_from_slice(available);
+                self.start = 0;
+                self.end = 0;
+                let n = loop {
+                    match (&self.stdout).read(&mut self.buffer) {
+                        Ok(n) => break n,
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                        Err(_) => return Err(LineError::Broken),
+                    }
+                };
+                if n == 0 {
+                    return Err(LineError::Closed);
+                }
+                self.end = n;
+            }
+            // A blank line says nothing; anything else must be the answer.
+            if !line.iter().all(u8::is_ascii_whitespace) {
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// Enforces the deadlines of blocking requests ([`GameProcess::use_blocking_io`]):
+/// a thread that wakes every few milliseconds and kills the process group
+/// of a game whose request is overdue, so the blocked read returns. Arming
+/// and disarming are two atomic stores: no system call per request.
+pub struct Watchdog {
+    shared: Arc<WatchdogState>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+struct WatchdogState {
+    /// When the request in flight is due, in nanoseconds since `epoch`
+    /// (0: none is in flight).
+    due: AtomicU64,
+    /// The process group of the game answering it.
+    group: std::sync::atomic::AtomicI32,
+    closed: std::sync::atomic::AtomicBool,
+    epoch: Instant,
+}
+
+/// How often the watchdog looks; a hang is declared at most this late.
+const WATCHDOG_TICK: Duration = Duration::from_millis(5);
+
+impl WatchdogState {
+    fn now(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    fn arm(&self, group: Pid, timeout: Duration) {
+        self.group.store(group.as_raw(), Ordering::Relaxed);
+        let timeout = u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX);
+        self.due
+            .store(self.now().saturating_add(timeout).max(1), Ordering::Release);
+    }
+
+    /// Whether the request was answered in time (the watchdog did not
+    /// claim it first).
+    fn disarm(&self) -> bool {
+        self.due.swap(0, Ordering::AcqRel) != 0
+    }
+}
+
+impl Watchdog {
+    pub fn start() -> std::io::Result<Watchdog> {
+        let shared = Arc::new(WatchdogState {
+            due: AtomicU64::new(0),
+            group: std::sync::atomic::AtomicI32::new(0),
+            closed: std::sync::atomic::AtomicBool::new(false),
+            epoch: Instant::now(),
+        });
+        let state = Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name("game-watchdog".into())
+            .spawn(move || {
+                while !state.closed.load(Ordering::Relaxed) {
+                    let due = state.due.load(Ordering::Acquire);
+                    if due != 0
+                        && state.now() >= due
+                        && state
+                            .due
+                            .compare_exchange(due, 0, Ordering::AcqRel, Ordering::Acquire)
+                            .is_ok()
+                    {
+                        let group = Pid::from_raw(state.group.load(Ordering::Relaxed));
+                        let _ = killpg(group, Signal::SIGKILL);
+                    }
+                    std::thread::park_timeout(WATCHDOG_TICK);
+                }
+            })?;
+        Ok(Watchdog {
+            shared,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.shared.closed.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            thread.thread().unpark();
+            let _ = thread.join();
+        }
+    }
+}
+
 impl GameProcess {
     /// Starts the game with a marker of its own. Nothing is sent yet.
     pub fn spawn(spec: &GameSpec) -> Result<GameProcess, SpawnError> {
@@ -258,8 +445,10 @@ impl GameProcess {
         Ok(GameProcess {
             child,
             pid: Pid::from_raw(pid),
-            stdin,
-            stdout: BufReader::with_capacity(64 * 1024, stdout),
+            pipes: Pipes::Async {
+                stdin,
+                stdout: BufReader::with_capacity(64 * 1024, stdout),
+            },
             stderr,
             stderr_task: Some(stderr_task),
             timeout: spec.action_timeout,
@@ -274,6 +463,34 @@ impl GameProcess {
     /// The game's process id (and process group id).
     pub fn pid(&self) -> i32 {
         self.pid.as_raw()
+    }
+
+    /// From now on, requests block the calling thread: one `write` and one
+    /// `read` each, no reactor, no timer, `watchdog` killing a game that
+    /// overruns its deadline (reported as a hang, as before). Only for a
+    /// caller that owns its thread (simulate's workers): the runtime's other
+    /// tasks (this game's stderr reader) run only while it awaits something
+    /// else, so such a caller yields between games.
+    pub fn use_blocking_io(&mut self, watchdog: &Watchdog) -> std::io::Result<()> {
+        let Pipes::Async { stdin, stdout } = std::mem::replace(&mut self.pipes, Pipes::Switching)
+        else {
+            return Ok(());
+        };
+        // What the buffered reader already holds is the start of the next answer.
+        let held = stdout.buffer().to_vec();
+        let stdin = std::fs::File::from(stdin.into_owned_fd()?);
+        let stdout = std::fs::File::from(stdout.into_inner().into_owned_fd()?);
+        let mut buffer = vec![0u8; 64 * 1024].into_boxed_slice();
+        buffer[..held.len()].copy_from_slice(&held);
+        self.pipes = Pipes::Blocking(BlockingPipes {
+            stdin,
+            stdout,
+            buffer,
+            start: 0,
+            end: held.len(),
+            watchdog: Arc::clone(&watchdog.shared),
+        });
+        Ok(())
     }
 
     /// The marker value in this game's environment.
@@ -394,23 +611,28 @@ impl GameProcess {
         self.out.clear();
         protocol::write_request(&mut self.out, id, op, arg);
         let timeout = self.timeout;
-        let exchanged = tokio::time::timeout(timeout, async {
-            self.stdin
-                .write_all(&self.out)
+        let exchanged = match &mut self.pipes {
+            Pipes::Async { stdin, stdout } => {
+                let (out, line) = (&self.out, &mut self.line);
+                tokio::time::timeout(timeout, async {
+                    stdin.write_all(out).await.map_err(|_| LineError::Broken)?;
+                    stdin.flush().await.map_err(|_| LineError::Broken)?;
+                    loop {
+                        read_line(stdout, line).await?;
+                        // A blank line says nothing; anything else must be the answer.
+                        if !line.iter().all(u8::is_ascii_whitespace) {
+                            return Ok(());
+                        }
+                    }
+                })
                 .await
-                .map_err(|_| LineError::Broken)?;
-            self.stdin.flush().await.map_err(|_| LineError::Broken)?;
-            loop {
-                read_line(&mut self.stdout, &mut self.line).await?;
-                // A blank line says nothing; anything else must be the answer.
-                if !self.line.iter().all(u8::is_ascii_whitespace) {
-                    return Ok(());
-                }
+                .map_err(|_| ())
             }
-        })
-        .await;
+            Pipes::Blocking(pipes) => pipes.exchange(&self.out, &mut self.line, self.pid, timeout),
+            Pipes::Switching => Ok(Err(LineError::Broken)),
+        };
         match exchanged {
-            Err(_) => Err(Failure::Hang {
+            Err(()) => Err(Failure::Hang {
                 during: op,
                 waited: timeout,
             }),
@@ -507,6 +729,10 @@ impl GameProcess {
     /// whether it did. A dying game closes its pipes a few microseconds
     /// before it becomes a zombie, so the first checks only yield: a
     /// millisecond's sleep per crash was most of a crash-heavy simulation.
+    /// On a busy machine the dying game may wait for a core before it gets
+    /// there (one crash in eight took over 0.5 ms), so the next checks are
+    /// [`SHORT_NAP`]s apart (a timer's sleep lasts at least a millisecond),
+    /// [`SHORT_NAPS`] of them at most, before the timer takes over.
     async fn wait_leader(&self, within: Duration) -> bool {
         let deadline = Instant::now() + within;
         for round in 0u32.. {
@@ -518,6 +744,8 @@ impl GameProcess {
             }
             if round < 64 {
                 tokio::task::yield_now().await;
+            } else if round < 64 + SHORT_NAPS {
+                std::thread::sleep(SHORT_NAP);
             } else {
                 tokio::time::sleep(Duration::from_millis(1)).await;
             }

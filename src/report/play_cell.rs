@@ -91,24 +91,33 @@ pub fn markdown(report: &CellReport) -> String {
         md.push_str("Nothing to show.\n");
     }
     for f in &report.findings {
-        let e = &f.evidence;
-        let _ = writeln!(md, "### {} {}\n", f.id, f.title);
-        let _ = writeln!(md, "- Step: {}", e.step);
-        if !e.observation.is_empty() {
-            let _ = writeln!(md, "- Observation: `{}`", e.observation);
-        }
-        if !e.last_actions.is_empty() {
-            let _ = writeln!(md, "- Last actions: {}", quoted_list(&e.last_actions));
-        }
-        if let Some(detail) = &e.detail {
-            let _ = writeln!(md, "- Detail: {}", detail.replace('\n', " "));
-        }
-        if let Some(tail) = &e.stderr_tail {
-            let _ = writeln!(md, "\nstderr (tail):\n\n```text\n{}\n```", tail.trim_end());
-        }
-        md.push('\n');
+        evidence(&mut md, f);
     }
     md
+}
+
+/// One finding's evidence section.
+fn evidence(md: &mut String, f: &crate::play::Finding) {
+    let e = &f.evidence;
+    let _ = writeln!(md, "### {} {}\n", f.id, f.title);
+    let _ = writeln!(md, "- Step: {}", e.step);
+    if !e.observation.is_empty() {
+        let _ = writeln!(md, "- Observation: `{}`", e.observation);
+    }
+    if !e.last_actions.is_empty() {
+        let _ = writeln!(md, "- Last actions: {}", quoted_list(&e.last_actions));
+    }
+    if let Some(detail) = &e.detail {
+        let _ = writeln!(md, "- Detail: {}", detail.replace('\n', " "));
+    }
+    if let Some(shot) = &e.screenshot {
+        // Relative to report.md, which sits in the cell's directory.
+        let _ = writeln!(md, "- Screenshot: ![step {}]({shot})", e.step);
+    }
+    if let Some(tail) = &e.stderr_tail {
+        let _ = writeln!(md, "\nstderr (tail):\n\n```text\n{}\n```", tail.trim_end());
+    }
+    md.push('\n');
 }
 
 /// Why a cell did not play, as its step's failure message: the cause and

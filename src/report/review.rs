@@ -370,3 +370,106 @@ pub fn junit_cases(review: &Review) -> Vec<JunitCase> {
     }
     cases
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::review::verdict::{LensFinding, UnitVerdict, Usage};
+
+    fn review(units: usize) -> Review {
+        let units = (0..units)
+            .map(|i| UnitVerdict {
+                unit: format!("u{i:04}"),
+                sha256: "0".into(),
+                verdict: if i % 2 == 0 {
+                    Verdict::Finding
+                } else {
+                    Verdict::Missing
+                },
+                findings: if i % 2 == 0 {
+                    vec![LensFinding {
+                        fingerprint: format!("f{i}"),
+                        title: "a | pipe".into(),
+                        severity: "high".into(),
+                        detail: None,
+                        line: Some(3),
+                        discharged: None,
+                        lapsed: None,
+                    }]
+                } else {
+                    Vec::new()
+                },
+                missing: (i % 2 == 1).then(|| "the lens gave no verdict".into()),
+                reused: false,
+            })
+            .collect();
+        let mut lens = LensReport {
+            name: "l".into(),
+            lens: "l".into(),
+            reviewer: None,
+            kind: "command".into(),
+            over: "files".into(),
+            status: Status::SendReady,
+            units,
+            judged: 0,
+            reused: 0,
+            calls: 1,
+            errors: Vec::new(),
+            stderr_tail: Some("boom".into()),
+        };
+        lens.status = lens.judge_status();
+        Review {
+            review: 1,
+            gate: "g".into(),
+            status: lens.status,
+            lenses: vec![lens],
+            reviewers: Vec::new(),
+            lapsed: Vec::new(),
+            unused: Vec::new(),
+            judged: 0,
+            reused: 0,
+            usage: Usage::default(),
+        }
+    }
+
+    #[test]
+    fn issue17_the_summary_names_a_few_and_counts_the_rest() {
+        let text = summary(&review(20));
+        assert!(text.starts_with("gate g: FIX FIRST\n"), "{text}");
+        assert_eq!(
+            text.matches("    finding: ").count(),
+            SUMMARY_LINES_PER_LENS
+        );
+        assert!(text.contains("… and 2 more findings (review.md)"), "{text}");
+        assert_eq!(
+            text.matches("    missing: ").count(),
+            SUMMARY_LINES_PER_LENS
+        );
+        assert!(
+            text.contains("… and 2 more missing units (review.md)"),
+            "{text}"
+        );
+        assert!(text.contains("finding: u0000:3: a | pipe (high)"), "{text}");
+    }
+
+    #[test]
+    fn issue17_the_coverage_matrix_stops_at_its_cap_and_says_how_many_it_left_out() {
+        let md = markdown(&review(MATRIX_MAX_UNITS + 5));
+        assert!(md.contains("| `u0000` | finding |"), "a row per unit");
+        assert!(md.contains(&format!("| `u{:04}` |", MATRIX_MAX_UNITS - 1)));
+        assert!(!md.contains(&format!("| `u{MATRIX_MAX_UNITS:04}` |")));
+        assert!(md.contains("… and 5 more units (review.json lists every one)."));
+        assert!(md.contains("a \\| pipe"), "a pipe cannot break the table");
+        assert!(md.contains("```\nboom\n```"), "the lens's stderr is shown");
+    }
+
+    #[test]
+    fn issue17_junit_cases_are_one_per_unit_failed_or_errored() {
+        let cases = junit_cases(&review(4));
+        assert_eq!(cases.len(), 4);
+        assert!(matches!(cases[0].outcome, CaseOutcome::Failed { .. }));
+        assert!(matches!(cases[1].outcome, CaseOutcome::Error { .. }));
+        assert_eq!(cases[0].classname, "l");
+        assert_eq!(cases[0].name, "u0000");
+    }
+}

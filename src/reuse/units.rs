@@ -48,11 +48,11 @@ impl UnitStore {
         }
     }
 
-    /// The same store, read as empty (`--no-reuse`): what is put still
-    /// lands, for the next run.
+    /// The same store, read as empty unless `reads` (`--no-reuse` passes
+    /// `false`): what is put still lands, for the next run.
     #[must_use]
-    pub fn without_reads(mut self) -> UnitStore {
-        self.reads = false;
+    pub fn reading(mut self, reads: bool) -> UnitStore {
+        self.reads = reads;
         self
     }
 

@@ -53,7 +53,8 @@ pub struct Call<'a> {
     /// The environment it runs with (nothing else is inherited).
     pub env: &'a BTreeMap<String, String>,
     pub program: &'a Program,
-    /// The name sent as `lens` (`LENS@REVIEWER` for a reviewer's instance).
+    /// The name sent as `lens`: the lens as the plan names it (a
+    /// reviewer's pass says which reviewer in `reviewer`).
     pub lens: &'a str,
     pub reviewer: Option<&'a Value>,
     pub timeout: Duration,
@@ -392,6 +393,45 @@ mod tests {
         assert_eq!(findings[0].line, Some(3));
         assert!(missing(&answers["e"]).contains("twice"));
         assert!(missing(&answers["f"]).contains("no verdict"));
+    }
+
+    #[tokio::test]
+    async fn issue17_only_the_tail_of_a_lens_stderr_is_kept() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let env = BTreeMap::from([("PATH".to_owned(), "/usr/bin:/bin".to_owned())]);
+        let program = Program::Shell(
+            "cat >/dev/null; i=0; while [ $i -lt 400 ]; do echo \"noise line $i of the lens\" >&2; i=$((i+1)); done; \
+             echo LAST >&2; echo '{\"verdicts\":[{\"unit\":\"a\",\"verdict\":\"clear\"}]}'"
+                .into(),
+        );
+        let call = Call {
+            root: dir.path(),
+            env: &env,
+            program: &program,
+            lens: "l",
+            reviewer: None,
+            timeout: Duration::from_secs(30),
+        };
+        let (_tx, rx) = watch::channel(false);
+        let called = call.run(&units(&["a"]), rx).await;
+        assert!(called.stderr_tail.len() <= STDERR_TAIL_BYTES);
+        assert!(called.stderr_tail.len() > STDERR_TAIL_BYTES / 2);
+        assert!(
+            called.stderr_tail.ends_with("LAST\n"),
+            "{}",
+            called.stderr_tail
+        );
+        assert!(
+            !called.stderr_tail.contains("line 0 of"),
+            "the head is dropped"
+        );
+        assert!(matches!(
+            called.answers["a"],
+            Answer::Judged {
+                verdict: Verdict::Clear,
+                ..
+            }
+        ));
     }
 
     #[test]

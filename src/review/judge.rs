@@ -10,10 +10,11 @@
 //! prompt version), the unit's id and content sha256, and the digest of the
 //! dispositions in force for the lens. A unit whose key holds a clean
 //! verdict is not judged (a command lens is not even sent it). The keys
-//! live in one entry per lens × unit, so a finding on a unit drops every
-//! clean verdict stored for it under the lens at once: a unit that was once
-//! found wanting is judged afresh even when its content goes back to an
-//! earlier clean state. Findings and missing verdicts are never stored.
+//! live per unit in one entry per lens instance ([`Memo`]), so a finding on
+//! a unit drops every clean verdict stored for it under the lens at once: a
+//! unit that was once found wanting is judged afresh even when its content
+//! goes back to an earlier clean state. Findings and missing verdicts are
+//! never stored.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -156,34 +157,83 @@ pub fn unit_key(lens_digest: &str, dispositions: &str, unit: &Unit) -> String {
     sha256_hex(doc.to_string().as_bytes())
 }
 
-/// Where a lens instance's clean verdicts of one unit are kept: one entry
-/// per lens × unit, holding the keys (lens, content, dispositions) it was
-/// found clean under, so a finding drops them all at once.
-fn entry_key(instance: &str, unit: &str) -> String {
-    sha256_hex(
-        json!({"lens": instance, "unit": unit})
-            .to_string()
-            .as_bytes(),
-    )
+/// A lens instance's clean verdicts, by unit: for each unit the keys
+/// (lens, content, dispositions) it was found clean under, newest last.
+/// Kept as one unit-store entry per lens instance, read once and written
+/// once per gate (a lens over 10,000 files is one file, not 10,000), so a
+/// finding drops all of a unit's clean verdicts at once. Two gates sharing
+/// a lens may overwrite each other's additions: that costs a re-judging,
+/// never a wrong verdict.
+struct Memo {
+    entry: String,
+    units: BTreeMap<String, Vec<(String, String)>>,
+    changed: bool,
 }
 
-/// The clean verdicts stored for a unit: `(key, verdict)`, oldest first.
-fn stored(store: &UnitStore, instance: &str, unit: &str) -> Vec<(String, String)> {
-    store
-        .get(&entry_key(instance, unit))
-        .ok()
-        .flatten()
-        .and_then(|v| serde_json::from_value(v).ok())
-        .unwrap_or_default()
-}
+/// Clean verdicts kept per unit: a unit's entry is not a history.
+const MEMO_PER_UNIT: usize = 8;
 
-/// The clean verdict stored for a unit under `key`, if any.
-fn stored_clean(store: &UnitStore, instance: &str, unit: &str, key: &str) -> Option<Verdict> {
-    let verdicts = stored(store, instance, unit);
-    match verdicts.iter().find(|(k, _)| k == key)?.1.as_str() {
-        "clear" => Some(Verdict::Clear),
-        "n/a" => Some(Verdict::NotApplicable),
-        _ => None,
+impl Memo {
+    fn load(store: &UnitStore, instance: &str) -> Memo {
+        let entry = sha256_hex(
+            json!({"clean verdicts of": instance})
+                .to_string()
+                .as_bytes(),
+        );
+        let units = store
+            .get(&entry)
+            .ok()
+            .flatten()
+            .and_then(|v| serde_json::from_value(v).ok())
+            .unwrap_or_default();
+        Memo {
+            entry,
+            units,
+            changed: false,
+        }
+    }
+
+    /// The clean verdict stored for `unit` under `key`, if any.
+    fn clean(&self, unit: &str, key: &str) -> Option<Verdict> {
+        match self
+            .units
+            .get(unit)?
+            .iter()
+            .find(|(k, _)| k == key)?
+            .1
+            .as_str()
+        {
+            "clear" => Some(Verdict::Clear),
+            "n/a" => Some(Verdict::NotApplicable),
+            _ => None,
+        }
+    }
+
+    /// Keeps a clean verdict beside the unit's others; a finding drops
+    /// them all.
+    fn remember(&mut self, key: &str, verdict: &UnitVerdict) {
+        match verdict.verdict {
+            v if v.is_clean() => {
+                let kept = self.units.entry(verdict.unit.clone()).or_default();
+                kept.retain(|(k, _)| k != key);
+                kept.push((key.to_owned(), v.word().to_owned()));
+                let excess = kept.len().saturating_sub(MEMO_PER_UNIT);
+                kept.drain(..excess);
+                self.changed = true;
+            }
+            Verdict::Finding => {
+                self.changed |= self.units.remove(&verdict.unit).is_some();
+            }
+            _ => {}
+        }
+    }
+
+    /// Writes it back when it changed. A store that cannot be written
+    /// costs only speed: the units are judged again next time.
+    fn save(&self, store: &UnitStore) {
+        if self.changed {
+            let _ = store.put(&self.entry, &json!(self.units));
+        }
     }
 }
 
@@ -206,12 +256,12 @@ pub fn count_reused(
 ) -> usize {
     let digest = lens_digest(root, lens, reviewer);
     let dispositions = waivers.digest(&lens.name);
-    let instance = instance_name(lens, reviewer);
+    let memo = Memo::load(store, &instance_name(lens, reviewer));
     units
         .iter()
         .filter(|u| {
-            let key = unit_key(&digest, &dispositions, u);
-            stored_clean(store, &instance, &u.id, &key).is_some()
+            memo.clean(&u.id, &unit_key(&digest, &dispositions, u))
+                .is_some()
         })
         .count()
 }
@@ -271,11 +321,9 @@ pub async fn judge_lens(
     let mut answers: BTreeMap<usize, Answer> = BTreeMap::new();
     let mut to_judge: Vec<(usize, Map<String, Value>)> = Vec::new();
     let mut reused: BTreeMap<usize, Verdict> = BTreeMap::new();
+    let mut memo = j.store.map(|s| Memo::load(s, &name));
     for (i, unit) in units.iter().enumerate() {
-        if let Some(verdict) = j
-            .store
-            .and_then(|s| stored_clean(s, &name, &unit.id, &keys[i]))
-        {
+        if let Some(verdict) = memo.as_ref().and_then(|m| m.clean(&unit.id, &keys[i])) {
             reused.insert(i, verdict);
             continue;
         }
@@ -291,7 +339,6 @@ pub async fn judge_lens(
         ask(
             j,
             lens,
-            &name,
             reviewer_json.as_ref(),
             &units,
             &to_judge,
@@ -319,10 +366,13 @@ pub async fn judge_lens(
             report.judged += 1;
         }
         let verdict = unit_verdict(j.waivers, lens, unit, answer);
-        if let Some(store) = j.store {
-            remember(store, &name, &keys[i], &verdict);
+        if let Some(memo) = memo.as_mut() {
+            memo.remember(&keys[i], &verdict);
         }
         report.units.push(verdict);
+    }
+    if let (Some(memo), Some(store)) = (&memo, j.store) {
+        memo.save(store);
     }
     report.status = report.judge_status();
     report
@@ -332,7 +382,6 @@ pub async fn judge_lens(
 async fn ask(
     j: &Judging<'_>,
     lens: &Lens,
-    name: &str,
     reviewer: Option<&Value>,
     units: &[Unit],
     to_judge: &[(usize, Map<String, Value>)],
@@ -374,7 +423,7 @@ async fn ask(
                     root: j.root,
                     env: j.env,
                     program,
-                    lens: name,
+                    lens: &lens.name,
                     reviewer,
                     timeout,
                 };
@@ -472,28 +521,6 @@ fn finding(waivers: &Waivers, lens: &Lens, unit: &Unit, raw: RawFinding) -> Lens
         line: raw.line,
         discharged,
         lapsed,
-    }
-}
-
-/// Stores a clean verdict beside the unit's others, or, for a finding,
-/// drops every clean verdict stored for the unit under the lens. A store
-/// that cannot be written costs only speed: the unit is judged again.
-fn remember(store: &UnitStore, instance: &str, key: &str, verdict: &UnitVerdict) {
-    let entry = entry_key(instance, &verdict.unit);
-    match verdict.verdict {
-        v if v.is_clean() => {
-            let mut verdicts = stored(store, instance, &verdict.unit);
-            verdicts.retain(|(k, _)| k != key);
-            verdicts.push((key.to_owned(), v.word().to_owned()));
-            // The newest few: a unit's entry is not a history.
-            let excess = verdicts.len().saturating_sub(16);
-            verdicts.drain(..excess);
-            let _ = store.put(&entry, &json!(verdicts));
-        }
-        Verdict::Finding => {
-            let _ = store.remove(&entry);
-        }
-        _ => {}
     }
 }
 

@@ -80,7 +80,15 @@ impl Sources {
         lens: &Lens,
     ) -> Result<Vec<Unit>, String> {
         match lens.over {
-            LensOver::Files => unit::files(root, &lens.sources, hashes),
+            LensOver::Files => match unit::files(root, &lens.sources, hashes)? {
+                // A typo in a glob must not read as a pass.
+                units if units.is_empty() => Err(format!(
+                    "its `files` ({}) match no file in the repo: it judged nothing, which is \
+                     not a pass; fix the globs or drop the lens",
+                    lens.sources.join(", ")
+                )),
+                units => Ok(units),
+            },
             LensOver::Findings if self.aggregates.is_empty() => Err(
                 "no aggregate to read findings from: a lens over findings needs the gate step to \
                  need an `aggregate` step (the default pipeline does)"

@@ -5,8 +5,9 @@
 //! (build hash and config; `workers` is left out, since game `i` plays seed
 //! `seed + i` whichever worker plays it), and the step's files in its own
 //! directory: `summary.json` and the traces of the games that crashed or
-//! hung under `traces/`, each one `gameplan replay` and `gameplan shrink`
-//! take as is.
+//! hung under `traces/` (one batch file per worker and `index.jsonl`, see
+//! `play::trace_batch`), each game's addressed as `FILE#game-N`, which
+//! `gameplan replay` and `gameplan shrink` take as is.
 //! Every distinct finding gets the trace of the first game that met it.
 //!
 //! Unlike a play cell, a simulation is a test: a game that crashed or hung

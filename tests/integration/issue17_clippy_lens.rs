@@ -157,7 +157,7 @@ fn issue17_clippy_lens_turns_a_planted_lint_into_a_finding_on_its_file() {
     assert!(
         answer
             .stderr
-            .contains("not units of this lens (e.g. src/bad.rs)"),
+            .contains("were not sent as units (e.g. src/bad.rs)"),
         "{}",
         answer.stderr
     );

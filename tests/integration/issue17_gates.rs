@@ -372,3 +372,55 @@ fn issue17_the_repos_own_review_plan_passes_on_the_repo() {
     assert!(stdout.contains("; 0 judged, "), "{stdout}");
     assert!(!stdout.contains(" judged, 0 reused"), "{stdout}");
 }
+
+/// A secret the plan reads never reaches the review dump, its markdown or
+/// the run's output, even when the lens prints it (on stderr, in a title).
+#[test]
+fn issue17_a_secret_a_lens_prints_is_redacted_from_the_review() {
+    let lens = r#"import json, os, sys
+doc = json.load(sys.stdin)
+token = os.environ["LENS_TOKEN"]
+print("debug: token is " + token, file=sys.stderr)
+print(json.dumps({"verdicts": [{"unit": u["id"], "verdict": "finding",
+    "findings": [{"title": "leaked " + token, "severity": "high"}]} for u in doc["units"]]}))
+"#;
+    let plan = THREE_GATES.replace(
+        "name = \"gates\"\n",
+        "name = \"gates\"\n\n[vars]\ntoken = \"{{ secret('LENS_TOKEN') }}\"\n",
+    );
+    let t = repo("fn a() {}\n", "fn b() {}\n", "fn c() {}\n")
+        .file("lens.py", lens)
+        .file("plans/gates.toml", plan)
+        .env("LENS_TOKEN", "s3cr3t-t0ken-value");
+    let out = t.run(&["plan", "run", "plans/gates.toml"]);
+    out.code(1).stdout_has("leaked [redacted]");
+    assert!(!out.stdout.contains("s3cr3t"), "{out}");
+    assert!(!out.stderr.contains("s3cr3t"), "{out}");
+    let run = t.run_ids().pop().expect("a run");
+    for file in ["review.json", "review.md"] {
+        let text = t.read(&format!(".gameplan/runs/{run}/steps/first/{file}"));
+        assert!(!text.is_empty(), "{file}");
+        assert!(!text.contains("s3cr3t"), "{file}:\n{text}");
+    }
+    let first = review(&t, "first");
+    assert!(
+        first["lenses"][0]["stderr_tail"]
+            .as_str()
+            .is_some_and(|s| s.contains("token is [redacted]")),
+        "{first:#}"
+    );
+}
+
+/// A `files` lens whose globs match nothing judged nothing: INCOMPLETE,
+/// never a pass (a typo in a glob must not turn a gate green).
+#[test]
+fn issue17_a_files_lens_matching_no_file_is_incomplete() {
+    let t = repo("fn a() {}\n", "fn b() {}\n", "fn c() {}\n").file(
+        "plans/gates.toml",
+        THREE_GATES.replacen("files = [\"src/**\"]", "files = [\"scr/**\"]", 1),
+    );
+    t.run(&["plan", "run", "plans/gates.toml"])
+        .code(2)
+        .stdout_has("gate first: INCOMPLETE")
+        .stdout_has("error: its `files` (scr/**) match no file in the repo");
+}

@@ -65,3 +65,29 @@ fn issue17_a_big_lens_is_sent_in_calls_of_at_most_256_units() {
     assert_eq!(calls, [256, 44], "{log}");
     assert_eq!(review(&t, "first")["lenses"][0]["calls"], 2);
 }
+
+/// Ctrl-C while a command lens runs: the run stops (exit 10), the lens's
+/// process group is killed at once, and no unit is called clear.
+#[test]
+fn issue17_a_stop_kills_a_running_command_lens() {
+    let lens = format!("import os\nopen('lens.pid', 'w').write(str(os.getpid()))\n{LENS}");
+    let t = repo("fn a() {}\n", "SLEEP\n", "fn c() {}\n").file("lens.py", lens);
+    let spawned = t.spawn(&["plan", "run", "plans/gates.toml"]);
+    crate::support::wait_until("the lens to start", Duration::from_secs(30), || {
+        !t.read("lens.log").is_empty()
+    });
+    let pid: i32 = t.read("lens.pid").trim().parse().expect("the lens's pid");
+    let started = Instant::now();
+    spawned.signal(nix::sys::signal::Signal::SIGINT);
+    let out = spawned.wait();
+    out.code(10);
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "the lens sleeps 60s; the stop did not end it ({:?})",
+        started.elapsed()
+    );
+    crate::support::wait_until("the lens to be gone", Duration::from_secs(5), || {
+        crate::support::proc_stat(pid).is_none_or(|s| s.zombie)
+    });
+    assert!(!out.stdout.contains("SEND-READY"), "{out}");
+}

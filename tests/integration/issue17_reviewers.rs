@@ -63,7 +63,7 @@ fn issue17_a_reviewer_runs_the_lenses_again_with_its_card_after_they_pass() {
     // The command lens's reviewer pass got the card on stdin.
     let sent: serde_json::Value =
         serde_json::from_str(&t.read("lens.stdin.json")).expect("the lens's stdin");
-    assert_eq!(sent["lens"], "lint@grumpy");
+    assert_eq!(sent["lens"], "lint", "the lens as the plan names it");
     assert_eq!(sent["reviewer"]["slug"], "grumpy");
     assert_eq!(sent["reviewer"]["card"], "Hates functions named c.");
 }

@@ -105,6 +105,15 @@ fn issue18_the_example_web_game_is_played_in_chromium_its_bugs_found_with_screen
     let out = gameplan.wait();
     out.code(0);
     assert_no_browser_left(pid);
+    let profile = format!("gameplan-chromium-{pid}-");
+    assert!(
+        !std::fs::read_dir("/tmp")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|e| e.file_name().to_string_lossy().starts_with(&profile)),
+        "the cell's Chromium profile is removed"
+    );
 
     let cell = cell_dir(&t);
     let report: serde_json::Value =
@@ -142,6 +151,11 @@ fn issue18_the_example_web_game_is_played_in_chromium_its_bugs_found_with_screen
             png.len()
         );
     }
+    let md = std::fs::read_to_string(cell.join("report.md")).expect("report.md");
+    assert!(
+        md.contains("- Screenshot: ![step "),
+        "report.md shows the evidence:\n{md}"
+    );
     // The trace names the page, not a command, and each step's screenshot.
     let trace = std::fs::read_to_string(cell.join("trace.jsonl")).expect("trace");
     let header: serde_json::Value =
@@ -206,9 +220,10 @@ fn issue18_ctrl_c_mid_cell_stops_the_browser_and_leaves_no_process() {
     );
 }
 
-#[test]
-fn issue18_a_page_that_freezes_is_a_hang_and_its_browser_is_killed() {
-    let t = Test::new()
+/// A repo with a page whose button freezes it for good (a loop that never
+/// ends), played by a scripted player with `actions` and `action_timeout`.
+fn freezer(action_timeout: u64, actions: &str) -> Test {
+    Test::new()
         .file(
             "page.html",
             "<title>Freezer</title><h1>Freezer</h1>\
@@ -216,26 +231,19 @@ fn issue18_a_page_that_freezes_is_a_hang_and_its_browser_is_killed() {
         )
         .file(
             "plan.toml",
-            r#"version = 1
-name = "freeze"
+            format!(
+                "version = 1\nname = \"freeze\"\n\n[game]\nid = \"freeze\"\ndriver = \"webdriver\"\n\
+                 url = \"page.html\"\naction_timeout = {action_timeout}\n\n[[personas]]\n\
+                 slug = \"clicker\"\ncard = \"Clicks.\"\n\
+                 player = {{ kind = \"scripted\", actions = {actions} }}\n\n[[steps]]\n\
+                 id = \"play\"\nkind = \"play\"\nmatrix = {{ persona = \"*\" }}\n"
+            ),
+        )
+}
 
-[game]
-id = "freeze"
-driver = "webdriver"
-url = "page.html"
-action_timeout = 3
-
-[[personas]]
-slug = "clicker"
-card = "Clicks."
-player = { kind = "scripted", actions = ["click:Freeze", "wait"] }
-
-[[steps]]
-id = "play"
-kind = "play"
-matrix = { persona = "*" }
-"#,
-        );
+#[test]
+fn issue18_a_page_that_freezes_is_a_hang_and_its_browser_is_killed() {
+    let t = freezer(3, r#"["click:Freeze", "wait"]"#);
     let gameplan = t.spawn(&["plan", "run", "plan.toml"]);
     let pid = gameplan.pid();
     let out = gameplan.wait();
@@ -312,4 +320,51 @@ fn issue18_webdriver_url_is_checked_where_it_is_written() {
         )
         .check(&["plan.toml"]);
     fine.json.code(0);
+}
+
+#[test]
+fn issue18_a_second_ctrl_c_kills_a_frozen_browser_at_once() {
+    // The click freezes the page for good: the first Ctrl-C waits for a
+    // turn that will not end (within 60 s), the second kills at once.
+    let t = freezer(60, r#"["click:Freeze"]"#);
+    let gameplan = t.spawn(&["plan", "run", "plan.toml"]);
+    let pid = gameplan.pid();
+    wait_until("the opening's screenshots", Duration::from_secs(60), || {
+        t.run_ids().pop().is_some_and(|run| {
+            let steps = t.path(&format!(".gameplan/runs/{run}/steps"));
+            std::fs::read_dir(steps)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .any(|cell| cell.path().join("screenshots/reset-2.png").exists())
+        })
+    });
+    // The click is sent right after; let it reach the page.
+    std::thread::sleep(Duration::from_millis(800));
+    gameplan.signal(Signal::SIGINT);
+    std::thread::sleep(Duration::from_millis(800));
+    assert!(
+        !browser_processes_of(pid).is_empty(),
+        "the frozen browser still runs"
+    );
+    gameplan.signal(Signal::SIGINT);
+    let second = std::time::Instant::now();
+    let out = gameplan.wait();
+    out.code(10).stderr_has("second Ctrl-C");
+    assert!(
+        second.elapsed() < Duration::from_secs(5),
+        "a second Ctrl-C took {:?}\n{out}",
+        second.elapsed()
+    );
+    assert_no_browser_left(pid);
+    // Nor its profile (TMPDIR is unset for the run: /tmp).
+    let prefix = format!("gameplan-chromium-{pid}-");
+    let profiles: Vec<_> = std::fs::read_dir("/tmp")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        .map(|e| e.path())
+        .collect();
+    assert!(profiles.is_empty(), "profiles left behind: {profiles:?}");
 }

@@ -552,12 +552,7 @@ fn play_simulate_counts_games_and_writes_replayable_traces_of_the_failed_ones() 
         "{files:?}"
     );
     assert!(files.len() <= 3, "{files:?}");
-    let traces: Vec<&str> = out
-        .stdout
-        .lines()
-        .filter_map(|l| l.strip_prefix("trace of a failed game: "))
-        .filter_map(|l| l.split(' ').next())
-        .collect();
+    let traces = crate::support::failed_traces(&out.stdout);
     assert!(!traces.is_empty(), "{out}");
     assert!(
         out.stdout.contains(&format!("crashed {} ", traces.len())),
@@ -752,7 +747,7 @@ fn shrink_reduces_a_hang_to_the_one_action_that_hangs() {
         "--player",
         "scripted",
         "--action-timeout",
-        "0.5",
+        "1",
         "--patience",
         "50",
     ];
@@ -771,7 +766,7 @@ fn shrink_reduces_a_hang_to_the_one_action_that_hangs() {
         "--time-limit",
         "40",
         "--action-timeout",
-        "0.5",
+        "1",
     ])
     .code(0);
     let short = t.read("short.jsonl");
@@ -781,7 +776,7 @@ fn shrink_reduces_a_hang_to_the_one_action_that_hangs() {
         "{short}"
     );
     assert!(short.ends_with("{\"end\":\"hang\"}\n"), "{short}");
-    t.run(&["replay", "short.jsonl", "--action-timeout", "0.5"])
+    t.run(&["replay", "short.jsonl", "--action-timeout", "1"])
         .code(0)
         .stdout_has("same end `hang`");
 }

@@ -146,16 +146,65 @@ fn play_maze_simulate_finds_crashes_and_every_failed_trace_replays() {
         MAZE,
     ]);
     out.code(1).stdout_has("games 40 ");
-    let traces: Vec<&str> = out
-        .stdout
-        .lines()
-        .filter_map(|l| l.strip_prefix("trace of a failed game: "))
-        .filter_map(|l| l.split(' ').next())
-        .collect();
+    let traces = crate::support::failed_traces(&out.stdout);
     assert!(!traces.is_empty(), "{out}");
     for address in &traces {
         t.run(&["replay", address])
             .code(0)
             .stdout_has("same end `crash`");
     }
+}
+
+/// Issue 19: the traces of a simulation's failed games share one batch
+/// file per worker. A run stopped while writing (its index never written,
+/// its last record torn) still replays every whole record by its address,
+/// names the torn one as cut short, and a batch file given without an
+/// address says which games it holds.
+#[test]
+fn issue19_batch_traces_replay_by_address_and_survive_a_torn_write() {
+    let t = Test::new();
+    let out = t.run(&[
+        "__simulate",
+        "--games",
+        "30",
+        "--workers",
+        "1",
+        "--max-steps",
+        "40",
+        "--out",
+        "failed",
+        "--",
+        MAZE,
+    ]);
+    out.code(1);
+    let traces = crate::support::failed_traces(&out.stdout);
+    assert!(traces.len() >= 3, "{out}");
+    assert!(
+        traces
+            .iter()
+            .all(|a| a.starts_with("failed/batch-0.jsonl#game-")),
+        "{traces:?}"
+    );
+    let index = t.read("failed/index.jsonl");
+    assert_eq!(index.lines().count(), traces.len(), "{index}");
+
+    // As if the run was killed writing its last trace.
+    let batch = t.read("failed/batch-0.jsonl");
+    let last = batch.rfind("{\"simulated_game\":").expect("a last record");
+    let torn = last + (batch.len() - last) / 2;
+    t.write("failed/batch-0.jsonl", &batch[..torn]);
+    std::fs::remove_file(t.path("failed/index.jsonl")).expect("rm index");
+
+    t.run(&["replay", traces[0]])
+        .code(0)
+        .stdout_has("same end `crash`");
+    t.run(&["replay", traces[traces.len() - 1]])
+        .code(3)
+        .stderr_has("cut short");
+    t.run(&["replay", "failed/batch-0.jsonl"])
+        .code(3)
+        .stderr_has("name one as failed/batch-0.jsonl#game-N");
+    t.run(&["replay", "failed/batch-0.jsonl#game-999999"])
+        .code(3)
+        .stderr_has("no trace of game 999999");
 }

@@ -278,6 +278,16 @@ impl Spawned {
     }
 }
 
+/// The addresses (`FILE#game-N`) of the failed games' traces that
+/// `gameplan __simulate` printed, in game order.
+pub fn failed_traces(stdout: &str) -> Vec<&str> {
+    stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("trace of a failed game: "))
+        .filter_map(|l| l.split(' ').next())
+        .collect()
+}
+
 /// Polls `ready` every few milliseconds until it holds; fails the test
 /// after `within`, saying what was awaited.
 #[track_caller]

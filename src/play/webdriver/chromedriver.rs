@@ -215,12 +215,31 @@ pub fn kill_browsers_of_this_process() {
     kill_naming(&format!("{PROFILE_PREFIX}{}-", std::process::id()));
 }
 
+/// Kills every live process whose arguments hold `needle`, then removes
+/// the gameplan profiles they named (`--user-data-dir=…/gameplan-chromium-…`):
+/// after a second Ctrl-C nobody else would.
 fn kill_naming(needle: &str) {
     let needle = needle.as_bytes();
+    let mut profiles = std::collections::BTreeSet::new();
     for found in crate::process_table::running_with(|cmdline| {
         cmdline.windows(needle.len()).any(|w| w == needle)
     }) {
+        let cmdline = crate::process_table::command_line(found.pid);
         let _ = nix::sys::signal::kill(Pid::from_raw(found.pid), Signal::SIGKILL);
+        profiles.extend(
+            cmdline
+                .split(' ')
+                .filter_map(|arg| arg.strip_prefix("--user-data-dir="))
+                .map(PathBuf::from)
+                .filter(|dir| {
+                    dir.file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n.starts_with(PROFILE_PREFIX))
+                }),
+        );
+    }
+    for profile in profiles {
+        let _ = std::fs::remove_dir_all(profile);
     }
 }
 
@@ -268,5 +287,24 @@ mod tests {
             "{text}"
         );
         let _ = std::fs::remove_dir(&dir);
+    }
+
+    #[test]
+    fn issue18_a_missing_chromium_names_its_debian_package() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("gameplan-nochromium-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let driver = dir.join("chromedriver");
+        std::fs::write(&driver, "#!/bin/sh\n").expect("write");
+        std::fs::set_permissions(&driver, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let env = BTreeMap::from([("PATH".to_owned(), dir.display().to_string())]);
+        let err = find_programs(&env).expect_err("no chromium on that PATH");
+        let text = err.to_string();
+        assert!(err.is_environment(), "{text}");
+        assert!(
+            text.contains("`chromium`") && text.contains("apt-get install chromium"),
+            "{text}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -92,8 +92,6 @@ pub struct BrowserSession {
     url: String,
     timeout: Duration,
     screenshots: Option<PathBuf>,
-    /// Whether the listener runs before the page's scripts (CDP worked).
-    early_listener: bool,
     browser_version: String,
     acts: u64,
     resets: u64,
@@ -177,26 +175,26 @@ impl BrowserSession {
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_owned();
-        let mut session = BrowserSession {
+        let session = BrowserSession {
             client,
             driver,
             profile,
             url,
             timeout,
             screenshots,
-            early_listener: false,
             browser_version,
             acts: 0,
             resets: 0,
         };
-        session.early_listener = session
+        // Where the server is no chromedriver, the observation script
+        // installs the listener late (after load) instead.
+        let _ = session
             .client
             .issue_cmd(ChromeCdp {
                 cmd: "Page.addScriptToEvaluateOnNewDocument",
                 params: json!({ "source": LISTENER }),
             })
-            .await
-            .is_ok();
+            .await;
         Ok(session)
     }
 
@@ -214,17 +212,23 @@ impl BrowserSession {
         self.resets += 1;
         let client = self.client.clone();
         let url = self.url.clone();
+        let again = self.resets > 1;
         self.within(Op::Reset, async move {
-            // Storage outlives a reload: a game that saves progress would
-            // not start over. A page with no storage (about:blank) throws.
-            client
-                .execute(
-                    "try { localStorage.clear(); sessionStorage.clear(); } catch (e) {}",
-                    vec![],
-                )
-                .await?;
-            // Navigating to the URL the tab already shows may not reload it.
-            client.goto("about:blank").await?;
+            if again {
+                // Storage outlives a reload: a game that saves progress
+                // would not start over. (The first load has a fresh profile.)
+                client
+                    .execute(
+                        "try { localStorage.clear(); sessionStorage.clear(); } catch (e) {}",
+                        vec![],
+                    )
+                    .await?;
+                // Navigating to the same URL reloads the page, except when
+                // only a fragment would change: then leave it first.
+                if url.contains('#') {
+                    client.goto("about:blank").await?;
+                }
+            }
             client.goto(&url).await
         })
         .await?;
@@ -252,20 +256,23 @@ impl BrowserSession {
         }))
     }
 
-    /// What chromedriver printed (a browser game has no stderr of its own).
+    /// Nothing: a page has no stderr (its errors are `console` findings,
+    /// and chromedriver's output goes into a start error, where it helps).
     pub fn stderr_tail(&self) -> String {
         String::new()
     }
 
-    /// Closes the session (when `polite`: Chromium quits), then kills
-    /// chromedriver's group and every process carrying its marker, and
-    /// removes the profile. Nothing it started outlives this.
-    pub async fn shutdown(self, polite: bool) -> Vec<Leaked> {
-        if polite || self.driver.is_none() {
-            let _ = tokio::time::timeout(CLOSE_WITHIN, self.client.clone().close()).await;
-        }
-        if let Some(driver) = self.driver {
-            driver.stop().await;
+    /// Stops the browser: a browser gameplan started is killed with
+    /// chromedriver (its profile is thrown away, so a graceful quit would
+    /// only cost a quarter second per cell), every process of it found by
+    /// its marker, and the profile removed. A session on the plan's own
+    /// WebDriver server is closed. Nothing started here outlives this.
+    pub async fn shutdown(self, _polite: bool) -> Vec<Leaked> {
+        match self.driver {
+            Some(driver) => driver.stop().await,
+            None => {
+                let _ = tokio::time::timeout(CLOSE_WITHIN, self.client.clone().close()).await;
+            }
         }
         if let Some(profile) = &self.profile {
             let _ = std::fs::remove_dir_all(profile);
