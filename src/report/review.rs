@@ -416,6 +416,7 @@ mod tests {
             calls: 1,
             errors: Vec::new(),
             stderr_tail: Some("boom".into()),
+            usage: None,
         };
         lens.status = lens.judge_status();
         Review {

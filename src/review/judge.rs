@@ -448,9 +448,11 @@ async fn ask(
             api_key,
             price,
         } => {
+            // The instance's name (`LENS@REVIEWER`), as the charter reads it.
+            let name = report.name.clone();
             let lens = super::llm_lens::LlmLens {
                 root: j.root,
-                name,
+                name: &name,
                 charter,
                 model,
                 base_url: base_url.as_deref(),
