@@ -5,7 +5,7 @@
 //! and records the Authorization header it saw. It stands in for a paid
 //! model API only.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 
-use crate::support::{Test, at, wait_until};
+use crate::support::{Test, at, files_holding, read_model_request, wait_until};
 
 const CANARY: &str = "sk-canary-7f3a9e1d";
 
@@ -152,49 +152,19 @@ fn respond(mut stream: TcpStream, n: usize, reply: Reply) {
 }
 
 fn read_request(stream: &mut TcpStream) -> Option<Seen> {
-    let mut bytes = Vec::new();
-    let mut buf = [0u8; 8192];
-    let head_end = loop {
-        let n = stream.read(&mut buf).ok()?;
-        if n == 0 {
-            return None;
-        }
-        bytes.extend_from_slice(&buf[..n]);
-        if let Some(i) = bytes.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i + 4;
-        }
-    };
-    let head = String::from_utf8_lossy(&bytes[..head_end]).to_string();
-    let header = |name: &str| {
-        head.lines()
-            .find_map(|l| {
-                let (k, v) = l.split_once(':')?;
-                k.trim()
-                    .eq_ignore_ascii_case(name)
-                    .then(|| v.trim().to_owned())
-            })
-            .unwrap_or_default()
-    };
-    let length: usize = header("content-length").parse().unwrap_or(0);
-    while bytes.len() < head_end + length {
-        let n = stream.read(&mut buf).ok()?;
-        if n == 0 {
-            break;
-        }
-        bytes.extend_from_slice(&buf[..n]);
-    }
-    let body: serde_json::Value = serde_json::from_slice(&bytes[head_end..]).ok()?;
-    let prompt = body["messages"]
-        .as_array()?
+    let request = read_model_request(stream)?;
+    let last = request
+        .messages
         .iter()
         .rev()
-        .find(|m| m["role"] == "user")?["content"]
-        .as_str()?
-        .to_owned();
-    let first = body["messages"][0]["content"]
-        .as_str()
-        .unwrap_or("")
-        .to_owned();
+        .find(|(role, _)| role == "user")?
+        .1
+        .clone();
+    let first = request
+        .messages
+        .first()
+        .map(|(_, content)| content.clone())
+        .unwrap_or_default();
     let kind = if first.contains("These moves were proposed") {
         PromptKind::Select
     } else if first.contains("how playing felt") {
@@ -205,9 +175,9 @@ fn read_request(stream: &mut TcpStream) -> Option<Seen> {
         PromptKind::Move
     };
     Some(Seen {
-        authorization: header("authorization"),
+        authorization: request.authorization,
         prompt: first,
-        last: prompt,
+        last,
         kind,
     })
 }
@@ -322,25 +292,6 @@ fn cell_dir(t: &Test, doc: &serde_json::Value, controller: &str) -> std::path::P
         .unwrap_or_else(|| panic!("no {controller} cell in {doc:#}"));
     let md = step["log"].as_str().expect("the cell's report.md");
     t.path(md).parent().expect("dir").to_path_buf()
-}
-
-/// Every file under `dir`, as bytes, that holds `needle`.
-fn files_holding(dir: &Path, needle: &str) -> Vec<String> {
-    let mut found = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if let Ok(bytes) = std::fs::read(&path)
-                && bytes.windows(needle.len()).any(|w| w == needle.as_bytes())
-            {
-                found.push(path.display().to_string());
-            }
-        }
-    }
-    found
 }
 
 #[test]

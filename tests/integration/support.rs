@@ -890,7 +890,9 @@ impl ModelServer {
     }
 }
 
-fn read_model_request(stream: &mut std::net::TcpStream) -> Option<ModelRequest> {
+/// One chat-completions request read off `stream` (head and body), or
+/// `None` when the client went away first.
+pub fn read_model_request(stream: &mut std::net::TcpStream) -> Option<ModelRequest> {
     let mut bytes = Vec::new();
     let mut buf = [0u8; 8192];
     let head_end = loop {
