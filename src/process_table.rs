@@ -35,21 +35,7 @@ pub fn group_alive(pgid: i32) -> bool {
 /// Every live process whose environment block (`NAME=value` entries, each
 /// ended by a NUL) satisfies `matches`.
 pub fn carrying(matches: impl Fn(&[u8]) -> bool) -> Vec<Found> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter_map(|entry| {
-            let pid = entry.file_name().to_str()?.parse::<i32>().ok()?;
-            let environ = std::fs::read(entry.path().join("environ")).ok()?;
-            if !matches(&environ) {
-                return None;
-            }
-            let (state, group) = stat(&entry.path())?;
-            live(state).then_some(Found { pid, group })
-        })
-        .collect()
+    live_where("environ", matches)
 }
 
 /// Every live process whose command line (its arguments, each ended by a
@@ -57,6 +43,11 @@ pub fn carrying(matches: impl Fn(&[u8]) -> bool) -> Vec<Found> {
 /// zygote starts with a cleaned environment but the profile's path in
 /// their arguments.
 pub fn running_with(matches: impl Fn(&[u8]) -> bool) -> Vec<Found> {
+    live_where("cmdline", matches)
+}
+
+/// Every live process whose `/proc/<pid>/<file>` satisfies `matches`.
+fn live_where(file: &str, matches: impl Fn(&[u8]) -> bool) -> Vec<Found> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -64,8 +55,8 @@ pub fn running_with(matches: impl Fn(&[u8]) -> bool) -> Vec<Found> {
         .flatten()
         .filter_map(|entry| {
             let pid = entry.file_name().to_str()?.parse::<i32>().ok()?;
-            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
-            if !matches(&cmdline) {
+            let bytes = std::fs::read(entry.path().join(file)).ok()?;
+            if !matches(&bytes) {
                 return None;
             }
             let (state, group) = stat(&entry.path())?;
