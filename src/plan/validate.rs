@@ -562,11 +562,22 @@ impl Validator<'_> {
     fn game(&mut self, raw: &RawPlan, plays: Option<Span>) -> Option<Game> {
         let Some(g) = &raw.game else {
             if let (Some(span), false) = (plays, raw.unreadable.contains(&"game")) {
+                // A plan without `steps` gets the default paid pipeline,
+                // which plays: a review-only plan written from its lenses
+                // and gates alone meets this first, so say how to opt out.
+                let help = if raw.steps.is_none() && !raw.gates.is_empty() {
+                    "without `steps` a plan runs the default pipeline, which plays the game: add a [game] table with `id` and `command`, or, for a review-only plan, list its gate steps (`[[steps]]` with `id`, `kind = \"gate\"`, `gate = \"NAME\"`)"
+                } else {
+                    "add a [game] table with `id` and `command` (or `driver = \"webdriver\"` and `url`)"
+                };
                 self.push(
-                    Diagnostic::new("plan::missing_game", "this plan plays a game but has no [game] table")
-                        .at(span)
-                        .label("plays the game")
-                        .help("add a [game] table with `id` and `command` (or `driver = \"webdriver\"` and `url`)"),
+                    Diagnostic::new(
+                        "plan::missing_game",
+                        "this plan plays a game but has no [game] table",
+                    )
+                    .at(span)
+                    .label("plays the game")
+                    .help(help),
                 );
             }
             return None;

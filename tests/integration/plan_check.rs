@@ -1113,3 +1113,31 @@ fn yaml_positions_count_characters_not_bytes() {
     at(second, &plan, "\"ñø\"").at(25, 18);
     check.rendered(first).rendered(second);
 }
+
+/// A review-only plan written from its lenses and gates alone (no `steps`)
+/// gets the default pipeline, which plays: the error says how to list the
+/// gate steps instead of only asking for a game.
+#[test]
+fn a_review_plan_without_steps_is_told_how_to_list_its_gate_steps() {
+    let plan = r#"version = 1
+name = "mine"
+
+[[lenses]]
+name = "no-dbg"
+kind = "rule"
+over = "files"
+files = ["src/**"]
+when = "'dbg!(' in unit.text"
+
+[[gates]]
+name = "style"
+lenses = ["no-dbg"]
+"#;
+    Test::new()
+        .file("review.toml", plan)
+        .run(&["plan", "check", "review.toml"])
+        .code(3)
+        .stderr_has("this plan plays a game but has no [game] table")
+        .stderr_has("for a review-only plan, list its gate steps")
+        .stderr_has("kind = \"gate\"");
+}
