@@ -24,11 +24,14 @@
 //!   only when a unit's content changes, not per run; `--max-store` counts
 //!   only `store/` (trimming `units/` waits for the kind that fills it).
 //!
-//! The store is trimmed least recently used first (an entry's `entry.json`
-//! mtime is refreshed on every reuse) until it fits `--max-store`; entries
+//! The store is trimmed least recently used first (a run records the
+//! entries it reused in the store's index; an old-layout entry's
+//! `entry.json` mtime is refreshed) until it fits `--max-store`; entries
 //! used since the oldest live run started are kept, as it may be restoring
-//! them. A removed entry is a miss next time: the step runs again. Partial
-//! entries abandoned by killed runs are swept whatever the limit.
+//! them. A removed entry is a miss next time: the step runs again. Every
+//! `gc` that is not a dry run compacts the index (one record per entry,
+//! blobs no entry names deleted) unless a run holds it. Partial files
+//! abandoned by killed runs are swept whatever the limit.
 
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
@@ -285,6 +288,12 @@ fn trim_store(state_dir: &Path, args: &GcArgs<'_>, problems: &mut Vec<String>) -
         }
     }
     let Some(limit) = args.max_store else {
+        // Superseded records and use marks fold into one record per entry.
+        if !args.dry_run
+            && let Err(e) = store.compact()
+        {
+            problems.push(format!("cannot compact the store index: {e}"));
+        }
         return freed;
     };
     // Entries used since the oldest live run started may be the ones it is
@@ -298,6 +307,7 @@ fn trim_store(state_dir: &Path, args: &GcArgs<'_>, problems: &mut Vec<String>) -
                 .unwrap_or(SystemTime::UNIX_EPOCH)
         })
         .min();
+    let mut going = std::collections::BTreeSet::new();
     for entry in &entries {
         if freed.kept_bytes <= limit {
             break;
@@ -306,16 +316,18 @@ fn trim_store(state_dir: &Path, args: &GcArgs<'_>, problems: &mut Vec<String>) -
             freed.kept_in_use += 1;
             continue;
         }
-        if !args.dry_run
-            && let Err(e) = store.remove_entry(&entry.digest)
-        {
-            problems.push(format!("cannot remove stored result {}: {e}", entry.digest));
-            continue;
-        }
+        going.insert(entry.digest.clone());
         freed.removed += 1;
         freed.removed_bytes += entry.bytes;
         freed.kept -= 1;
         freed.kept_bytes -= entry.bytes;
+    }
+    // One rewrite of the index for all of them (and the old layout's
+    // directories among them), not one per entry.
+    if !args.dry_run
+        && let Err(e) = store.remove_entries(&going)
+    {
+        problems.push(format!("cannot remove {} stored results: {e}", going.len()));
     }
     freed
 }

@@ -261,14 +261,14 @@ pub fn try_reuse(
     }
     let digest = key.digest();
     let entry = keeper.store.lookup(&digest)?;
-    // A damaged entry is a miss: the step runs. A kind that keeps its
-    // files in the step's directory gets it made first.
+    // A damaged entry is a miss: the step runs. The scope (which expands
+    // the step's inputs) is made only if something must be written, and
+    // the store makes a missing base (a kind's own step directory).
     let base = kind.restore_base(cx);
-    let scope = kind.restore_scope(cx).ok()?;
-    if !base.is_dir() {
-        std::fs::create_dir_all(&base).ok()?;
-    }
-    keeper.store.restore_within(&entry, &base, &scope).ok()?;
+    keeper
+        .store
+        .restore_lazily(&entry, &base, || kind.restore_scope(cx).ok())
+        .ok()?;
     keeper.store.mark_used(&digest);
     Some(Finished {
         node,

@@ -239,7 +239,7 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
         run_dir: run_dir.clone(),
         plan: Arc::new(loaded.plan),
         keeper: Keeper {
-            store: Store::open(&state_dir),
+            store: open_store(&state_dir, progress),
             hashes: Arc::new(Mutex::new(FileHashCache::load(&state_dir))),
             journal: journal.clone(),
             progress: progress.clone(),
@@ -577,7 +577,7 @@ fn close(
     let _ = shared
         .keeper
         .store
-        .record_last(&shared.plan.name, &run.last_keys);
+        .finish_run(&shared.plan.name, &run.last_keys);
 
     let mut counts: BTreeMap<String, usize> = BTreeMap::new();
     for r in &run.reports {
@@ -1363,6 +1363,16 @@ impl Run {
         }
         self.record_skips();
     }
+}
+
+/// The run's result store. Damaged index records are misses; the user is
+/// told once, before any step.
+fn open_store(state_dir: &Path, progress: &Progress) -> Store {
+    let store = Store::open(state_dir);
+    for warning in store.warnings() {
+        progress.note(&warning);
+    }
+    store
 }
 
 /// The store a kind keeps unit verdicts in; under `--no-reuse` it reads as

@@ -147,7 +147,15 @@ impl InputPattern {
         };
         // The prefix may pass through symlinks (walkdir follows its root), so
         // it is checked once here; below it no directory link is followed.
-        if resolve_inside(canonical_root, &walk_root, &shown_prefix)?.is_none() {
+        let Some(at_prefix) = resolve_inside(canonical_root, &walk_root, &shown_prefix)? else {
+            return Ok(());
+        };
+        // A file named as it is: that one check is all (no walk, whose
+        // own stat of its root would be a second system call per input).
+        if !at_prefix.is_dir && !self.prefix.is_empty() {
+            if at_prefix.is_file && self.matches(&shown_prefix) {
+                found.insert(shown_prefix);
+            }
             return Ok(());
         }
         let walk = WalkDir::new(&walk_root)
@@ -175,7 +183,7 @@ impl InputPattern {
             }
             let is_file = if entry.depth() > 0 && entry.path_is_symlink() {
                 resolve_inside(canonical_root, entry.path(), &rel)?
-                    .is_some_and(|real| real.is_file())
+                    .is_some_and(|found| found.is_file)
             } else {
                 entry.file_type().is_file()
             };

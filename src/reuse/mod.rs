@@ -52,6 +52,7 @@
 
 mod error;
 mod hash_cache;
+mod index;
 mod inputs;
 mod key;
 mod paths;

@@ -1,8 +1,10 @@
 //! Repo-relative path rules shared by inputs, the hash cache and the store.
 
+use std::collections::HashMap;
 use std::fs;
 use std::io;
 use std::path::{Component, Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
 
 use super::error::{ReuseError, io_error};
 
@@ -60,47 +62,117 @@ pub(crate) fn rel_string(root: &Path, path: &Path) -> Result<String, ReuseError>
     Ok(parts.join("/"))
 }
 
+/// Directories found to resolve inside the root, by the path they were
+/// reached by, with their resolved form: a directory checked once is not
+/// resolved again (one `readlink` per path component, per path, per step
+/// was most of what a reused step cost). Kept for a run: [`forget_resolved`]
+/// empties it when a store is opened, so a long-lived process never trusts
+/// an answer from an earlier run. Within a run a directory a step replaces
+/// by a symlink is not noticed; the steps are the plan's own code, and the
+/// wall is against links that are in the tree when gameplan looks.
+static RESOLVED: Mutex<Option<HashMap<PathBuf, PathBuf>>> = Mutex::new(None);
+
+fn resolved() -> std::sync::MutexGuard<'static, Option<HashMap<PathBuf, PathBuf>>> {
+    RESOLVED.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Forgets every resolved directory (and root): the next check resolves again.
+pub fn forget_resolved() {
+    *resolved() = None;
+}
+
+fn remember_dir(given: &Path, real: &Path) {
+    resolved()
+        .get_or_insert_with(HashMap::new)
+        .insert(given.to_path_buf(), real.to_path_buf());
+}
+
+fn known_dir(given: &Path) -> Option<PathBuf> {
+    resolved().as_ref()?.get(given).cloned()
+}
+
+/// Whether `dir` was already found to be a directory inside the root during
+/// this run (no system call).
+pub(crate) fn is_known_dir(dir: &Path) -> bool {
+    resolved()
+        .as_ref()
+        .is_some_and(|dirs| dirs.contains_key(dir))
+}
+
 /// The repo root with every symlink resolved, the reference for "inside".
 pub(crate) fn canonical_root(root: &Path) -> Result<PathBuf, ReuseError> {
-    // A run resolves the same root once per step; remember the last answer
-    // (a root moving mid-run is not something a run survives anyway).
-    static LAST: std::sync::Mutex<Option<(PathBuf, PathBuf)>> = std::sync::Mutex::new(None);
-    let mut last = LAST
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Some((given, canonical)) = last.as_ref()
-        && given == root
-    {
-        return Ok(canonical.clone());
+    if let Some(real) = known_dir(root) {
+        return Ok(real);
     }
     let canonical = fs::canonicalize(root).map_err(io_error("resolve the repo root", root))?;
-    *last = Some((root.to_path_buf(), canonical.clone()));
+    remember_dir(root, &canonical);
     Ok(canonical)
+}
+
+/// What [`resolve_inside`] found at a path.
+#[derive(Debug)]
+pub(crate) struct Found {
+    pub is_dir: bool,
+    pub is_file: bool,
 }
 
 /// Resolves `path` (shown to the user as `shown`) and checks that it stays
 /// inside `canonical_root`. `Ok(None)` when nothing is there.
+///
+/// A path that is not itself a symlink, in a directory already resolved
+/// this run, costs one `lstat`: it is inside because its directory is.
 pub(crate) fn resolve_inside(
     canonical_root: &Path,
     path: &Path,
     shown: &str,
-) -> Result<Option<PathBuf>, ReuseError> {
+) -> Result<Option<Found>, ReuseError> {
+    let metadata = match fs::symlink_metadata(path) {
+        Ok(metadata) => metadata,
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(error) => return Err(io_error("read metadata of", path)(error)),
+    };
+    let is_link = metadata.file_type().is_symlink();
+    if !is_link
+        && let (Some(parent), Some(name)) = (path.parent(), path.file_name())
+        && name != ".."
+        && let Some(real_parent) = known_dir(parent)
+    {
+        let real = real_parent.join(name);
+        if metadata.is_dir() {
+            remember_dir(path, &real);
+        }
+        return Ok(Some(Found {
+            is_dir: metadata.is_dir(),
+            is_file: metadata.is_file(),
+        }));
+    }
     match fs::canonicalize(path) {
-        Ok(real) if real.starts_with(canonical_root) => Ok(Some(real)),
+        Ok(real) if real.starts_with(canonical_root) => {
+            let (is_dir, is_file) = if is_link {
+                let target = fs::metadata(&real).map_err(io_error("read metadata of", &real))?;
+                (target.is_dir(), target.is_file())
+            } else {
+                // Not a link: its directory resolves to the real one's.
+                if let (Some(parent), Some(real_parent)) = (path.parent(), real.parent())
+                    && real_parent.starts_with(canonical_root)
+                {
+                    remember_dir(parent, real_parent);
+                }
+                (metadata.is_dir(), metadata.is_file())
+            };
+            if is_dir {
+                remember_dir(path, &real);
+            }
+            Ok(Some(Found { is_dir, is_file }))
+        }
         Ok(real) => Err(ReuseError::SymlinkOutsideRoot {
             path: shown.to_owned(),
             target: real.display().to_string(),
         }),
-        Err(error) if error.kind() == io::ErrorKind::NotFound => {
-            // The name exists but what it points at does not.
-            if fs::symlink_metadata(path).is_ok() {
-                Err(ReuseError::BrokenSymlink {
-                    path: shown.to_owned(),
-                })
-            } else {
-                Ok(None)
-            }
-        }
+        // The name exists (the lstat found it) but what it points at does not.
+        Err(error) if error.kind() == io::ErrorKind::NotFound => Err(ReuseError::BrokenSymlink {
+            path: shown.to_owned(),
+        }),
         Err(error) => Err(io_error("resolve", path)(error)),
     }
 }

@@ -1,66 +1,88 @@
 //! The result store: outputs of succeeded steps, by reuse key digest.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs::{self, OpenOptions};
 use std::io::{self, Write as _};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Once};
+use std::sync::{Arc, Mutex, Once, OnceLock, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::error::{ReuseError, io_error};
+use super::index::{self, Appender, INDEX_FILE, Indexed, Loaded, Record};
 use super::inputs::PatternSet;
 use super::key::{ReuseKey, is_sha256_hex, sha256_hex};
-use super::paths::{canonical_root, check_rel_path, join_rel, resolve_inside};
+use super::paths::{
+    canonical_root, check_rel_path, forget_resolved, is_known_dir, join_rel, resolve_inside,
+};
 use super::write::{copy_hashing, hash_file, unique_suffix, write_atomically};
 
-/// 2: stored outputs are named by their index in `entry.json`, so storing
-/// creates no directory per output path. 3: small outputs are inline.
+/// The old layout's `entry.json` format (3: small outputs inline, the rest
+/// as `outputs/<index>`). Such entries are read, never written.
 const ENTRY_FORMAT: u32 = 3;
-/// Outputs up to this size live inside `entry.json` instead of `outputs/`:
-/// a file smaller than a filesystem block costs a whole block and an inode,
-/// and creating that inode (and `outputs/`) was most of what storing a small
-/// result cost (Bazel's remote cache inlines small outputs for the same reason).
+/// An entry recorded in the index, its larger outputs under `blobs/` by
+/// content hash.
+pub(crate) const INDEX_ENTRY_FORMAT: u32 = 4;
+/// Outputs up to this size live inside the entry's record instead of as a
+/// blob: a file smaller than a filesystem block costs a whole block and an
+/// inode, and creating that inode was most of what storing a small result
+/// cost (Bazel's remote cache inlines small outputs for the same reason).
 pub const INLINE_MAX: u64 = 4096;
 const KEY_FILE: &str = "key.json";
 const ENTRY_FILE: &str = "entry.json";
 const OUTPUTS_DIR: &str = "outputs";
+const BLOBS_DIR: &str = "blobs";
 const LAST_DIR: &str = "last";
 const TEMP_PREFIX: &str = ".tmp-";
-/// How often `put` retries publishing when a damaged entry is in the way.
-const PUBLISH_ATTEMPTS: usize = 3;
-/// A temporary entry this old is abandoned whoever wrote it: storing one
+/// A temporary file this old is abandoned whoever wrote it: storing one
 /// result takes seconds, not an hour.
 pub const STALE_TEMP_AGE: Duration = Duration::from_secs(3600);
-/// A temporary entry whose writer's pid is not alive on this host is
+/// A temporary file whose writer's pid is not alive on this host is
 /// abandoned once this old (the margin keeps a state directory shared over
-/// the network from losing another host's entry mid-write to a pid that
+/// the network from losing another host's file mid-write to a pid that
 /// only happens to be free here).
 const DEAD_WRITER_TEMP_AGE: Duration = Duration::from_secs(60);
-/// At most this many abandoned temporary entries are removed per sweep, so
+/// At most this many abandoned temporary files are removed per sweep, so
 /// the first store of a run never waits on a big backlog.
 const SWEEP_MAX: usize = 64;
 
 /// Stored results under `<state>/store/`:
 ///
 /// ```text
-/// store/<k[0:2]>/<key>/key.json     the canonical ReuseKey (what was hashed)
-/// store/<k[0:2]>/<key>/outputs/<i> copies of the declared outputs over INLINE_MAX, by index
-/// store/<k[0:2]>/<key>/entry.json   outputs with size + sha256 (small ones inline), caller metadata; written last
-/// store/last/<sha256(step)>.json    the last key seen per step, for "why not reused"
-/// store/.tmp-…                      entries being built; renamed into place whole
+/// store/index.log                   every entry's metadata, one checksummed record a line (see `index.rs`)
+/// store/blobs/<h[0:2]>/<sha256>     outputs over INLINE_MAX, by content (shared by entries)
+/// store/last/<sha256(plan)>.json    the last key seen per step, for "why not reused"
+/// store/.tmp-…                      blobs being written; renamed into place whole
+/// store/<k[0:2]>/<key>/…            the old layout (key.json, entry.json, outputs/): read, never written
 /// ```
 ///
-/// Safe to share between threads and between gameplan processes: every write
-/// is temp + rename, and readers never see a partial entry.
+/// A stored step costs one appended line (and a blob per output over
+/// [`INLINE_MAX`]); a step with small outputs creates no file. The index is
+/// read once per opened store, so a lookup costs no system call.
+///
+/// Safe to share between threads and between gameplan processes: blobs are
+/// temp + rename under their content hash, records are single appends, and
+/// every restore checks size and sha256 of what it writes.
 #[derive(Debug, Clone)]
 pub struct Store {
     dir: PathBuf,
-    /// Abandoned temporary entries are swept once per opened store, at its
+    /// Abandoned temporary files are swept once per opened store, at its
     /// first write (issue 8, item 16); clones share it.
     swept: Arc<Once>,
+    state: Arc<Shared>,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    /// The index as read at first use, plus what this store added since.
+    index: OnceLock<Mutex<Loaded>>,
+    /// Whether old-layout shard directories exist (listed once).
+    legacy: OnceLock<bool>,
+    appender: Mutex<Option<Appender>>,
+    /// Index entries reused since the last [`Store::flush_used`].
+    used: Mutex<BTreeSet<String>>,
 }
 
 /// What a store entry may write when restored (issue 8, item 5): only paths
@@ -91,7 +113,7 @@ impl RestoreScope {
 #[derive(Debug, Clone)]
 pub struct StoredEntry {
     pub digest: String,
-    /// Bytes on disk, outputs included.
+    /// Bytes on disk: its record (or old-layout files) and its blobs.
     pub bytes: u64,
     /// When it was stored or last reused.
     pub last_used: SystemTime,
@@ -108,10 +130,10 @@ pub fn dir_size(dir: &Path) -> u64 {
         .sum()
 }
 
-/// A stored result, as recorded in `entry.json`.
+/// A stored result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Entry {
-    /// The layout version of `entry.json`.
+    /// 4: recorded in the index, blobs by content; 3: the old layout.
     pub format: u32,
     /// The digest of the [`ReuseKey`] this result belongs to.
     pub key: String,
@@ -131,10 +153,10 @@ pub struct StoredOutput {
     /// Lowercase sha256 hex of the content.
     pub sha256: String,
     /// The content itself, base64, when it is at most [`INLINE_MAX`] bytes;
-    /// otherwise it is `outputs/<index>`.
+    /// otherwise it is the blob named by `sha256` (old layout: `outputs/<index>`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inline: Option<String>,
-    /// The permission bits of an inline output (a stored file keeps its own).
+    /// The permission bits of the output.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<u32>,
 }
@@ -146,24 +168,61 @@ struct LastKeys {
     steps: BTreeMap<String, ReuseKey>,
 }
 
-/// Where an entry keeps its `index`-th output: flat, whatever the output's path.
+/// Where an old-layout entry keeps its `index`-th output.
 fn stored_output(outputs_dir: &Path, index: usize) -> PathBuf {
     outputs_dir.join(index.to_string())
 }
 
+/// sha256 of no bytes: an empty output is checked without reading it.
+const EMPTY_SHA256: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+
 impl Store {
-    /// The store under `state_dir`. Nothing is touched on disk until a write.
+    /// The store under `state_dir`. Nothing is read until the first lookup
+    /// and nothing written until the first store. Opening a store starts a
+    /// run's view of the repo: directories resolved by an earlier run are
+    /// resolved again.
     pub fn open(state_dir: &Path) -> Self {
+        forget_resolved();
         Self {
             dir: state_dir.join("store"),
             swept: Arc::new(Once::new()),
+            state: Arc::new(Shared::default()),
         }
     }
 
-    /// Where the entry for `digest` lives (whether or not it exists).
+    fn index(&self) -> std::sync::MutexGuard<'_, Loaded> {
+        self.state
+            .index
+            .get_or_init(|| Mutex::new(index::load(&self.dir.join(INDEX_FILE))))
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// What reading the index found damaged (one line each, for the user);
+    /// reads the index if that has not happened yet.
+    pub fn warnings(&self) -> Vec<String> {
+        self.index().warnings.clone()
+    }
+
+    fn has_legacy(&self) -> bool {
+        *self
+            .state
+            .legacy
+            .get_or_init(|| !self.legacy_digests().is_empty())
+    }
+
+    /// Where an old-layout entry for `digest` lives (whether or not it exists).
     pub fn entry_dir(&self, digest: &str) -> PathBuf {
         let shard = digest.get(..2).unwrap_or("__");
         self.dir.join(shard).join(digest)
+    }
+
+    /// Where the blob with content `sha256` lives.
+    fn blob(&self, sha256: &str) -> PathBuf {
+        self.dir
+            .join(BLOBS_DIR)
+            .join(sha256.get(..2).unwrap_or("__"))
+            .join(sha256)
     }
 
     /// Stores the `outputs` (repo-relative file paths under `root`) of a step
@@ -171,8 +230,8 @@ impl Store {
     ///
     /// Call only after the step succeeded. A declared output that does not
     /// exist refuses the whole entry. When an intact entry for the key exists
-    /// already (stored earlier or by a concurrent run that won the race), it
-    /// is kept and returned and this copy is discarded.
+    /// already (stored earlier, by a concurrent run, or in the old layout),
+    /// it is kept and returned and nothing is written.
     pub fn put<S: AsRef<str>>(
         &self,
         key: &ReuseKey,
@@ -180,7 +239,7 @@ impl Store {
         outputs: &[S],
         meta: Value,
     ) -> Result<Entry, ReuseError> {
-        // One canonical text serves the digest and `key.json`.
+        // One canonical text serves the digest and the record.
         let canonical = key.canonical_json();
         let digest = sha256_hex(canonical.as_bytes());
         let outputs: BTreeSet<&str> = outputs.iter().map(AsRef::as_ref).collect();
@@ -193,7 +252,7 @@ impl Store {
                         path: (*output).to_owned(),
                     });
                 }
-                Some(real) if !real.is_file() => {
+                Some(found) if !found.is_file => {
                     return Err(ReuseError::OutputNotAFile {
                         path: (*output).to_owned(),
                     });
@@ -209,84 +268,125 @@ impl Store {
         self.swept.call_once(|| {
             self.sweep_abandoned_temp_dirs();
         });
-
-        let temp = self.dir.join(format!("{TEMP_PREFIX}{}", unique_suffix()));
-        // The store exists after the first entry: try first, create on demand.
-        if let Err(error) = fs::create_dir(&temp) {
-            if error.kind() != io::ErrorKind::NotFound {
-                return Err(io_error("create", &temp)(error));
-            }
-            fs::create_dir_all(&self.dir).map_err(io_error("create the store", &self.dir))?;
-            fs::create_dir(&temp).map_err(io_error("create", &temp))?;
+        // Held (shared) before any blob is written, so a compacting gc never
+        // takes a blob this run is about to record for unreferenced.
+        let mut appender = self
+            .state
+            .appender
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if appender.is_none() {
+            *appender = Some(Appender::open(&self.dir)?);
         }
-        let built = build_entry(&temp, &canonical, &digest, root, &outputs, meta);
-        let entry = match built {
-            Ok(entry) => entry,
+        // Another thread of this run may have stored it while this one waited.
+        if let Some(existing) = self.lookup(&digest) {
+            return Ok(existing);
+        }
+        let mut stored = Vec::with_capacity(outputs.len());
+        for output in &outputs {
+            stored.push(self.store_output(root, output)?);
+        }
+        let entry = Entry {
+            format: INDEX_ENTRY_FORMAT,
+            key: digest.clone(),
+            outputs: stored,
+            meta,
+        };
+        let record = Record::Put {
+            at: index::now_ms(),
+            entry,
+            key: canonical,
+        };
+        let index_path = self.dir.join(INDEX_FILE);
+        appender
+            .as_mut()
+            .map_or(Ok(()), |a| a.append(&record))
+            .map_err(io_error("append to", &index_path))?;
+        let Record::Put { entry, key, .. } = record else {
+            unreachable!("built as a put above")
+        };
+        // Still under the appender's lock: a thread waiting to store the
+        // same key finds it on its second look.
+        self.index().entries.insert(
+            digest,
+            Indexed {
+                entry: entry.clone(),
+                key_text: key,
+                last_used: SystemTime::now(),
+                record_bytes: 0,
+            },
+        );
+        Ok(entry)
+    }
+
+    /// One output, inline or as a blob under its content hash.
+    fn store_output(&self, root: &Path, output: &str) -> Result<StoredOutput, ReuseError> {
+        let source = join_rel(root, output);
+        if let Some(small) = read_small(&source)? {
+            return Ok(small.into_stored(output));
+        }
+        let temp = self.dir.join(format!("{TEMP_PREFIX}{}", unique_suffix()));
+        let copied = copy_hashing(&source, &temp).and_then(|(size, sha256)| {
+            let blob = self.blob(&sha256);
+            let placed = fs::rename(&temp, &blob).or_else(|error| {
+                if error.kind() != io::ErrorKind::NotFound {
+                    return Err(error);
+                }
+                // The blob's shard is made with its first blob.
+                let shard = blob.parent().unwrap_or(&self.dir);
+                fs::create_dir_all(shard)?;
+                fs::rename(&temp, &blob)
+            });
+            placed.map_err(io_error("move into place", &blob))?;
+            Ok((size, sha256))
+        });
+        let (size, sha256) = match copied {
+            Ok(done) => done,
             Err(error) => {
-                let _ = fs::remove_dir_all(&temp);
+                let _ = fs::remove_file(&temp);
                 return Err(error);
             }
         };
-        self.publish(&temp, &digest, entry)
-    }
-
-    /// Renames the finished `temp` entry into place, or yields to an intact
-    /// entry that got there first; `temp` is gone either way.
-    fn publish(&self, temp: &Path, digest: &str, entry: Entry) -> Result<Entry, ReuseError> {
-        // The common case, in one call: the shard exists and nobody stored
-        // this key meanwhile.
-        if fs::rename(temp, self.entry_dir(digest)).is_ok() {
-            return Ok(entry);
-        }
-        let published = self.publish_slowly(temp, digest, entry);
-        if temp.exists() {
-            let _ = fs::remove_dir_all(temp);
-        }
-        published
-    }
-
-    fn publish_slowly(&self, temp: &Path, digest: &str, entry: Entry) -> Result<Entry, ReuseError> {
-        let final_dir = self.entry_dir(digest);
-        let shard = final_dir.parent().unwrap_or(&self.dir);
-        fs::create_dir_all(shard).map_err(io_error("create", shard))?;
-        for _ in 0..PUBLISH_ATTEMPTS {
-            match fs::rename(temp, &final_dir) {
-                Ok(()) => return Ok(entry),
-                Err(error) if fs::symlink_metadata(&final_dir).is_err() => {
-                    return Err(io_error("move into place", &final_dir)(error));
-                }
-                Err(_) => {}
-            }
-            if let Some(theirs) = self.lookup(digest) {
-                return Ok(theirs);
-            }
-            // A damaged entry (an output deleted, a crash on a filesystem
-            // without ordered renames) is in the way: set it aside and retry.
-            let trash = self
-                .dir
-                .join(format!("{TEMP_PREFIX}trash-{}", unique_suffix()));
-            match fs::rename(&final_dir, &trash) {
-                Ok(()) => {
-                    let _ = fs::remove_dir_all(&trash);
-                }
-                // Someone else set it aside first.
-                Err(error) if error.kind() == io::ErrorKind::NotFound => {}
-                Err(error) => return Err(io_error("replace the damaged entry", &final_dir)(error)),
-            }
-        }
-        self.lookup(digest).ok_or_else(|| {
-            io_error("move into place", &final_dir)(io::Error::other(
-                "other runs kept replacing this entry; run again",
-            ))
+        Ok(StoredOutput {
+            path: output.to_owned(),
+            size,
+            sha256,
+            inline: None,
+            mode: file_mode(&source),
         })
     }
 
-    /// The intact entry for `digest`: `entry.json` parses and every stored
-    /// output is present with its recorded size. Anything less is a miss.
+    /// The intact entry for `digest`: its record is whole and every blob is
+    /// present with its recorded size (old layout: `entry.json` parses and
+    /// every stored output is present). Anything less is a miss.
     pub fn lookup(&self, digest: &str) -> Option<Entry> {
         if !is_sha256_hex(digest) {
             return None;
         }
+        let indexed = self.index().entries.get(digest).map(|i| i.entry.clone());
+        if let Some(entry) = indexed {
+            return self.blobs_present(&entry).then_some(entry);
+        }
+        if self.has_legacy() {
+            return self.legacy_lookup(digest);
+        }
+        None
+    }
+
+    fn blobs_present(&self, entry: &Entry) -> bool {
+        entry.outputs.iter().all(|output| {
+            check_rel_path(&output.path).is_ok()
+                && is_sha256_hex(&output.sha256)
+                && match &output.inline {
+                    // Decoded (and hashed) on restore; here only the length.
+                    Some(inline) => inline.len() as u64 == output.size.div_ceil(3) * 4,
+                    None => fs::symlink_metadata(self.blob(&output.sha256))
+                        .is_ok_and(|m| m.is_file() && m.len() == output.size),
+                }
+        })
+    }
+
+    fn legacy_lookup(&self, digest: &str) -> Option<Entry> {
         let dir = self.entry_dir(digest);
         let bytes = fs::read(dir.join(ENTRY_FILE)).ok()?;
         let entry: Entry = serde_json::from_slice(&bytes).ok()?;
@@ -300,7 +400,6 @@ impl Store {
                 return None;
             }
             if let Some(inline) = &output.inline {
-                // Decoded (and hashed) on restore; here only the length.
                 if inline.len() as u64 != output.size.div_ceil(3) * 4 {
                     return None;
                 }
@@ -314,12 +413,20 @@ impl Store {
         Some(entry)
     }
 
-    /// The key a stored entry was made from (its `key.json`), if intact.
+    /// The key a stored entry was made from, if intact.
     pub fn stored_key(&self, digest: &str) -> Option<ReuseKey> {
         if !is_sha256_hex(digest) {
             return None;
         }
-        let bytes = fs::read(self.entry_dir(digest).join(KEY_FILE)).ok()?;
+        let text = self
+            .index()
+            .entries
+            .get(digest)
+            .map(|indexed| indexed.key_text.clone());
+        let bytes = match text {
+            Some(text) => text.into_bytes(),
+            None => fs::read(self.entry_dir(digest).join(KEY_FILE)).ok()?,
+        };
         let key: ReuseKey = serde_json::from_slice(&bytes).ok()?;
         (key.digest() == digest).then_some(key)
     }
@@ -340,16 +447,60 @@ impl Store {
 
     /// [`Self::restore`], writing only what `scope` allows: an entry naming a
     /// path outside the step's declared outputs (an edited or foreign
-    /// `entry.json`) is refused before anything is written, and a path
-    /// `scope` keeps (an input, the plan file) is left alone.
+    /// entry) is refused before anything is written, and a path `scope`
+    /// keeps (an input, the plan file) is left alone.
     pub fn restore_within(
         &self,
         entry: &Entry,
         root: &Path,
         scope: &RestoreScope,
     ) -> Result<(), ReuseError> {
-        let entry_dir = self.entry_dir(&entry.key);
-        let shown_entry = entry_dir.display().to_string();
+        check_scope(entry, scope, &self.shown_entry(entry))?;
+        self.restore_checking(entry, root, |_| Ok(scope.keep.clone()))
+    }
+
+    /// [`Self::restore_within`] for the reuse path: `scope` is asked for
+    /// only when some output must be written (`None` refuses the entry). When every output already
+    /// has its recorded content (a fully reused tree), restoring costs one
+    /// `lstat` per output and nothing else.
+    pub fn restore_lazily(
+        &self,
+        entry: &Entry,
+        root: &Path,
+        scope: impl FnOnce() -> Option<RestoreScope>,
+    ) -> Result<(), ReuseError> {
+        self.restore_checking(entry, root, |entry| {
+            let scope = scope().ok_or_else(|| {
+                io_error("decide what may be restored under", root)(io::Error::other(
+                    "the step's declared outputs or inputs could not be read",
+                ))
+            })?;
+            check_scope(entry, &scope, &self.shown_entry(entry))?;
+            Ok(scope.keep)
+        })
+    }
+
+    fn shown_entry(&self, entry: &Entry) -> String {
+        if entry.format == ENTRY_FORMAT {
+            self.entry_dir(&entry.key).display().to_string()
+        } else {
+            format!(
+                "{} (record {})",
+                self.dir.join(INDEX_FILE).display(),
+                entry.key
+            )
+        }
+    }
+
+    /// Restores `entry`; `keep_for` is called once, before the first write:
+    /// it refuses the whole entry or names the paths to leave alone.
+    fn restore_checking(
+        &self,
+        entry: &Entry,
+        root: &Path,
+        keep_for: impl FnOnce(&Entry) -> Result<BTreeSet<String>, ReuseError>,
+    ) -> Result<(), ReuseError> {
+        let shown_entry = self.shown_entry(entry);
         if !is_sha256_hex(&entry.key) {
             return Err(ReuseError::StoreCorrupt {
                 path: ENTRY_FILE.to_owned(),
@@ -358,37 +509,47 @@ impl Store {
         }
         for output in &entry.outputs {
             check_rel_path(&output.path)?;
-            if scope
-                .outputs
-                .as_ref()
-                .is_some_and(|outputs| !outputs.matches(&output.path))
-            {
-                return Err(ReuseError::RestoreOutsideOutputs {
-                    path: output.path.clone(),
-                    entry: shown_entry,
-                });
-            }
         }
-        let canonical_root = canonical_root(root)?;
-        let outputs_dir = entry_dir.join(OUTPUTS_DIR);
-        for (index, output) in entry.outputs.iter().enumerate() {
-            if scope.keep.contains(&output.path) {
-                continue;
+        let canonical_root = match canonical_root(root) {
+            Ok(real) => real,
+            // A kind that restores into its own (new) directory.
+            Err(_) if fs::symlink_metadata(root).is_err() => {
+                fs::create_dir_all(root).map_err(io_error("create", root))?;
+                canonical_root(root)?
             }
+            Err(error) => return Err(error),
+        };
+        let mut to_write = Vec::new();
+        for (index, output) in entry.outputs.iter().enumerate() {
             let target = join_rel(root, &output.path);
             let parent = target.parent().unwrap_or(root);
             // Checked first, so not even a comparison reads outside the root.
             create_dir_inside(&canonical_root, root, parent)?;
-            if already_restored(&target, output)? {
+            if !already_restored(&target, output)? {
+                to_write.push((index, output, target));
+            }
+        }
+        if to_write.is_empty() {
+            return Ok(());
+        }
+        let keep = keep_for(entry)?;
+        let outputs_dir = self.entry_dir(&entry.key).join(OUTPUTS_DIR);
+        for (index, output, target) in to_write {
+            if keep.contains(&output.path) {
                 continue;
             }
+            let parent = target.parent().unwrap_or(root);
             let name = target
                 .file_name()
                 .map_or_else(String::new, |name| name.to_string_lossy().into_owned());
             let temp = parent.join(format!(".{name}.gameplan-tmp-{}", unique_suffix()));
             let copied = match &output.inline {
                 Some(inline) => write_inline(inline, output.mode, &temp),
-                None => copy_hashing(&stored_output(&outputs_dir, index), &temp),
+                None if entry.format == ENTRY_FORMAT => {
+                    copy_hashing(&stored_output(&outputs_dir, index), &temp)
+                }
+                None => copy_hashing(&self.blob(&output.sha256), &temp)
+                    .and_then(|copied| set_mode(&temp, output.mode).map(|()| copied)),
             };
             let copied = copied.and_then(|(size, sha256)| {
                 if size == output.size && sha256 == output.sha256 {
@@ -431,6 +592,17 @@ impl Store {
         write_atomically(&path, &bytes)
     }
 
+    /// What a run leaves at its end: its steps' keys ([`Self::record_last`])
+    /// and the entries it reused ([`Self::flush_used`]). Best effort, both.
+    pub fn finish_run(
+        &self,
+        plan: &str,
+        keys: &BTreeMap<String, ReuseKey>,
+    ) -> Result<(), ReuseError> {
+        let used = self.flush_used();
+        self.record_last(plan, keys).and(used)
+    }
+
     /// The keys last recorded for `plan`'s steps (empty if none or unreadable).
     pub fn last_keys(&self, plan: &str) -> BTreeMap<String, ReuseKey> {
         self.read_last(plan).steps
@@ -445,14 +617,22 @@ impl Store {
     }
 
     /// Notes that the entry for `digest` was just reused: `gameplan gc`
-    /// removes the entries used longest ago first. Best effort.
+    /// removes the entries used longest ago first. An indexed entry's use
+    /// is remembered and written by [`Self::flush_used`], once per run;
+    /// an old-layout entry's `entry.json` gets a new mtime. Best effort.
     pub fn mark_used(&self, digest: &str) {
         if !is_sha256_hex(digest) {
             return;
         }
+        if self.index().entries.contains_key(digest) {
+            self.state
+                .used
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(digest.to_owned());
+            return;
+        }
         let path = self.entry_dir(digest).join(ENTRY_FILE);
-        // By path, one call (an open, a set and a close was three, per
-        // reused step); the access time is left alone.
         let _ = nix::sys::stat::utimensat(
             nix::fcntl::AT_FDCWD,
             &path,
@@ -462,9 +642,78 @@ impl Store {
         );
     }
 
-    /// Every stored entry with its size on disk and when it was last stored
-    /// or reused, for `gameplan gc`.
+    /// Writes the uses noted by [`Self::mark_used`] as one record. Call at
+    /// the end of a run; a run killed before it only loses those marks
+    /// (`gc` then thinks the entries a little older than they are).
+    pub fn flush_used(&self) -> Result<(), ReuseError> {
+        let keys: Vec<String> = std::mem::take(
+            &mut *self
+                .state
+                .used
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        )
+        .into_iter()
+        .collect();
+        if keys.is_empty() {
+            return Ok(());
+        }
+        let mut appender = self
+            .state
+            .appender
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if appender.is_none() {
+            *appender = Some(Appender::open(&self.dir)?);
+        }
+        let at = index::now_ms();
+        let index_path = self.dir.join(INDEX_FILE);
+        appender
+            .as_mut()
+            .map_or(Ok(()), |a| a.append(&Record::Used { at, keys }))
+            .map_err(io_error("append to", &index_path))
+    }
+
+    /// Every stored entry (indexed and old layout) with its size on disk and
+    /// when it was last stored or reused, for `gameplan gc`.
     pub fn entries(&self) -> Vec<StoredEntry> {
+        let mut found: Vec<StoredEntry> = self
+            .index()
+            .entries
+            .values()
+            .map(|indexed| StoredEntry {
+                digest: indexed.entry.key.clone(),
+                bytes: indexed.record_bytes
+                    + indexed
+                        .entry
+                        .outputs
+                        .iter()
+                        .filter(|o| o.inline.is_none())
+                        .map(|o| o.size)
+                        .sum::<u64>(),
+                last_used: indexed.last_used,
+            })
+            .collect();
+        let indexed: BTreeSet<String> = found.iter().map(|e| e.digest.clone()).collect();
+        for digest in self.legacy_digests() {
+            if indexed.contains(&digest) {
+                continue;
+            }
+            let dir = self.entry_dir(&digest);
+            let last_used = fs::metadata(dir.join(ENTRY_FILE))
+                .and_then(|m| m.modified())
+                .unwrap_or(SystemTime::UNIX_EPOCH);
+            found.push(StoredEntry {
+                bytes: dir_size(&dir),
+                digest,
+                last_used,
+            });
+        }
+        found
+    }
+
+    /// The digests of the old layout's entry directories.
+    fn legacy_digests(&self) -> Vec<String> {
         let mut found = Vec::new();
         for shard in fs::read_dir(&self.dir).into_iter().flatten().flatten() {
             let name = shard.file_name();
@@ -474,37 +723,92 @@ impl Store {
             }
             for item in fs::read_dir(shard.path()).into_iter().flatten().flatten() {
                 let digest = item.file_name().to_string_lossy().into_owned();
-                if !is_sha256_hex(&digest) {
-                    continue;
+                if is_sha256_hex(&digest) {
+                    found.push(digest);
                 }
-                let dir = item.path();
-                let last_used = fs::metadata(dir.join(ENTRY_FILE))
-                    .and_then(|m| m.modified())
-                    .unwrap_or(SystemTime::UNIX_EPOCH);
-                found.push(StoredEntry {
-                    bytes: dir_size(&dir),
-                    digest,
-                    last_used,
-                });
             }
         }
         found
     }
 
-    /// Removes one entry (a reuse of it afterwards is a miss). The entry
-    /// file goes first, so a reader never sees an entry without its outputs.
+    /// Removes one entry (a reuse of it afterwards is a miss).
     pub fn remove_entry(&self, digest: &str) -> Result<(), ReuseError> {
-        if !is_sha256_hex(digest) {
-            return Ok(());
-        }
-        let dir = self.entry_dir(digest);
-        let _ = fs::remove_file(dir.join(ENTRY_FILE));
-        fs::remove_dir_all(&dir).map_err(io_error("remove", &dir))
+        self.remove_entries(&BTreeSet::from([digest.to_owned()]))
+            .map(|_| ())
     }
 
-    /// Removes temporary entries older than `older_than`, left behind by runs
-    /// that were killed while storing; returns how many were removed. Best
-    /// effort: what cannot be removed stays for a later sweep.
+    /// Removes `digests` and compacts the index: superseded records and use
+    /// marks are folded, blobs no entry names any more are deleted, and
+    /// old-layout entries among `digests` are deleted (the entry file
+    /// first, so a reader never sees an entry without its outputs). While a
+    /// run holds the index, the removal is appended as a record instead and
+    /// blobs wait for a later `gc`. Returns the bytes freed.
+    pub fn remove_entries(&self, digests: &BTreeSet<String>) -> Result<u64, ReuseError> {
+        // This store's own shared lock would keep it from compacting; a
+        // later store reopens the log.
+        self.state
+            .appender
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        let mut freed = 0;
+        for digest in digests.iter().filter(|d| is_sha256_hex(d)) {
+            let dir = self.entry_dir(digest);
+            if fs::symlink_metadata(&dir).is_ok() {
+                freed += dir_size(&dir);
+                let _ = fs::remove_file(dir.join(ENTRY_FILE));
+                fs::remove_dir_all(&dir).map_err(io_error("remove", &dir))?;
+            }
+        }
+        match index::compact(&self.dir, digests)? {
+            Some(compacted) => {
+                freed += compacted.freed_bytes;
+                freed += self.remove_unreferenced_blobs(&compacted.kept);
+                let mut loaded = self.index();
+                loaded.entries = compacted.kept;
+                loaded.warnings.clear();
+            }
+            None => {
+                self.index().entries.retain(|d, _| !digests.contains(d));
+            }
+        }
+        Ok(freed)
+    }
+
+    /// Compacts the index (see [`Self::remove_entries`]); returns bytes freed.
+    pub fn compact(&self) -> Result<u64, ReuseError> {
+        self.remove_entries(&BTreeSet::new())
+    }
+
+    fn remove_unreferenced_blobs(&self, kept: &HashMap<String, Indexed>) -> u64 {
+        let referenced: BTreeSet<&str> = kept
+            .values()
+            .flat_map(|i| i.entry.outputs.iter())
+            .filter(|o| o.inline.is_none())
+            .map(|o| o.sha256.as_str())
+            .collect();
+        let mut freed = 0;
+        let blobs = self.dir.join(BLOBS_DIR);
+        for shard in fs::read_dir(&blobs).into_iter().flatten().flatten() {
+            for blob in fs::read_dir(shard.path()).into_iter().flatten().flatten() {
+                let name = blob.file_name().to_string_lossy().into_owned();
+                if referenced.contains(name.as_str()) {
+                    continue;
+                }
+                let size = blob.metadata().map_or(0, |m| m.len());
+                if fs::remove_file(blob.path()).is_ok() {
+                    freed += size;
+                }
+            }
+            // Only if empty: a concurrent writer may have just added one.
+            let _ = fs::remove_dir(shard.path());
+        }
+        freed
+    }
+
+    /// Removes temporary files and directories older than `older_than`,
+    /// left behind by runs that were killed while storing; returns how many
+    /// were removed. Best effort: what cannot be removed stays for a later sweep.
     pub fn remove_stale_temp_dirs(&self, older_than: Duration) -> usize {
         let Ok(listing) = fs::read_dir(&self.dir) else {
             return 0;
@@ -522,14 +826,14 @@ impl Store {
                     now.duration_since(modified)
                         .is_ok_and(|age| age >= older_than)
                 });
-            if old_enough && fs::remove_dir_all(item.path()).is_ok() {
+            if old_enough && remove_any(&item.path()) {
                 removed += 1;
             }
         }
         removed
     }
 
-    /// Removes temporary entries abandoned by killed writes: older than
+    /// Removes temporary files abandoned by killed writes: older than
     /// [`STALE_TEMP_AGE`], or older than a minute with a writer pid (from
     /// the `.tmp-<pid>-<n>` name) that is not alive here. At most
     /// [`SWEEP_MAX`] per call; one listing of the store's top directory.
@@ -558,7 +862,7 @@ impl Store {
             };
             let abandoned =
                 age >= STALE_TEMP_AGE || (age >= DEAD_WRITER_TEMP_AGE && writer_is_dead(suffix));
-            if abandoned && fs::remove_dir_all(item.path()).is_ok() {
+            if abandoned && remove_any(&item.path()) {
                 removed += 1;
             }
         }
@@ -573,7 +877,32 @@ impl Store {
     }
 }
 
-/// Whether the writer named by a temp entry's `<pid>-<n>` suffix is known
+fn remove_any(path: &Path) -> bool {
+    match fs::symlink_metadata(path) {
+        Ok(m) if m.is_dir() => fs::remove_dir_all(path).is_ok(),
+        Ok(_) => fs::remove_file(path).is_ok(),
+        Err(_) => false,
+    }
+}
+
+/// Refuses `entry` whole when it names a path outside `scope`'s outputs.
+fn check_scope(entry: &Entry, scope: &RestoreScope, shown_entry: &str) -> Result<(), ReuseError> {
+    for output in &entry.outputs {
+        if scope
+            .outputs
+            .as_ref()
+            .is_some_and(|outputs| !outputs.matches(&output.path))
+        {
+            return Err(ReuseError::RestoreOutsideOutputs {
+                path: output.path.clone(),
+                entry: shown_entry.to_owned(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Whether the writer named by a temp file's `<pid>-<n>` suffix is known
 /// to be gone. Never signals anything (signal 0 only asks), and a pid that
 /// does not parse, or is 0 or negative (which would name a process group),
 /// is not known to be dead.
@@ -592,54 +921,7 @@ fn writer_is_dead(suffix: &str) -> bool {
     )
 }
 
-/// Fills the temporary entry directory: `key.json`, the outputs, then
-/// `entry.json` last.
-fn build_entry(
-    temp: &Path,
-    canonical_key: &str,
-    digest: &str,
-    root: &Path,
-    outputs: &BTreeSet<&str>,
-    meta: Value,
-) -> Result<Entry, ReuseError> {
-    write_new(&temp.join(KEY_FILE), canonical_key.as_bytes())?;
-    let outputs_dir = temp.join(OUTPUTS_DIR);
-    let mut stored = Vec::with_capacity(outputs.len());
-    for (index, output) in outputs.iter().enumerate() {
-        let source = join_rel(root, output);
-        if let Some(small) = read_small(&source)? {
-            stored.push(small.into_stored(output));
-            continue;
-        }
-        // Made with the first output that is not inline.
-        if stored.iter().all(|earlier| earlier.inline.is_some()) {
-            fs::create_dir(&outputs_dir).map_err(io_error("create", &outputs_dir))?;
-        }
-        let copy = stored_output(&outputs_dir, index);
-        let (size, sha256) = copy_hashing(&source, &copy)?;
-        stored.push(StoredOutput {
-            path: (*output).to_owned(),
-            size,
-            sha256,
-            inline: None,
-            mode: None,
-        });
-    }
-    let entry = Entry {
-        format: ENTRY_FORMAT,
-        key: digest.to_owned(),
-        outputs: stored,
-        meta,
-    };
-    let entry_path = temp.join(ENTRY_FILE);
-    let bytes = serde_json::to_vec_pretty(&entry).map_err(|error| {
-        io_error("encode", &entry_path)(io::Error::new(io::ErrorKind::InvalidData, error))
-    })?;
-    write_new(&entry_path, &bytes)?;
-    Ok(entry)
-}
-
-/// An output small enough to live inside `entry.json`.
+/// An output small enough to live inside its entry's record.
 struct Small {
     bytes: Vec<u8>,
     mode: Option<u32>,
@@ -676,14 +958,43 @@ fn read_small(path: &Path) -> Result<Option<Small>, ReuseError> {
     if bytes.len() as u64 > INLINE_MAX {
         return Ok(None);
     }
+    Ok(Some(Small {
+        bytes,
+        mode: mode_of(&metadata),
+    }))
+}
+
+#[cfg(unix)]
+#[expect(
+    clippy::unnecessary_wraps,
+    reason = "None where a platform has no permission bits"
+)]
+fn mode_of(metadata: &fs::Metadata) -> Option<u32> {
+    use std::os::unix::fs::PermissionsExt as _;
+    Some(metadata.permissions().mode() & 0o7777)
+}
+
+#[cfg(not(unix))]
+fn mode_of(_metadata: &fs::Metadata) -> Option<u32> {
+    None
+}
+
+fn file_mode(path: &Path) -> Option<u32> {
+    fs::metadata(path).ok().as_ref().and_then(mode_of)
+}
+
+/// Gives `path` the recorded permission bits (a blob is shared by entries
+/// whose outputs may differ in mode).
+fn set_mode(path: &Path, mode: Option<u32>) -> Result<(), ReuseError> {
     #[cfg(unix)]
-    let mode = {
+    if let Some(mode) = mode {
         use std::os::unix::fs::PermissionsExt as _;
-        Some(metadata.permissions().mode() & 0o7777)
-    };
+        fs::set_permissions(path, fs::Permissions::from_mode(mode))
+            .map_err(io_error("set permissions of", path))?;
+    }
     #[cfg(not(unix))]
-    let mode = None;
-    Ok(Some(Small { bytes, mode }))
+    let _ = (path, mode);
+    Ok(())
 }
 
 /// Writes an inline output's content to the new file `to` with its mode;
@@ -696,14 +1007,7 @@ fn write_inline(inline: &str, mode: Option<u32>, to: &Path) -> Result<(u64, Stri
             io_error("decode", to)(io::Error::new(io::ErrorKind::InvalidData, error))
         })?;
     write_new(to, &bytes)?;
-    #[cfg(unix)]
-    if let Some(mode) = mode {
-        use std::os::unix::fs::PermissionsExt as _;
-        fs::set_permissions(to, fs::Permissions::from_mode(mode))
-            .map_err(io_error("set permissions of", to))?;
-    }
-    #[cfg(not(unix))]
-    let _ = mode;
+    set_mode(to, mode)?;
     Ok((bytes.len() as u64, sha256_hex(&bytes)))
 }
 
@@ -717,12 +1021,16 @@ fn write_new(path: &Path, bytes: &[u8]) -> Result<(), ReuseError> {
 }
 
 /// Whether `target` is a regular file with exactly the recorded content.
+/// An empty file needs no read: its hash is known.
 fn already_restored(target: &Path, output: &StoredOutput) -> Result<bool, ReuseError> {
     match fs::symlink_metadata(target) {
         Ok(metadata) if metadata.is_dir() => Err(ReuseError::RestoreBlocked {
             path: output.path.clone(),
         }),
         Ok(metadata) if metadata.is_file() && metadata.len() == output.size => {
+            if output.size == 0 {
+                return Ok(output.sha256 == EMPTY_SHA256);
+            }
             Ok(hash_file(target).is_ok_and(|(_, sha256)| sha256 == output.sha256))
         }
         // A symlink or a different file is replaced by the rename, not written through.
@@ -734,8 +1042,12 @@ fn already_restored(target: &Path, output: &StoredOutput) -> Result<bool, ReuseE
 
 /// Creates `dir` (under `root`) after checking that its deepest existing
 /// ancestor resolves inside the root, so no directory is created through a
-/// symlink leading out of the repo.
+/// symlink leading out of the repo. A directory already checked this run
+/// costs nothing.
 fn create_dir_inside(canonical_root: &Path, root: &Path, dir: &Path) -> Result<(), ReuseError> {
+    if is_known_dir(dir) {
+        return Ok(());
+    }
     let mut existing = dir;
     while fs::symlink_metadata(existing).is_err() {
         match existing.parent() {
@@ -749,7 +1061,7 @@ fn create_dir_inside(canonical_root: &Path, root: &Path, dir: &Path) -> Result<(
         .display()
         .to_string();
     match resolve_inside(canonical_root, existing, &shown)? {
-        Some(real) if real.is_dir() => {}
+        Some(found) if found.is_dir => {}
         _ => return Err(ReuseError::RestoreBlocked { path: shown }),
     }
     if existing == dir {
@@ -834,6 +1146,83 @@ mod tests {
             .unwrap_or_default()
     }
 
+    /// Every file under `<state>/store`, relative, sorted.
+    fn store_files(state: &Path) -> Vec<String> {
+        let store = state.join("store");
+        let mut files: Vec<String> = walkdir::WalkDir::new(&store)
+            .into_iter()
+            .filter_map(Result::ok)
+            .filter(|e| e.file_type().is_file())
+            .map(|e| super::super::paths::rel_string(&store, e.path()).expect("utf-8"))
+            .collect();
+        files.sort();
+        files
+    }
+
+    /// Appends a whole (checksummed) record for `entry`, as a run would.
+    fn append_record(f: &Fixture, key: &ReuseKey, entry: &Entry) {
+        append_record_at(f, key, entry, SystemTime::now());
+    }
+
+    fn append_record_at(f: &Fixture, key: &ReuseKey, entry: &Entry, at: SystemTime) {
+        let at = u64::try_from(
+            at.duration_since(SystemTime::UNIX_EPOCH)
+                .expect("after 1970")
+                .as_millis(),
+        )
+        .expect("fits");
+        let line = index::encode(&Record::Put {
+            at,
+            entry: entry.clone(),
+            key: key.canonical_json(),
+        });
+        let path = f.state.path().join("store").join(INDEX_FILE);
+        let mut file = OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(path)
+            .expect("open index");
+        file.write_all(&line).expect("append");
+    }
+
+    /// Writes an entry in the old layout (before the index), as gameplan
+    /// did: `key.json`, the big outputs as `outputs/<i>`, `entry.json` last.
+    fn write_old_entry(f: &Fixture, key: &ReuseKey, outputs: &[&str]) -> Entry {
+        let dir = Store::open(f.state.path()).entry_dir(&key.digest());
+        fs::create_dir_all(&dir).expect("mkdir");
+        fs::write(dir.join(KEY_FILE), key.canonical_json()).expect("key.json");
+        let mut stored = Vec::new();
+        for (index, output) in outputs.iter().enumerate() {
+            let source = join_rel(f.root.path(), output);
+            if let Some(small) = read_small(&source).expect("read") {
+                stored.push(small.into_stored(output));
+                continue;
+            }
+            fs::create_dir_all(dir.join(OUTPUTS_DIR)).expect("mkdir");
+            let (size, sha256) =
+                copy_hashing(&source, &stored_output(&dir.join(OUTPUTS_DIR), index)).expect("copy");
+            stored.push(StoredOutput {
+                path: (*output).to_owned(),
+                size,
+                sha256,
+                inline: None,
+                mode: None,
+            });
+        }
+        let entry = Entry {
+            format: ENTRY_FORMAT,
+            key: key.digest(),
+            outputs: stored,
+            meta: Value::Null,
+        };
+        fs::write(
+            dir.join(ENTRY_FILE),
+            serde_json::to_vec_pretty(&entry).expect("json"),
+        )
+        .expect("entry.json");
+        entry
+    }
+
     #[test]
     fn put_lookup_restore_round_trip_with_nested_paths() {
         let f = built();
@@ -867,25 +1256,28 @@ mod tests {
         );
         assert_eq!(entry.outputs[3].size, 3);
         assert_eq!(entry.outputs[3].sha256, sha256_hex(b"top"));
-        // Small outputs live in entry.json; only the big one is a file.
+        // Small outputs live in the record; only the big one is a file,
+        // named by its content; the entry itself is one line of the index.
         let inline: Vec<bool> = entry.outputs.iter().map(|o| o.inline.is_some()).collect();
         assert_eq!(inline, [false, true, true, true]);
-        let stored_files = fs::read_dir(f.store.entry_dir(&digest).join(OUTPUTS_DIR))
-            .expect("outputs/")
-            .count();
-        assert_eq!(stored_files, 1);
-        assert_eq!(f.store.lookup(&digest), Some(entry.clone()));
         assert_eq!(
-            fs::read_to_string(f.store.entry_dir(&digest).join(KEY_FILE)).expect("key.json"),
-            key.canonical_json()
+            store_files(f.state.path()),
+            [
+                format!(
+                    "blobs/{}/{}",
+                    &entry.outputs[0].sha256[..2],
+                    entry.outputs[0].sha256
+                ),
+                "index.log".to_owned(),
+            ]
         );
+        assert_eq!(f.store.lookup(&digest), Some(entry.clone()));
         assert_eq!(f.store.stored_key(&digest), Some(key.clone()));
-        assert!(temp_dirs(&f.state.path().join("store")).is_empty());
-        assert!(
-            f.store
-                .entry_dir(&digest)
-                .starts_with(f.state.path().join("store").join(&digest[..2]))
-        );
+        // A later run (a new store value) reads the same from the index.
+        let later = Store::open(f.state.path());
+        assert_eq!(later.lookup(&digest), Some(entry.clone()));
+        assert_eq!(later.stored_key(&digest), Some(key.clone()));
+        assert!(later.warnings().is_empty());
 
         // Restore into a fresh checkout: nested directories are created.
         let fresh = tempfile::tempdir().expect("fresh");
@@ -958,7 +1350,7 @@ mod tests {
                 .iter()
                 .position(|o| o.path == rel)
                 .expect("stored output");
-            stored_output(&f.store.entry_dir(&digest).join(OUTPUTS_DIR), index)
+            f.store.blob(&entry.outputs[index].sha256)
         };
 
         fs::write(stored("build/big.log"), "t").expect("truncate");
@@ -972,23 +1364,24 @@ mod tests {
             .store
             .put(&key, f.root.path(), &OUTPUTS, Value::Null)
             .expect("put again");
-        assert_eq!(f.store.lookup(&digest), Some(entry));
+        assert_eq!(f.store.lookup(&digest), Some(entry.clone()));
+        assert_eq!(Store::open(f.state.path()).lookup(&digest), Some(entry));
         assert!(temp_dirs(&f.state.path().join("store")).is_empty());
     }
 
+    /// An old-layout entry whose `entry.json` is damaged or gone is a miss.
     #[test]
-    fn missing_or_damaged_entry_json_is_a_miss() {
+    fn missing_or_damaged_old_entry_json_is_a_miss() {
         let f = built();
         let key = key("make");
         let digest = key.digest();
-        f.store
-            .put(&key, f.root.path(), &OUTPUTS, Value::Null)
-            .expect("put");
+        write_old_entry(&f, &key, &OUTPUTS);
+        assert!(Store::open(f.state.path()).lookup(&digest).is_some());
         let entry_json = f.store.entry_dir(&digest).join(ENTRY_FILE);
         fs::write(&entry_json, "{\"format\":1,").expect("damage");
-        assert!(f.store.lookup(&digest).is_none());
+        assert!(Store::open(f.state.path()).lookup(&digest).is_none());
         fs::remove_file(&entry_json).expect("delete");
-        assert!(f.store.lookup(&digest).is_none());
+        assert!(Store::open(f.state.path()).lookup(&digest).is_none());
         assert!(f.store.lookup("../../etc").is_none());
         assert!(f.store.lookup("").is_none());
     }
@@ -1009,7 +1402,7 @@ mod tests {
         assert!(matches!(error, ReuseError::MissingOutput { .. }), "{error}");
         assert!(error.to_string().contains("build/missing.bin"));
         assert!(f.store.lookup(&key.digest()).is_none());
-        assert!(!f.store.entry_dir(&key.digest()).exists());
+        assert!(Store::open(f.state.path()).lookup(&key.digest()).is_none());
         assert!(temp_dirs(&f.state.path().join("store")).is_empty());
 
         let error = f
@@ -1057,37 +1450,53 @@ mod tests {
             "the loser returns the winner's entry"
         );
         assert_eq!(f.store.lookup(&digest), Some(entries[0].clone()));
-        let shard = f.state.path().join("store").join(&digest[..2]);
-        assert_eq!(fs::read_dir(shard).expect("shard").count(), 1);
+        assert_eq!(
+            Store::open(f.state.path()).lookup(&digest),
+            Some(entries[0].clone())
+        );
         assert!(temp_dirs(&f.state.path().join("store")).is_empty());
     }
 
+    /// Two runs (two store values, as two processes) that both missed and
+    /// both store the same key: both records are whole and either serves;
+    /// the log reads back without a warning, and shared blobs are one file.
     #[test]
-    fn a_run_that_loses_the_publish_race_keeps_the_winners_entry() {
+    fn two_runs_storing_one_key_at_once_leave_an_intact_entry() {
         let f = built();
         let key = key("make");
         let digest = key.digest();
-        let theirs = f
-            .store
-            .put(&key, f.root.path(), &OUTPUTS, json!({"run": "winner"}))
-            .expect("winner stores");
-        // The loser built its copy before the winner's rename landed.
-        let temp = f.state.path().join("store").join(".tmp-loser");
-        fs::create_dir(&temp).expect("mkdir");
-        let outputs: BTreeSet<&str> = OUTPUTS.into_iter().collect();
-        let ours = build_entry(
-            &temp,
-            &key.canonical_json(),
-            &digest,
-            f.root.path(),
-            &outputs,
-            json!({"run": "loser"}),
-        )
-        .expect("loser builds");
-        assert_ne!(ours, theirs);
-        let published = f.store.publish(&temp, &digest, ours).expect("publish");
-        assert_eq!(published, theirs);
-        assert_eq!(f.store.lookup(&digest), Some(theirs));
+        let barrier = Arc::new(Barrier::new(2));
+        let entries: Vec<Entry> = thread::scope(|scope| {
+            let handles: Vec<_> = (0..2)
+                .map(|run| {
+                    let barrier = Arc::clone(&barrier);
+                    let (state, key, root) = (f.state.path(), &key, f.root.path());
+                    scope.spawn(move || {
+                        let store = Store::open(state);
+                        // Both look first (a miss), then both store.
+                        assert!(store.lookup(&key.digest()).is_none());
+                        barrier.wait();
+                        store.put(key, root, &OUTPUTS, json!({ "run": run }))
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|handle| handle.join().expect("no panic").expect("put succeeds"))
+                .collect()
+        });
+        let later = Store::open(f.state.path());
+        let found = later.lookup(&digest).expect("an intact entry");
+        assert!(entries.contains(&found), "{found:?}");
+        assert!(later.warnings().is_empty(), "{:?}", later.warnings());
+        let fresh = tempfile::tempdir().expect("fresh");
+        later.restore(&found, fresh.path()).expect("restore");
+        assert_eq!(read(fresh.path(), "build/big.log"), big());
+        let blobs = store_files(f.state.path())
+            .into_iter()
+            .filter(|p| p.starts_with("blobs/"))
+            .count();
+        assert_eq!(blobs, 1, "the big output is one blob, by content");
     }
 
     #[test]
@@ -1103,7 +1512,7 @@ mod tests {
             .iter()
             .position(|o| o.path == "build/big.log")
             .expect("stored");
-        let stored = stored_output(&f.store.entry_dir(&key.digest()).join(OUTPUTS_DIR), index);
+        let stored = f.store.blob(&entry.outputs[index].sha256);
         fs::write(&stored, big().to_uppercase()).expect("same size, other bytes");
         let fresh = tempfile::tempdir().expect("fresh");
         let error = f.store.restore(&entry, fresh.path()).expect_err("corrupt");
@@ -1113,7 +1522,7 @@ mod tests {
     }
 
     #[test]
-    fn outputs_up_to_the_inline_limit_live_in_entry_json_and_larger_ones_are_files() {
+    fn outputs_up_to_the_inline_limit_live_in_the_record_and_larger_ones_are_blobs() {
         let limit = usize::try_from(INLINE_MAX).expect("small");
         let at_limit = "x".repeat(limit);
         let over_limit = "y".repeat(limit + 1);
@@ -1128,12 +1537,11 @@ mod tests {
             "exactly INLINE_MAX is inline"
         );
         assert!(entry.outputs[1].inline.is_none(), "one byte more is a file");
-        let outputs = f.store.entry_dir(&key.digest()).join(OUTPUTS_DIR);
         assert_eq!(
-            fs::read(stored_output(&outputs, 1)).expect("stored file"),
+            fs::read(f.store.blob(&entry.outputs[1].sha256)).expect("stored file"),
             over_limit.as_bytes()
         );
-        assert!(!stored_output(&outputs, 0).exists());
+        assert!(!f.store.blob(&entry.outputs[0].sha256).exists());
 
         let fresh = tempfile::tempdir().expect("fresh");
         f.store.restore(&entry, fresh.path()).expect("restore");
@@ -1141,6 +1549,8 @@ mod tests {
         assert_eq!(read(fresh.path(), "over.bin"), over_limit);
     }
 
+    /// A record forged with a valid checksum (so not caught as damage):
+    /// same length, other bytes is refused on restore; cut short is a miss.
     #[test]
     fn an_inline_output_that_no_longer_matches_is_refused_or_a_miss() {
         use base64::Engine as _;
@@ -1151,7 +1561,6 @@ mod tests {
             .store
             .put(&key, f.root.path(), &OUTPUTS, Value::Null)
             .expect("put");
-        let entry_json = f.store.entry_dir(&digest).join(ENTRY_FILE);
         let edit = |inline: &str| {
             let mut damaged = entry.clone();
             let top = damaged
@@ -1160,22 +1569,18 @@ mod tests {
                 .find(|o| o.path == "top.txt")
                 .expect("top");
             top.inline = Some(inline.to_owned());
-            fs::write(&entry_json, serde_json::to_vec(&damaged).expect("json")).expect("write");
+            append_record(&f, &key, &damaged);
             damaged
         };
-        // Same length, other bytes: found, but restoring it is refused.
         let damaged = edit(&base64::engine::general_purpose::STANDARD.encode("TOP"));
-        assert_eq!(f.store.lookup(&digest), Some(damaged.clone()));
+        let store = Store::open(f.state.path());
+        assert_eq!(store.lookup(&digest), Some(damaged.clone()));
         let fresh = tempfile::tempdir().expect("fresh");
-        let error = f
-            .store
-            .restore(&damaged, fresh.path())
-            .expect_err("corrupt");
+        let error = store.restore(&damaged, fresh.path()).expect_err("corrupt");
         assert!(matches!(error, ReuseError::StoreCorrupt { .. }), "{error}");
         assert!(!fresh.path().join("top.txt").exists());
-        // Cut short: a miss.
         edit("dG9");
-        assert!(f.store.lookup(&digest).is_none());
+        assert!(Store::open(f.state.path()).lookup(&digest).is_none());
     }
 
     #[cfg(unix)]
@@ -1241,14 +1646,15 @@ mod tests {
     }
 
     /// Issue 10 (`gameplan gc`): entries are listed with their size and last
-    /// use, a reuse or a second store refreshes the use, and removing one
-    /// leaves the others and `last/` alone.
+    /// use, a reuse recorded at the end of a run refreshes the use, and
+    /// removing one leaves the others and `last/` alone.
     #[test]
     fn issue10_entries_list_size_and_last_use_and_remove_one() {
         let f = built();
         let (old, new) = (key("make"), key("make -j4"));
         let old_digest = old.digest();
-        f.store
+        let old_entry = f
+            .store
             .put(&old, f.root.path(), &OUTPUTS, Value::Null)
             .expect("put");
         f.store
@@ -1257,44 +1663,39 @@ mod tests {
         f.store
             .record_last("demo", &BTreeMap::from([("build".to_owned(), old.clone())]))
             .expect("record");
-        let entry_file = f.store.entry_dir(&old_digest).join(ENTRY_FILE);
+        // Stored an hour ago: a record as an earlier run wrote it.
         let past = SystemTime::now() - Duration::from_secs(3600);
-        fs::File::options()
-            .append(true)
-            .open(&entry_file)
-            .and_then(|file| file.set_modified(past))
-            .expect("age the entry");
+        append_record_at(&f, &old, &old_entry, past);
         let used = |digest: &str| {
-            f.store
+            Store::open(f.state.path())
                 .entries()
                 .into_iter()
                 .find(|e| e.digest == digest)
                 .map(|e| e.last_used)
         };
-        assert!(used(&old_digest) < Some(past + Duration::from_secs(1)));
-        f.store.mark_used(&old_digest);
-        assert!(used(&old_digest) > Some(past + Duration::from_secs(60)));
-        fs::File::options()
-            .append(true)
-            .open(&entry_file)
-            .and_then(|file| file.set_modified(past))
-            .expect("age the entry");
-        f.store
-            .put(&old, f.root.path(), &OUTPUTS, Value::Null)
-            .expect("put again");
+        let was = used(&old_digest).expect("listed");
+        let run = Store::open(f.state.path());
+        run.mark_used(&old_digest);
+        assert_eq!(used(&old_digest), Some(was), "written at the run's end");
+        run.flush_used().expect("flush");
         assert!(used(&old_digest) > Some(past + Duration::from_secs(60)));
 
-        let entries = f.store.entries();
+        let store = Store::open(f.state.path());
+        let entries = store.entries();
         assert_eq!(entries.len(), 2, "{entries:?}");
         for entry in &entries {
-            assert_eq!(entry.bytes, dir_size(&f.store.entry_dir(&entry.digest)));
-            assert!(entry.bytes > 0);
+            // Its record and its one blob (the big log, shared by both).
+            assert!(entry.bytes > big().len() as u64, "{entry:?}");
+            assert!(entry.bytes < big().len() as u64 + 4096, "{entry:?}");
         }
-        f.store.remove_entry(&old_digest).expect("remove");
-        assert!(f.store.lookup(&old_digest).is_none());
-        assert!(f.store.lookup(&new.digest()).is_some());
-        assert_eq!(f.store.entries().len(), 1);
-        assert_eq!(f.store.last_keys("demo").get("build"), Some(&old));
+        store.remove_entry(&old_digest).expect("remove");
+        assert!(store.lookup(&old_digest).is_none());
+        assert!(store.lookup(&new.digest()).is_some());
+        let later = Store::open(f.state.path());
+        assert!(later.lookup(&old_digest).is_none());
+        assert!(later.lookup(&new.digest()).is_some(), "its blob is kept");
+        assert_eq!(later.entries().len(), 1);
+        assert_eq!(later.last_keys("demo").get("build"), Some(&old));
     }
 
     #[test]
@@ -1312,7 +1713,7 @@ mod tests {
         assert!(f.store.lookup(&key.digest()).is_some());
     }
 
-    /// Issue 8, item 5: an `entry.json` edited to name the step's script is
+    /// Issue 8, item 5: an entry edited to name the step's script is
     /// refused whole; nothing is written over the script or anywhere else.
     #[test]
     fn issue8_item5_an_entry_naming_a_path_outside_the_outputs_is_refused() {
@@ -1332,11 +1733,19 @@ mod tests {
         fs::remove_file(f.root.path().join("build/bin/app")).expect("rm");
 
         let scope =
-            RestoreScope::new(&["build/**", "top.txt"], ["step.sh".to_owned()]).expect("scope");
+            || RestoreScope::new(&["build/**", "top.txt"], ["step.sh".to_owned()]).expect("scope");
         let error = f
             .store
-            .restore_within(&entry, f.root.path(), &scope)
+            .restore_within(&entry, f.root.path(), &scope())
             .expect_err("refused");
+        assert!(
+            matches!(&error, ReuseError::RestoreOutsideOutputs { path, .. } if path == "step.sh"),
+            "{error}"
+        );
+        let error = f
+            .store
+            .restore_lazily(&entry, f.root.path(), || Some(scope()))
+            .expect_err("refused when it must write");
         assert!(
             matches!(&error, ReuseError::RestoreOutsideOutputs { path, .. } if path == "step.sh"),
             "{error}"
@@ -1456,5 +1865,237 @@ mod tests {
             .put(&key("other"), f.root.path(), &OUTPUTS, Value::Null)
             .expect("put");
         assert!(store_dir.join(format!(".tmp-{dead}-2")).exists());
+    }
+
+    /// A step with small (or no) outputs creates no file: its entry is one
+    /// line appended to the index.
+    #[test]
+    fn issue19_a_step_with_small_outputs_writes_one_line_and_no_file() {
+        let f = fixture(&[("out/a", ""), ("out/b", "small")]);
+        for (i, outputs) in [&["out/a", "out/b"][..], &[][..]].iter().enumerate() {
+            f.store
+                .put(
+                    &key(&format!("step {i}")),
+                    f.root.path(),
+                    outputs,
+                    Value::Null,
+                )
+                .expect("put");
+        }
+        assert_eq!(store_files(f.state.path()), ["index.log"]);
+        let log = fs::read_to_string(f.state.path().join("store/index.log")).expect("log");
+        assert_eq!(log.lines().count(), 2);
+        assert!(
+            !f.state.path().join("store/blobs").exists(),
+            "no directory either"
+        );
+    }
+
+    /// A store written by the old layout (one directory per entry) is read
+    /// and restored, never rewritten: storing its key again keeps it, and
+    /// only `gc` removes it.
+    #[test]
+    fn issue19_an_old_layout_store_is_read_not_rewritten_and_gc_drops_it() {
+        let f = built();
+        let (old, new) = (key("make"), key("make -j4"));
+        let written = write_old_entry(&f, &old, &OUTPUTS);
+        let before = store_files(f.state.path());
+
+        let store = Store::open(f.state.path());
+        assert_eq!(store.lookup(&old.digest()), Some(written.clone()));
+        assert_eq!(store.stored_key(&old.digest()), Some(old.clone()));
+        let fresh = tempfile::tempdir().expect("fresh");
+        store.restore(&written, fresh.path()).expect("restore");
+        for path in OUTPUTS {
+            assert_eq!(
+                read(fresh.path(), path),
+                read(f.root.path(), path),
+                "{path}"
+            );
+        }
+        let again = store
+            .put(&old, f.root.path(), &OUTPUTS, Value::Null)
+            .expect("put");
+        assert_eq!(again, written, "the old entry serves");
+        assert_eq!(store_files(f.state.path()), before, "nothing rewritten");
+
+        // New results go to the index beside it; both are listed.
+        store
+            .put(&new, f.root.path(), &OUTPUTS, Value::Null)
+            .expect("put new");
+        let listed: BTreeSet<String> = Store::open(f.state.path())
+            .entries()
+            .into_iter()
+            .map(|e| e.digest)
+            .collect();
+        assert_eq!(listed, BTreeSet::from([old.digest(), new.digest()]));
+        let old_entry = Store::open(f.state.path())
+            .entries()
+            .into_iter()
+            .find(|e| e.digest == old.digest())
+            .expect("listed");
+        assert_eq!(old_entry.bytes, dir_size(&store.entry_dir(&old.digest())));
+
+        let freed = Store::open(f.state.path())
+            .remove_entries(&BTreeSet::from([old.digest()]))
+            .expect("gc");
+        assert!(freed >= old_entry.bytes, "{freed} < {}", old_entry.bytes);
+        assert!(!store.entry_dir(&old.digest()).exists());
+        let later = Store::open(f.state.path());
+        assert!(later.lookup(&old.digest()).is_none());
+        assert!(later.lookup(&new.digest()).is_some());
+    }
+
+    /// A run killed in the middle of appending leaves a torn last line:
+    /// it is no entry and no warning, and the next run's record is whole.
+    #[test]
+    fn issue19_a_torn_index_tail_is_dropped_and_the_next_record_is_whole() {
+        let f = built();
+        let (first, torn, next) = (key("one"), key("two"), key("three"));
+        let entry = Store::open(f.state.path())
+            .put(&first, f.root.path(), &["top.txt"], Value::Null)
+            .expect("put");
+        let mut torn_entry = entry.clone();
+        torn_entry.key = torn.digest();
+        let line = index::encode(&Record::Put {
+            at: 1,
+            entry: torn_entry,
+            key: torn.canonical_json(),
+        });
+        let log = f.state.path().join("store").join(INDEX_FILE);
+        let mut file = OpenOptions::new().append(true).open(&log).expect("open");
+        file.write_all(&line[..line.len() / 2]).expect("torn write");
+        drop(file);
+
+        let store = Store::open(f.state.path());
+        assert!(store.warnings().is_empty(), "{:?}", store.warnings());
+        assert!(store.lookup(&first.digest()).is_some());
+        assert!(store.lookup(&torn.digest()).is_none());
+        store
+            .put(&next, f.root.path(), &["top.txt"], Value::Null)
+            .expect("put after the torn tail");
+        drop(store);
+        let later = Store::open(f.state.path());
+        assert!(later.lookup(&next.digest()).is_some());
+        assert!(later.lookup(&first.digest()).is_some());
+        assert_eq!(
+            later.warnings().len(),
+            1,
+            "the torn line, now closed, is damage"
+        );
+        // gc rewrites the log without it.
+        later.compact().expect("compact");
+        let compacted = Store::open(f.state.path());
+        assert!(compacted.warnings().is_empty());
+        assert!(compacted.lookup(&next.digest()).is_some());
+    }
+
+    /// A damaged record is skipped with a warning that names the log and
+    /// the line; the entries around it serve, and it is never restored.
+    #[test]
+    fn issue19_a_corrupt_record_is_skipped_with_a_warning_never_restored() {
+        let f = built();
+        let keys = [key("a"), key("b"), key("c")];
+        for k in &keys {
+            f.store
+                .put(k, f.root.path(), &OUTPUTS, Value::Null)
+                .expect("put");
+        }
+        let log = f.state.path().join("store").join(INDEX_FILE);
+        let mut bytes = fs::read(&log).expect("read");
+        let second = bytes.iter().position(|&b| b == b'\n').expect("a line") + 1;
+        // Flip a bit in the middle of line 2 (inside its JSON).
+        bytes[second + 40] ^= 0x01;
+        fs::write(&log, &bytes).expect("write");
+        let store = Store::open(f.state.path());
+        let warnings = store.warnings();
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(warnings[0].contains("line 2"), "{warnings:?}");
+        assert!(warnings[0].contains("index.log"), "{warnings:?}");
+        let served: Vec<bool> = keys
+            .iter()
+            .map(|k| store.lookup(&k.digest()).is_some())
+            .collect();
+        assert_eq!(served, [true, false, true]);
+    }
+
+    /// `gc` compaction: one record per entry with its last use kept,
+    /// removed entries' blobs deleted, blobs still named kept; while a run
+    /// holds the log, a removal is a `drop` record instead.
+    #[test]
+    fn issue19_gc_compacts_the_index_and_deletes_only_unreferenced_blobs() {
+        let f = built();
+        let (a, b) = (key("a"), key("b"));
+        let first_run = Store::open(f.state.path());
+        let a_entry = first_run
+            .put(&a, f.root.path(), &OUTPUTS, Value::Null)
+            .expect("put a");
+        write_file(f.root.path(), "build/big.log", &big().to_uppercase());
+        let b_entry = first_run
+            .put(&b, f.root.path(), &OUTPUTS, Value::Null)
+            .expect("put b");
+        drop(first_run);
+        let (a_blob, b_blob) = (
+            f.store.blob(&a_entry.outputs[0].sha256),
+            f.store.blob(&b_entry.outputs[0].sha256),
+        );
+        assert_ne!(a_blob, b_blob);
+        // Three runs reuse a: three use records.
+        for _ in 0..3 {
+            let run = Store::open(f.state.path());
+            run.mark_used(&a.digest());
+            run.flush_used().expect("flush");
+        }
+        let log = f.state.path().join("store").join(INDEX_FILE);
+        let lines = || fs::read_to_string(&log).expect("log").lines().count();
+        assert_eq!(lines(), 5);
+        let used_before = Store::open(f.state.path())
+            .entries()
+            .into_iter()
+            .find(|e| e.digest == a.digest())
+            .expect("a")
+            .last_used;
+
+        // A run holding the log: gc cannot compact; the removal is a record.
+        let run = Store::open(f.state.path());
+        run.put(&key("c"), f.root.path(), &["top.txt"], Value::Null)
+            .expect("the run stores, holding the log");
+        let freed = Store::open(f.state.path())
+            .remove_entries(&BTreeSet::from([b.digest()]))
+            .expect("gc while held");
+        assert_eq!(freed, 0);
+        assert_eq!(lines(), 7, "a put and a drop appended");
+        assert!(Store::open(f.state.path()).lookup(&b.digest()).is_none());
+        assert!(b_blob.exists(), "blobs wait for a gc that can compact");
+        drop(run);
+
+        let freed = Store::open(f.state.path()).compact().expect("compact");
+        assert!(freed >= big().len() as u64, "{freed}");
+        assert_eq!(lines(), 2, "one record per entry (a and c)");
+        assert!(!b_blob.exists(), "b's blob named by nothing");
+        assert!(a_blob.exists());
+        let after = Store::open(f.state.path());
+        let a_now = after
+            .entries()
+            .into_iter()
+            .find(|e| e.digest == a.digest())
+            .expect("a kept");
+        // Milliseconds survive the rewrite.
+        assert_eq!(
+            a_now
+                .last_used
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .expect("ms")
+                .as_millis(),
+            used_before
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .expect("ms")
+                .as_millis()
+        );
+        let fresh = tempfile::tempdir().expect("fresh");
+        after
+            .restore(&after.lookup(&a.digest()).expect("a"), fresh.path())
+            .expect("restore a");
+        assert_eq!(read(fresh.path(), "build/big.log"), big());
     }
 }

@@ -308,8 +308,8 @@ outputs = ["out.txt"]
     let state = t.path(".gameplan");
     let files = files_under(&state);
     assert!(
-        files.iter().any(|f| f.ends_with("key.json")),
-        "no store entry in {files:?}"
+        files.iter().any(|f| f.ends_with("store/index.log")),
+        "no store index in {files:?}"
     );
     for file in files {
         let bytes = std::fs::read(&file).expect("read state file");

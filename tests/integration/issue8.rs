@@ -160,23 +160,24 @@ outputs = ["out.txt"]
         .file("step.sh", "echo built > out.txt\n");
     t.run(&["plan", "run", "plan.toml"]).code(0);
     // Point the stored entry's only output at step.sh, with out.txt's
-    // content and digest: a restore that trusts the entry overwrites it.
-    let entries: Vec<std::path::PathBuf> = walk(&t.path(".gameplan/store"))
-        .into_iter()
-        .filter(|p| p.ends_with("entry.json"))
-        .collect();
-    assert_eq!(entries.len(), 1, "{entries:?}");
+    // content and digest, in a record with a valid checksum (a forged
+    // entry, not a damaged one): a restore that trusts it overwrites it.
+    let index = t.path(".gameplan/store/index.log");
+    let text = std::fs::read_to_string(&index).expect("index");
+    assert_eq!(text.lines().count(), 1, "{text}");
     for target in ["step.sh", "plan.toml"] {
-        let text = std::fs::read_to_string(&entries[0]).expect("entry");
-        let mut entry: serde_json::Value = serde_json::from_str(&text).expect("json");
-        entry["outputs"][0]["path"] = target.into();
-        std::fs::write(&entries[0], entry.to_string()).expect("edit entry");
+        let (_, json) = text.trim_end().split_once(' ').expect("crc json");
+        let mut record: serde_json::Value = serde_json::from_str(json).expect("json");
+        record["entry"]["outputs"][0]["path"] = target.into();
+        let json = record.to_string();
+        let forged = format!("{:08x} {json}\n", crc32c::crc32c(json.as_bytes()));
+        std::fs::write(&index, forged).expect("forge the record");
         let out = t.run(&["plan", "run", "plan.toml", "--json"]);
         assert_eq!(by_step(&out.json(), "state")["build"], "succeeded", "{out}");
         assert_eq!(t.read("step.sh"), "echo built > out.txt\n");
         assert!(t.read("plan.toml").contains("name = \"scope\""));
-        // Put the entry back the way the run that stored it wrote it.
-        std::fs::write(&entries[0], &text).expect("restore entry");
+        // Put the record back the way the run that stored it wrote it.
+        std::fs::write(&index, &text).expect("restore the index");
     }
     let out = t.run(&["plan", "run", "plan.toml", "--json"]);
     assert_eq!(by_step(&out.json(), "state")["build"], "reused", "{out}");
