@@ -85,7 +85,12 @@ impl KeyMaker<'_> {
             plan_path: self.plan_path,
             units: self.units,
         };
-        let mut reuse = kind.reuse(&cx)?;
+        // Inputs are expanded and hashed back to back here, with nothing
+        // run in between: one stat per input file serves both.
+        let sharing = crate::reuse::share_stats();
+        let reuse = kind.reuse(&cx);
+        drop(sharing);
+        let mut reuse = reuse?;
         if let Reuse::Key(key) = &mut reuse {
             self.redactor.redact_json(&mut key.settings);
         }

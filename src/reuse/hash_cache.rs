@@ -103,7 +103,10 @@ impl FileHashCache {
         // Taken before the stat: any write after this moment gets an mtime
         // no older than this minus the timestamp granularity.
         let started = now_ns();
-        let metadata = fs::metadata(&path).map_err(io_error("read metadata of", &path))?;
+        let metadata = match super::paths::shared_stat(&path) {
+            Some(metadata) => metadata,
+            None => fs::metadata(&path).map_err(io_error("read metadata of", &path))?,
+        };
         if !metadata.is_file() {
             return Err(io_error("hash", &path)(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -474,5 +477,41 @@ mod tests {
         let f = fixture();
         FileHashCache::load(f.state.path()).save().expect("save");
         assert!(!f.state.path().join(CACHE_FILE).exists());
+    }
+
+    /// Issue 19: inside a key computation the stat an input's expansion
+    /// took serves its hash (one system call, not two); the guard ends it,
+    /// and a later hash takes its own stat and sees a rewrite.
+    #[test]
+    fn issue19_a_shared_stat_serves_one_key_computation_and_no_later_hash() {
+        let f = fixture();
+        let file = f.root.path().join("a.txt");
+        write_old(&file, b"aaaa", an_hour_ago());
+        let mut cache = FileHashCache::load(f.state.path());
+        cache.hash(f.root.path(), "a.txt").expect("first hash");
+
+        let sharing = crate::reuse::share_stats();
+        let files = crate::reuse::expand_inputs(f.root.path(), &["a.txt"]).expect("expand");
+        assert_eq!(files, ["a.txt"]);
+        // The file changes between expansion and hash: the key still
+        // describes the file as it was when expanded (the stat shared).
+        write_old(&file, b"bbbbbb", an_hour_ago());
+        assert_eq!(
+            cache.hash(f.root.path(), "a.txt").expect("hash"),
+            sha256_hex(b"aaaa")
+        );
+        // Taken once: a second hash in the same computation stats again.
+        assert_eq!(
+            cache.hash(f.root.path(), "a.txt").expect("hash"),
+            sha256_hex(b"bbbbbb")
+        );
+        crate::reuse::expand_inputs(f.root.path(), &["a.txt"]).expect("expand");
+        drop(sharing);
+        write_old(&file, b"cccccccc", an_hour_ago());
+        assert_eq!(
+            cache.hash(f.root.path(), "a.txt").expect("hash"),
+            sha256_hex(b"cccccccc"),
+            "a stat left over from a finished computation is never used"
+        );
     }
 }

@@ -99,6 +99,44 @@ pub(crate) fn is_known_dir(dir: &Path) -> bool {
         .is_some_and(|dirs| dirs.contains_key(dir))
 }
 
+thread_local! {
+    /// Stats taken by [`resolve_inside`] while a key is being computed, for
+    /// the hash cache to use instead of taking the same stat again.
+    static SHARED_STATS: std::cell::RefCell<Option<HashMap<PathBuf, fs::Metadata>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// While alive (on this thread), the stat an input's expansion took is the
+/// one its hash is checked against: one system call per input file instead
+/// of two. Only for the span of one key computation, where nothing runs
+/// between the two; never across a step's run.
+pub struct SharedStats(());
+
+/// Starts sharing stats on this thread until the guard is dropped.
+pub fn share_stats() -> SharedStats {
+    SHARED_STATS.with(|stats| *stats.borrow_mut() = Some(HashMap::new()));
+    SharedStats(())
+}
+
+impl Drop for SharedStats {
+    fn drop(&mut self) {
+        SHARED_STATS.with(|stats| *stats.borrow_mut() = None);
+    }
+}
+
+fn offer_stat(path: &Path, metadata: &fs::Metadata) {
+    SHARED_STATS.with(|stats| {
+        if let Some(stats) = stats.borrow_mut().as_mut() {
+            stats.insert(path.to_path_buf(), metadata.clone());
+        }
+    });
+}
+
+/// The stat of `path` taken during this key computation, if any (taken once).
+pub(crate) fn shared_stat(path: &Path) -> Option<fs::Metadata> {
+    SHARED_STATS.with(|stats| stats.borrow_mut().as_mut()?.remove(path))
+}
+
 /// The repo root with every symlink resolved, the reference for "inside".
 pub(crate) fn canonical_root(root: &Path) -> Result<PathBuf, ReuseError> {
     if let Some(real) = known_dir(root) {
@@ -140,6 +178,9 @@ pub(crate) fn resolve_inside(
         let real = real_parent.join(name);
         if metadata.is_dir() {
             remember_dir(path, &real);
+        } else if metadata.is_file() {
+            // Not a link: the lstat is the stat the hash cache would take.
+            offer_stat(path, &metadata);
         }
         return Ok(Some(Found {
             is_dir: metadata.is_dir(),

@@ -2098,4 +2098,36 @@ mod tests {
             .expect("restore a");
         assert_eq!(read(fresh.path(), "build/big.log"), big());
     }
+
+    /// Issue 19: directories are resolved once per run, not once per step;
+    /// a new run (a new store) resolves again, so a directory replaced by
+    /// a link out of the repo between runs is refused.
+    #[cfg(unix)]
+    #[test]
+    fn issue19_directories_resolved_by_an_earlier_run_are_resolved_again() {
+        use std::os::unix::fs::symlink;
+        let f = built();
+        let entry = f
+            .store
+            .put(&key("make"), f.root.path(), &OUTPUTS, Value::Null)
+            .expect("put");
+        let fresh = tempfile::tempdir().expect("fresh");
+        let run = Store::open(f.state.path());
+        run.restore(&entry, fresh.path()).expect("first restore");
+        run.restore(&entry, fresh.path())
+            .expect("again, from what it knows");
+
+        let outside = tempfile::tempdir().expect("outside");
+        fs::remove_dir_all(fresh.path().join("build")).expect("rm build");
+        symlink(outside.path(), fresh.path().join("build")).expect("link");
+        let next_run = Store::open(f.state.path());
+        let error = next_run
+            .restore(&entry, fresh.path())
+            .expect_err("outside dir");
+        assert!(
+            matches!(error, ReuseError::SymlinkOutsideRoot { .. }),
+            "{error}"
+        );
+        assert!(fs::read_dir(outside.path()).expect("list").next().is_none());
+    }
 }
