@@ -1369,6 +1369,9 @@ impl Run {
 /// told once, before any step.
 fn open_store(state_dir: &Path, progress: &Progress) -> Store {
     let store = Store::open(state_dir);
+    // Held for the run: no gc deletes a blob this run may restore. A store
+    // that cannot be opened for writing still serves lookups.
+    let _ = store.hold();
     for warning in store.warnings() {
         progress.note(&warning);
     }

@@ -36,8 +36,7 @@ use super::write::unique_suffix;
 pub(crate) const INDEX_FILE: &str = "index.log";
 
 /// One record of the log.
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(tag = "op", rename_all = "snake_case")]
+#[derive(Debug)]
 pub(crate) enum Record {
     /// A stored result: its entry and the canonical key text it was made from.
     Put {
@@ -51,6 +50,31 @@ pub(crate) enum Record {
     Used { at: u64, keys: Vec<String> },
     /// Entries `gc` removed while a run held the log (no compaction then).
     Drop { keys: Vec<String> },
+}
+
+/// A record as written: `{"op":…}` with the fields of its kind. A plain
+/// struct, not a tagged enum, so it is read in one streaming pass (serde
+/// buffers a whole internally tagged value first), and the key stays the
+/// canonical JSON text it was hashed from, byte for byte.
+#[derive(Serialize, Deserialize)]
+struct Line<'a> {
+    op: Op,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    at: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    entry: Option<std::borrow::Cow<'a, Entry>>,
+    #[serde(default, borrow, skip_serializing_if = "Option::is_none")]
+    key: Option<&'a serde_json::value::RawValue>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    keys: Option<std::borrow::Cow<'a, [String]>>,
+}
+
+#[derive(Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "snake_case")]
+enum Op {
+    Put,
+    Used,
+    Drop,
 }
 
 /// An entry as the index knows it.
@@ -87,8 +111,37 @@ fn from_millis(ms: u64) -> SystemTime {
 
 /// The line for `record`, `\n` included.
 pub(crate) fn encode(record: &Record) -> Vec<u8> {
+    let raw;
+    let line = match record {
+        Record::Put { at, entry, key } => {
+            // The canonical key text is JSON; were it not, the record
+            // would fail its digest check on reading and be a miss.
+            raw = serde_json::value::RawValue::from_string(key.clone()).ok();
+            Line {
+                op: Op::Put,
+                at: Some(*at),
+                entry: Some(std::borrow::Cow::Borrowed(entry)),
+                key: raw.as_deref(),
+                keys: None,
+            }
+        }
+        Record::Used { at, keys } => Line {
+            op: Op::Used,
+            at: Some(*at),
+            entry: None,
+            key: None,
+            keys: Some(std::borrow::Cow::Borrowed(keys)),
+        },
+        Record::Drop { keys } => Line {
+            op: Op::Drop,
+            at: None,
+            entry: None,
+            key: None,
+            keys: Some(std::borrow::Cow::Borrowed(keys)),
+        },
+    };
     // Serializing plain data into a Vec cannot fail.
-    let json = serde_json::to_vec(record).unwrap_or_default();
+    let json = serde_json::to_vec(&line).unwrap_or_default();
     let mut line = format!("{:08x} ", crc32c::crc32c(&json)).into_bytes();
     line.extend_from_slice(&json);
     line.push(b'\n');
@@ -96,7 +149,7 @@ pub(crate) fn encode(record: &Record) -> Vec<u8> {
 }
 
 /// The record of one line (without its `\n`), if its checksum and JSON hold.
-fn decode(line: &[u8]) -> Option<Record> {
+pub(crate) fn decode(line: &[u8]) -> Option<Record> {
     let (crc, json) = (line.get(..8)?, line.get(9..)?);
     if line.get(8) != Some(&b' ') {
         return None;
@@ -105,7 +158,21 @@ fn decode(line: &[u8]) -> Option<Record> {
     if crc32c::crc32c(json) != crc {
         return None;
     }
-    serde_json::from_slice(json).ok()
+    let line: Line = serde_json::from_slice(json).ok()?;
+    match line.op {
+        Op::Put => Some(Record::Put {
+            at: line.at?,
+            entry: line.entry?.into_owned(),
+            key: line.key?.get().to_owned(),
+        }),
+        Op::Used => Some(Record::Used {
+            at: line.at?,
+            keys: line.keys?.into_owned(),
+        }),
+        Op::Drop => Some(Record::Drop {
+            keys: line.keys?.into_owned(),
+        }),
+    }
 }
 
 /// Reads the log at `path` (no log is an empty index).
