@@ -319,6 +319,12 @@ impl Store {
         let Record::Put { entry, key, .. } = record else {
             unreachable!("built as a put above")
         };
+        // This run's own: as used as what it reused (see flush_used).
+        self.state
+            .used
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(digest.clone());
         // Still under the appender's lock: a thread waiting to store the
         // same key finds it on its second look.
         self.index().entries.insert(
@@ -646,22 +652,12 @@ impl Store {
         if !is_sha256_hex(digest) {
             return;
         }
-        let last_used = {
-            let index = self.index();
-            let newest = index.entries.values().map(|i| i.last_used).max();
-            index.entries.get(digest).map(|i| (i.last_used, newest))
-        };
-        if let Some((last_used, newest)) = last_used {
-            // gc orders entries by last use: a use changes that order only
-            // if something was stored or used after this entry, so a tree
-            // reused run after run appends nothing.
-            if newest.is_some_and(|newest| last_used < newest) {
-                self.state
-                    .used
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .insert(digest.to_owned());
-            }
+        if self.index().entries.contains_key(digest) {
+            self.state
+                .used
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(digest.to_owned());
             return;
         }
         let path = self.entry_dir(digest).join(ENTRY_FILE);
@@ -677,16 +673,34 @@ impl Store {
     /// Writes the uses noted by [`Self::mark_used`] as one record. Call at
     /// the end of a run; a run killed before it only loses those marks
     /// (`gc` then thinks the entries a little older than they are).
+    ///
+    /// gc removes the least recently used first, so a use is written only
+    /// where it changes that order: for an entry no newer than some entry
+    /// this run did not use. A tree reused run after run appends nothing.
     pub fn flush_used(&self) -> Result<(), ReuseError> {
-        let keys: Vec<String> = std::mem::take(
+        let used = std::mem::take(
             &mut *self
                 .state
                 .used
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner),
-        )
-        .into_iter()
-        .collect();
+        );
+        let keys: Vec<String> = {
+            let index = self.index();
+            let newest_unused = index
+                .entries
+                .iter()
+                .filter(|(digest, _)| !used.contains(*digest))
+                .map(|(_, indexed)| indexed.last_used)
+                .max();
+            used.into_iter()
+                .filter(|digest| {
+                    index.entries.get(digest).is_some_and(|indexed| {
+                        newest_unused.is_some_and(|newest| indexed.last_used < newest)
+                    })
+                })
+                .collect()
+        };
         if keys.is_empty() {
             return Ok(());
         }
@@ -2063,6 +2077,8 @@ mod tests {
             .put(&a, f.root.path(), &OUTPUTS, Value::Null)
             .expect("put a");
         write_file(f.root.path(), "build/big.log", &big().to_uppercase());
+        // Uses are kept in milliseconds: b is stored after a.
+        thread::sleep(Duration::from_millis(5));
         let b_entry = first_run
             .put(&b, f.root.path(), &OUTPUTS, Value::Null)
             .expect("put b");
