@@ -152,6 +152,8 @@ pub(crate) fn canonical_root(root: &Path) -> Result<PathBuf, ReuseError> {
 pub(crate) struct Found {
     pub is_dir: bool,
     pub is_file: bool,
+    /// What the path resolves to: size, permissions.
+    pub metadata: fs::Metadata,
 }
 
 /// Resolves `path` (shown to the user as `shown`) and checks that it stays
@@ -185,13 +187,13 @@ pub(crate) fn resolve_inside(
         return Ok(Some(Found {
             is_dir: metadata.is_dir(),
             is_file: metadata.is_file(),
+            metadata,
         }));
     }
     match fs::canonicalize(path) {
         Ok(real) if real.starts_with(canonical_root) => {
-            let (is_dir, is_file) = if is_link {
-                let target = fs::metadata(&real).map_err(io_error("read metadata of", &real))?;
-                (target.is_dir(), target.is_file())
+            let metadata = if is_link {
+                fs::metadata(&real).map_err(io_error("read metadata of", &real))?
             } else {
                 // Not a link: its directory resolves to the real one's.
                 if let (Some(parent), Some(real_parent)) = (path.parent(), real.parent())
@@ -199,12 +201,16 @@ pub(crate) fn resolve_inside(
                 {
                     remember_dir(parent, real_parent);
                 }
-                (metadata.is_dir(), metadata.is_file())
+                metadata
             };
-            if is_dir {
+            if metadata.is_dir() {
                 remember_dir(path, &real);
             }
-            Ok(Some(Found { is_dir, is_file }))
+            Ok(Some(Found {
+                is_dir: metadata.is_dir(),
+                is_file: metadata.is_file(),
+                metadata,
+            }))
         }
         Ok(real) => Err(ReuseError::SymlinkOutsideRoot {
             path: shown.to_owned(),

@@ -258,6 +258,8 @@ impl Store {
         let digest = sha256_hex(canonical.as_bytes());
         let outputs: BTreeSet<&str> = outputs.iter().map(AsRef::as_ref).collect();
         let canonical_root = canonical_root(root)?;
+        // Empty outputs (a `touch`ed stamp) are stored from their stat alone.
+        let mut empty: BTreeMap<&str, Option<u32>> = BTreeMap::new();
         for output in &outputs {
             check_rel_path(output)?;
             match resolve_inside(&canonical_root, &join_rel(root, output), output)? {
@@ -270,6 +272,9 @@ impl Store {
                     return Err(ReuseError::OutputNotAFile {
                         path: (*output).to_owned(),
                     });
+                }
+                Some(found) if found.metadata.len() == 0 => {
+                    empty.insert(output, mode_of(&found.metadata));
                 }
                 Some(_) => {}
             }
@@ -298,7 +303,14 @@ impl Store {
         }
         let mut stored = Vec::with_capacity(outputs.len());
         for output in &outputs {
-            stored.push(self.store_output(root, output)?);
+            stored.push(match empty.get(output) {
+                Some(mode) => Small {
+                    bytes: Vec::new(),
+                    mode: *mode,
+                }
+                .into_stored(output),
+                None => self.store_output(root, output)?,
+            });
         }
         let entry = Entry {
             format: INDEX_ENTRY_FORMAT,
@@ -1935,6 +1947,15 @@ mod tests {
             !f.state.path().join("store/blobs").exists(),
             "no directory either"
         );
+        // The empty one (stored from its stat) comes back, empty.
+        let entry = Store::open(f.state.path())
+            .lookup(&key("step 0").digest())
+            .expect("stored");
+        assert_eq!(entry.outputs[0].sha256, EMPTY_SHA256);
+        let fresh = tempfile::tempdir().expect("fresh");
+        f.store.restore(&entry, fresh.path()).expect("restore");
+        assert_eq!(read(fresh.path(), "out/a"), "");
+        assert_eq!(read(fresh.path(), "out/b"), "small");
     }
 
     /// A store written by the old layout (one directory per entry) is read
