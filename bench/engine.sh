@@ -6,6 +6,7 @@
 #   bash bench/engine.sh --quick      # W1 once with the debug build: a smoke
 #                                     # check (plans/self.toml), no figures to quote
 #   ROUNDS=5 (default) cold rounds of each tool
+#   GAMEPLAN_BIN=path  measure that binary instead of building one
 #
 # W1: 1,000 command steps in 10 layers of 100; step i of layer k>0 needs
 #     steps i and (i+1) mod 100 of layer k-1; EVERY step declares the input
@@ -43,7 +44,11 @@ for arg in "$@"; do
     esac
 done
 rounds=${ROUNDS:-5}
-if $quick; then
+if [[ -n "${GAMEPLAN_BIN:-}" ]]; then
+    # A binary built already (e.g. the same commit's release build).
+    gameplan=$(realpath "$GAMEPLAN_BIN")
+    $quick && rounds=1
+elif $quick; then
     cargo build --quiet --manifest-path "$here/Cargo.toml"
     gameplan="$here/target/debug/gameplan"
     rounds=1
@@ -135,6 +140,9 @@ peak="$w1.peak"; cp -a "$w1" "$peak"
 peak_kb=$(cat "$work/peak.txt")
 files=$(find "$peak/.gameplan" -type f | wc -l)
 dirs=$(find "$peak/.gameplan" -mindepth 1 -type d | wc -l)
+store_files=$(find "$peak/.gameplan/store" -type f | wc -l)
+store_dirs=$(find "$peak/.gameplan/store" -type d | wc -l)
+step_files=$(find "$peak/.gameplan/runs" -path '*/steps/*' -type f | wc -l)
 # The fully reused run, in that same tree.
 read -r reused_med reused_best < <(warm_runs "$(( rounds * 2 ))" "$peak" "$gameplan" plan run w1.toml --concurrency 2)
 
@@ -143,6 +151,7 @@ echo "  make -j2 cold        median ${make_med} ms (best ${make_best})"
 echo "  gameplan cold        median ${gp_med} ms (best ${gp_best})   ratio to make: $(ratio "$gp_med" "$make_med")x median, $(ratio "$gp_best" "$make_best")x best (target <= 1.3x, floor 1.5x)"
 echo "  gameplan reused      median ${reused_med} ms (best ${reused_best})   (target <= 20 ms, floor 50 ms)"
 echo "  state per step       $(python3 -c "print(f'{$files/1000:.3f} files, {$dirs/1000:.3f} directories')") under .gameplan/ ($files files, $dirs directories; make: 0 beyond its 1 target per step) (target <= 1 file)"
+echo "                       of which store/: $store_files files, $store_dirs directories; runs/*/steps/: $step_files files (per-step logs)"
 echo "  gameplan cold peak   $(( peak_kb / 1024 )) MiB RSS (target <= 40 MiB)"
 if $syscalls; then
     if command -v strace >/dev/null; then

@@ -20,7 +20,7 @@ pub const KEY_VERSION: u32 = 2;
 /// hashes of its input files ([`crate::reuse::FileHashCache::hash_all`]) and
 /// the digests of the keys of the steps it needs.
 ///
-/// The key is stored in clear as `key.json` beside its result, so settings
+/// The key is stored in clear in its result's index record, so settings
 /// must not contain secrets: put a digest of a secret in instead.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ReuseKey {

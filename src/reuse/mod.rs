@@ -21,28 +21,34 @@
 //!   their UTF-8 bytes at every depth and there is no whitespace, whatever the
 //!   insertion order of the maps (the crate enables `serde_json`'s
 //!   `preserve_order`, so this is done by hand). The digest is the lowercase
-//!   sha256 hex of that text, and the text itself is stored as `key.json`
-//!   beside the result so a later run can say why it was not reused.
+//!   sha256 hex of that text, and the text itself is stored in the entry's
+//!   record so a later run can say why it was not reused.
 //! - **Content counts, stat only saves work.** The hash cache trusts an entry
 //!   only while size, mtime (ns) and inode are unchanged *and* the mtime is at
 //!   least [`RACY_MARGIN`] older than the moment the file was hashed; a newer
 //!   file is "racily clean" (git's term) and is read again, because a write in
 //!   the same timestamp tick as the hash would otherwise go unseen. Touching a
 //!   file costs one re-read and changes no key. A damaged cache is an empty
-//!   cache.
-//! - **Nothing half-written is ever visible.** Every file is written to a
-//!   temporary name and renamed (not fsynced: readers verify, so a torn entry
-//!   is a miss, see `write.rs`); a store entry is built whole in a
-//!   temporary directory (with `entry.json` written last) and renamed into
-//!   place, so two gameplan processes may share a store: the first rename
-//!   wins, the loser discards its copy. A lookup is a hit only when
-//!   `entry.json` parses and every stored output is present with its recorded
-//!   size; anything less is a miss, never an error.
-//! - **Small outputs live in `entry.json`.** An output of at most
-//!   [`INLINE_MAX`] bytes is kept there (base64, with its mode) instead of as
-//!   a file under `outputs/`: a stored file costs an inode (and `outputs/`
-//!   another), which was most of the cost of storing a small result. Restore
-//!   checks size and sha256 of inline content as it does for files.
+//!   cache. Within one key computation ([`share_stats`]) the stat an input's
+//!   expansion took is the one its hash is checked against.
+//! - **One index per store, read once per run.** Entries' metadata is one
+//!   checksummed line each in `store/index.log` (see `index.rs`), appended
+//!   with a single write; outputs over [`INLINE_MAX`] bytes are blobs named by
+//!   their sha256; small ones live in the record. Storing a step with small
+//!   outputs creates no file, and a lookup costs no system call. A torn last
+//!   line is ignored, a damaged record is skipped with a warning, and every
+//!   restore checks size and sha256 of what it writes: damage is a miss,
+//!   never a wrong result. Two runs may share a store (both records are
+//!   whole; either serves); `gc` compacts the index only when no run holds
+//!   its shared lock. A store written by an older gameplan (a directory per
+//!   entry with `key.json` and `entry.json`) is read, never rewritten.
+//! - **Nothing half-written is ever visible.** Blobs and restored files are
+//!   written to a temporary name and renamed (not fsynced: readers verify,
+//!   so a torn file is a miss, see `write.rs`).
+//! - **Resolved once per run.** The escape check resolves a directory once
+//!   per run (`paths.rs`); a path in it that is not a symlink costs one
+//!   `lstat`, and a reused step whose outputs are in place costs one `lstat`
+//!   per output.
 //! - **Only successes are stored, and only whole.** [`Store::put`] refuses an
 //!   entry whose declared output is missing; the caller calls it only after the
 //!   step succeeded.
