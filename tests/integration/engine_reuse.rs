@@ -430,3 +430,49 @@ outputs = ["out.txt"]
         .stdout_has("reused")
         .stdout_has("warning: input `Makefile` matches no file");
 }
+
+/// Issue 19: two runs in two checkouts storing the same results into one
+/// shared store at the same time (two processes appending to one index,
+/// writing the same blobs) both succeed, and a third checkout reuses every
+/// step from that store, byte for byte, with no damaged record.
+#[test]
+fn issue19_two_runs_sharing_one_store_at_once_leave_it_whole() {
+    let plan = |name: &str| {
+        let mut text = format!("version = 1\nname = \"{name}\"\n");
+        for i in 0..30 {
+            // Over the inline limit every third step: a blob by content.
+            let size = if i % 3 == 0 { 6000 } else { 40 };
+            text.push_str(&format!(
+                "\n[[steps]]\nid = \"s{i}\"\nkind = \"command\"\nrun = \"mkdir -p out && head -c {size} /dev/zero | tr '\\\\0' x > out/{i}.bin\"\ninputs = [\"seed.txt\"]\noutputs = [\"out/{i}.bin\"]\n"
+            ));
+        }
+        text
+    };
+    let shared = tempfile::tempdir().expect("shared state");
+    let state = shared.path().to_str().expect("utf-8").to_owned();
+    // Different plan names: two plans, two locks, one store.
+    let one = Test::new()
+        .file("plan.toml", plan("one"))
+        .file("seed.txt", "s");
+    let two = Test::new()
+        .file("plan.toml", plan("two"))
+        .file("seed.txt", "s");
+    let args = ["plan", "run", "plan.toml", "--state-dir", &state, "--json"];
+    let (a, b) = (one.spawn(&args), two.spawn(&args));
+    let (a, b) = (a.wait(), b.wait());
+    a.code(0);
+    b.code(0);
+    for out in [&a, &b] {
+        assert!(!out.stderr.contains("damaged record"), "{out}");
+    }
+
+    let third = Test::new()
+        .file("plan.toml", plan("one"))
+        .file("seed.txt", "s");
+    let out = third.run(&args);
+    let states = by_step(&out.code(0).json(), "state");
+    assert!(states.values().all(|s| s == "reused"), "{states:?}");
+    assert!(!out.stderr.contains("damaged record"), "{out}");
+    assert_eq!(third.read("out/0.bin"), "x".repeat(6000));
+    assert_eq!(third.read("out/1.bin"), "x".repeat(40));
+}
