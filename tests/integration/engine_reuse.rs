@@ -3,6 +3,7 @@
 //! as `plan explain` predicts it.
 
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 
 use crate::support::{Test, by_step, expect_steps, step};
 
@@ -442,9 +443,10 @@ fn issue19_two_runs_sharing_one_store_at_once_leave_it_whole() {
         for i in 0..30 {
             // Over the inline limit every third step: a blob by content.
             let size = if i % 3 == 0 { 6000 } else { 40 };
-            text.push_str(&format!(
+            let _ = write!(
+                text,
                 "\n[[steps]]\nid = \"s{i}\"\nkind = \"command\"\nrun = \"mkdir -p out && head -c {size} /dev/zero | tr '\\\\0' x > out/{i}.bin\"\ninputs = [\"seed.txt\"]\noutputs = [\"out/{i}.bin\"]\n"
-            ));
+            );
         }
         text
     };
