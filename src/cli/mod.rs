@@ -312,6 +312,18 @@ pub enum PlanCommand {
         #[arg(long, value_name = "DIR")]
         state_dir: Option<PathBuf>,
     },
+    /// Print one step's log: what its last attempt printed (the newest run without RUN_ID).
+    ///
+    /// A run keeps every step's output in one file (`runs/<run-id>/steps.log`);
+    /// this prints the part of it that is STEP's.
+    Log {
+        #[arg(value_name = "STEP")]
+        step: String,
+        #[arg(value_name = "RUN_ID")]
+        run_id: Option<String>,
+        #[arg(long, value_name = "DIR")]
+        state_dir: Option<PathBuf>,
+    },
     /// List the runs in this repo's state directory: start, duration, steps done, state.
     ///
     /// An unfinished run says whether `plan resume` can continue it.
@@ -618,6 +630,11 @@ pub fn dispatch(cli: Cli, cx: &Context) -> u8 {
             json,
             state_dir,
         }) => plan_runs::status(cx, run_id.as_deref(), json, state_dir.as_deref()),
+        Command::Plan(PlanCommand::Log {
+            step,
+            run_id,
+            state_dir,
+        }) => plan_runs::log(cx, &step, run_id.as_deref(), state_dir.as_deref()),
         Command::Plan(PlanCommand::Runs { json, state_dir }) => {
             plan_runs::list(cx, json, state_dir.as_deref())
         }
