@@ -604,6 +604,7 @@ fn close(
         steps,
         resume_command: resumable.then_some(resume_hint),
         journal_error: run.journal_error,
+        disk_full: run.disk_full,
         playtest,
         fail_on: verdict.fail_on,
         // An unfinished run's gates may still run on its resume.
@@ -878,6 +879,9 @@ struct Run {
     /// Why the journal stopped taking records, once it has: the run stops
     /// and stays resumable.
     journal_error: Option<String>,
+    /// Why the run stopped for want of space: the step whose log could not
+    /// be written, and the whole of what it was told.
+    disk_full: Option<String>,
     /// The run stopped for a reason of gameplan's own (the journal could not
     /// be written, a task died): that is the root cause, whatever failed.
     own_cause: Option<String>,
@@ -936,6 +940,7 @@ impl Run {
             checkpoints: CheckpointBook::default(),
             root_cause: None,
             journal_error: None,
+            disk_full: None,
             own_cause: None,
             aborted: false,
             halted: false,
@@ -1161,10 +1166,11 @@ impl Run {
     /// journal cannot be written, nothing more starts, running steps are
     /// stopped, and the run is left unfinished; its resume runs the step
     /// again once space is freed. Not a failure of the step.
-    fn disk_full(&mut self, why: &str) {
+    fn disk_full(&mut self, step: &str, why: &str) {
         if self.halted {
             return;
         }
+        self.disk_full = Some(format!("`{step}`: {why}"));
         let first = why.lines().next().unwrap_or(why);
         self.shared
             .keeper
@@ -1280,7 +1286,8 @@ impl Run {
             self.journal_failed(e);
         }
         if let Some(why) = finished.no_space {
-            self.disk_full(&why);
+            let id = self.pipeline.graph[node].id.clone();
+            self.disk_full(&id, &why);
         }
         if let Some(failure) = failure {
             self.root_cause.get_or_insert(failure);

@@ -60,6 +60,12 @@ pub struct RunReport {
     /// disk, a deleted state directory). The run is unfinished, and resumes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub journal_error: Option<String>,
+    /// Why the run stopped early: the disk holding the state directory is
+    /// full, so a step's log could not be written (the step, the cause and
+    /// the step's last words). The run is unfinished, and resumes (running
+    /// that step again) once space is freed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disk_full: Option<String>,
     /// What the play and simulate steps found, when the plan has any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub playtest: Option<super::playtest::Playtest>,

@@ -103,6 +103,13 @@ pub fn text(report: &RunReport, color: bool) -> String {
             );
         }
     }
+    if let Some(why) = &report.disk_full {
+        let mut lines = why.lines();
+        let _ = writeln!(out, "  stopped: {}", lines.next().unwrap_or_default());
+        for line in lines {
+            let _ = writeln!(out, "  {line}");
+        }
+    }
     if let Some(resume) = &report.resume_command {
         let _ = writeln!(out, "  resume with: {resume}");
     }

@@ -13,7 +13,9 @@ use crate::support::{Test, by_step, expect_steps, live_in_group, proc_stat, step
 const SOON: Duration = Duration::from_secs(10);
 
 /// Item 24: matrix values `a/b`, `a_b` and `a b` shared one step directory,
-/// and two of the three cells failed with "this step is busy".
+/// and two of the three cells failed with "this step is busy". A command
+/// step has no directory now (issue 19); each cell still has its own lock
+/// and its own log.
 #[test]
 fn issue8_item24_matrix_values_that_escape_alike_get_their_own_step_directories() {
     let plan = r#"version = 1
@@ -22,7 +24,7 @@ name = "m"
 [[steps]]
 id = "s"
 kind = "command"
-run = "sleep 0.3"
+run = "echo \"cell $GAMEPLAN_MATRIX_V\"; sleep 0.3"
 matrix = { v = ["a/b", "a_b", "a b"] }
 "#;
     let t = Test::new().file("plan.toml", plan);
@@ -46,16 +48,15 @@ matrix = { v = ["a/b", "a_b", "a b"] }
         "{run}"
     );
     let ids = t.run_ids();
-    let steps = t.path(&format!(".gameplan/runs/{}/steps", ids[0]));
-    let mut dirs: Vec<String> = std::fs::read_dir(steps)
-        .expect("steps dir")
-        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
-        .collect();
-    dirs.sort();
-    assert_eq!(dirs.len(), 3, "{dirs:?}");
-    assert_eq!(
-        dirs[0], "s[a_b]",
-        "a plain id keeps its plain name: {dirs:?}"
+    for v in ["a/b", "a_b", "a b"] {
+        assert_eq!(
+            t.step_log(&format!("s[{v}]"), &ids[0]),
+            format!("cell {v}\n")
+        );
+    }
+    assert!(
+        !t.path(&format!(".gameplan/runs/{}/steps", ids[0])).exists(),
+        "a command step makes no directory"
     );
 }
 
@@ -347,8 +348,10 @@ fn issue8_item13_a_full_disk_mid_run_stops_says_why_and_resumes() {
         return;
     };
     let run = t.run(&["plan", "run", "plan.toml", "--yes", "--state-dir", "state"]);
+    // `fill`'s own error reaches no log (the disk is full): the disk is
+    // named as the cause, with the step's last words (issue 19).
     run.code(1)
-        .stdout_has("the disk is full")
+        .stdout_has("is full: ")
         .stdout_has("No space left on device")
         .stdout_has("resume with: gameplan plan resume");
     assert!(
@@ -581,10 +584,7 @@ run = "sleep 25 & echo $! > bg.pid; echo $$ > a.pid; while [ ! -f release ]; do 
     assert_eq!(step(&report, "a")["state"], "succeeded", "{resumed}");
     assert_eq!(step(&report, "a")["attempts"], 0, "{resumed}");
     let id = t.run_ids().remove(0);
-    assert_eq!(
-        t.read(&format!(".gameplan/runs/{id}/steps/a/stdout.log")),
-        "done\n"
-    );
+    assert_eq!(t.step_log("a", &id), "done\n");
 }
 
 /// Item 9: the wait for an attempt a dead gameplan left running is said,
@@ -652,7 +652,7 @@ run = "echo failing with $MYTOKEN; exit 3"
         "{run}"
     );
     let id = t.run_ids().remove(0);
-    let log = |s: &str| t.read(&format!(".gameplan/runs/{id}/steps/{s}/stdout.log"));
+    let log = |s: &str| t.step_log(s, &id);
     assert_eq!(
         log("a"),
         "token is [redacted]\nsplit: [redacted]\non stderr [redacted]\n",
@@ -692,12 +692,16 @@ run = "echo the-start; yes 0123456789abcdefghijklmnopqrstuvwxyz | head -c 119999
     let run = t.run(&["plan", "run", "plan.toml"]);
     run.code(1).stderr_has("the-end");
     let id = t.run_ids().remove(0);
-    let log = t.read(&format!(".gameplan/runs/{id}/steps/a/stdout.log"));
+    let log = t.step_log("a", &id);
     assert!(
         log.len() <= 5 * 1024 * 1024 + 100,
         "the log kept {} bytes",
         log.len()
     );
+    let on_disk = std::fs::metadata(t.path(&format!(".gameplan/runs/{id}/steps.log")))
+        .expect("the run's log")
+        .len();
+    assert!(on_disk <= 5 * 1024 * 1024 + 100, "{on_disk} bytes on disk");
     assert!(log.starts_with("the-start\n0123"), "{}", &log[..40]);
     assert!(
         log.ends_with("xyz\nthe-end\n"),

@@ -158,6 +158,14 @@ impl Test {
         ids
     }
 
+    /// What `gameplan plan log STEP RUN_ID` prints: the step's log, read
+    /// from the run's one `steps.log` by its journaled segments.
+    pub fn step_log(&self, step: &str, run_id: &str) -> String {
+        let out = self.run(&["plan", "log", step, run_id]);
+        out.code(0);
+        out.stdout
+    }
+
     /// `plan check --json FILES…` and `plan check FILES…` (text), which must agree.
     pub fn check(&self, files: &[&str]) -> Check {
         let mut args = vec!["plan", "check", "--json"];
