@@ -1171,7 +1171,9 @@ impl Run {
             return;
         }
         self.disk_full = Some(format!("`{step}`: {why}"));
+        // The cause, without the step's last words (the summary shows them).
         let first = why.lines().next().unwrap_or(why);
+        let first = first.strip_suffix("; its last words:").unwrap_or(first);
         self.shared
             .keeper
             .progress
