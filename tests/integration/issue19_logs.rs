@@ -14,6 +14,13 @@ use crate::support::{Test, proc_stat, step, wait_until};
 /// on two cores shared with other builds.
 const SOON: Duration = Duration::from_secs(10);
 
+/// `PREFIX1\n` … `PREFIXn\n`, as the steps print them.
+fn lines(prefix: &str, n: usize) -> String {
+    (1..=n)
+        .map(|i| format!("{prefix}{i}"))
+        .fold(String::new(), |out, line| out + &line + "\n")
+}
+
 /// Every regular file and directory under `dir`.
 fn walk(dir: &Path) -> (Vec<PathBuf>, Vec<PathBuf>) {
     let mut files = Vec::new();
@@ -67,11 +74,7 @@ matrix = { n = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 1
     let mut expected_bytes = 0;
     for who in ["a", "b", "c"] {
         let log = t.step_log(&format!("talk[{who}]"), &id);
-        assert_eq!(
-            log,
-            (1..=5).map(|i| format!("{who}{i}\n")).collect::<String>(),
-            "{run}"
-        );
+        assert_eq!(log, lines(who, 5), "{run}");
         expected_bytes += log.len();
     }
     for n in 1..=10 {
@@ -116,6 +119,16 @@ matrix = { n = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 1
     assert!(dirs.is_empty(), "no directory per step: {dirs:?}");
 }
 
+/// Runs once until killed, then prints `second`.
+const AGAIN: &str = r#"version = 1
+name = "again"
+
+[[steps]]
+id = "a"
+kind = "command"
+run = "if [ -f ran ]; then echo second; else touch ran; echo first; echo $$ > b.pid; sleep 30; fi"
+"#;
+
 /// `kill -9` of gameplan mid-step: the step finishes under its launcher,
 /// which records where its output went; the resume journals that and shows
 /// the step's own log (not a neighbour's, not the empty log of a re-run).
@@ -153,23 +166,12 @@ run = "echo c-ran"
     let id = report["run_id"].as_str().expect("run id").to_owned();
     assert_eq!(step(&report, "a")["attempts"], 0, "ran once: {resumed}");
     assert_eq!(t.step_log("a", &id), "a-before\na-after\n");
-    assert_eq!(
-        t.step_log("b", &id),
-        (1..=6).map(|i| format!("b{i}\n")).collect::<String>()
-    );
+    assert_eq!(t.step_log("b", &id), lines("b", 6));
     assert_eq!(t.step_log("c", &id), "c-ran\n");
     // The segments are in the journal: the status needs no exits.jsonl.
     std::fs::remove_file(t.path(&format!(".gameplan/runs/{id}/exits.jsonl"))).expect("rm");
     assert_eq!(t.step_log("a", &id), "a-before\na-after\n");
 
-    const AGAIN: &str = r#"version = 1
-name = "again"
-
-[[steps]]
-id = "a"
-kind = "command"
-run = "if [ -f ran ]; then echo second; else touch ran; echo first; echo $$ > b.pid; sleep 30; fi"
-"#;
     let t = Test::new().file("plan.toml", AGAIN);
     let gameplan = t.spawn(&["plan", "run", "plan.toml"]);
     wait_until("`a` to start", SOON, || !t.read("b.pid").trim().is_empty());
