@@ -1198,7 +1198,11 @@ impl Run {
     fn log_of(&self, node: NodeIndex, log: &[Segment], attempts: u32) -> Option<String> {
         let id = &self.pipeline.graph[node].id;
         if !log.is_empty() {
-            return Some(crate::steps::command::log_label(id, &self.shared.run_id));
+            return Some(crate::steps::command::log_label_in(
+                id,
+                &self.shared.run_dir,
+                &self.shared.root,
+            ));
         }
         if attempts == 0 {
             return None;

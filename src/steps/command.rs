@@ -97,7 +97,7 @@ impl Kind for Command {
                         segments: log.clone(),
                     }
                     .tail(LOG_TAIL_LINES);
-                    let shown = log_label(&cx.instance.id, &cx.left_by);
+                    let shown = log_label_in(&cx.instance.id, &run_dir(&cx.step_dir), &cx.root);
                     let message = if tail.is_empty() {
                         format!("exited with code {code} while gameplan was not running")
                     } else {
@@ -339,7 +339,27 @@ fn state_dir(run: &RunDir) -> PathBuf {
         .to_path_buf()
 }
 
-/// How a message names a step's log: the command that prints it.
+/// How a message names a step's log: the command that prints it, with
+/// `--state-dir` when the run's is not the repo's `.gameplan`.
+pub fn log_label_in(step: &str, run: &RunDir, root: &Path) -> String {
+    let run_id = run
+        .dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let label = log_label(step, &run_id);
+    let state = state_dir(run);
+    if state == root.join(".gameplan") {
+        return label;
+    }
+    format!(
+        "{} --state-dir {}`",
+        label.trim_end_matches('`'),
+        state.display()
+    )
+}
+
+/// How a message names a step's log in the default state directory.
 pub fn log_label(step: &str, run_id: &str) -> String {
     let plain = |s: &str| {
         !s.is_empty()
@@ -423,7 +443,7 @@ async fn spawn_and_wait(
 ) -> Result<StepOutcome, StepError> {
     let p = params(&cx.step)?;
     let run = run_dir(&cx.step_dir);
-    let label = log_label(&cx.instance.id, &cx.run_id);
+    let label = log_label_in(&cx.instance.id, &run, &cx.root);
     let cwd = match p.cwd {
         Some(dir) => cx.root.join(dir),
         None => cx.root.clone(),

@@ -116,7 +116,10 @@ pub trait Kind: Send + Sync {
         Box::pin(async { LeftRunning::RunAgain })
     }
 
-    /// The log a report points at for a step that ran.
+    /// The log a report points at for a step that ran, when the kind keeps
+    /// one in its directory (a play cell's report). Output a step's attempt
+    /// wrote to the run's one `steps.log` (a command's) needs none: the
+    /// engine names it from the segments the step gave [`StepIo::set_log`].
     fn log(&self, _step_dir: &Path) -> Option<PathBuf> {
         None
     }

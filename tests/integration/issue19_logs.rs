@@ -268,6 +268,13 @@ run = "echo after-ran"
     let id = report["run_id"].as_str().expect("run id");
     assert_eq!(step(&report, "fill")["state"], "succeeded", "{resumed}");
     assert_eq!(step(&report, "after")["state"], "succeeded", "{resumed}");
+    // Its state directory is not the default: the report says how to
+    // print the log from there.
+    let shown = step(&report, "fill")["log"].as_str().expect("a log");
+    assert!(
+        shown.starts_with("`gameplan plan log fill ") && shown.contains(" --state-dir "),
+        "{shown}"
+    );
     let log = t.run(&["plan", "log", "fill", id, "--state-dir", "state"]);
     assert_eq!(log.code(0).stdout, "fine\n");
 }
