@@ -19,6 +19,10 @@
 //!   step's output is only remembered (its last [`LAST_WORDS`] bytes), tried
 //!   once more when it ends, and handed to gameplan, which shows it with
 //!   the cause.
+//! - **Few segments.** A step running alone has one; steps printing a line
+//!   at a time side by side would have one per line, and the journal
+//!   record that lists them has a size limit. Past [`LIVE_SEGMENTS`] an
+//!   attempt's output is written in whole [`PIECE`]s.
 //! - **Nothing printed, nothing written**: no segment, no write.
 
 use std::fs::File;
@@ -40,6 +44,13 @@ pub const LOG_TAIL: u64 = 4 * 1024 * 1024;
 /// How much of a step's output is remembered once its log cannot be
 /// written: its last words, shown with the cause.
 pub const LAST_WORDS: usize = 2048;
+
+/// Segments written as the output comes; past this many (steps side by
+/// side, printing little at a time, interleave finely), output is written
+/// in pieces of [`PIECE`] bytes, so an attempt's list of segments, which
+/// its journal record holds, stays small.
+pub const LIVE_SEGMENTS: usize = 256;
+pub const PIECE: usize = 64 * 1024;
 
 /// How a message about a full disk begins (gameplan tells it from others
 /// by this: the run stops, and a resume runs the step again).
@@ -65,6 +76,8 @@ pub struct Capture {
     /// The directory whose disk a failed write is blamed on (the state dir).
     disk: PathBuf,
     segments: Vec<Segment>,
+    /// Head bytes waiting for a whole [`PIECE`] (past [`LIVE_SEGMENTS`]).
+    pending: Vec<u8>,
     head_written: u64,
     past_head: bool,
     tail: Vec<u8>,
@@ -82,6 +95,7 @@ impl Capture {
             path: path.to_path_buf(),
             disk: disk.to_path_buf(),
             segments: Vec::new(),
+            pending: Vec::new(),
             head_written: 0,
             past_head: false,
             tail: Vec::new(),
@@ -115,7 +129,7 @@ impl Capture {
         }
         let room = usize::try_from(LOG_HEAD - self.head_written).unwrap_or(usize::MAX);
         if bytes.len() <= room {
-            self.write(bytes);
+            self.emit(bytes);
             self.head_written += bytes.len() as u64;
             return;
         }
@@ -125,7 +139,7 @@ impl Capture {
             .iter()
             .rposition(|&b| b == b'\n')
             .map_or(room, |i| i + 1);
-        self.write(&bytes[..split]);
+        self.emit(&bytes[..split]);
         self.head_written += split as u64;
         self.past_head = true;
         self.take(&bytes[split..]);
@@ -136,6 +150,12 @@ impl Capture {
     pub fn finish(&mut self) -> Written {
         if !self.done {
             self.done = true;
+            let pending = std::mem::take(&mut self.pending);
+            if self.lost.is_some() {
+                self.remember(&pending);
+            } else {
+                self.write(&pending);
+            }
             let mut tail = std::mem::take(&mut self.tail);
             let keep = usize::try_from(LOG_TAIL).unwrap_or(usize::MAX);
             if tail.len() > keep {
@@ -170,6 +190,20 @@ impl Capture {
             log: self.segments.clone(),
             lost: self.lost.clone(),
             last_words: String::from_utf8_lossy(&self.last_words).into_owned(),
+        }
+    }
+
+    /// Writes head bytes as they come, or in whole pieces once the
+    /// attempt has many segments.
+    fn emit(&mut self, bytes: &[u8]) {
+        if self.segments.len() < LIVE_SEGMENTS && self.pending.is_empty() {
+            self.write(bytes);
+            return;
+        }
+        self.pending.extend_from_slice(bytes);
+        if self.pending.len() >= PIECE {
+            let pending = std::mem::take(&mut self.pending);
+            self.write(&pending);
         }
     }
 
@@ -491,6 +525,37 @@ mod tests {
         assert_eq!(std::fs::metadata(&path).expect("len").len(), LOG_CAP);
     }
 
+    /// Two steps printing a line at a time side by side: each line would be
+    /// a segment of its own, and the journal record holding them grows
+    /// past its limit. Past [`LIVE_SEGMENTS`] the pieces are whole.
+    #[test]
+    fn finely_interleaved_output_keeps_its_segments_few_and_its_bytes_whole() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut capture, path) = capture(dir.path());
+        let mut other = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .expect("another writer");
+        let mut expected = Vec::new();
+        for i in 0..100_000 {
+            let line = format!("line {i}\n");
+            capture.take(line.as_bytes());
+            expected.extend_from_slice(line.as_bytes());
+            other.write_all(b"other\n").expect("other writes");
+        }
+        let written = capture.finish();
+        assert!(
+            written.log.len() <= LIVE_SEGMENTS + 64,
+            "{} segments",
+            written.log.len()
+        );
+        let file = File::open(&path).expect("open");
+        assert_eq!(
+            read_range(&file, &written.log, 0, u64::MAX).expect("read"),
+            expected
+        );
+    }
+
     #[test]
     fn a_write_to_a_full_disk_names_the_disk_and_keeps_the_last_words() {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -517,5 +582,23 @@ mod tests {
             written.last_words
         );
         assert!(written.log.is_empty());
+        // What is remembered is bounded: the last words, not the output.
+        let mut capture = Capture::new(
+            Arc::new(
+                std::fs::OpenOptions::new()
+                    .append(true)
+                    .open("/dev/full")
+                    .expect("/dev/full"),
+            ),
+            Path::new("/dev/full"),
+            dir.path(),
+            None,
+        );
+        for i in 0..10_000 {
+            capture.take(format!("{i:>9}\n").as_bytes());
+        }
+        let words = capture.finish().last_words;
+        assert_eq!(words.len(), LAST_WORDS);
+        assert!(words.ends_with("     9999\n"), "{words}");
     }
 }
