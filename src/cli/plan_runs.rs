@@ -246,10 +246,20 @@ pub fn log(cx: &Context, step: &str, run_id: Option<&str>, flag: Option<&Path>) 
     let run_dir = RunDir::new(&state_dir, &history.run_id);
     let record = history.records.get(step);
     let Some(log) = StepLog::of(&run_dir, step, record) else {
-        let state = history.state_of(step).word();
+        let state = history.state_of(step);
+        let why = match state {
+            crate::journal::run::StepState::Running => {
+                "it is running: where its output is, is recorded when it ends (`plan run --output stream` shows it as it comes)"
+            }
+            crate::journal::run::StepState::Pending | crate::journal::run::StepState::Skipped => {
+                "it has not run"
+            }
+            _ => "it printed nothing",
+        };
         cx.console.err(&format!(
-            "step `{step}` of run {} ({state}) has no log: it printed nothing, or has not run\n",
-            history.run_id
+            "step `{step}` of run {} ({}) has no log: {why}\n",
+            history.run_id,
+            state.word()
         ));
         return exit_code::SUCCESS;
     };

@@ -91,6 +91,9 @@ matrix = { n = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 1
     let quiet = t.run(&["plan", "log", "quiet[7]", &id]);
     quiet.code(0).stderr_has("has no log: it printed nothing");
     assert!(quiet.stdout.is_empty(), "{quiet}");
+    t.run(&["plan", "log", "nope", &id])
+        .code(3)
+        .stderr_has("has no step `nope`; its steps: talk[a], ");
     // The report and the status name how to print a log, not a file.
     assert_eq!(
         step(&report, "talk[a]")["log"],
