@@ -7,9 +7,10 @@
 //! line (the default); every line as it comes (`--output stream`), each
 //! prefixed with its step id; or nothing but where the log is.
 //!
-//! Streaming follows the log files the steps write (a step writes its own
-//! log; gameplan never sits between a step and its output), from a thread
-//! that polls the logs of running steps and prints complete lines. When a
+//! Streaming follows each running step's part of the run's one log
+//! (`steps.log`: the launcher reports each piece of a step's output as it
+//! writes it, `journal::step_log::LiveLog`), from a thread that polls the
+//! logs of running steps and prints complete lines. When a
 //! step ends its log is read to the end and a last partial line printed, so
 //! every line comes before the step's own end line. Every line goes through
 //! the redactor like everything else printed here.

@@ -27,7 +27,9 @@ pub struct StepReport {
     pub message: Option<String>,
     /// Attempts made in this run (0 when reused, skipped or done before a resume).
     pub attempts: u32,
-    /// The step's log, when it ran.
+    /// Where the step's log is, when it ran and printed something: for a
+    /// `command` step the command that prints it from the run's one
+    /// `steps.log` (`gameplan plan log STEP RUN_ID`), for other kinds a file.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub log: Option<String>,
 }

@@ -105,7 +105,9 @@ pub struct StatusStep {
     pub attempt: u32,
     pub exit_code: Option<i32>,
     pub duration_ms: u64,
-    /// Its output log, when it has one.
+    /// How to print its output (`gameplan plan log STEP RUN_ID`), or the
+    /// file of a run from before the one log per run; absent when it
+    /// printed nothing.
     pub log: Option<String>,
     pub message: Option<String>,
 }
