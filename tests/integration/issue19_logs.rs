@@ -8,7 +8,7 @@ use std::time::Duration;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 
-use crate::support::{Test, proc_stat, step, wait_until};
+use crate::support::{SmallDisk, Test, proc_stat, step, wait_until};
 
 /// Long enough for a debug gameplan to start, run a short step and react,
 /// on two cores shared with other builds.
@@ -190,39 +190,6 @@ run = "echo c-ran"
         .expect("run id")
         .to_owned();
     assert_eq!(t.step_log("a", &id), "second\n", "{resumed}");
-}
-
-/// A small tmpfs: a disk that fills up, without touching the machine's.
-/// Mounting needs root, as CI has (`bash .ci/run` runs as root): where it
-/// cannot mount, the test fails, it does not pass without testing.
-struct SmallDisk {
-    dir: PathBuf,
-}
-
-impl SmallDisk {
-    fn mount(dir: PathBuf, size: &str) -> SmallDisk {
-        std::fs::create_dir_all(&dir).expect("mount point");
-        let out = std::process::Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(&dir)
-            .output()
-            .expect("run mount");
-        assert!(
-            out.status.success(),
-            "this test needs a small tmpfs to fill (run it as root, as CI does): mount said {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-        SmallDisk { dir }
-    }
-}
-
-impl Drop for SmallDisk {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount")
-            .arg("-l")
-            .arg(&self.dir)
-            .status();
-    }
 }
 
 /// Issue 19: on a full disk a step failed as "exited with code 1 (no
