@@ -30,6 +30,11 @@ use serde::{Deserialize, Serialize};
 
 use super::run::{RunDir, StepRecord};
 
+/// How a message about a full disk under a step's log begins (gameplan
+/// tells it from others by this: the run stops, and a resume runs the step
+/// again; `plan status` shows it).
+pub const DISK_FULL: &str = "the disk holding ";
+
 /// One piece of an attempt's output in the run's log: `[offset, length]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(from = "(u64, u64)", into = "(u64, u64)")]

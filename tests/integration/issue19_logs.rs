@@ -224,6 +224,10 @@ run = "echo after-ran"
         .stdout_has("resume with: gameplan plan resume");
     assert!(!run.stdout.contains("(no output)"), "{run}");
 
+    t.run(&["plan", "status", "--state-dir", "state"])
+        .code(0)
+        .stdout_has("fill: the disk holding ")
+        .stdout_has("my-last-words");
     // The journal is intact: the status reads it and offers the resume.
     let status = t.run(&["plan", "status", "--json", "--state-dir", "state"]);
     let doc = status.code(0).json();

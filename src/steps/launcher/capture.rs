@@ -33,6 +33,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use tokio::net::unix::pipe;
 use tokio::sync::{mpsc, oneshot};
 
+pub use crate::journal::step_log::DISK_FULL;
 use crate::journal::step_log::{Segment, push_segment};
 
 /// A log longer than this keeps its first [`LOG_HEAD`] and last
@@ -51,10 +52,6 @@ pub const LAST_WORDS: usize = 2048;
 /// its journal record holds, stays small.
 pub const LIVE_SEGMENTS: usize = 256;
 pub const PIECE: usize = 64 * 1024;
-
-/// How a message about a full disk begins (gameplan tells it from others
-/// by this: the run stops, and a resume runs the step again).
-pub const DISK_FULL: &str = "the disk holding ";
 
 /// What became of an attempt's output.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
