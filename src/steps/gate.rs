@@ -19,6 +19,7 @@
 //!   would judge and reuse.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
 
 use super::{
     BoxFuture, JunitCase, KeyContext, Kind, Outputs, Reuse, StepContext, StepError, StepIo,
@@ -48,7 +49,13 @@ fn gate_of<'p>(plan: &'p Plan, params: &Params, id: &str) -> Result<&'p PlanGate
 struct Sources {
     aggregates: Vec<PathBuf>,
     reports: Vec<(String, PathBuf)>,
+    /// `files` units by glob list: lenses of a gate over the same files
+    /// share one walk, one hashing and one read of each file.
+    files: Mutex<Vec<(Vec<String>, Listed)>>,
 }
+
+/// A lens's units, or why they could not be listed.
+type Listed = Result<Vec<Unit>, String>;
 
 impl Sources {
     /// What the steps `io` shows (those the gate needs, directly or not) left.
@@ -56,6 +63,7 @@ impl Sources {
         let mut sources = Sources {
             aggregates: Vec::new(),
             reports: Vec::new(),
+            files: Mutex::new(Vec::new()),
         };
         for id in io.upstream_ids() {
             let Some(up) = io.upstream(&id) else {
@@ -73,14 +81,29 @@ impl Sources {
         sources
     }
 
+    fn files(
+        &self,
+        root: &Path,
+        hashes: &Mutex<crate::reuse::FileHashCache>,
+        globs: &[String],
+    ) -> Result<Vec<Unit>, String> {
+        let mut listed = self.files.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((_, units)) = listed.iter().find(|(g, _)| g.as_slice() == globs) {
+            return units.clone();
+        }
+        let units = unit::files(root, globs, hashes);
+        listed.push((globs.to_vec(), units.clone()));
+        units
+    }
+
     fn units(
         &self,
         root: &Path,
-        hashes: &std::sync::Mutex<crate::reuse::FileHashCache>,
+        hashes: &Mutex<crate::reuse::FileHashCache>,
         lens: &Lens,
     ) -> Result<Vec<Unit>, String> {
         match lens.over {
-            LensOver::Files => match unit::files(root, &lens.sources, hashes)? {
+            LensOver::Files => match self.files(root, hashes, &lens.sources)? {
                 // A typo in a glob must not read as a pass.
                 units if units.is_empty() => Err(format!(
                     "its `files` ({}) match no file in the repo: it judged nothing, which is \
@@ -172,18 +195,25 @@ fn redact(io: &StepIo, value: &mut serde_json::Value) {
 }
 
 fn write_review(cx: &StepContext, io: &StepIo, review: &Review) -> Result<(), StepError> {
-    let mut doc = serde_json::to_value(review).map_err(|e| StepError(e.to_string()))?;
-    redact(io, &mut doc);
-    let review: Review =
-        serde_json::from_value(doc.clone()).map_err(|e| StepError(e.to_string()))?;
-    let mut json = serde_json::to_vec_pretty(&doc).map_err(|e| StepError(e.to_string()))?;
+    // Without secrets there is nothing to redact: no round trip through a
+    // JSON tree of every verdict.
+    let redacted;
+    let review = if io.redactor().is_empty() {
+        review
+    } else {
+        let mut doc = serde_json::to_value(review).map_err(|e| StepError(e.to_string()))?;
+        redact(io, &mut doc);
+        redacted = serde_json::from_value::<Review>(doc).map_err(|e| StepError(e.to_string()))?;
+        &redacted
+    };
+    let mut json = serde_json::to_vec_pretty(review).map_err(|e| StepError(e.to_string()))?;
     json.push(b'\n');
     std::fs::create_dir_all(&cx.step_dir)
         .and_then(|()| std::fs::write(cx.step_dir.join(REVIEW_JSON), json))
         .and_then(|()| {
             std::fs::write(
                 cx.step_dir.join(REVIEW_MD),
-                crate::report::review::markdown(&review),
+                crate::report::review::markdown(review),
             )
         })
         .map_err(|e| {
@@ -307,13 +337,8 @@ impl Kind for Gate {
             };
             let sources = Sources::of(io);
             let units_of = |lens: &Lens| sources.units(&cx.root, &cx.hashes, lens);
+            // The file-hash cache it filled is saved when the run closes.
             let review = judge_gate(&judging, &cx.plan, &gate, &units_of).await;
-            // A cache that cannot be saved costs only speed next time.
-            let _ = cx
-                .hashes
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .save();
             if let Err(e) = write_review(cx, io, &review) {
                 return StepOutcome::Failed {
                     exit_code: None,
