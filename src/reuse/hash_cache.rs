@@ -324,6 +324,26 @@ impl FileHashCache {
     }
 }
 
+/// sha256 of each of `paths` under `base`, read now, past any cache: for
+/// files a step has just written (its outputs), which the stat cache would
+/// find racily clean and read anyway, and whose entries would only make
+/// every run rewrite the cache.
+pub fn hash_fresh<S: AsRef<str>>(
+    base: &Path,
+    paths: &[S],
+) -> Result<BTreeMap<String, String>, ReuseError> {
+    paths
+        .iter()
+        .map(|rel| {
+            let rel = rel.as_ref();
+            check_rel_path(rel)?;
+            let path = join_rel(base, rel);
+            let (_, sha256) = hash_file(&path).map_err(io_error("read", &path))?;
+            Ok((rel.to_owned(), sha256))
+        })
+        .collect()
+}
+
 /// A file as [`FileHashCache::hash_many`] found it.
 #[derive(Debug)]
 pub struct HashedFile {

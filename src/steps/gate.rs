@@ -19,7 +19,7 @@
 //!   would judge and reuse.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use super::{
     BoxFuture, JunitCase, KeyContext, Kind, Outputs, Reuse, StepContext, StepError, StepIo,
@@ -31,7 +31,37 @@ use crate::review::unit::{self, Unit};
 use crate::review::verdict::{REVIEW_JSON, REVIEW_MD, Review, Status};
 use crate::review::waivers::Waivers;
 
-pub struct Gate;
+#[derive(Default)]
+pub struct Gate {
+    /// The last reviews this process wrote, by step directory: the run's
+    /// summary and `JUnit` cases read them back at its end, and a review of
+    /// many units is not parsed back from `review.json` for each.
+    written: Mutex<Vec<(PathBuf, Arc<Review>)>>,
+}
+
+/// Reviews [`Gate`] keeps in memory (a plan's gates, typically).
+const KEPT_REVIEWS: usize = 8;
+
+impl Gate {
+    fn keep(&self, step_dir: &Path, review: Arc<Review>) {
+        let mut written = self.written.lock().unwrap_or_else(PoisonError::into_inner);
+        written.retain(|(dir, _)| dir != step_dir);
+        if written.len() >= KEPT_REVIEWS {
+            written.remove(0);
+        }
+        written.push((step_dir.to_path_buf(), review));
+    }
+
+    /// The review in `step_dir`: as this process wrote it, or from disk.
+    fn review_in(&self, step_dir: &Path) -> Option<Arc<Review>> {
+        let written = self.written.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((_, review)) = written.iter().find(|(dir, _)| dir == step_dir) {
+            return Some(review.clone());
+        }
+        drop(written);
+        read_review(step_dir).map(Arc::new)
+    }
+}
 
 /// The gate a step judges.
 fn gate_of<'p>(plan: &'p Plan, params: &Params, id: &str) -> Result<&'p PlanGate, StepError> {
@@ -194,26 +224,26 @@ fn redact(io: &StepIo, value: &mut serde_json::Value) {
     }
 }
 
-fn write_review(cx: &StepContext, io: &StepIo, review: &Review) -> Result<(), StepError> {
+/// Writes `review.json` and `review.md`; the review as written (secrets
+/// redacted).
+fn write_review(cx: &StepContext, io: &StepIo, review: Review) -> Result<Arc<Review>, StepError> {
     // Without secrets there is nothing to redact: no round trip through a
     // JSON tree of every verdict.
-    let redacted;
     let review = if io.redactor().is_empty() {
         review
     } else {
-        let mut doc = serde_json::to_value(review).map_err(|e| StepError(e.to_string()))?;
+        let mut doc = serde_json::to_value(&review).map_err(|e| StepError(e.to_string()))?;
         redact(io, &mut doc);
-        redacted = serde_json::from_value::<Review>(doc).map_err(|e| StepError(e.to_string()))?;
-        &redacted
+        serde_json::from_value::<Review>(doc).map_err(|e| StepError(e.to_string()))?
     };
-    let mut json = serde_json::to_vec_pretty(review).map_err(|e| StepError(e.to_string()))?;
+    let mut json = serde_json::to_vec_pretty(&review).map_err(|e| StepError(e.to_string()))?;
     json.push(b'\n');
     std::fs::create_dir_all(&cx.step_dir)
         .and_then(|()| std::fs::write(cx.step_dir.join(REVIEW_JSON), json))
         .and_then(|()| {
             std::fs::write(
                 cx.step_dir.join(REVIEW_MD),
-                crate::report::review::markdown(review),
+                crate::report::review::markdown(&review),
             )
         })
         .map_err(|e| {
@@ -221,7 +251,8 @@ fn write_review(cx: &StepContext, io: &StepIo, review: &Review) -> Result<(), St
                 "cannot write the review in {}: {e}",
                 cx.step_dir.display()
             ))
-        })
+        })?;
+    Ok(Arc::new(review))
 }
 
 fn read_review(step_dir: &Path) -> Option<Review> {
@@ -339,12 +370,16 @@ impl Kind for Gate {
             let units_of = |lens: &Lens| sources.units(&cx.root, &cx.hashes, lens);
             // The file-hash cache it filled is saved when the run closes.
             let review = judge_gate(&judging, &cx.plan, &gate, &units_of).await;
-            if let Err(e) = write_review(cx, io, &review) {
-                return StepOutcome::Failed {
-                    exit_code: None,
-                    message: e.0,
-                };
-            }
+            let review = match write_review(cx, io, review) {
+                Ok(review) => review,
+                Err(e) => {
+                    return StepOutcome::Failed {
+                        exit_code: None,
+                        message: e.0,
+                    };
+                }
+            };
+            self.keep(&cx.step_dir, review.clone());
             if *cx.cancel.borrow() {
                 return StepOutcome::Interrupted {
                     message: "stopped while the gate judged".into(),
@@ -384,7 +419,7 @@ impl Kind for Gate {
     }
 
     fn summary(&self, step_dir: &Path) -> Option<SummarySection> {
-        let review = read_review(step_dir)?;
+        let review = self.review_in(step_dir)?;
         Some(SummarySection {
             step: String::new(),
             text: crate::report::review::summary(&review),
@@ -392,7 +427,7 @@ impl Kind for Gate {
     }
 
     fn junit_cases(&self, step_dir: &Path) -> Vec<JunitCase> {
-        read_review(step_dir)
+        self.review_in(step_dir)
             .map(|r| crate::report::review::junit_cases(&r))
             .unwrap_or_default()
     }
