@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::fs::{self, Metadata};
 use std::io;
+use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -225,7 +226,24 @@ impl FileHashCache {
         check_rel_path(rel_path)?;
         let path = join_rel(root, rel_path);
         let started = now_ns();
-        let metadata = fs::metadata(&path).map_err(io_error("read metadata of", &path))?;
+        let cached = self.entries.get(rel_path);
+        // Nothing cached: the file is read anyway, so its stat comes from
+        // the open file instead of a second walk of its path (non-blocking,
+        // so a FIFO put there meanwhile is refused below, not waited on).
+        let (opened, metadata) = if cached.is_some() {
+            let metadata = fs::metadata(&path).map_err(io_error("read metadata of", &path))?;
+            (None, metadata)
+        } else {
+            let file = fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
+                .open(&path)
+                .map_err(io_error("read", &path))?;
+            let metadata = file
+                .metadata()
+                .map_err(io_error("read metadata of", &path))?;
+            (Some(file), metadata)
+        };
         if !metadata.is_file() {
             return Err(io_error("hash", &path)(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -233,7 +251,7 @@ impl FileHashCache {
             )));
         }
         let stat = stat_of(&metadata);
-        if let (Some(stat), Some(entry)) = (&stat, self.entries.get(rel_path))
+        if let (Some(stat), Some(entry)) = (&stat, cached)
             && entry.is_trusted_for(stat)
         {
             return Ok(Looked {
@@ -252,7 +270,12 @@ impl FileHashCache {
             })
             .is_ok();
         let (size, sha256, bytes) = if reserved {
-            let bytes = fs::read(&path).map_err(io_error("read", &path))?;
+            let mut file = match opened {
+                Some(file) => file,
+                None => fs::File::open(&path).map_err(io_error("read", &path))?,
+            };
+            let mut bytes = Vec::with_capacity(wanted.saturating_add(1));
+            io::Read::read_to_end(&mut file, &mut bytes).map_err(io_error("read", &path))?;
             let sha256 = super::key::to_hex(&Sha256::digest(&bytes));
             (bytes.len() as u64, sha256, Some(bytes))
         } else {

@@ -264,6 +264,11 @@ impl WholeLens {
 /// finding drops all of a unit's clean verdicts at once. Two gates sharing
 /// a lens may overwrite each other's additions: that costs a re-judging,
 /// never a wrong verdict.
+///
+/// Stored as one string, a line per unit: its id as a JSON string (which
+/// holds no raw tab or newline), then a tab and `KEY VERDICT` per clean
+/// verdict. One string is one allocation to read and to write, where a
+/// JSON object of 10,000 units was a tree built and copied twice.
 struct Memo {
     entry: String,
     units: BTreeMap<String, Vec<(String, String)>>,
@@ -276,7 +281,7 @@ const MEMO_PER_UNIT: usize = 8;
 impl Memo {
     fn load(store: &UnitStore, instance: &str) -> Memo {
         let entry = sha256_hex(
-            json!({"clean verdicts of": instance, "keys": KEY_FORMAT})
+            json!({"clean verdicts of": instance, "keys": KEY_FORMAT, "memo": "lines"})
                 .to_string()
                 .as_bytes(),
         );
@@ -284,7 +289,7 @@ impl Memo {
             .get(&entry)
             .ok()
             .flatten()
-            .and_then(|v| serde_json::from_value(v).ok())
+            .and_then(|v| v.as_str().map(Memo::decode))
             .unwrap_or_default();
         Memo {
             entry,
@@ -332,8 +337,44 @@ impl Memo {
     /// costs only speed: the units are judged again next time.
     fn save(&self, store: &UnitStore) {
         if self.changed {
-            let _ = store.put(&self.entry, &json!(self.units));
+            let _ = store.put(&self.entry, &Value::String(self.encode()));
         }
+    }
+
+    fn encode(&self) -> String {
+        let mut text = String::with_capacity(self.units.len() * 128);
+        for (unit, kept) in &self.units {
+            let Ok(id) = serde_json::to_string(unit) else {
+                continue;
+            };
+            text.push_str(&id);
+            for (key, verdict) in kept {
+                text.push('\t');
+                text.push_str(key);
+                text.push(' ');
+                text.push_str(verdict);
+            }
+            text.push('\n');
+        }
+        text
+    }
+
+    /// The lines [`Self::encode`] wrote; a line that does not parse is a
+    /// unit with nothing stored (judged again).
+    fn decode(text: &str) -> BTreeMap<String, Vec<(String, String)>> {
+        text.lines()
+            .filter_map(|line| {
+                let mut parts = line.split('\t');
+                let unit: String = serde_json::from_str(parts.next()?).ok()?;
+                let kept = parts
+                    .filter_map(|part| {
+                        let (key, verdict) = part.split_once(' ')?;
+                        Some((key.to_owned(), verdict.to_owned()))
+                    })
+                    .collect();
+                Some((unit, kept))
+            })
+            .collect()
     }
 }
 
@@ -866,5 +907,58 @@ pub async fn judge_gate(
         ),
         lenses,
         reviewers,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn issue17_the_memo_lines_keep_any_unit_id() {
+        let mut units = BTreeMap::new();
+        for id in ["src/a.rs", "odd\tname\nwith \"quotes\"", "ünïcode/ß.rs"] {
+            units.insert(
+                id.to_owned(),
+                vec![
+                    ("k1".to_owned(), "clear".to_owned()),
+                    ("k2".to_owned(), "n/a".to_owned()),
+                ],
+            );
+        }
+        let memo = Memo {
+            entry: String::new(),
+            units: units.clone(),
+            changed: true,
+        };
+        assert_eq!(Memo::decode(&memo.encode()), units);
+        assert!(
+            Memo::decode("not json\tk clear\n").is_empty(),
+            "a torn line is no verdict"
+        );
+    }
+
+    #[test]
+    fn issue17_the_whole_lens_digest_names_every_unit_and_its_order() {
+        let unit = |id: &str, sha: &str| Unit::of_fields(id.into(), sha.into(), Map::new());
+        let ab = [unit("a", "1"), unit("b", "2")];
+        let digest = whole_digest("lens", "none", &ab);
+        assert_eq!(digest, whole_digest("lens", "none", &ab));
+        assert_ne!(
+            digest,
+            whole_digest("lens", "none", &[unit("a", "1"), unit("b", "3")])
+        );
+        assert_ne!(
+            digest,
+            whole_digest("lens", "none", &[unit("b", "2"), unit("a", "1")])
+        );
+        assert_ne!(digest, whole_digest("lens", "none", &ab[..1]));
+        assert_ne!(digest, whole_digest("lens", "some", &ab));
+        assert_ne!(digest, whole_digest("lens2", "none", &ab));
+        // Length-prefixed: moving a character between id and sha is seen.
+        assert_ne!(
+            whole_digest("l", "d", &[unit("ab", "c")]),
+            whole_digest("l", "d", &[unit("a", "bc")])
+        );
     }
 }

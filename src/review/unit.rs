@@ -48,7 +48,7 @@ enum Body {
     /// hashing it.
     File {
         size: u64,
-        text: Option<Arc<[u8]>>,
+        text: Option<Arc<Vec<u8>>>,
     },
 }
 
@@ -130,7 +130,7 @@ fn files_keeping(
                 sha256: file.sha256,
                 body: Body::File {
                     size: file.size,
-                    text: file.bytes.map(Arc::from),
+                    text: file.bytes.map(Arc::new),
                 },
             })
         })
