@@ -432,3 +432,50 @@ impl Kind for Gate {
             .unwrap_or_default()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::review::verdict::{REVIEW_FORMAT, Usage};
+
+    fn review(gate: &str) -> Arc<Review> {
+        Arc::new(Review {
+            review: REVIEW_FORMAT,
+            gate: gate.to_owned(),
+            status: Status::SendReady,
+            lenses: Vec::new(),
+            reviewers: Vec::new(),
+            lapsed: Vec::new(),
+            unused: Vec::new(),
+            judged: 0,
+            reused: 0,
+            usage: Usage::default(),
+        })
+    }
+
+    #[test]
+    fn issue17_the_gate_keeps_its_last_reviews_and_reads_older_ones_from_disk() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let gate = Gate::default();
+        let dirs: Vec<PathBuf> = (0..=KEPT_REVIEWS)
+            .map(|i| dir.path().join(format!("step{i}")))
+            .collect();
+        for (i, step_dir) in dirs.iter().enumerate() {
+            gate.keep(step_dir, review(&format!("g{i}")));
+        }
+        // The first was let go: only its file could answer, and there is none.
+        assert!(gate.review_in(&dirs[0]).is_none());
+        assert_eq!(
+            gate.review_in(&dirs[KEPT_REVIEWS]).map(|r| r.gate.clone()),
+            Some(format!("g{KEPT_REVIEWS}"))
+        );
+        // On disk, a review this process did not write is read from its file.
+        std::fs::create_dir_all(&dirs[0]).expect("mkdir");
+        let text = serde_json::to_vec(&*review("from disk")).expect("json");
+        std::fs::write(dirs[0].join(REVIEW_JSON), text).expect("write");
+        assert_eq!(
+            gate.review_in(&dirs[0]).map(|r| r.gate.clone()),
+            Some("from disk".to_owned())
+        );
+    }
+}
