@@ -275,7 +275,10 @@ impl FileHashCache {
                 None => fs::File::open(&path).map_err(io_error("read", &path))?,
             };
             let mut bytes = Vec::with_capacity(wanted.saturating_add(1));
-            io::Read::read_to_end(&mut file, &mut bytes).map_err(io_error("read", &path))?;
+            // Through `take`: `File`'s own read_to_end stats and seeks
+            // again for a size this stat already gave.
+            io::Read::read_to_end(&mut io::Read::take(&mut file, u64::MAX), &mut bytes)
+                .map_err(io_error("read", &path))?;
             let sha256 = super::key::to_hex(&Sha256::digest(&bytes));
             (bytes.len() as u64, sha256, Some(bytes))
         } else {
