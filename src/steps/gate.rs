@@ -236,7 +236,11 @@ fn write_review(cx: &StepContext, io: &StepIo, review: Review) -> Result<Arc<Rev
         redact(io, &mut doc);
         serde_json::from_value::<Review>(doc).map_err(|e| StepError(e.to_string()))?
     };
-    let mut json = serde_json::to_vec_pretty(&review).map_err(|e| StepError(e.to_string()))?;
+    // Sized up front: grown by doubling, a dump of 20,000 verdicts was
+    // copied a dozen times on its way out.
+    let units: usize = review.lenses.iter().map(|l| l.units.len()).sum();
+    let mut json = Vec::with_capacity(4096 + units * 192);
+    serde_json::to_writer_pretty(&mut json, &review).map_err(|e| StepError(e.to_string()))?;
     json.push(b'\n');
     std::fs::create_dir_all(&cx.step_dir)
         .and_then(|()| std::fs::write(cx.step_dir.join(REVIEW_JSON), json))
