@@ -220,13 +220,10 @@ fn keep_result(
     keeper: &Keeper,
 ) -> Result<(Option<String>, String), String> {
     let outputs = kind.outputs(cx).map_err(|e| e.0)?;
+    // Just written, so past the stat cache (see `hash_fresh`).
     let hash_outputs = || -> Result<String, String> {
-        let hashes = keeper
-            .hashes
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .hash_all(&outputs.base, &outputs.files)
-            .map_err(|e| e.to_string())?;
+        let hashes =
+            crate::reuse::hash_fresh(&outputs.base, &outputs.files).map_err(|e| e.to_string())?;
         Ok(outputs_digest(
             hashes.iter().map(|(p, h)| (p.as_str(), h.as_str())),
         ))

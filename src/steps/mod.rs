@@ -382,7 +382,7 @@ impl Kinds {
                 Box::new(play::Play::new(redactor)),
                 Box::new(simulate::Simulate),
                 Box::new(aggregate::Aggregate),
-                Box::new(gate::Gate),
+                Box::new(gate::Gate::default()),
                 Box::new(estimate::Estimate),
                 Box::new(register::Register),
                 Box::new(finish::Finish),
