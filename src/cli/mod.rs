@@ -16,6 +16,8 @@ mod schema;
 mod serve;
 mod shell;
 
+pub use game::serve_builtin_game;
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
