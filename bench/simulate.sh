@@ -21,9 +21,8 @@
 #   Python loop only parses and picks.
 # - The game side is the same program for both, and changes to it reach
 #   both: `gameplan game maze` is served before the CLI is parsed (no clap
-#   tree, TLS provider or environment copy) and the release binary is
-#   linked non-PIE (build.rs), so each start of the game costs both runners
-#   the same, less than before. gameplan starts it through its rlimit
+#   tree, TLS provider or environment copy), so each start of the game
+#   costs both runners the same, less than before. gameplan starts it through its rlimit
 #   wrapper (`__game-exec`, served in the same process: still one exec per
 #   game, plus three setrlimit calls the Python loop does not make).
 #
