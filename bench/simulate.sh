@@ -19,6 +19,12 @@
 # - gameplan does strictly more per action (observation hash, findings,
 #   history, trace steps, traces of failed games written to disk); the
 #   Python loop only parses and picks.
+# - The game side is the same program for both, and changes to it reach
+#   both: `gameplan game maze` is served before the CLI is parsed (no clap
+#   tree, TLS provider or environment copy), so each start of the game
+#   costs both runners the same, less than before. gameplan starts it through its rlimit
+#   wrapper (`__game-exec`, served in the same process: still one exec per
+#   game, plus three setrlimit calls the Python loop does not make).
 #
 # Prints both summaries, then one line with games/s of both and the ratio.
 # Floor: gameplan >= 1.5x the Python loop; aim 2x.
@@ -46,6 +52,9 @@ fi
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 
+# Both runners share the machine with whatever else runs: say how busy it was.
+load() { echo "== load average $1: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)"; }
+load "at start"
 rate() { sed -n 's/.* \([0-9.]*\) games\/s.*/\1/p' "$1" | head -1; }
 best() { awk -v a="$1" -v b="$2" 'BEGIN { print (b == "" || a + 0 > b + 0) ? a : b }'; }
 G=""
@@ -66,5 +75,6 @@ while [ "$round" -le "$ROUNDS" ]; do
     P=$(best "$(rate "$OUT/python.txt")" "$P")
     round=$((round + 1))
 done
+load "at end"
 echo "== gameplan $G games/s, python $P games/s, ratio $(echo "$G $P" | awk '{printf "%.2f", $1/$2}')x"
 echo "(overhead per action: the 'runner cpu' lines above, each runner's own CPU over its actions)"

@@ -16,6 +16,8 @@ mod schema;
 mod serve;
 mod shell;
 
+pub use game::serve_builtin_game;
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -309,6 +311,18 @@ pub enum PlanCommand {
         /// Print one JSON document instead of text.
         #[arg(long)]
         json: bool,
+        #[arg(long, value_name = "DIR")]
+        state_dir: Option<PathBuf>,
+    },
+    /// Print one step's log: what its last attempt printed (the newest run without RUN_ID).
+    ///
+    /// A run keeps every step's output in one file (`runs/<run-id>/steps.log`);
+    /// this prints the part of it that is STEP's.
+    Log {
+        #[arg(value_name = "STEP")]
+        step: String,
+        #[arg(value_name = "RUN_ID")]
+        run_id: Option<String>,
         #[arg(long, value_name = "DIR")]
         state_dir: Option<PathBuf>,
     },
@@ -618,6 +632,11 @@ pub fn dispatch(cli: Cli, cx: &Context) -> u8 {
             json,
             state_dir,
         }) => plan_runs::status(cx, run_id.as_deref(), json, state_dir.as_deref()),
+        Command::Plan(PlanCommand::Log {
+            step,
+            run_id,
+            state_dir,
+        }) => plan_runs::log(cx, &step, run_id.as_deref(), state_dir.as_deref()),
         Command::Plan(PlanCommand::Runs { json, state_dir }) => {
             plan_runs::list(cx, json, state_dir.as_deref())
         }

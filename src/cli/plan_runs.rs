@@ -1,4 +1,5 @@
-//! `gameplan plan status [RUN_ID]`, `gameplan plan runs`, `gameplan plan stop RUN_ID`.
+//! `gameplan plan status [RUN_ID]`, `gameplan plan log STEP [RUN_ID]`,
+//! `gameplan plan runs`, `gameplan plan stop RUN_ID`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -9,6 +10,7 @@ use super::Context;
 use crate::engine;
 use crate::exit_code;
 use crate::journal::run::{RunDir, RunHistory, RunOutcome, Scanned, run_ids};
+use crate::journal::step_log::StepLog;
 use crate::journal::{LockHolder, LockStatus, RunLock, this_host};
 use crate::plan::LoadOptions;
 use crate::report::runs::{self, RunRow, RunState, Status, StatusStep};
@@ -178,7 +180,12 @@ pub fn status(cx: &Context, run_id: Option<&str>, as_json: bool, flag: Option<&P
         .iter()
         .map(|s| {
             let record = history.records.get(&s.id);
-            let log = run_dir.step(&s.id).join("stdout.log");
+            let log = StepLog::of(&run_dir, &s.id, record).map(|log| match log {
+                StepLog::Segments { .. } => {
+                    crate::steps::command::log_label_in(&s.id, &run_dir, &root)
+                }
+                StepLog::File(path) => path.display().to_string(),
+            });
             StatusStep {
                 id: s.id.clone(),
                 kind: s.kind.clone(),
@@ -186,7 +193,7 @@ pub fn status(cx: &Context, run_id: Option<&str>, as_json: bool, flag: Option<&P
                 attempt: record.map_or(0, |r| r.attempt),
                 exit_code: record.and_then(|r| r.exit_code),
                 duration_ms: record.map_or(0, |r| r.duration_ms),
-                log: log.is_file().then(|| log.display().to_string()),
+                log,
                 message: record.and_then(|r| r.message.clone()),
             }
         })
@@ -213,6 +220,62 @@ pub fn status(cx: &Context, run_id: Option<&str>, as_json: bool, flag: Option<&P
         cx.console.out(&runs::status_text(&doc));
     }
     exit_code::SUCCESS
+}
+
+/// `plan log STEP [RUN_ID]`: the step's log on stdout, from the run's
+/// `steps.log` by the segments its journal recorded (or, for a run from
+/// before, its own `stdout.log`).
+pub fn log(cx: &Context, step: &str, run_id: Option<&str>, flag: Option<&Path>) -> u8 {
+    let (_, state_dir) = dirs(flag);
+    let history = match read(&state_dir, run_id) {
+        Ok(h) => h,
+        Err(message) => {
+            cx.console.err(&format!("error: {message}\n"));
+            return exit_code::PLAN_ERROR;
+        }
+    };
+    if !history.steps.iter().any(|s| s.id == step) {
+        let ids: Vec<&str> = history.steps.iter().map(|s| s.id.as_str()).collect();
+        cx.console.err(&format!(
+            "error: run {} has no step `{step}`; its steps: {}\n",
+            history.run_id,
+            ids.join(", ")
+        ));
+        return exit_code::PLAN_ERROR;
+    }
+    let run_dir = RunDir::new(&state_dir, &history.run_id);
+    let record = history.records.get(step);
+    let Some(log) = StepLog::of(&run_dir, step, record) else {
+        let state = history.state_of(step);
+        let why = match state {
+            crate::journal::run::StepState::Running => {
+                "it is running: where its output is, is recorded when it ends (`plan run --output stream` shows it as it comes)"
+            }
+            crate::journal::run::StepState::Pending | crate::journal::run::StepState::Skipped => {
+                "it has not run"
+            }
+            _ => "it printed nothing",
+        };
+        cx.console.err(&format!(
+            "step `{step}` of run {} ({}) has no log: {why}\n",
+            history.run_id,
+            state.word()
+        ));
+        return exit_code::SUCCESS;
+    };
+    match log.read() {
+        Ok(bytes) => {
+            cx.console.out(&String::from_utf8_lossy(&bytes));
+            exit_code::SUCCESS
+        }
+        Err(e) => {
+            cx.console.err(&format!(
+                "error: cannot read the log of step `{step}` of run {}: {e}\n",
+                history.run_id
+            ));
+            exit_code::PLAN_ERROR
+        }
+    }
 }
 
 pub fn list(cx: &Context, as_json: bool, flag: Option<&Path>) -> u8 {

@@ -10,6 +10,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use super::journal_writer::JournalWriter;
 use super::now;
 use crate::journal::run::{Event, StepState};
+use crate::journal::step_log::Segment;
 use crate::report::progress::Progress;
 use crate::reuse::{FileHashCache, ReuseKey, Store, outputs_digest};
 use crate::steps::{Kind, LeftRunning, StepContext, StepIo, StepOutcome};
@@ -28,6 +29,11 @@ pub struct Finished {
     pub attempts: u32,
     pub last_attempt: u32,
     pub duration_ms: u64,
+    /// Where the last attempt's output is in the run's `steps.log`.
+    pub log: Vec<Segment>,
+    /// The disk holding the state directory filled up under the step: why,
+    /// for the run to stop on (a resume runs the step again).
+    pub no_space: Option<String>,
 }
 
 impl Finished {
@@ -43,6 +49,8 @@ impl Finished {
             attempts: 0,
             last_attempt,
             duration_ms: 0,
+            log: Vec::new(),
+            no_space: None,
         }
     }
 }
@@ -97,6 +105,10 @@ pub async fn run_instance(
     // the next step should not wait for our bookkeeping.
     drop(permits);
     finished.last_attempt = cx.attempt;
+    finished.log = io.log_segments();
+    if let StepOutcome::NoSpace { message } = &outcome {
+        finished.no_space = Some(message.clone());
+    }
     // From when its work began: the wait for a slot is not the step's time.
     finished.duration_ms = elapsed_ms(io.started_at().unwrap_or(started));
     if outcome == StepOutcome::Succeeded {
@@ -139,7 +151,10 @@ async fn attempts(
     cx.attempt = base.last;
     if let Some(previous) = base.left_running {
         match kind.left_running(cx, previous).await {
-            LeftRunning::Ended(outcome) => return Some(outcome),
+            LeftRunning::Ended(outcome, log) => {
+                io.set_log(log);
+                return Some(outcome);
+            }
             LeftRunning::StillRunning => return None,
             LeftRunning::RunAgain => {}
         }
@@ -175,6 +190,8 @@ async fn attempts(
             // Its work begins now; a kind that queues says when it does.
             io.mark_started();
         }
+        // A retry's log is its own; the one before it is not shown for it.
+        io.set_log(Vec::new());
         let outcome = kind.run(cx, io).await;
         let may_retry = cx.attempt <= base.last.saturating_add(retries) && !*cx.cancel.borrow();
         if let StepOutcome::Failed { message, .. } = &outcome
@@ -203,13 +220,10 @@ fn keep_result(
     keeper: &Keeper,
 ) -> Result<(Option<String>, String), String> {
     let outputs = kind.outputs(cx).map_err(|e| e.0)?;
+    // Just written, so past the stat cache (see `hash_fresh`).
     let hash_outputs = || -> Result<String, String> {
-        let hashes = keeper
-            .hashes
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .hash_all(&outputs.base, &outputs.files)
-            .map_err(|e| e.to_string())?;
+        let hashes =
+            crate::reuse::hash_fresh(&outputs.base, &outputs.files).map_err(|e| e.to_string())?;
         Ok(outputs_digest(
             hashes.iter().map(|(p, h)| (p.as_str(), h.as_str())),
         ))
@@ -286,5 +300,7 @@ pub fn try_reuse(
         attempts: 0,
         last_attempt: 0,
         duration_ms: elapsed_ms(started),
+        log: Vec::new(),
+        no_space: None,
     })
 }

@@ -26,6 +26,7 @@ use crate::journal::Journal;
 use crate::journal::run::{
     EVENTS_VERSION, Event, PlannedStep, RecordedOptions, RunDir, RunHistory, RunOutcome, StepState,
 };
+use crate::journal::step_log::Segment;
 use crate::plan::model::Plan;
 use crate::report::progress::Progress;
 use crate::reuse::{FileHashCache, ReuseKey, Store};
@@ -603,6 +604,7 @@ fn close(
         steps,
         resume_command: resumable.then_some(resume_hint),
         journal_error: run.journal_error,
+        disk_full: run.disk_full,
         playtest,
         fail_on: verdict.fail_on,
         // An unfinished run's gates may still run on its resume.
@@ -877,6 +879,9 @@ struct Run {
     /// Why the journal stopped taking records, once it has: the run stops
     /// and stays resumable.
     journal_error: Option<String>,
+    /// Why the run stopped for want of space: the step whose log could not
+    /// be written, and the whole of what it was told.
+    disk_full: Option<String>,
     /// The run stopped for a reason of gameplan's own (the journal could not
     /// be written, a task died): that is the root cause, whatever failed.
     own_cause: Option<String>,
@@ -935,6 +940,7 @@ impl Run {
             checkpoints: CheckpointBook::default(),
             root_cause: None,
             journal_error: None,
+            disk_full: None,
             own_cause: None,
             aborted: false,
             halted: false,
@@ -1065,10 +1071,14 @@ impl Run {
         let progress = self.shared.keeper.progress.clone();
         let started_id = id.clone();
         let progress_id = id.clone();
-        let live_log = self.shared.kinds.live_log(
-            self.pipeline.graph[node].kind,
-            &self.shared.run_dir.step(id),
-        );
+        let live_log = if self.shared.keeper.progress.streams() {
+            self.shared.kinds.live_log(
+                self.pipeline.graph[node].kind,
+                &self.shared.run_dir.steps_log(),
+            )
+        } else {
+            None
+        };
         // Every step it needs, directly or through others: a `finish`
         // reads `register`'s job id through the `deliver`s between them.
         let needs = ancestors(&self.pipeline, node)
@@ -1106,6 +1116,7 @@ impl Run {
         )
         .in_run(Arc::clone(&self.checkpoints), needs)
         .cells_decided(Arc::clone(&self.shared.cells_ahead), needed_by)
+        .live_log(live_log.clone())
         .redacting(progress.redactor().clone())
         .stopped_by(stopped)
         .on_question({
@@ -1151,6 +1162,28 @@ impl Run {
         let _ = self.cancel.send(true);
     }
 
+    /// A step's log could not be written for want of space: as when the
+    /// journal cannot be written, nothing more starts, running steps are
+    /// stopped, and the run is left unfinished; its resume runs the step
+    /// again once space is freed. Not a failure of the step.
+    fn disk_full(&mut self, step: &str, why: &str) {
+        if self.halted {
+            return;
+        }
+        self.disk_full = Some(format!("`{step}`: {why}"));
+        // The cause, without the step's last words (the summary shows them).
+        let first = why.lines().next().unwrap_or(why);
+        let first = first.strip_suffix("; its last words:").unwrap_or(first);
+        self.shared
+            .keeper
+            .progress
+            .note(&format!("{first}; stopping: nothing more starts"));
+        self.root_cause.get_or_insert_with(|| first.to_owned());
+        self.halted = true;
+        let _ = self.stop.send(true);
+        let _ = self.cancel.send(true);
+    }
+
     fn abort(&mut self, cause: String) {
         if self.root_cause.is_none() {
             self.own_cause = Some(cause.clone());
@@ -1158,6 +1191,27 @@ impl Run {
         self.root_cause.get_or_insert(cause);
         self.aborted = true;
         let _ = self.stop.send(true);
+    }
+
+    /// Where a step's log is, as the report names it: in the run's one
+    /// log, the command that prints it; else the file its kind keeps.
+    fn log_of(&self, node: NodeIndex, log: &[Segment], attempts: u32) -> Option<String> {
+        let id = &self.pipeline.graph[node].id;
+        if !log.is_empty() {
+            return Some(crate::steps::command::log_label_in(
+                id,
+                &self.shared.run_dir,
+                &self.shared.root,
+            ));
+        }
+        if attempts == 0 {
+            return None;
+        }
+        self.shared
+            .kinds
+            .get(self.pipeline.graph[node].kind)?
+            .log(&self.shared.run_dir.step(id))
+            .map(|p| p.display().to_string())
     }
 
     /// Records how a step ended: report, journal, progress, scheduling.
@@ -1168,7 +1222,9 @@ impl Run {
                 .insert(self.pipeline.graph[node].id.clone(), key);
         }
         self.outputs[node.index()].clone_from(&finished.outputs);
+        let log = self.log_of(node, &finished.log, finished.attempts);
         let report = &mut self.reports[node.index()];
+        report.log = log;
         report.state = finished.state;
         report.key = finished.key;
         report.exit_code = finished.exit_code;
@@ -1186,13 +1242,6 @@ impl Run {
         }
         report.attempts = finished.attempts;
         report.duration_ms = finished.duration_ms;
-        if finished.attempts > 0
-            && let Some(kind) = self.shared.kinds.get(self.pipeline.graph[node].kind)
-        {
-            report.log = kind
-                .log(&self.shared.run_dir.step(&report.id))
-                .map(|p| p.display().to_string());
-        }
         // After a fail-fast abort the run ends failed, not resumable: a step
         // it kept from starting is skipped, one it interrupted is over, and
         // either way the `always` steps after it may now run.
@@ -1214,6 +1263,7 @@ impl Run {
             duration_ms: report.duration_ms,
             exit_code: report.exit_code,
             message: report.message.clone(),
+            log: finished.log,
         };
         self.shared.keeper.progress.step_finished(report);
         let failure = (finished.state == StepState::Failed).then(|| {
@@ -1240,6 +1290,10 @@ impl Run {
         });
         if let Err(e) = self.shared.keeper.journal.append(&event) {
             self.journal_failed(e);
+        }
+        if let Some(why) = finished.no_space {
+            let id = self.pipeline.graph[node].id.clone();
+            self.disk_full(&id, &why);
         }
         if let Some(failure) = failure {
             self.root_cause.get_or_insert(failure);
@@ -1307,6 +1361,7 @@ impl Run {
                 duration_ms: 0,
                 exit_code: None,
                 message: report.message.clone(),
+                log: Vec::new(),
             });
             self.shared.keeper.progress.step_finished(report);
         }

@@ -126,7 +126,10 @@ pub fn state_of(outcome: &StepOutcome) -> (StepState, Option<String>) {
     match outcome {
         StepOutcome::Succeeded => (StepState::Succeeded, None),
         StepOutcome::Failed { message, .. } => (StepState::Failed, Some(message.clone())),
-        StepOutcome::Interrupted { message } => (StepState::Interrupted, Some(message.clone())),
+        // A full disk leaves the step for a resume to run again.
+        StepOutcome::Interrupted { message } | StepOutcome::NoSpace { message } => {
+            (StepState::Interrupted, Some(message.clone()))
+        }
         StepOutcome::Incomplete { message } => (StepState::Incomplete, Some(message.clone())),
         StepOutcome::Declined { message } => (StepState::Declined, Some(message.clone())),
         StepOutcome::Unauthorized { message } => (StepState::Unauthorized, Some(message.clone())),

@@ -42,6 +42,7 @@ mod file;
 mod lock;
 mod record;
 pub mod run;
+pub mod step_log;
 
 pub use atomic::atomic_write;
 pub use error::{Corruption, JournalError, LockError};

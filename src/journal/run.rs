@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use super::step_log::Segment;
 use super::{Journal, JournalError};
 
 /// The version of the event vocabulary below (the line format has its own).
@@ -188,6 +189,10 @@ pub enum Event {
         exit_code: Option<i32>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         message: Option<String>,
+        /// Where the last attempt's output is in the run's `steps.log`;
+        /// empty when it printed nothing (or kept its log elsewhere).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        log: Vec<Segment>,
     },
     StepCheckpoint {
         step: String,
@@ -222,6 +227,8 @@ pub struct StepRecord {
     pub duration_ms: u64,
     pub exit_code: Option<i32>,
     pub message: Option<String>,
+    /// The last attempt's output in the run's `steps.log`.
+    pub log: Vec<Segment>,
 }
 
 /// A run as its journal tells it.
@@ -357,6 +364,7 @@ impl RunHistory {
                 duration_ms,
                 exit_code,
                 message,
+                log,
             } => {
                 self.records.insert(
                     step,
@@ -368,6 +376,7 @@ impl RunHistory {
                         duration_ms,
                         exit_code,
                         message,
+                        log,
                     },
                 );
             }
@@ -500,9 +509,33 @@ impl RunDir {
         self.dir.join("set-aside")
     }
 
-    /// A step's directory; ids are made safe as file names (a matrix value may hold `/`).
+    /// A step's directory, made only by a kind that writes artifacts (a
+    /// play cell's report, a gate's verdicts); ids are made safe as file
+    /// names (a matrix value may hold `/`).
     pub fn step(&self, step_id: &str) -> PathBuf {
         self.dir.join("steps").join(file_name(step_id))
+    }
+
+    /// The run's one log: every step attempt's output, by segments
+    /// (`journal::step_log`).
+    pub fn steps_log(&self) -> PathBuf {
+        self.dir.join("steps.log")
+    }
+
+    /// How attempts ended, written by the launcher (`steps::launcher`).
+    pub fn exits(&self) -> PathBuf {
+        self.dir.join("exits.jsonl")
+    }
+
+    /// The launcher's per-attempt locks: a byte range each, in one file.
+    pub fn attempt_locks(&self) -> PathBuf {
+        self.dir.join("attempts.lock")
+    }
+
+    /// The marker a resumed run leaves on an attempt it runs again, so a
+    /// launcher that has not started it never will (made only on resume).
+    pub fn claim(&self, attempt_name: &str) -> PathBuf {
+        self.dir.join("claims").join(file_name(attempt_name))
     }
 }
 
@@ -583,6 +616,7 @@ mod tests {
                 duration_ms: 5,
                 exit_code: Some(0),
                 message: None,
+                log: Vec::new(),
             },
             Event::StepStarted {
                 step: "b".into(),
@@ -665,6 +699,7 @@ mod tests {
                     duration_ms: 0,
                     exit_code: Some(1),
                     message: None,
+                    log: Vec::new(),
                 }
             } else {
                 Event::StepStarted {

@@ -562,6 +562,8 @@ impl Worker<'_> {
                 open(spec.game.clone(), self.marker.clone()).await?
             };
             let mut process = process;
+            // A simulated game records hashes, never observations as sent.
+            process.without_raw_observations();
             if let Some(watchdog) = &self.watchdog {
                 // Stays on the reactor if its pipes cannot be taken over.
                 let _ = process.use_blocking_io(watchdog);

@@ -44,9 +44,13 @@ use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout};
 
+use serde_json::value::RawValue;
+
 use super::protocol::{
     self, Event, MAX_LINE, Observation, Op, PROTOCOL, RequestArg, observation_hash,
 };
+
+mod lean_observation;
 
 // The types every driver shares moved to `driver`; re-exported so the
 // stdio paths callers use keep working.
@@ -73,10 +77,10 @@ const SHORT_NAPS: u32 = 100;
 /// Quoted evidence (a line that is not JSON, say) is cut to this many bytes.
 const EVIDENCE_MAX: usize = 300;
 
-/// The response fields gameplan reads; the observation stays a JSON value
-/// until it is hashed.
+/// The response fields gameplan reads; the observation stays the text it
+/// was sent as until [`read_observation`] reads it.
 #[derive(serde::Deserialize)]
-struct Wire {
+struct Wire<'a> {
     id: u64,
     ok: bool,
     #[serde(default)]
@@ -87,14 +91,75 @@ struct Wire {
     version: Option<String>,
     #[serde(default)]
     protocol: Option<u32>,
-    #[serde(default)]
-    observation: Option<serde_json::Value>,
+    #[serde(default, borrow)]
+    observation: Option<&'a RawValue>,
     #[serde(default)]
     reward: Option<f64>,
     #[serde(default)]
     done: Option<bool>,
     #[serde(default)]
     events: Vec<Event>,
+}
+
+/// An answer as kept once its line is gone: the wire's fields, the
+/// observation read (or why it could not be).
+struct Answer {
+    ok: bool,
+    error: Option<String>,
+    name: Option<String>,
+    version: Option<String>,
+    protocol: Option<u32>,
+    observation: Option<Result<Seen, Malformed>>,
+    reward: Option<f64>,
+    done: Option<bool>,
+    events: Vec<Event>,
+}
+
+/// An observation that is not one: the violation's reason and evidence.
+struct Malformed {
+    reason: String,
+    evidence: String,
+}
+
+/// Reads an observation: as a `Value` kept for the transcript, or (without
+/// `keep_raw`) straight into the parsed observation and its hash, with
+/// no `Value` built ([`lean_observation`]); a malformed one is told the
+/// same way by both.
+fn read_observation(
+    raw: &RawValue,
+    keep_raw: bool,
+    scratch: &mut Vec<u8>,
+) -> Result<Seen, Malformed> {
+    if !keep_raw
+        && let Ok(observation) = lean_observation::observation(raw.get())
+        && let Ok(hash) = lean_observation::hash(raw.get(), scratch)
+    {
+        return Ok(Seen {
+            observation,
+            raw: serde_json::Value::Null,
+            hash,
+            screenshot: None,
+            console: Vec::new(),
+        });
+    }
+    let malformed = |e: &dyn std::fmt::Display, evidence: String| Malformed {
+        reason: format!("the observation is malformed: {e}"),
+        evidence,
+    };
+    let raw: serde_json::Value = match serde_json::from_str(raw.get()) {
+        Ok(value) => value,
+        Err(e) => return Err(malformed(&e, quote(raw.get().as_bytes()))),
+    };
+    match <Observation as serde::Deserialize>::deserialize(&raw) {
+        Ok(observation) => Ok(Seen {
+            observation,
+            hash: observation_hash(&raw),
+            raw,
+            screenshot: None,
+            console: Vec::new(),
+        }),
+        Err(e) => Err(malformed(&e, quote(raw.to_string().as_bytes()))),
+    }
 }
 
 static NEXT_GAME: AtomicU64 = AtomicU64::new(0);
@@ -111,6 +176,11 @@ pub struct GameProcess {
     next_id: u64,
     out: Vec<u8>,
     line: Vec<u8>,
+    /// Keep each observation as a `Value` (a cell's transcript needs it;
+    /// simulate does not: [`GameProcess::without_raw_observations`]).
+    keep_raw: bool,
+    /// Canonical JSON of the observation being hashed, reused.
+    scratch: Vec<u8>,
     /// Set once the group was killed and the leader reaped.
     finished: bool,
 }
@@ -456,6 +526,8 @@ impl GameProcess {
             next_id: 0,
             out: Vec::with_capacity(256),
             line: Vec::with_capacity(4096),
+            keep_raw: true,
+            scratch: Vec::with_capacity(1024),
             finished: false,
         })
     }
@@ -491,6 +563,13 @@ impl GameProcess {
             watchdog: Arc::clone(&watchdog.shared),
         });
         Ok(())
+    }
+
+    /// From now on observations are not kept as sent ([`Seen::raw`] is
+    /// null): only their parsed form and hash, which is all a simulated
+    /// game records, read without building a `serde_json::Value`.
+    pub fn without_raw_observations(&mut self) {
+        self.keep_raw = false;
     }
 
     /// The marker value in this game's environment.
@@ -536,7 +615,7 @@ impl GameProcess {
         if !wire.ok {
             return Ok(Err(refusal(wire)));
         }
-        let Some(raw) = wire.observation else {
+        let Some(read) = wire.observation else {
             return Err(self
                 .violation(
                     Op::Reset,
@@ -545,7 +624,7 @@ impl GameProcess {
                 )
                 .await);
         };
-        self.seen(Op::Reset, raw).await.map(Ok)
+        self.seen(Op::Reset, read).await.map(Ok)
     }
 
     /// `act`: one action; the observation after it.
@@ -554,7 +633,7 @@ impl GameProcess {
         if !wire.ok {
             return Ok(Err(refusal(wire)));
         }
-        let Some(raw) = wire.observation else {
+        let Some(read) = wire.observation else {
             return Err(self
                 .violation(
                     Op::Act,
@@ -563,7 +642,7 @@ impl GameProcess {
                 )
                 .await);
         };
-        let seen = self.seen(Op::Act, raw).await?;
+        let seen = self.seen(Op::Act, read).await?;
         Ok(Ok(Acted {
             seen,
             reward: wire.reward.unwrap_or(0.0),
@@ -572,24 +651,11 @@ impl GameProcess {
         }))
     }
 
-    async fn seen(&mut self, during: Op, raw: serde_json::Value) -> Result<Seen, Failure> {
-        match <Observation as serde::Deserialize>::deserialize(&raw) {
-            Ok(observation) => Ok(Seen {
-                observation,
-                hash: observation_hash(&raw),
-                raw,
-                screenshot: None,
-                console: Vec::new(),
-            }),
-            Err(e) => {
-                let evidence = quote(raw.to_string().as_bytes());
-                Err(self
-                    .violation(
-                        during,
-                        format!("the observation is malformed: {e}"),
-                        evidence,
-                    )
-                    .await)
+    async fn seen(&mut self, during: Op, read: Result<Seen, Malformed>) -> Result<Seen, Failure> {
+        match read {
+            Ok(seen) => Ok(seen),
+            Err(Malformed { reason, evidence }) => {
+                Err(self.violation(during, reason, evidence).await)
             }
         }
     }
@@ -605,7 +671,7 @@ impl GameProcess {
     }
 
     /// Sends one request and reads its answer, all within the deadline.
-    async fn request(&mut self, op: Op, arg: RequestArg<'_>) -> Result<Wire, Failure> {
+    async fn request(&mut self, op: Op, arg: RequestArg<'_>) -> Result<Answer, Failure> {
         self.next_id += 1;
         let id = self.next_id;
         self.out.clear();
@@ -643,25 +709,32 @@ impl GameProcess {
                     .await)
             }
             Ok(Err(LineError::Closed | LineError::Broken)) => Err(self.exited(op).await),
-            Ok(Ok(())) => match serde_json::from_slice::<Wire>(&self.line) {
-                Ok(wire) if wire.id == id => Ok(wire),
-                Ok(wire) => {
-                    let evidence = quote(&self.line);
-                    Err(self
-                        .violation(
-                            op,
-                            format!("the answer names id {} instead of {id}", wire.id),
-                            evidence,
-                        )
-                        .await)
+            Ok(Ok(())) => {
+                let read = match serde_json::from_slice::<Wire>(&self.line) {
+                    Ok(wire) if wire.id == id => Ok(Answer {
+                        ok: wire.ok,
+                        observation: wire
+                            .observation
+                            .map(|raw| read_observation(raw, self.keep_raw, &mut self.scratch)),
+                        error: wire.error,
+                        name: wire.name,
+                        version: wire.version,
+                        protocol: wire.protocol,
+                        reward: wire.reward,
+                        done: wire.done,
+                        events: wire.events,
+                    }),
+                    Ok(wire) => Err(format!("the answer names id {} instead of {id}", wire.id)),
+                    Err(e) => Err(format!("{NOT_A_MESSAGE}: {e}")),
+                };
+                match read {
+                    Ok(answer) => Ok(answer),
+                    Err(reason) => {
+                        let evidence = quote(&self.line);
+                        Err(self.violation(op, reason, evidence).await)
+                    }
                 }
-                Err(e) => {
-                    let evidence = quote(&self.line);
-                    Err(self
-                        .violation(op, format!("{NOT_A_MESSAGE}: {e}"), evidence)
-                        .await)
-                }
-            },
+            }
         }
     }
 
@@ -767,7 +840,7 @@ pub fn new_marker() -> String {
     )
 }
 
-fn refusal(wire: Wire) -> Refusal {
+fn refusal(wire: Answer) -> Refusal {
     Refusal {
         error: wire
             .error

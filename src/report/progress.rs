@@ -7,17 +7,17 @@
 //! line (the default); every line as it comes (`--output stream`), each
 //! prefixed with its step id; or nothing but where the log is.
 //!
-//! Streaming follows the log files the steps write (a step writes its own
-//! log; gameplan never sits between a step and its output), from a thread
-//! that polls the logs of running steps and prints complete lines. When a
+//! Streaming follows each running step's part of the run's one log
+//! (`steps.log`: the launcher reports each piece of a step's output as it
+//! writes it, `journal::step_log::LiveLog`), from a thread that polls the
+//! logs of running steps and prints complete lines. When a
 //! step ends its log is read to the end and a last partial line printed, so
 //! every line comes before the step's own end line. Every line goes through
 //! the redactor like everything else printed here.
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{Read, Seek, SeekFrom, Write};
-use std::path::PathBuf;
+use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Instant;
@@ -27,6 +27,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
 use super::paint;
 use super::run::{StepReport, headline};
 use crate::journal::run::StepState;
+use crate::journal::step_log::{LiveLog, read_range};
 use crate::template::Redactor;
 
 /// What a run shows of the output of its steps (`plan run --output`).
@@ -115,7 +116,7 @@ struct Running {
 
 /// A log being followed: how far it was read, and a line not yet complete.
 struct Follow {
-    path: PathBuf,
+    log: Arc<LiveLog>,
     offset: u64,
     partial: Vec<u8>,
 }
@@ -207,9 +208,9 @@ impl Progress {
     /// `base` the last one an earlier leg of the run made (0 in a fresh
     /// run): a resumed step says "resumed", and only a retry in this run
     /// counts as another attempt.
-    pub fn step_started(&self, id: &str, attempt: u32, base: u32, log: Option<PathBuf>) {
+    pub fn step_started(&self, id: &str, attempt: u32, base: u32, log: Option<Arc<LiveLog>>) {
         if self.inner.options.output == StepOutput::Stream
-            && let Some(path) = log
+            && let Some(log) = log
         {
             self.inner
                 .follow
@@ -217,7 +218,7 @@ impl Progress {
                 .unwrap_or_else(PoisonError::into_inner)
                 .entry(id.to_owned())
                 .or_insert(Follow {
-                    path,
+                    log,
                     offset: 0,
                     partial: Vec::new(),
                 });
@@ -258,9 +259,16 @@ impl Progress {
             .unwrap_or_else(PoisonError::into_inner)
             .get_mut(id)
         {
+            log.log.clear();
             log.offset = 0;
             log.partial.clear();
         }
+    }
+
+    /// Whether step output is streamed (`--output stream`): then a step's
+    /// log is followed as it grows.
+    pub fn streams(&self) -> bool {
+        self.inner.options.output == StepOutput::Stream
     }
 
     pub fn step_finished(&self, step: &StepReport) {
@@ -411,28 +419,22 @@ impl Inner {
         let width = self.id_width.load(Ordering::SeqCst);
         let padded = format!("{id:<width$}");
         let prefix = format!("{} |", paint(self.options.color, id_color(id), &padded));
-        if let Ok(mut file) = File::open(&log.path) {
-            let len = file.metadata().map_or(0, |m| m.len());
-            if len < log.offset {
-                // Truncated: a new attempt started writing from the top.
-                log.offset = 0;
-                log.partial.clear();
-            }
-            if file.seek(SeekFrom::Start(log.offset)).is_ok() {
-                // In chunks, so a step that writes a lot at once never has
-                // all of it in memory; a poll takes a few, a step's end all.
-                let mut chunk = vec![0; READ_CHUNK];
-                for _ in 0..if last { usize::MAX } else { 4 } {
-                    let Ok(n) = file.read(&mut chunk) else {
-                        break;
-                    };
-                    if n == 0 {
-                        break;
-                    }
-                    log.offset += n as u64;
-                    log.partial.extend_from_slice(&chunk[..n]);
-                    self.print_lines(&prefix, &mut log.partial);
+        let segments = log.log.segments();
+        if !segments.is_empty()
+            && let Ok(file) = File::open(&log.log.file)
+        {
+            // In chunks, so a step that writes a lot at once never has
+            // all of it in memory; a poll takes a few, a step's end all.
+            for _ in 0..if last { usize::MAX } else { 4 } {
+                let Ok(chunk) = read_range(&file, &segments, log.offset, READ_CHUNK as u64) else {
+                    break;
+                };
+                if chunk.is_empty() {
+                    break;
                 }
+                log.offset += chunk.len() as u64;
+                log.partial.extend_from_slice(&chunk);
+                self.print_lines(&prefix, &mut log.partial);
             }
         }
         self.print_lines(&prefix, &mut log.partial);

@@ -271,31 +271,33 @@ fn coverage(out: &mut String, review: &Review) {
         out.push_str("---|");
     }
     out.push('\n');
-    let lookup: Vec<std::collections::BTreeMap<&str, String>> = review
-        .lenses
+    // Only the rows shown are looked up: a lens over many units is not
+    // indexed whole to show its first rows.
+    let shown: std::collections::HashMap<&str, usize> = units
         .iter()
-        .map(|l| {
-            l.units
-                .iter()
-                .map(|u| {
-                    let word = match (u.verdict, u.reused) {
-                        (Verdict::Finding, _)
-                            if u.findings.iter().all(|f| f.discharged.is_some()) =>
-                        {
-                            "finding (discharged)".to_owned()
-                        }
-                        (v, true) => format!("{} (reused)", v.word()),
-                        (v, false) => v.word().to_owned(),
-                    };
-                    (u.unit.as_str(), word)
-                })
-                .collect()
-        })
+        .take(MATRIX_MAX_UNITS)
+        .enumerate()
+        .map(|(row, unit)| (*unit, row))
         .collect();
-    for unit in units.iter().take(MATRIX_MAX_UNITS) {
+    let mut rows: Vec<Vec<String>> = vec![vec!["—".to_owned(); review.lenses.len()]; shown.len()];
+    for (column, lens) in review.lenses.iter().enumerate() {
+        for u in &lens.units {
+            let Some(&row) = shown.get(u.unit.as_str()) else {
+                continue;
+            };
+            rows[row][column] = match (u.verdict, u.reused) {
+                (Verdict::Finding, _) if u.findings.iter().all(|f| f.discharged.is_some()) => {
+                    "finding (discharged)".to_owned()
+                }
+                (v, true) => format!("{} (reused)", v.word()),
+                (v, false) => v.word().to_owned(),
+            };
+        }
+    }
+    for (unit, cells) in units.iter().zip(&rows) {
         let _ = write!(out, "| `{}` |", cell(unit));
-        for lens in &lookup {
-            let _ = write!(out, " {} |", lens.get(unit).map_or("—", String::as_str));
+        for word in cells {
+            let _ = write!(out, " {word} |");
         }
         out.push('\n');
     }

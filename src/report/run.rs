@@ -27,7 +27,9 @@ pub struct StepReport {
     pub message: Option<String>,
     /// Attempts made in this run (0 when reused, skipped or done before a resume).
     pub attempts: u32,
-    /// The step's log, when it ran.
+    /// Where the step's log is, when it ran and printed something: for a
+    /// `command` step the command that prints it from the run's one
+    /// `steps.log` (`gameplan plan log STEP RUN_ID`), for other kinds a file.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub log: Option<String>,
 }
@@ -60,6 +62,12 @@ pub struct RunReport {
     /// disk, a deleted state directory). The run is unfinished, and resumes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub journal_error: Option<String>,
+    /// Why the run stopped early: the disk holding the state directory is
+    /// full, so a step's log could not be written (the step, the cause and
+    /// the step's last words). The run is unfinished, and resumes (running
+    /// that step again) once space is freed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disk_full: Option<String>,
     /// What the play and simulate steps found, when the plan has any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub playtest: Option<super::playtest::Playtest>,

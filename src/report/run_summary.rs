@@ -92,17 +92,7 @@ pub fn text(report: &RunReport, color: bool) -> String {
         );
     }
     root_causes_text(&mut out, report, failed);
-    if let Some(why) = &report.journal_error {
-        let _ = writeln!(
-            out,
-            "  stopped: the run's journal could not be written: {why}"
-        );
-        if report.resume_command.is_some() {
-            out.push_str(
-                "  what finished is journaled; once the cause is mended (space freed), the resume below runs the rest\n",
-            );
-        }
-    }
+    stopped_text(&mut out, report);
     if let Some(resume) = &report.resume_command {
         let _ = writeln!(out, "  resume with: {resume}");
     }
@@ -159,6 +149,29 @@ pub fn findings_verdict_text(report: &RunReport) -> String {
             fail_on_named(f)
         ),
         _ => String::new(),
+    }
+}
+
+/// What of gameplan's own stopped the run early: a journal that could not
+/// be written, or a disk too full for a step's log.
+fn stopped_text(out: &mut String, report: &RunReport) {
+    if let Some(why) = &report.journal_error {
+        let _ = writeln!(
+            out,
+            "  stopped: the run's journal could not be written: {why}"
+        );
+        if report.resume_command.is_some() {
+            out.push_str(
+                "  what finished is journaled; once the cause is mended (space freed), the resume below runs the rest\n",
+            );
+        }
+    }
+    if let Some(why) = &report.disk_full {
+        let mut lines = why.lines();
+        let _ = writeln!(out, "  stopped: {}", lines.next().unwrap_or_default());
+        for line in lines {
+            let _ = writeln!(out, "  {line}");
+        }
     }
 }
 

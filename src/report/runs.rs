@@ -105,7 +105,9 @@ pub struct StatusStep {
     pub attempt: u32,
     pub exit_code: Option<i32>,
     pub duration_ms: u64,
-    /// Its output log, when it has one.
+    /// How to print its output (`gameplan plan log STEP RUN_ID`), or the
+    /// file of a run from before the one log per run; absent when it
+    /// printed nothing.
     pub log: Option<String>,
     pub message: Option<String>,
 }
@@ -159,7 +161,14 @@ pub fn status_text(status: &Status) -> String {
     // Each failure whole, after the list, so the status ends with what a
     // person reads next: how the step failed and the last lines of its log.
     for step in &status.steps {
-        if step.state != StepState::Failed {
+        // A step a full disk stopped says why, like a failure: it is what
+        // stands between the run and its resume.
+        let stopped_by_disk = step.state == StepState::Interrupted
+            && step
+                .message
+                .as_deref()
+                .is_some_and(|m| m.starts_with(crate::journal::step_log::DISK_FULL));
+        if step.state != StepState::Failed && !stopped_by_disk {
             continue;
         }
         let Some(message) = &step.message else {

@@ -3,10 +3,13 @@
 use std::collections::BTreeMap;
 use std::fs::{self, Metadata};
 use std::io;
+use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 
 use super::error::{ReuseError, io_error};
 use super::key::is_sha256_hex;
@@ -142,6 +145,166 @@ impl FileHashCache {
         Ok(sha256)
     }
 
+    /// [`Self::hash`] of each of `paths` (in their order), on up to
+    /// `threads` threads, with each file's size. A file that has to be read
+    /// is handed back whole (`bytes`) while the `keep` bytes allow it, so a
+    /// caller that needs the content too does not read it twice; a file
+    /// larger than what is left of `keep` is hashed as it streams by.
+    pub fn hash_many(
+        &mut self,
+        root: &Path,
+        paths: &[String],
+        threads: usize,
+        keep: usize,
+    ) -> Vec<Result<HashedFile, ReuseError>> {
+        let left = AtomicUsize::new(keep);
+        let next = AtomicUsize::new(0);
+        let this = &*self;
+        let work = || {
+            let mut done = Vec::new();
+            loop {
+                // A few paths per grab: one atomic per file would cost more
+                // than the stat it guards on a cached tree.
+                let start = next.fetch_add(16, Ordering::Relaxed);
+                if start >= paths.len() {
+                    return done;
+                }
+                for (i, rel) in paths.iter().enumerate().skip(start).take(16) {
+                    done.push((i, this.look_up_or_read(root, rel, &left)));
+                }
+            }
+        };
+        let mut found: Vec<(usize, Result<Looked, ReuseError>)> = if threads > 1 {
+            std::thread::scope(|scope| {
+                let workers: Vec<_> = (0..threads).map(|_| scope.spawn(work)).collect();
+                workers
+                    .into_iter()
+                    .flat_map(|w| w.join().unwrap_or_default())
+                    .collect()
+            })
+        } else {
+            work()
+        };
+        let mut slots: Vec<Option<Result<Looked, ReuseError>>> =
+            std::iter::repeat_with(|| None).take(paths.len()).collect();
+        for (i, looked) in found.drain(..) {
+            slots[i] = Some(looked);
+        }
+        slots
+            .into_iter()
+            .zip(paths)
+            .map(|(looked, rel)| {
+                let looked = looked.unwrap_or_else(|| {
+                    let path = join_rel(root, rel);
+                    Err(io_error("hash", &path)(io::Error::other(
+                        "its hashing thread stopped",
+                    )))
+                })?;
+                if !matches!(looked.fresh, Fresh::Cached) {
+                    self.files_read += 1;
+                    self.changed = true;
+                }
+                match looked.fresh {
+                    Fresh::Cached => {}
+                    Fresh::Read(entry) => {
+                        self.entries.insert(rel.clone(), entry);
+                    }
+                    Fresh::ReadMoving => {
+                        self.entries.remove(rel);
+                    }
+                }
+                Ok(looked.file)
+            })
+            .collect()
+    }
+
+    /// One path of [`Self::hash_many`]: its cached hash when trusted, else
+    /// its content read (and the entry to cache, if any).
+    fn look_up_or_read(
+        &self,
+        root: &Path,
+        rel_path: &str,
+        left: &AtomicUsize,
+    ) -> Result<Looked, ReuseError> {
+        check_rel_path(rel_path)?;
+        let path = join_rel(root, rel_path);
+        let started = now_ns();
+        let cached = self.entries.get(rel_path);
+        // Nothing cached: the file is read anyway, so its stat comes from
+        // the open file instead of a second walk of its path (non-blocking,
+        // so a FIFO put there meanwhile is refused below, not waited on).
+        let (opened, metadata) = if cached.is_some() {
+            let metadata = fs::metadata(&path).map_err(io_error("read metadata of", &path))?;
+            (None, metadata)
+        } else {
+            let file = fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
+                .open(&path)
+                .map_err(io_error("read", &path))?;
+            let metadata = file
+                .metadata()
+                .map_err(io_error("read metadata of", &path))?;
+            (Some(file), metadata)
+        };
+        if !metadata.is_file() {
+            return Err(io_error("hash", &path)(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not a regular file",
+            )));
+        }
+        let stat = stat_of(&metadata);
+        if let (Some(stat), Some(entry)) = (&stat, cached)
+            && entry.is_trusted_for(stat)
+        {
+            return Ok(Looked {
+                file: HashedFile {
+                    sha256: entry.sha256.clone(),
+                    size: metadata.len(),
+                    bytes: None,
+                },
+                fresh: Fresh::Cached,
+            });
+        }
+        let wanted = usize::try_from(metadata.len()).unwrap_or(usize::MAX);
+        let reserved = left
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                n.checked_sub(wanted)
+            })
+            .is_ok();
+        let (size, sha256, bytes) = if reserved {
+            let mut file = match opened {
+                Some(file) => file,
+                None => fs::File::open(&path).map_err(io_error("read", &path))?,
+            };
+            let mut bytes = Vec::with_capacity(wanted.saturating_add(1));
+            // Through `take`: `File`'s own read_to_end stats and seeks
+            // again for a size this stat already gave.
+            io::Read::read_to_end(&mut io::Read::take(&mut file, u64::MAX), &mut bytes)
+                .map_err(io_error("read", &path))?;
+            let sha256 = super::key::to_hex(&Sha256::digest(&bytes));
+            (bytes.len() as u64, sha256, Some(bytes))
+        } else {
+            let (size, sha256) = hash_file(&path).map_err(io_error("read", &path))?;
+            (size, sha256, None)
+        };
+        // As in `hash`: a size differing from the stat means the file
+        // changed while it was read, so the hash belongs to no stat.
+        let entry = stat.filter(|s| s.size == size).map(|stat| CachedHash {
+            stat,
+            hashed_at_ns: started,
+            sha256: sha256.clone(),
+        });
+        Ok(Looked {
+            file: HashedFile {
+                sha256,
+                size,
+                bytes,
+            },
+            fresh: entry.map_or(Fresh::ReadMoving, Fresh::Read),
+        })
+    }
+
     /// [`Self::hash`] of each path, as the `inputs` map of a [`crate::reuse::ReuseKey`].
     pub fn hash_all<S: AsRef<str>>(
         &mut self,
@@ -188,6 +351,50 @@ impl FileHashCache {
     pub fn files_read(&self) -> u64 {
         self.files_read
     }
+}
+
+/// sha256 of each of `paths` under `base`, read now, past any cache: for
+/// files a step has just written (its outputs), which the stat cache would
+/// find racily clean and read anyway, and whose entries would only make
+/// every run rewrite the cache.
+pub fn hash_fresh<S: AsRef<str>>(
+    base: &Path,
+    paths: &[S],
+) -> Result<BTreeMap<String, String>, ReuseError> {
+    paths
+        .iter()
+        .map(|rel| {
+            let rel = rel.as_ref();
+            check_rel_path(rel)?;
+            let path = join_rel(base, rel);
+            let (_, sha256) = hash_file(&path).map_err(io_error("read", &path))?;
+            Ok((rel.to_owned(), sha256))
+        })
+        .collect()
+}
+
+/// A file as [`FileHashCache::hash_many`] found it.
+#[derive(Debug)]
+pub struct HashedFile {
+    pub sha256: String,
+    pub size: u64,
+    /// Its content, when it had to be read and the budget allowed keeping it.
+    pub bytes: Option<Vec<u8>>,
+}
+
+/// One path looked up: the file, and what it changes in the cache.
+struct Looked {
+    file: HashedFile,
+    fresh: Fresh,
+}
+
+enum Fresh {
+    /// Its cached hash was trusted.
+    Cached,
+    /// It was read: its new entry.
+    Read(CachedHash),
+    /// It was read, but its stat moved meanwhile: no entry holds.
+    ReadMoving,
 }
 
 fn read_entries(file: &Path) -> BTreeMap<String, CachedHash> {
@@ -470,6 +677,55 @@ mod tests {
         assert!(matches!(error, ReuseError::BadRelativePath { .. }));
         fs::create_dir(f.root.path().join("dir")).expect("mkdir");
         assert!(cache.hash(f.root.path(), "dir").is_err());
+    }
+
+    #[test]
+    fn hash_many_agrees_with_hash_and_keeps_read_bytes_within_the_budget() {
+        let f = fixture();
+        let old = an_hour_ago();
+        let paths: Vec<String> = (0..40).map(|i| format!("f{i:02}.txt")).collect();
+        for (i, rel) in paths.iter().enumerate() {
+            write_old(
+                &f.root.path().join(rel),
+                format!("file {i:02}").as_bytes(),
+                old,
+            );
+        }
+        let mut cache = FileHashCache::load(f.state.path());
+        // Budget for 3 of the 7-byte files: the rest are hashed, not kept.
+        let found = cache.hash_many(f.root.path(), &paths, 3, 21);
+        let kept = found
+            .iter()
+            .filter(|r| r.as_ref().is_ok_and(|h| h.bytes.is_some()))
+            .count();
+        assert_eq!(kept, 3, "the keep budget is a limit");
+        for (i, (rel, hashed)) in paths.iter().zip(&found).enumerate() {
+            let hashed = hashed.as_ref().expect("hashed");
+            let content = format!("file {i:02}");
+            assert_eq!(hashed.sha256, sha256_hex(content.as_bytes()), "{rel}");
+            assert_eq!(hashed.size, 7);
+            if let Some(bytes) = &hashed.bytes {
+                assert_eq!(bytes, content.as_bytes());
+            }
+        }
+        assert_eq!(cache.files_read(), 40);
+        cache.save().expect("save");
+        let mut again = FileHashCache::load(f.state.path());
+        let found = again.hash_many(f.root.path(), &paths, 2, usize::MAX);
+        assert_eq!(again.files_read(), 0, "an unchanged tree is not read again");
+        assert!(
+            found
+                .iter()
+                .all(|r| r.as_ref().is_ok_and(|h| h.bytes.is_none()))
+        );
+        let missing = again.hash_many(f.root.path(), &["nope.txt".to_owned()], 1, 0);
+        assert!(
+            missing[0]
+                .as_ref()
+                .unwrap_err()
+                .to_string()
+                .contains("nope.txt")
+        );
     }
 
     #[test]

@@ -67,7 +67,7 @@ mod units;
 mod write;
 
 pub use error::ReuseError;
-pub use hash_cache::{FileHashCache, RACY_MARGIN};
+pub use hash_cache::{FileHashCache, HashedFile, RACY_MARGIN, hash_fresh};
 pub use inputs::{PatternSet, expand_inputs};
 pub use key::{KEY_VERSION, ReuseKey, outputs_digest, sha256_hex, why_not_reused};
 pub use paths::{SharedStats, share_stats};

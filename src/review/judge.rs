@@ -15,6 +15,18 @@
 //! unit that was once found wanting is judged afresh even when its content
 //! goes back to an earlier clean state. Findings and missing verdicts are
 //! never stored.
+//!
+//! Beside the per-unit memo, a lens instance whose every unit came out
+//! clean keeps one [`WholeLens`] record: the digest of (lens, dispositions,
+//! every unit's id and sha256 in order) and each unit's verdict. A run
+//! whose digest matches reuses every unit from it without loading the memo
+//! or keying a unit (the common re-run: nothing changed). Any run that does
+//! not end all clean drops the record, so the "a finding drops its unit's
+//! clean verdicts" rule holds for it too.
+//!
+//! Speed: a rule lens is evaluated on every core (its `when` compiled
+//! once); a command lens's calls (one per [`command::MAX_UNITS_PER_CALL`]
+//! units) run as many at a time as there are cores.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -147,14 +159,102 @@ pub fn lens_digest(root: &Path, lens: &Lens, reviewer: Option<&Reviewer>) -> Str
 
 /// The unit-store key of a clean verdict.
 pub fn unit_key(lens_digest: &str, dispositions: &str, unit: &Unit) -> String {
-    let doc = json!({
-        "v": PROMPT_VERSION,
-        "lens": lens_digest,
-        "dispositions": dispositions,
-        "unit": unit.id,
-        "sha256": unit.sha256,
-    });
-    sha256_hex(doc.to_string().as_bytes())
+    let mut text = Vec::with_capacity(256);
+    for part in [
+        KEY_FORMAT,
+        lens_digest,
+        dispositions,
+        unit.id.as_str(),
+        unit.sha256.as_str(),
+    ] {
+        push_part(&mut text, part);
+    }
+    sha256_hex(&text)
+}
+
+/// What a unit key and a [`WholeLens`] digest are built in: bump it when
+/// their text changes.
+const KEY_FORMAT: &str = "unit key 2";
+
+/// `part`, length first, so no two lists of parts give the same bytes.
+fn push_part(text: &mut Vec<u8>, part: &str) {
+    text.extend_from_slice(&(part.len() as u64).to_le_bytes());
+    text.extend_from_slice(part.as_bytes());
+}
+
+/// The digest of a lens instance over exactly these units, in this order:
+/// its definition, the dispositions in force, each unit's id and sha256.
+fn whole_digest(lens_digest: &str, dispositions: &str, units: &[Unit]) -> String {
+    let mut text = Vec::with_capacity(64 + units.len() * 128);
+    for part in [KEY_FORMAT, PROMPT_VERSION_TEXT, lens_digest, dispositions] {
+        push_part(&mut text, part);
+    }
+    for unit in units {
+        push_part(&mut text, &unit.id);
+        push_part(&mut text, &unit.sha256);
+    }
+    sha256_hex(&text)
+}
+
+const PROMPT_VERSION_TEXT: &str = "prompt version 1";
+
+/// One lens instance's last all-clean judging, as one small unit-store
+/// entry: see the module doc.
+struct WholeLens {
+    entry: String,
+}
+
+impl WholeLens {
+    fn of(instance: &str) -> WholeLens {
+        let mut text = Vec::new();
+        push_part(&mut text, "every unit clean");
+        push_part(&mut text, instance);
+        WholeLens {
+            entry: sha256_hex(&text),
+        }
+    }
+
+    /// The stored verdicts, one per unit, when `digest` is what they were
+    /// stored under.
+    fn verdicts(&self, store: &UnitStore, digest: &str, units: usize) -> Option<Vec<Verdict>> {
+        let value = store.get(&self.entry).ok().flatten()?;
+        if value.get("digest")?.as_str()? != digest {
+            return None;
+        }
+        let words = value.get("verdicts")?.as_str()?;
+        if words.len() != units {
+            return None;
+        }
+        words
+            .bytes()
+            .map(|b| match b {
+                b'c' => Some(Verdict::Clear),
+                b'n' => Some(Verdict::NotApplicable),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Keeps the verdicts when every one is clean, else drops the record.
+    /// Failing to write costs only speed.
+    fn save(&self, store: &UnitStore, digest: &str, verdicts: &[UnitVerdict]) {
+        let words: Option<String> = verdicts
+            .iter()
+            .map(|v| match v.verdict {
+                Verdict::Clear => Some('c'),
+                Verdict::NotApplicable => Some('n'),
+                _ => None,
+            })
+            .collect();
+        match words {
+            Some(words) => {
+                let _ = store.put(&self.entry, &json!({"digest": digest, "verdicts": words}));
+            }
+            None => {
+                let _ = store.remove(&self.entry);
+            }
+        }
+    }
 }
 
 /// A lens instance's clean verdicts, by unit: for each unit the keys
@@ -164,6 +264,11 @@ pub fn unit_key(lens_digest: &str, dispositions: &str, unit: &Unit) -> String {
 /// finding drops all of a unit's clean verdicts at once. Two gates sharing
 /// a lens may overwrite each other's additions: that costs a re-judging,
 /// never a wrong verdict.
+///
+/// Stored as one string, a line per unit: its id as a JSON string (which
+/// holds no raw tab or newline), then a tab and `KEY VERDICT` per clean
+/// verdict. One string is one allocation to read and to write, where a
+/// JSON object of 10,000 units was a tree built and copied twice.
 struct Memo {
     entry: String,
     units: BTreeMap<String, Vec<(String, String)>>,
@@ -176,7 +281,7 @@ const MEMO_PER_UNIT: usize = 8;
 impl Memo {
     fn load(store: &UnitStore, instance: &str) -> Memo {
         let entry = sha256_hex(
-            json!({"clean verdicts of": instance})
+            json!({"clean verdicts of": instance, "keys": KEY_FORMAT, "memo": "lines"})
                 .to_string()
                 .as_bytes(),
         );
@@ -184,7 +289,7 @@ impl Memo {
             .get(&entry)
             .ok()
             .flatten()
-            .and_then(|v| serde_json::from_value(v).ok())
+            .and_then(|v| v.as_str().map(Memo::decode))
             .unwrap_or_default();
         Memo {
             entry,
@@ -232,8 +337,44 @@ impl Memo {
     /// costs only speed: the units are judged again next time.
     fn save(&self, store: &UnitStore) {
         if self.changed {
-            let _ = store.put(&self.entry, &json!(self.units));
+            let _ = store.put(&self.entry, &Value::String(self.encode()));
         }
+    }
+
+    fn encode(&self) -> String {
+        let mut text = String::with_capacity(self.units.len() * 128);
+        for (unit, kept) in &self.units {
+            let Ok(id) = serde_json::to_string(unit) else {
+                continue;
+            };
+            text.push_str(&id);
+            for (key, verdict) in kept {
+                text.push('\t');
+                text.push_str(key);
+                text.push(' ');
+                text.push_str(verdict);
+            }
+            text.push('\n');
+        }
+        text
+    }
+
+    /// The lines [`Self::encode`] wrote; a line that does not parse is a
+    /// unit with nothing stored (judged again).
+    fn decode(text: &str) -> BTreeMap<String, Vec<(String, String)>> {
+        text.lines()
+            .filter_map(|line| {
+                let mut parts = line.split('\t');
+                let unit: String = serde_json::from_str(parts.next()?).ok()?;
+                let kept = parts
+                    .filter_map(|part| {
+                        let (key, verdict) = part.split_once(' ')?;
+                        Some((key.to_owned(), verdict.to_owned()))
+                    })
+                    .collect();
+                Some((unit, kept))
+            })
+            .collect()
     }
 }
 
@@ -256,7 +397,15 @@ pub fn count_reused(
 ) -> usize {
     let digest = lens_digest(root, lens, reviewer);
     let dispositions = waivers.digest(&lens.name);
-    let memo = Memo::load(store, &instance_name(lens, reviewer));
+    let name = instance_name(lens, reviewer);
+    let whole = whole_digest(&digest, &dispositions, units);
+    if WholeLens::of(&name)
+        .verdicts(store, &whole, units.len())
+        .is_some()
+    {
+        return units.len();
+    }
+    let memo = Memo::load(store, &name);
     units
         .iter()
         .filter(|u| {
@@ -314,38 +463,47 @@ pub async fn judge_lens(
     };
     let digest = lens_digest(j.root, lens, reviewer);
     let dispositions = j.waivers.digest(&lens.name);
+    let whole = whole_digest(&digest, &dispositions, &units);
+    let whole_lens = WholeLens::of(&name);
+    let units = match j
+        .store
+        .and_then(|store| whole_lens.verdicts(store, &whole, units.len()))
+    {
+        Some(verdicts) => {
+            reuse_whole(&mut report, units, verdicts);
+            // Asked for nothing, a lens still reports as itself (an llm
+            // lens's model and its zero calls).
+            let reviewer = reviewer.map(Reviewer::json);
+            ask(j, lens, reviewer.as_ref(), &[], &[], &mut report).await;
+            return report;
+        }
+        None => units,
+    };
     let keys: Vec<String> = units
         .iter()
         .map(|u| unit_key(&digest, &dispositions, u))
         .collect();
-    let mut answers: BTreeMap<usize, Answer> = BTreeMap::new();
-    let mut to_judge: Vec<(usize, Map<String, Value>)> = Vec::new();
+    let mut to_judge: Vec<usize> = Vec::new();
     let mut reused: BTreeMap<usize, Verdict> = BTreeMap::new();
     let mut memo = j.store.map(|s| Memo::load(s, &name));
     for (i, unit) in units.iter().enumerate() {
-        if let Some(verdict) = memo.as_ref().and_then(|m| m.clean(&unit.id, &keys[i])) {
-            reused.insert(i, verdict);
-            continue;
-        }
-        match unit.fields(j.root) {
-            Ok(fields) => to_judge.push((i, fields)),
-            Err(e) => {
-                answers.insert(i, Answer::Missing(e));
+        match memo.as_ref().and_then(|m| m.clean(&unit.id, &keys[i])) {
+            Some(verdict) => {
+                reused.insert(i, verdict);
             }
+            None => to_judge.push(i),
         }
     }
     let reviewer_json = reviewer.map(Reviewer::json);
-    answers.extend(
-        ask(
-            j,
-            lens,
-            reviewer_json.as_ref(),
-            &units,
-            &to_judge,
-            &mut report,
-        )
-        .await,
-    );
+    let mut answers = ask(
+        j,
+        lens,
+        reviewer_json.as_ref(),
+        &units,
+        &to_judge,
+        &mut report,
+    )
+    .await;
     for (i, unit) in units.iter().enumerate() {
         if let Some(verdict) = reused.get(&i) {
             report.reused += 1;
@@ -373,73 +531,83 @@ pub async fn judge_lens(
     }
     if let (Some(memo), Some(store)) = (&memo, j.store) {
         memo.save(store);
+        whole_lens.save(store, &whole, &report.units);
     }
     report.status = report.judge_status();
     report
 }
 
-/// The lens's answers for the units to judge (`(index, fields)`), by index.
+/// `report` with every unit's stored clean verdict reused.
+fn reuse_whole(report: &mut LensReport, units: Vec<Unit>, verdicts: Vec<Verdict>) {
+    report.reused = units.len();
+    report.units = units
+        .into_iter()
+        .zip(verdicts)
+        .map(|(unit, verdict)| UnitVerdict {
+            unit: unit.id,
+            sha256: unit.sha256,
+            verdict,
+            findings: Vec::new(),
+            missing: None,
+            reused: true,
+        })
+        .collect();
+    report.status = report.judge_status();
+}
+
+/// Threads a rule lens judges on: one per core, each with at least this
+/// many units (fewer are not worth a thread).
+const UNITS_PER_RULE_THREAD: usize = 64;
+
+/// The lens's answers for the units to judge (indexes into `units`), by
+/// index. A unit whose fields cannot be read is missing, with why.
 async fn ask(
     j: &Judging<'_>,
     lens: &Lens,
     reviewer: Option<&Value>,
     units: &[Unit],
-    to_judge: &[(usize, Map<String, Value>)],
+    to_judge: &[usize],
     report: &mut LensReport,
 ) -> BTreeMap<usize, Answer> {
-    let mut answers = BTreeMap::new();
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
     match &lens.judge {
         LensJudge::Rule { when } => {
-            for (i, fields) in to_judge {
+            let rule = super::rule::Rule::new(j.templates, &lens.name, when, reviewer);
+            let judge_one = |i: usize| -> (usize, Answer) {
                 let answer = if *j.cancel.borrow() {
                     Answer::Missing("the run was stopped before this unit was judged".into())
                 } else {
-                    super::rule::judge(j.templates, &lens.name, when, fields, reviewer)
+                    match units[i].fields(j.root) {
+                        Ok(fields) => rule.judge(&fields),
+                        Err(e) => Answer::Missing(e),
+                    }
                 };
-                answers.insert(*i, answer);
+                (i, answer)
+            };
+            let threads = cores
+                .min(to_judge.len().div_ceil(UNITS_PER_RULE_THREAD))
+                .max(1);
+            if threads == 1 {
+                return to_judge.iter().map(|&i| judge_one(i)).collect();
             }
+            let per_thread = to_judge.len().div_ceil(threads);
+            std::thread::scope(|scope| {
+                let workers: Vec<_> = to_judge
+                    .chunks(per_thread)
+                    .map(|chunk| {
+                        scope.spawn(|| chunk.iter().map(|&i| judge_one(i)).collect::<Vec<_>>())
+                    })
+                    .collect();
+                // A thread that panicked leaves its units missing ("nothing
+                // judged this unit"), never clear.
+                workers
+                    .into_iter()
+                    .flat_map(|w| w.join().unwrap_or_default())
+                    .collect()
+            })
         }
         LensJudge::Command { program } => {
-            let timeout = Duration::from_secs(
-                lens.timeout_secs
-                    .unwrap_or(command::DEFAULT_TIMEOUT_SECS)
-                    .max(1),
-            );
-            for batch in to_judge.chunks(command::MAX_UNITS_PER_CALL) {
-                if *j.cancel.borrow() {
-                    for (i, _) in batch {
-                        answers.insert(
-                            *i,
-                            Answer::Missing("the run was stopped before this unit was sent".into()),
-                        );
-                    }
-                    continue;
-                }
-                let sent: Vec<(String, Map<String, Value>)> = batch
-                    .iter()
-                    .map(|(i, f)| (units[*i].id.clone(), f.clone()))
-                    .collect();
-                let call = command::Call {
-                    root: j.root,
-                    env: j.env,
-                    program,
-                    lens: &lens.name,
-                    reviewer,
-                    timeout,
-                };
-                let mut called = call.run(&sent, j.cancel.clone()).await;
-                report.calls += 1;
-                if !called.stderr_tail.trim().is_empty() {
-                    report.stderr_tail = Some(called.stderr_tail.clone());
-                }
-                for (i, _) in batch {
-                    let answer = called
-                        .answers
-                        .remove(&units[*i].id)
-                        .unwrap_or_else(|| Answer::Missing("the lens gave no verdict".into()));
-                    answers.insert(*i, answer);
-                }
-            }
+            ask_command(j, lens, program, reviewer, units, to_judge, cores, report).await
         }
         LensJudge::Llm {
             charter,
@@ -448,6 +616,16 @@ async fn ask(
             api_key,
             price,
         } => {
+            let mut answers = BTreeMap::new();
+            let mut sent: Vec<(usize, String, Map<String, Value>)> = Vec::new();
+            for &i in to_judge {
+                match units[i].fields(j.root) {
+                    Ok(fields) => sent.push((i, units[i].id.clone(), fields)),
+                    Err(e) => {
+                        answers.insert(i, Answer::Missing(e));
+                    }
+                }
+            }
             // The instance's name (`LENS@REVIEWER`), as the charter reads it.
             let name = report.name.clone();
             let lens = super::llm_lens::LlmLens {
@@ -463,14 +641,117 @@ async fn ask(
                 redactor: j.templates.redactor(),
                 budget: j.model_budget,
             };
-            let sent: Vec<(usize, String, Map<String, Value>)> = to_judge
-                .iter()
-                .map(|(i, f)| (*i, units[*i].id.clone(), f.clone()))
-                .collect();
             let judged = lens.judge(&sent, &j.cancel).await;
             answers.extend(judged.answers);
             report.calls = usize::try_from(judged.usage.calls).unwrap_or(usize::MAX);
             report.usage = Some(judged.usage);
+            answers
+        }
+    }
+}
+
+/// A command lens's calls, [`command::MAX_UNITS_PER_CALL`] units each, up
+/// to `parallel` running at once (the lens program is its own process, so
+/// the calls share nothing but the cores).
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one call site; the arguments are the lens, its units and the run's context"
+)]
+async fn ask_command(
+    j: &Judging<'_>,
+    lens: &Lens,
+    program: &Program,
+    reviewer: Option<&Value>,
+    units: &[Unit],
+    to_judge: &[usize],
+    parallel: usize,
+    report: &mut LensReport,
+) -> BTreeMap<usize, Answer> {
+    let timeout = Duration::from_secs(
+        lens.timeout_secs
+            .unwrap_or(command::DEFAULT_TIMEOUT_SECS)
+            .max(1),
+    );
+    let root = std::sync::Arc::new(j.root.to_path_buf());
+    let env = std::sync::Arc::new(j.env.clone());
+    let program = std::sync::Arc::new(program.clone());
+    let name = std::sync::Arc::new(lens.name.clone());
+    let reviewer = std::sync::Arc::new(reviewer.cloned());
+    let batches: Vec<&[usize]> = to_judge.chunks(command::MAX_UNITS_PER_CALL).collect();
+    let mut answers = BTreeMap::new();
+    let mut called: BTreeMap<usize, command::Called> = BTreeMap::new();
+    let mut running = tokio::task::JoinSet::new();
+    let mut next = 0;
+    while next < batches.len() || !running.is_empty() {
+        while running.len() < parallel.max(1) && next < batches.len() {
+            let batch_no = next;
+            next += 1;
+            if *j.cancel.borrow() {
+                for &i in batches[batch_no] {
+                    answers.insert(
+                        i,
+                        Answer::Missing("the run was stopped before this unit was sent".into()),
+                    );
+                }
+                continue;
+            }
+            let mut sent: Vec<(String, Map<String, Value>)> = Vec::new();
+            for &i in batches[batch_no] {
+                match units[i].fields(j.root) {
+                    Ok(fields) => sent.push((units[i].id.clone(), fields)),
+                    Err(e) => {
+                        answers.insert(i, Answer::Missing(e));
+                    }
+                }
+            }
+            let (root, env, program, name, reviewer) = (
+                root.clone(),
+                env.clone(),
+                program.clone(),
+                name.clone(),
+                reviewer.clone(),
+            );
+            let cancel = j.cancel.clone();
+            running.spawn(async move {
+                let call = command::Call {
+                    root: &root,
+                    env: &env,
+                    program: &program,
+                    lens: &name,
+                    reviewer: reviewer.as_ref().as_ref(),
+                    timeout,
+                };
+                (batch_no, call.run(&sent, cancel).await)
+            });
+        }
+        // A call that panicked answers for nothing: its units stay
+        // missing ("the lens gave no verdict").
+        if let Some(Ok((batch_no, done))) = running.join_next().await {
+            called.insert(batch_no, done);
+        }
+    }
+    for (batch_no, batch) in batches.iter().enumerate() {
+        let Some(mut done) = called.remove(&batch_no) else {
+            for &i in *batch {
+                answers
+                    .entry(i)
+                    .or_insert_with(|| Answer::Missing("the lens gave no verdict".into()));
+            }
+            continue;
+        };
+        report.calls += 1;
+        if !done.stderr_tail.trim().is_empty() {
+            report.stderr_tail = Some(done.stderr_tail.clone());
+        }
+        for &i in *batch {
+            if answers.contains_key(&i) {
+                continue;
+            }
+            let answer = done
+                .answers
+                .remove(&units[i].id)
+                .unwrap_or_else(|| Answer::Missing("the lens gave no verdict".into()));
+            answers.insert(i, answer);
         }
     }
     answers
@@ -626,5 +907,58 @@ pub async fn judge_gate(
         ),
         lenses,
         reviewers,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn issue17_the_memo_lines_keep_any_unit_id() {
+        let mut units = BTreeMap::new();
+        for id in ["src/a.rs", "odd\tname\nwith \"quotes\"", "ünïcode/ß.rs"] {
+            units.insert(
+                id.to_owned(),
+                vec![
+                    ("k1".to_owned(), "clear".to_owned()),
+                    ("k2".to_owned(), "n/a".to_owned()),
+                ],
+            );
+        }
+        let memo = Memo {
+            entry: String::new(),
+            units: units.clone(),
+            changed: true,
+        };
+        assert_eq!(Memo::decode(&memo.encode()), units);
+        assert!(
+            Memo::decode("not json\tk clear\n").is_empty(),
+            "a torn line is no verdict"
+        );
+    }
+
+    #[test]
+    fn issue17_the_whole_lens_digest_names_every_unit_and_its_order() {
+        let unit = |id: &str, sha: &str| Unit::of_fields(id.into(), sha.into(), Map::new());
+        let ab = [unit("a", "1"), unit("b", "2")];
+        let digest = whole_digest("lens", "none", &ab);
+        assert_eq!(digest, whole_digest("lens", "none", &ab));
+        assert_ne!(
+            digest,
+            whole_digest("lens", "none", &[unit("a", "1"), unit("b", "3")])
+        );
+        assert_ne!(
+            digest,
+            whole_digest("lens", "none", &[unit("b", "2"), unit("a", "1")])
+        );
+        assert_ne!(digest, whole_digest("lens", "none", &ab[..1]));
+        assert_ne!(digest, whole_digest("lens", "some", &ab));
+        assert_ne!(digest, whole_digest("lens2", "none", &ab));
+        // Length-prefixed: moving a character between id and sha is seen.
+        assert_ne!(
+            whole_digest("l", "d", &[unit("ab", "c")]),
+            whole_digest("l", "d", &[unit("a", "bc")])
+        );
     }
 }

@@ -9,9 +9,68 @@ use serde_json::{Map, Value};
 
 use super::judge::{Answer, RawFinding};
 use super::verdict::Verdict;
-use crate::template::Templates;
+use crate::template::{CompiledExpression, TemplateError, Templates};
 
-/// Judges one unit's `fields` with `when`.
+/// A rule lens's `when`, compiled once for all its units.
+pub struct Rule<'t> {
+    lens: &'t str,
+    when: &'t str,
+    compiled: Result<CompiledExpression<'t>, TemplateError>,
+    reviewer: minijinja::Value,
+}
+
+impl<'t> Rule<'t> {
+    pub fn new(
+        templates: &'t Templates,
+        lens: &'t str,
+        when: &'t str,
+        reviewer: Option<&Value>,
+    ) -> Rule<'t> {
+        Rule {
+            lens,
+            when,
+            compiled: templates.compile_expression(when),
+            reviewer: minijinja::Value::from(minijinja::value::Serde(reviewer)),
+        }
+    }
+
+    /// Judges one unit's `fields`.
+    pub fn judge(&self, fields: &Map<String, Value>) -> Answer {
+        let compiled = match &self.compiled {
+            Ok(compiled) => compiled,
+            Err(e) => {
+                return Answer::Missing(format!("`when` failed on this unit: {}", e.message));
+            }
+        };
+        let ctx = minijinja::context! {
+            unit => minijinja::Value::from(minijinja::value::Serde(fields)),
+            reviewer => self.reviewer.clone(),
+        };
+        match compiled.eval(ctx) {
+            Ok(value) if value.is_true() => {
+                let text = |key: &str| fields.get(key).and_then(Value::as_str).map(str::to_owned);
+                let id = text("id").unwrap_or_default();
+                Answer::Judged {
+                    verdict: Verdict::Finding,
+                    findings: vec![RawFinding {
+                        title: text("title")
+                            .unwrap_or_else(|| format!("`{}` matched {id}", self.lens)),
+                        severity: text("severity").unwrap_or_else(|| "medium".to_owned()),
+                        detail: Some(format!("`{}` is true for {id}", self.when)),
+                        line: None,
+                    }],
+                }
+            }
+            Ok(_) => Answer::Judged {
+                verdict: Verdict::Clear,
+                findings: Vec::new(),
+            },
+            Err(e) => Answer::Missing(format!("`when` failed on this unit: {}", e.message)),
+        }
+    }
+}
+
+/// Judges one unit's `fields` with `when` (compiling it for this one unit).
 pub fn judge(
     templates: &Templates,
     lens: &str,
@@ -19,30 +78,7 @@ pub fn judge(
     fields: &Map<String, Value>,
     reviewer: Option<&Value>,
 ) -> Answer {
-    let ctx = minijinja::context! {
-        unit => minijinja::Value::from(minijinja::value::Serde(fields)),
-        reviewer => minijinja::Value::from(minijinja::value::Serde(reviewer)),
-    };
-    match templates.eval(when, ctx) {
-        Ok(value) if value.is_true() => {
-            let text = |key: &str| fields.get(key).and_then(Value::as_str).map(str::to_owned);
-            let id = text("id").unwrap_or_default();
-            Answer::Judged {
-                verdict: Verdict::Finding,
-                findings: vec![RawFinding {
-                    title: text("title").unwrap_or_else(|| format!("`{lens}` matched {id}")),
-                    severity: text("severity").unwrap_or_else(|| "medium".to_owned()),
-                    detail: Some(format!("`{when}` is true for {id}")),
-                    line: None,
-                }],
-            }
-        }
-        Ok(_) => Answer::Judged {
-            verdict: Verdict::Clear,
-            findings: Vec::new(),
-        },
-        Err(e) => Answer::Missing(format!("`when` failed on this unit: {}", e.message)),
-    }
+    Rule::new(templates, lens, when, reviewer).judge(fields)
 }
 
 #[cfg(test)]

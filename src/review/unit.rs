@@ -12,7 +12,7 @@
 //! - `patches`: one per file per patch of a `git format-patch` series.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use serde_json::{Map, Value, json};
 
@@ -22,6 +22,15 @@ use crate::reuse::{FileHashCache, sha256_hex};
 /// there and the unit says `truncated = true` (its sha256 is still of the
 /// whole file), so one generated file cannot fill a lens's stdin.
 pub const MAX_UNIT_TEXT_BYTES: usize = 1024 * 1024;
+
+/// The most file text [`files`] keeps in memory from hashing to judging:
+/// a file read to hash it (a new or changed file) is not read again to
+/// judge it while its text fits; beyond this budget it is.
+pub const MAX_KEPT_TEXT_BYTES: usize = 64 * 1024 * 1024;
+
+/// Files listed on one thread: fewer stats and reads than this are not
+/// worth a second thread.
+const FILES_PER_THREAD: usize = 256;
 
 /// One unit.
 #[derive(Debug, Clone, PartialEq)]
@@ -35,9 +44,11 @@ pub struct Unit {
 #[derive(Debug, Clone, PartialEq)]
 enum Body {
     Fields(Map<String, Value>),
-    /// A repo file, read when judged.
+    /// A repo file, read when judged unless its text was kept from
+    /// hashing it.
     File {
         size: u64,
+        text: Option<Arc<Vec<u8>>>,
     },
 }
 
@@ -57,10 +68,16 @@ impl Unit {
     pub fn fields(&self, root: &Path) -> Result<Map<String, Value>, String> {
         match &self.body {
             Body::Fields(fields) => Ok(fields.clone()),
-            Body::File { size } => {
-                let path = root.join(&self.id);
-                let bytes = std::fs::read(&path)
-                    .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+            Body::File { size, text } => {
+                let read;
+                let bytes: &[u8] = if let Some(text) = text {
+                    text
+                } else {
+                    let path = root.join(&self.id);
+                    read = std::fs::read(&path)
+                        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+                    &read
+                };
                 let truncated = bytes.len() > MAX_UNIT_TEXT_BYTES;
                 let shown = &bytes[..bytes.len().min(MAX_UNIT_TEXT_BYTES)];
                 let mut fields = Map::new();
@@ -84,17 +101,37 @@ pub fn files(
     globs: &[String],
     hashes: &Mutex<FileHashCache>,
 ) -> Result<Vec<Unit>, String> {
+    files_keeping(root, globs, hashes, MAX_KEPT_TEXT_BYTES)
+}
+
+/// [`files`], keeping up to `keep` bytes of the text it reads to hash.
+fn files_keeping(
+    root: &Path,
+    globs: &[String],
+    hashes: &Mutex<FileHashCache>,
+    keep: usize,
+) -> Result<Vec<Unit>, String> {
     let paths = crate::reuse::expand_inputs(root, globs).map_err(|e| e.to_string())?;
-    let mut cache = hashes.lock().unwrap_or_else(PoisonError::into_inner);
+    let threads = std::thread::available_parallelism()
+        .map_or(1, std::num::NonZero::get)
+        .min(paths.len().div_ceil(FILES_PER_THREAD))
+        .max(1);
+    let found = hashes
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .hash_many(root, &paths, threads, keep);
     paths
         .into_iter()
-        .map(|rel| {
-            let sha256 = cache.hash(root, &rel).map_err(|e| e.to_string())?;
-            let size = std::fs::metadata(root.join(&rel)).map_or(0, |m| m.len());
+        .zip(found)
+        .map(|(rel, file)| {
+            let file = file.map_err(|e| e.to_string())?;
             Ok(Unit {
                 id: rel,
-                sha256,
-                body: Body::File { size },
+                sha256: file.sha256,
+                body: Body::File {
+                    size: file.size,
+                    text: file.bytes.map(Arc::new),
+                },
             })
         })
         .collect()
@@ -200,6 +237,31 @@ mod tests {
             sha256_hex(big.as_bytes()),
             "of the whole file"
         );
+    }
+
+    #[test]
+    fn issue17_text_past_the_keep_budget_is_read_again_when_judged() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        for name in ["a", "b", "c"] {
+            std::fs::write(
+                dir.path().join(format!("{name}.rs")),
+                format!("fn {name}() {{}}\n"),
+            )
+            .expect("write");
+        }
+        let hashes = Mutex::new(FileHashCache::load(&dir.path().join(".gameplan")));
+        // Room for one file's text: the others are hashed and let go.
+        let units = files_keeping(dir.path(), &["*.rs".to_owned()], &hashes, 10).expect("units");
+        let kept = units
+            .iter()
+            .filter(|u| matches!(u.body, Body::File { text: Some(_), .. }))
+            .count();
+        assert_eq!(kept, 1, "the budget holds one 10-byte text");
+        for (unit, name) in units.iter().zip(["a", "b", "c"]) {
+            let fields = unit.fields(dir.path()).expect("fields");
+            assert_eq!(fields["text"], format!("fn {name}() {{}}\n"), "{}", unit.id);
+            assert_eq!(fields["size"], 10);
+        }
     }
 
     #[test]

@@ -7,11 +7,11 @@
 //! then SIGKILL after a grace period, so no orphan survives; what a failed
 //! step left in its group is killed before a retry starts. A failed step
 //! reports the last lines of its log (which the launcher redacts when the
-//! plan has secrets, and caps).
+//! plan has secrets, and caps). A command step has no directory: its output
+//! goes to the run's one `steps.log`, found again by the segments the
+//! launcher reports and the engine journals (`journal::step_log`).
 
 use std::collections::BTreeMap;
-use std::fs::File;
-use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -19,11 +19,13 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use serde_json::json;
 
-use super::launcher::{LazyLauncher, Leftover, Request};
+use super::launcher::{DISK_FULL, Ended, LazyLauncher, Leftover, Request, Written};
 use super::{
     BoxFuture, KeyContext, Kind, LeftRunning, Outputs, Reuse, StepContext, StepError, StepIo,
     StepOutcome, expand,
 };
+use crate::journal::run::RunDir;
+use crate::journal::step_log::StepLog;
 use crate::plan::model::{Params, Program, Step, StepKind};
 use crate::process_table::group_alive;
 use crate::reuse::{RestoreScope, ReuseKey};
@@ -87,21 +89,33 @@ impl Kind for Command {
         Box::pin(async move {
             match leftover(cx, attempt).await {
                 Leftover::StillRunning => LeftRunning::StillRunning,
-                Leftover::Finished(0) => LeftRunning::Ended(StepOutcome::Succeeded),
+                Leftover::Finished(0, log) => LeftRunning::Ended(StepOutcome::Succeeded, log),
                 // With retries left, a failed orphan is one more failed attempt.
-                Leftover::Finished(code) if cx.step.retries == 0 => {
-                    LeftRunning::Ended(StepOutcome::Failed {
-                        exit_code: Some(code),
-                        message: format!("exited with code {code} while gameplan was not running"),
-                    })
+                Leftover::Finished(code, log) if cx.step.retries == 0 => {
+                    let tail = StepLog::Segments {
+                        file: run_dir(&cx.step_dir).steps_log(),
+                        segments: log.clone(),
+                    }
+                    .tail(LOG_TAIL_LINES);
+                    let shown = log_label_in(&cx.instance.id, &run_dir(&cx.step_dir), &cx.root);
+                    let message = if tail.is_empty() {
+                        format!("exited with code {code} while gameplan was not running")
+                    } else {
+                        format!(
+                            "exited with code {code} while gameplan was not running; last lines of {shown}:\n{tail}"
+                        )
+                    };
+                    LeftRunning::Ended(
+                        StepOutcome::Failed {
+                            exit_code: Some(code),
+                            message,
+                        },
+                        log,
+                    )
                 }
-                Leftover::Finished(_) | Leftover::Unfinished => LeftRunning::RunAgain,
+                Leftover::Finished(..) | Leftover::Unfinished => LeftRunning::RunAgain,
             }
         })
-    }
-
-    fn log(&self, step_dir: &Path) -> Option<PathBuf> {
-        Some(log_path(step_dir))
     }
 
     fn kill_now(&self) {
@@ -304,19 +318,60 @@ fn env_name(axis: &str) -> String {
         .collect()
 }
 
-/// The marker a resumed run leaves on an attempt it will run again.
-pub fn claim_path(step_dir: &Path, attempt: u32) -> PathBuf {
-    step_dir.join(format!("claimed.{attempt}"))
+/// The run a step belongs to: two levels above where its directory would
+/// be (`runs/<id>/steps/<step>/`; a command step never makes it).
+fn run_dir(step_dir: &Path) -> RunDir {
+    RunDir {
+        dir: step_dir
+            .parent()
+            .and_then(Path::parent)
+            .unwrap_or(step_dir)
+            .to_path_buf(),
+    }
 }
 
-/// The run's record of how attempts ended: `runs/<id>/exits.jsonl`, two
-/// levels above a step's directory (`runs/<id>/steps/<step>/`).
-pub fn exits_path(step_dir: &Path) -> PathBuf {
-    step_dir
+/// The state directory a run is in (`<state>/runs/<id>`).
+fn state_dir(run: &RunDir) -> PathBuf {
+    run.dir
         .parent()
         .and_then(Path::parent)
-        .unwrap_or(step_dir)
-        .join("exits.jsonl")
+        .unwrap_or(&run.dir)
+        .to_path_buf()
+}
+
+/// How a message names a step's log: the command that prints it, with
+/// `--state-dir` when the run's is not the repo's `.gameplan`.
+pub fn log_label_in(step: &str, run: &RunDir, root: &Path) -> String {
+    let run_id = run
+        .dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let label = log_label(step, &run_id);
+    let state = state_dir(run);
+    if state == root.join(".gameplan") {
+        return label;
+    }
+    format!(
+        "{} --state-dir {}`",
+        label.trim_end_matches('`'),
+        state.display()
+    )
+}
+
+/// How a message names a step's log in the default state directory.
+pub fn log_label(step: &str, run_id: &str) -> String {
+    let plain = |s: &str| {
+        !s.is_empty()
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.,=:/@%+".contains(c))
+    };
+    let step = if plain(step) {
+        step.to_owned()
+    } else {
+        format!("'{}'", step.replace('\'', "'\\''"))
+    };
+    format!("`gameplan plan log {step} {run_id}`")
 }
 
 /// An attempt's name in the record of endings.
@@ -331,18 +386,18 @@ pub const LEFTOVER_WAIT: Duration = Duration::from_secs(5 * 60);
 /// How an attempt that a dead gameplan left running ended (see `launcher`).
 async fn leftover(cx: &StepContext, attempt: u32) -> super::launcher::Leftover {
     let marks = marks(&cx.left_by, &cx.instance.id, attempt);
-    let step_dir = &cx.step_dir;
-    let log = log_path(step_dir);
-    let claim = claim_path(step_dir, attempt);
-    let exits = exits_path(step_dir);
+    let run = run_dir(&cx.step_dir);
+    let locks = run.attempt_locks();
     let name = attempt_name(&cx.instance.id, attempt);
+    let claim = run.claim(&name);
+    let exits = run.exits();
     let label = if cx.left_by == cx.run_id {
         format!("`{}`", cx.instance.id)
     } else {
         format!("`{}` of run {}", cx.instance.id, cx.left_by)
     };
     let attempt = super::launcher::Attempt {
-        log: &log,
+        locks: &locks,
         claim: &claim,
         exits: &exits,
         name: &name,
@@ -381,23 +436,14 @@ fn marks(run_id: &str, step: &str, attempt: u32) -> Vec<String> {
         .collect()
 }
 
-pub fn log_path(step_dir: &Path) -> PathBuf {
-    step_dir.join("stdout.log")
-}
-
-fn io(what: &str, path: &Path) -> impl FnOnce(std::io::Error) -> StepError {
-    let message = format!("cannot {what} {}", path.display());
-    move |e| StepError(format!("{message}: {e}"))
-}
-
 async fn spawn_and_wait(
     cx: &StepContext,
     launcher: &LazyLauncher,
     step_io: &StepIo,
 ) -> Result<StepOutcome, StepError> {
     let p = params(&cx.step)?;
-    std::fs::create_dir_all(&cx.step_dir).map_err(io("create", &cx.step_dir))?;
-    let log = log_path(&cx.step_dir);
+    let run = run_dir(&cx.step_dir);
+    let label = log_label_in(&cx.instance.id, &run, &cx.root);
     let cwd = match p.cwd {
         Some(dir) => cx.root.join(dir),
         None => cx.root.clone(),
@@ -410,17 +456,24 @@ async fn spawn_and_wait(
     for (axis, value) in &cx.instance.cell {
         env.insert(format!("GAMEPLAN_MATRIX_{}", env_name(axis)), value.clone());
     }
+    let attempt = attempt_name(&cx.instance.id, cx.attempt);
     let (launcher, submitted) = launcher
-        .submit(Request {
-            token: 0,
-            argv: argv(p.program),
-            cwd,
-            env,
-            log: log.clone(),
-            claim: claim_path(&cx.step_dir, cx.attempt),
-            exits: exits_path(&cx.step_dir),
-            attempt: attempt_name(&cx.instance.id, cx.attempt),
-        })
+        .submit(
+            Request {
+                token: 0,
+                argv: argv(p.program),
+                cwd,
+                env,
+                log: run.steps_log(),
+                state_dir: state_dir(&run),
+                locks: run.attempt_locks(),
+                claim: run.claim(&attempt),
+                exits: run.exits(),
+                attempt,
+                live: false,
+            },
+            step_io.live(),
+        )
         .await
         .map_err(StepError)?;
     let mut exit = submitted.exit;
@@ -428,7 +481,12 @@ async fn spawn_and_wait(
     let mut cancel = cx.cancel.clone();
     // Queued until the launcher has a free slot; a stop meanwhile cancels it.
     let pid = tokio::select! {
-        pid = &mut started => pid.map_err(|_| StepError("the step launcher exited unexpectedly".into()))?.map_err(StepError)?,
+        pid = &mut started => match pid.map_err(|_| StepError("the step launcher exited unexpectedly".into()))? {
+            Ok(pid) => pid,
+            // Its log could not even be opened: the disk is full.
+            Err(e) if e.starts_with(DISK_FULL) => return Ok(StepOutcome::NoSpace { message: format!("{e}; the step did not start") }),
+            Err(e) => return Err(StepError(e)),
+        },
         () = stopped(&mut cancel) => {
             launcher.cancel(submitted.token).await;
             if let Ok(Ok(late)) = started.await {
@@ -450,38 +508,37 @@ async fn spawn_and_wait(
         }
     };
     let outcome = tokio::select! {
-        code = &mut exit => match code {
-            Ok(0) => StepOutcome::Succeeded,
-            Ok(code) => {
-                // Whatever the step left running in its group goes with it,
-                // and is gone before a retry starts beside it.
+        ended = &mut exit => if let Ok(Ended { code, written }) = ended {
+            if code != 0 {
+                // Whatever the step left running in its group goes with
+                // it, and is gone before a retry starts beside it.
                 kill_and_wait(group).await;
-                StepOutcome::Failed {
-                    exit_code: Some(code),
-                    message: failure_message(code, &log),
-                }
             }
-            Err(_) => {
-                kill_and_wait(group).await;
-                StepOutcome::Failed {
-                    exit_code: None,
-                    message: "the step launcher died while the step ran".into(),
-                }
+            step_io.set_log(written.log.clone());
+            ended_outcome(code, &written, &run, &label)
+        } else {
+            kill_and_wait(group).await;
+            StepOutcome::Failed {
+                exit_code: None,
+                message: "the step launcher died while the step ran".into(),
             }
         },
         () = deadline => {
-            stop_group(group, &mut exit).await;
+            let written = stop_group(group, &mut exit).await.map(|e| e.written).unwrap_or_default();
+            step_io.set_log(written.log.clone());
             StepOutcome::Failed {
                 exit_code: None,
                 message: format!(
                     "timed out after {}s and was stopped{}",
                     timeout.map_or(0, |t| t.as_secs()),
-                    tail_suffix(&log)
+                    tail_suffix(&written, &run, &label)
                 ),
             }
         }
         () = stopped(&mut cancel) => {
-            stop_group(group, &mut exit).await;
+            if let Some(ended) = stop_group(group, &mut exit).await {
+                step_io.set_log(ended.written.log);
+            }
             StepOutcome::Interrupted { message: "stopped before it finished".into() }
         }
     };
@@ -515,10 +572,13 @@ async fn kill_and_wait(pgid: Pid) {
 
 /// SIGTERM to the whole group, SIGKILL after the grace period: every process
 /// of the step (not only its leader) gets the grace to clean up.
-async fn stop_group(pgid: Pid, exit: &mut tokio::sync::oneshot::Receiver<i32>) {
+async fn stop_group(pgid: Pid, exit: &mut tokio::sync::oneshot::Receiver<Ended>) -> Option<Ended> {
     let deadline = tokio::time::Instant::now() + KILL_GRACE;
     let _ = killpg(pgid, Signal::SIGTERM);
-    let exited = tokio::time::timeout_at(deadline, &mut *exit).await.is_ok();
+    let mut ended = match tokio::time::timeout_at(deadline, &mut *exit).await {
+        Ok(ended) => Some(ended.ok()),
+        Err(_) => None,
+    };
     // The leader is gone (or out of time); wait for the rest of its group
     // (its zombies aside: where nobody reaps orphans they never go).
     while group_alive(pgid.as_raw()) && tokio::time::Instant::now() < deadline {
@@ -527,46 +587,64 @@ async fn stop_group(pgid: Pid, exit: &mut tokio::sync::oneshot::Receiver<i32>) {
     if group_alive(pgid.as_raw()) {
         let _ = killpg(pgid, Signal::SIGKILL);
     }
-    if !exited {
-        let _ = tokio::time::timeout(KILL_GRACE, exit).await;
+    if ended.is_none() {
+        ended = tokio::time::timeout(KILL_GRACE, exit)
+            .await
+            .ok()
+            .map(Result::ok);
     }
+    ended.flatten()
 }
 
-fn failure_message(code: i32, log: &Path) -> String {
-    let head = if code > 128 {
+/// What an attempt that exited comes to: its code, unless its log could
+/// not be written (a full disk stops the run; a resume runs it again).
+fn ended_outcome(code: i32, written: &Written, run: &RunDir, label: &str) -> StepOutcome {
+    let how = if code > 128 {
         format!("was killed by signal {} (exit {code})", code - 128)
     } else {
         format!("exited with code {code}")
     };
-    format!("{head}{}", tail_suffix(log))
-}
-
-fn tail_suffix(log: &Path) -> String {
-    let tail = log_tail(log, LOG_TAIL_LINES);
-    if tail.is_empty() {
-        format!(" (no output; log: {})", log.display())
-    } else {
-        format!("; last lines of {}:\n{tail}", log.display())
+    if let Some(lost) = &written.lost {
+        let words =
+            crate::journal::step_log::tail_lines(written.last_words.as_bytes(), LOG_TAIL_LINES);
+        let said = if words.is_empty() {
+            String::new()
+        } else {
+            format!("; its last words:\n{words}")
+        };
+        let message = format!("{lost}; the step {how}{said}");
+        if lost.starts_with(DISK_FULL) {
+            return StepOutcome::NoSpace {
+                message: format!(
+                    "{message}\nnothing more fits, so the run stops; free space, then `gameplan plan resume` runs this step again"
+                ),
+            };
+        }
+        return StepOutcome::Failed {
+            exit_code: Some(code),
+            message,
+        };
+    }
+    if code == 0 {
+        return StepOutcome::Succeeded;
+    }
+    StepOutcome::Failed {
+        exit_code: Some(code),
+        message: format!("{how}{}", tail_suffix(written, run, label)),
     }
 }
 
-/// The last `lines` lines of a log, reading at most its last 64 KiB.
-pub fn log_tail(log: &Path, lines: usize) -> String {
-    const WINDOW: u64 = 64 * 1024;
-    let Ok(mut file) = File::open(log) else {
-        return String::new();
-    };
-    let len = file.metadata().map_or(0, |m| m.len());
-    let _ = file.seek(SeekFrom::Start(len.saturating_sub(WINDOW)));
-    let mut bytes = Vec::new();
-    let _ = file.read_to_end(&mut bytes);
-    let text = String::from_utf8_lossy(&bytes);
-    let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..]
-        .iter()
-        .map(|l| format!("    {l}"))
-        .collect::<Vec<_>>()
-        .join("\n")
+fn tail_suffix(written: &Written, run: &RunDir, label: &str) -> String {
+    let tail = StepLog::Segments {
+        file: run.steps_log(),
+        segments: written.log.clone(),
+    }
+    .tail(LOG_TAIL_LINES);
+    if tail.is_empty() {
+        " (no output)".to_owned()
+    } else {
+        format!("; last lines of {label}:\n{tail}")
+    }
 }
 
 #[cfg(test)]

@@ -19,6 +19,7 @@
 //!   would judge and reuse.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use super::{
     BoxFuture, JunitCase, KeyContext, Kind, Outputs, Reuse, StepContext, StepError, StepIo,
@@ -30,7 +31,37 @@ use crate::review::unit::{self, Unit};
 use crate::review::verdict::{REVIEW_JSON, REVIEW_MD, Review, Status};
 use crate::review::waivers::Waivers;
 
-pub struct Gate;
+#[derive(Default)]
+pub struct Gate {
+    /// The last reviews this process wrote, by step directory: the run's
+    /// summary and `JUnit` cases read them back at its end, and a review of
+    /// many units is not parsed back from `review.json` for each.
+    written: Mutex<Vec<(PathBuf, Arc<Review>)>>,
+}
+
+/// Reviews [`Gate`] keeps in memory (a plan's gates, typically).
+const KEPT_REVIEWS: usize = 8;
+
+impl Gate {
+    fn keep(&self, step_dir: &Path, review: Arc<Review>) {
+        let mut written = self.written.lock().unwrap_or_else(PoisonError::into_inner);
+        written.retain(|(dir, _)| dir != step_dir);
+        if written.len() >= KEPT_REVIEWS {
+            written.remove(0);
+        }
+        written.push((step_dir.to_path_buf(), review));
+    }
+
+    /// The review in `step_dir`: as this process wrote it, or from disk.
+    fn review_in(&self, step_dir: &Path) -> Option<Arc<Review>> {
+        let written = self.written.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((_, review)) = written.iter().find(|(dir, _)| dir == step_dir) {
+            return Some(review.clone());
+        }
+        drop(written);
+        read_review(step_dir).map(Arc::new)
+    }
+}
 
 /// The gate a step judges.
 fn gate_of<'p>(plan: &'p Plan, params: &Params, id: &str) -> Result<&'p PlanGate, StepError> {
@@ -48,7 +79,13 @@ fn gate_of<'p>(plan: &'p Plan, params: &Params, id: &str) -> Result<&'p PlanGate
 struct Sources {
     aggregates: Vec<PathBuf>,
     reports: Vec<(String, PathBuf)>,
+    /// `files` units by glob list: lenses of a gate over the same files
+    /// share one walk, one hashing and one read of each file.
+    files: Mutex<Vec<(Vec<String>, Listed)>>,
 }
+
+/// A lens's units, or why they could not be listed.
+type Listed = Result<Vec<Unit>, String>;
 
 impl Sources {
     /// What the steps `io` shows (those the gate needs, directly or not) left.
@@ -56,6 +93,7 @@ impl Sources {
         let mut sources = Sources {
             aggregates: Vec::new(),
             reports: Vec::new(),
+            files: Mutex::new(Vec::new()),
         };
         for id in io.upstream_ids() {
             let Some(up) = io.upstream(&id) else {
@@ -73,14 +111,29 @@ impl Sources {
         sources
     }
 
+    fn files(
+        &self,
+        root: &Path,
+        hashes: &Mutex<crate::reuse::FileHashCache>,
+        globs: &[String],
+    ) -> Result<Vec<Unit>, String> {
+        let mut listed = self.files.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((_, units)) = listed.iter().find(|(g, _)| g.as_slice() == globs) {
+            return units.clone();
+        }
+        let units = unit::files(root, globs, hashes);
+        listed.push((globs.to_vec(), units.clone()));
+        units
+    }
+
     fn units(
         &self,
         root: &Path,
-        hashes: &std::sync::Mutex<crate::reuse::FileHashCache>,
+        hashes: &Mutex<crate::reuse::FileHashCache>,
         lens: &Lens,
     ) -> Result<Vec<Unit>, String> {
         match lens.over {
-            LensOver::Files => match unit::files(root, &lens.sources, hashes)? {
+            LensOver::Files => match self.files(root, hashes, &lens.sources)? {
                 // A typo in a glob must not read as a pass.
                 units if units.is_empty() => Err(format!(
                     "its `files` ({}) match no file in the repo: it judged nothing, which is \
@@ -171,12 +224,23 @@ fn redact(io: &StepIo, value: &mut serde_json::Value) {
     }
 }
 
-fn write_review(cx: &StepContext, io: &StepIo, review: &Review) -> Result<(), StepError> {
-    let mut doc = serde_json::to_value(review).map_err(|e| StepError(e.to_string()))?;
-    redact(io, &mut doc);
-    let review: Review =
-        serde_json::from_value(doc.clone()).map_err(|e| StepError(e.to_string()))?;
-    let mut json = serde_json::to_vec_pretty(&doc).map_err(|e| StepError(e.to_string()))?;
+/// Writes `review.json` and `review.md`; the review as written (secrets
+/// redacted).
+fn write_review(cx: &StepContext, io: &StepIo, review: Review) -> Result<Arc<Review>, StepError> {
+    // Without secrets there is nothing to redact: no round trip through a
+    // JSON tree of every verdict.
+    let review = if io.redactor().is_empty() {
+        review
+    } else {
+        let mut doc = serde_json::to_value(&review).map_err(|e| StepError(e.to_string()))?;
+        redact(io, &mut doc);
+        serde_json::from_value::<Review>(doc).map_err(|e| StepError(e.to_string()))?
+    };
+    // Sized up front: grown by doubling, a dump of 20,000 verdicts was
+    // copied a dozen times on its way out.
+    let units: usize = review.lenses.iter().map(|l| l.units.len()).sum();
+    let mut json = Vec::with_capacity(4096 + units * 192);
+    serde_json::to_writer_pretty(&mut json, &review).map_err(|e| StepError(e.to_string()))?;
     json.push(b'\n');
     std::fs::create_dir_all(&cx.step_dir)
         .and_then(|()| std::fs::write(cx.step_dir.join(REVIEW_JSON), json))
@@ -191,7 +255,8 @@ fn write_review(cx: &StepContext, io: &StepIo, review: &Review) -> Result<(), St
                 "cannot write the review in {}: {e}",
                 cx.step_dir.display()
             ))
-        })
+        })?;
+    Ok(Arc::new(review))
 }
 
 fn read_review(step_dir: &Path) -> Option<Review> {
@@ -307,19 +372,18 @@ impl Kind for Gate {
             };
             let sources = Sources::of(io);
             let units_of = |lens: &Lens| sources.units(&cx.root, &cx.hashes, lens);
+            // The file-hash cache it filled is saved when the run closes.
             let review = judge_gate(&judging, &cx.plan, &gate, &units_of).await;
-            // A cache that cannot be saved costs only speed next time.
-            let _ = cx
-                .hashes
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .save();
-            if let Err(e) = write_review(cx, io, &review) {
-                return StepOutcome::Failed {
-                    exit_code: None,
-                    message: e.0,
-                };
-            }
+            let review = match write_review(cx, io, review) {
+                Ok(review) => review,
+                Err(e) => {
+                    return StepOutcome::Failed {
+                        exit_code: None,
+                        message: e.0,
+                    };
+                }
+            };
+            self.keep(&cx.step_dir, review.clone());
             if *cx.cancel.borrow() {
                 return StepOutcome::Interrupted {
                     message: "stopped while the gate judged".into(),
@@ -359,7 +423,7 @@ impl Kind for Gate {
     }
 
     fn summary(&self, step_dir: &Path) -> Option<SummarySection> {
-        let review = read_review(step_dir)?;
+        let review = self.review_in(step_dir)?;
         Some(SummarySection {
             step: String::new(),
             text: crate::report::review::summary(&review),
@@ -367,8 +431,55 @@ impl Kind for Gate {
     }
 
     fn junit_cases(&self, step_dir: &Path) -> Vec<JunitCase> {
-        read_review(step_dir)
+        self.review_in(step_dir)
             .map(|r| crate::report::review::junit_cases(&r))
             .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::review::verdict::{REVIEW_FORMAT, Usage};
+
+    fn review(gate: &str) -> Arc<Review> {
+        Arc::new(Review {
+            review: REVIEW_FORMAT,
+            gate: gate.to_owned(),
+            status: Status::SendReady,
+            lenses: Vec::new(),
+            reviewers: Vec::new(),
+            lapsed: Vec::new(),
+            unused: Vec::new(),
+            judged: 0,
+            reused: 0,
+            usage: Usage::default(),
+        })
+    }
+
+    #[test]
+    fn issue17_the_gate_keeps_its_last_reviews_and_reads_older_ones_from_disk() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let gate = Gate::default();
+        let dirs: Vec<PathBuf> = (0..=KEPT_REVIEWS)
+            .map(|i| dir.path().join(format!("step{i}")))
+            .collect();
+        for (i, step_dir) in dirs.iter().enumerate() {
+            gate.keep(step_dir, review(&format!("g{i}")));
+        }
+        // The first was let go: only its file could answer, and there is none.
+        assert!(gate.review_in(&dirs[0]).is_none());
+        assert_eq!(
+            gate.review_in(&dirs[KEPT_REVIEWS]).map(|r| r.gate.clone()),
+            Some(format!("g{KEPT_REVIEWS}"))
+        );
+        // On disk, a review this process did not write is read from its file.
+        std::fs::create_dir_all(&dirs[0]).expect("mkdir");
+        let text = serde_json::to_vec(&*review("from disk")).expect("json");
+        std::fs::write(dirs[0].join(REVIEW_JSON), text).expect("write");
+        assert_eq!(
+            gate.review_in(&dirs[0]).map(|r| r.gate.clone()),
+            Some("from disk".to_owned())
+        );
     }
 }

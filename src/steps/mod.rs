@@ -69,6 +69,7 @@ use tokio::sync::watch;
 use crate::backend::Connection;
 use crate::graph::Instance;
 use crate::journal::run::Checkpoint;
+use crate::journal::step_log::{LiveLog, Segment};
 use crate::plan::model::{Plan, Step, StepKind};
 use crate::reuse::{FileHashCache, RestoreScope, ReuseKey};
 
@@ -115,7 +116,10 @@ pub trait Kind: Send + Sync {
         Box::pin(async { LeftRunning::RunAgain })
     }
 
-    /// The log a report points at for a step that ran.
+    /// The log a report points at for a step that ran, when the kind keeps
+    /// one in its directory (a play cell's report). Output a step's attempt
+    /// wrote to the run's one `steps.log` (a command's) needs none: the
+    /// engine names it from the segments the step gave [`StepIo::set_log`].
     fn log(&self, _step_dir: &Path) -> Option<PathBuf> {
         None
     }
@@ -237,8 +241,9 @@ pub struct Outputs {
 /// How an attempt a dead gameplan left running ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LeftRunning {
-    /// It ended while nobody watched; this is its outcome.
-    Ended(StepOutcome),
+    /// It ended while nobody watched; this is its outcome, and where its
+    /// output is in the run's log.
+    Ended(StepOutcome, Vec<Segment>),
     /// It did not end (or cannot be known to have): run a new attempt.
     RunAgain,
     /// The run was stopped while the attempt still lived: start nothing of
@@ -328,6 +333,12 @@ pub enum StepOutcome {
     Refused {
         message: String,
     },
+    /// The disk holding the state directory is full: the step's log could
+    /// not be written. The run stops (nothing more fits), the step is left
+    /// interrupted, and a resume runs it again once space is freed.
+    NoSpace {
+        message: String,
+    },
     /// A request left and its answer never came (a timeout, a reset): it
     /// may or may not have been served. The run stays open, and its resume
     /// runs the step again with its checkpoints, so the request goes out
@@ -371,7 +382,7 @@ impl Kinds {
                 Box::new(play::Play::new(redactor)),
                 Box::new(simulate::Simulate),
                 Box::new(aggregate::Aggregate),
-                Box::new(gate::Gate),
+                Box::new(gate::Gate::default()),
                 Box::new(estimate::Estimate),
                 Box::new(register::Register),
                 Box::new(finish::Finish),
@@ -401,11 +412,12 @@ impl Kinds {
     }
 
     /// The log a running step of `kind` writes as it goes, which
-    /// `plan run --output stream` follows. A command's `stdout.log` is its
-    /// output as printed; a play cell's and a simulation's logs are reports
-    /// written whole at the end, nothing to follow.
-    pub fn live_log(&self, kind: StepKind, step_dir: &Path) -> Option<PathBuf> {
-        (kind == StepKind::Command && self.get(kind).is_some()).then(|| command::log_path(step_dir))
+    /// `plan run --output stream` follows: a command's output as printed,
+    /// in the run's `steps.log`. A play cell's and a simulation's logs are
+    /// reports written whole at the end, nothing to follow.
+    pub fn live_log(&self, kind: StepKind, steps_log: &Path) -> Option<Arc<LiveLog>> {
+        (kind == StepKind::Command && self.get(kind).is_some())
+            .then(|| LiveLog::new(steps_log.to_path_buf()))
     }
 
     /// A second Ctrl-C: every kind takes down what it started.
@@ -465,6 +477,11 @@ pub struct StepIo {
     on_attempt: Option<Box<dyn Fn(u32) + Send + Sync>>,
     on_progress: Option<ProgressFn>,
     on_warn: Option<WarnFn>,
+    /// Where the last attempt's output went in the run's log (a kind that
+    /// writes there says so; the engine journals it).
+    log: Mutex<Vec<Segment>>,
+    /// The running attempt's log as it grows, when the run streams it.
+    live_log: Option<Arc<LiveLog>>,
 }
 
 /// The acknowledged checkpoints of a run's steps, by step id, shared by the
@@ -537,7 +554,34 @@ impl StepIo {
             on_attempt: None,
             on_progress: None,
             on_warn: None,
+            log: Mutex::new(Vec::new()),
+            live_log: None,
         }
+    }
+
+    /// Gives the step a live log that `--output stream` follows.
+    #[must_use]
+    pub fn live_log(mut self, live: Option<Arc<LiveLog>>) -> StepIo {
+        self.live_log = live;
+        self
+    }
+
+    /// The running attempt's live log, when the run streams output.
+    pub fn live(&self) -> Option<Arc<LiveLog>> {
+        self.live_log.clone()
+    }
+
+    /// Says where the attempt's output went in the run's `steps.log`.
+    pub fn set_log(&self, segments: Vec<Segment>) {
+        *self.log.lock().unwrap_or_else(PoisonError::into_inner) = segments;
+    }
+
+    /// Where the last attempt's output went.
+    pub fn log_segments(&self) -> Vec<Segment> {
+        self.log
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// Reads (and writes its own) checkpoints in the run's `book`, and may

@@ -99,6 +99,15 @@ pub struct TemplateError {
     pub help: Option<String>,
 }
 
+/// An expression compiled by [`Templates::compile_expression`].
+pub struct CompiledExpression<'t>(minijinja::Expression<'t, 't>);
+
+impl CompiledExpression<'_> {
+    pub fn eval(&self, ctx: Value) -> Result<Value, TemplateError> {
+        self.0.eval(ctx).map_err(|e| render_error(&e))
+    }
+}
+
 /// The rendering environment: minijinja plus the process environment it may read.
 pub struct Templates {
     jinja: Environment<'static>,
@@ -262,6 +271,18 @@ impl Templates {
             }
         }
         Ok(())
+    }
+
+    /// Compiles an expression once, to evaluate it for many contexts (a
+    /// rule lens over many units) with the caps of [`Self::eval`].
+    pub fn compile_expression<'t>(
+        &'t self,
+        expr: &'t str,
+    ) -> Result<CompiledExpression<'t>, TemplateError> {
+        self.jinja
+            .compile_expression(expr)
+            .map(CompiledExpression)
+            .map_err(|e| expression_syntax_error(&e))
     }
 
     /// Evaluates an expression (rule lenses) with the caps of [`render`].

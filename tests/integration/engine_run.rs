@@ -71,7 +71,7 @@ fn a_failure_skips_its_dependants_while_an_independent_branch_finishes() {
     let bad = step(&report, "bad");
     assert_eq!(bad["exit_code"], 3);
     let message = bad["message"].as_str().expect("a message");
-    let log = bad["log"].as_str().expect("a log path");
+    let log = bad["log"].as_str().expect("where the log is");
     assert!(message.contains("exited with code 3"), "{message}");
     assert!(
         message.contains(log),
@@ -83,7 +83,9 @@ fn a_failure_skips_its_dependants_while_an_independent_branch_finishes() {
         !message.contains("line-01"),
         "the message is not the last lines: {message}"
     );
-    let whole = std::fs::read_to_string(log).expect("the log exists");
+    let run_id = report["run_id"].as_str().expect("run id");
+    assert_eq!(log, format!("`gameplan plan log bad {run_id}`"));
+    let whole = t.step_log("bad", run_id);
     assert!(
         whole.contains("line-01") && whole.contains("boom"),
         "{whole}"
@@ -644,7 +646,7 @@ run = "cd src"
     let out = t.run(&["plan", "run", "plan.toml", "--json"]);
     out.code(0);
     let run_id = out.json()["run_id"].as_str().expect("run id").to_owned();
-    let log = t.read(&format!(".gameplan/runs/{run_id}/steps/assign/stdout.log"));
+    let log = t.step_log("assign", &run_id);
     assert!(log.lines().any(|l| l == "FOO=bar"), "{log}");
 }
 

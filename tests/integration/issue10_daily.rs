@@ -111,8 +111,8 @@ fn issue10_plan_status_ends_with_the_failed_steps_last_lines() {
         .stdout_has("failed (exit 1)")
         .stdout_has("bad: exited with code 3; last lines of ");
     let text = &out.stdout;
-    let Some((_, after_colon)) = text.split_once("stdout.log:\n") else {
-        panic!("no log tail after `stdout.log:`\n{out}");
+    let Some((_, after_colon)) = text.split_once("`:\n") else {
+        panic!("no log tail after `gameplan plan log …`:\n{out}");
     };
     assert!(after_colon.contains("line-15"), "{out}");
     assert!(after_colon.contains("boom: the widget is broken"), "{out}");
@@ -144,13 +144,10 @@ fn issue10_plan_status_json_has_fields_not_prose() {
     assert_eq!(bad["exit_code"], 3);
     assert_eq!(bad["attempt"], 1);
     assert!(bad["duration_ms"].is_u64());
-    let log = bad["log"].as_str().expect("a log path");
-    assert!(log.ends_with("stdout.log"), "{log}");
-    assert!(
-        std::fs::read_to_string(log)
-            .expect("the log exists")
-            .contains("line-01")
-    );
+    let log = bad["log"].as_str().expect("where the log is");
+    let run_id = doc["run_id"].as_str().expect("run id");
+    assert_eq!(log, format!("`gameplan plan log bad {run_id}`"));
+    assert!(t.step_log("bad", run_id).contains("line-01"));
     let ok = step(&doc, "ok");
     assert_eq!(ok["state"], "succeeded");
     assert_eq!(ok["exit_code"], 0);

@@ -42,7 +42,7 @@ fn issue10_a_failure_shows_its_last_lines_once() {
     assert_eq!(count(&all, "line-01"), 0, "{out}");
     out.stderr_has("bad: FAILED after ")
         .stdout_has("  failed: bad: exited with code 3 (log: ")
-        .stdout_has("/steps/bad/stdout.log)");
+        .stdout_has("(log: `gameplan plan log bad ");
     assert!(
         !out.stdout.contains("root cause"),
         "one failure is its own root cause: {out}"

@@ -109,3 +109,48 @@ fn issue17_no_reuse_judges_every_unit_again() {
         .code(0)
         .stdout_has("lint: SEND-READY (3 units, 3 clear; 0 judged, 3 reused)");
 }
+
+/// An unchanged re-run leaves the file-hash cache alone: the gates' own
+/// outputs (`review.json`, `review.md`, just written, so never trusted by
+/// stat) are hashed past it instead of landing in it, so a review of many
+/// files does not rewrite the whole cache on every run.
+#[test]
+fn issue17_an_unchanged_rerun_leaves_the_file_hash_cache_alone() {
+    let t = repo("fn a() {}\n", "fn b() {}\n", "fn c() {}\n");
+    // Files older than the racily-clean margin, as in any real checkout.
+    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+    for rel in [
+        "src/a.rs",
+        "src/b.rs",
+        "src/c.rs",
+        "lens.py",
+        "plans/gates.toml",
+    ] {
+        std::fs::File::options()
+            .write(true)
+            .open(t.path(rel))
+            .and_then(|f| f.set_modified(old))
+            .expect("set mtime");
+    }
+    t.run(&["plan", "run", "plans/gates.toml"]).code(0);
+    let cache = t.path(".gameplan/hash-cache.json");
+    let text = t.read(".gameplan/hash-cache.json");
+    assert!(text.contains("src/b.rs"), "{text}");
+    assert!(
+        !text.contains("review.json"),
+        "a step's outputs are not repo files: {text}"
+    );
+    let written = std::fs::metadata(&cache)
+        .and_then(|m| m.modified())
+        .expect("mtime");
+    t.run(&["plan", "run", "plans/gates.toml"])
+        .code(0)
+        .stdout_has("lint: SEND-READY (3 units, 3 clear; 0 judged, 3 reused)");
+    assert_eq!(
+        std::fs::metadata(&cache)
+            .and_then(|m| m.modified())
+            .expect("mtime"),
+        written,
+        "nothing changed, nothing was read: the cache was not written again"
+    );
+}

@@ -6,14 +6,18 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 
-use crate::support::{Test, by_step, expect_steps, live_in_group, proc_stat, step, wait_until};
+use crate::support::{
+    SmallDisk, Test, by_step, expect_steps, live_in_group, proc_stat, step, wait_until,
+};
 
 /// Long enough for a debug gameplan to start, run a short step and react,
 /// on two cores shared with other builds.
 const SOON: Duration = Duration::from_secs(10);
 
 /// Item 24: matrix values `a/b`, `a_b` and `a b` shared one step directory,
-/// and two of the three cells failed with "this step is busy".
+/// and two of the three cells failed with "this step is busy". A command
+/// step has no directory now (issue 19); each cell still has its own lock
+/// and its own log.
 #[test]
 fn issue8_item24_matrix_values_that_escape_alike_get_their_own_step_directories() {
     let plan = r#"version = 1
@@ -22,7 +26,7 @@ name = "m"
 [[steps]]
 id = "s"
 kind = "command"
-run = "sleep 0.3"
+run = "echo \"cell $GAMEPLAN_MATRIX_V\"; sleep 0.3"
 matrix = { v = ["a/b", "a_b", "a b"] }
 "#;
     let t = Test::new().file("plan.toml", plan);
@@ -46,16 +50,15 @@ matrix = { v = ["a/b", "a_b", "a b"] }
         "{run}"
     );
     let ids = t.run_ids();
-    let steps = t.path(&format!(".gameplan/runs/{}/steps", ids[0]));
-    let mut dirs: Vec<String> = std::fs::read_dir(steps)
-        .expect("steps dir")
-        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
-        .collect();
-    dirs.sort();
-    assert_eq!(dirs.len(), 3, "{dirs:?}");
-    assert_eq!(
-        dirs[0], "s[a_b]",
-        "a plain id keeps its plain name: {dirs:?}"
+    for v in ["a/b", "a_b", "a b"] {
+        assert_eq!(
+            t.step_log(&format!("s[{v}]"), &ids[0]),
+            format!("cell {v}\n")
+        );
+    }
+    assert!(
+        !t.path(&format!(".gameplan/runs/{}/steps", ids[0])).exists(),
+        "a command step makes no directory"
     );
 }
 
@@ -278,62 +281,6 @@ fn issue8_item12_a_damaged_journal_refuses_resume_and_a_silent_fresh_run() {
         .stderr_has(&format!("run {} of this plan is unfinished", ids[1]));
 }
 
-/// A small tmpfs mounted inside a test's repo: a disk that fills up, without
-/// touching the machine's. Needs root (or the capability to mount); `None`
-/// (with the reason printed) where mounting is not allowed.
-struct SmallDisk {
-    dir: std::path::PathBuf,
-}
-
-impl SmallDisk {
-    #[expect(
-        clippy::print_stderr,
-        reason = "a skipped test says why where cargo test shows it"
-    )]
-    fn mount(dir: std::path::PathBuf, size: &str) -> Option<SmallDisk> {
-        std::fs::create_dir_all(&dir).expect("mount point");
-        let out = std::process::Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(&dir)
-            .output();
-        match out {
-            Ok(out) if out.status.success() => Some(SmallDisk { dir }),
-            Ok(out) => {
-                eprintln!(
-                    "skipped: cannot mount a small tmpfs to fill ({})",
-                    String::from_utf8_lossy(&out.stderr).trim()
-                );
-                None
-            }
-            Err(e) => {
-                eprintln!("skipped: cannot run mount ({e})");
-                None
-            }
-        }
-    }
-
-    /// Fills the disk but for `spare` bytes' worth of pages, which a file
-    /// named `spare` holds until it is removed.
-    fn fill(&self, spare: usize) {
-        if spare > 0 {
-            std::fs::write(self.dir.join("spare"), vec![b's'; spare]).expect("spare");
-        }
-        let mut file = std::fs::File::create(self.dir.join("fill")).expect("fill file");
-        let chunk = vec![0u8; 64 * 1024];
-        while std::io::Write::write_all(&mut file, &chunk).is_ok() {}
-        while std::io::Write::write_all(&mut file, &[0]).is_ok() {}
-    }
-}
-
-impl Drop for SmallDisk {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount")
-            .arg("-l")
-            .arg(&self.dir)
-            .status();
-    }
-}
-
 /// Item 13: a disk that filled up mid-run was blamed on `--fail-fast` ("not
 /// started: --fail-fast stopped the run") when none was given, the ENOSPC
 /// cause showed only under `--json`, and the run was left unresumable. Now
@@ -344,12 +291,12 @@ fn issue8_item13_a_full_disk_mid_run_stops_says_why_and_resumes() {
     // need journal records that no longer fit.
     let plan = "version = 1\nname = \"m\"\n\n[[steps]]\nid = \"fill\"\nkind = \"command\"\nrun = \"if [ ! -e filled ]; then touch filled; head -c 4000000 /dev/zero > state/fill; fi; true\"\n\n[[steps]]\nid = \"b\"\nkind = \"command\"\nneeds = [\"fill\"]\nrun = \"true\"\nmatrix = { n = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40] }\n";
     let t = Test::new().file("plan.toml", plan);
-    let Some(_disk) = SmallDisk::mount(t.path("state"), "1m") else {
-        return;
-    };
+    let _disk = SmallDisk::mount(t.path("state"), "1m");
     let run = t.run(&["plan", "run", "plan.toml", "--yes", "--state-dir", "state"]);
+    // `fill`'s own error reaches no log (the disk is full): the disk is
+    // named as the cause, with the step's last words (issue 19).
     run.code(1)
-        .stdout_has("the disk is full")
+        .stdout_has("is full: ")
         .stdout_has("No space left on device")
         .stdout_has("resume with: gameplan plan resume");
     assert!(
@@ -380,9 +327,7 @@ fn issue8_item13_a_run_that_cannot_write_its_first_record_leaves_no_unreadable_r
     let plan =
         "version = 1\nname = \"m\"\n\n[[steps]]\nid = \"a\"\nkind = \"command\"\nrun = \"true\"\n";
     let t = Test::new().file("plan.toml", plan);
-    let Some(disk) = SmallDisk::mount(t.path("state"), "256k") else {
-        return;
-    };
+    let disk = SmallDisk::mount(t.path("state"), "256k");
     // One page left, for the lock file: the journal's first record finds none.
     disk.fill(1);
     std::fs::remove_file(t.path("state/spare")).expect("free one page");
@@ -582,10 +527,7 @@ run = "sleep 25 & echo $! > bg.pid; echo $$ > a.pid; while [ ! -f release ]; do 
     assert_eq!(step(&report, "a")["state"], "succeeded", "{resumed}");
     assert_eq!(step(&report, "a")["attempts"], 0, "{resumed}");
     let id = t.run_ids().remove(0);
-    assert_eq!(
-        t.read(&format!(".gameplan/runs/{id}/steps/a/stdout.log")),
-        "done\n"
-    );
+    assert_eq!(t.step_log("a", &id), "done\n");
 }
 
 /// Item 9: the wait for an attempt a dead gameplan left running is said,
@@ -653,7 +595,7 @@ run = "echo failing with $MYTOKEN; exit 3"
         "{run}"
     );
     let id = t.run_ids().remove(0);
-    let log = |s: &str| t.read(&format!(".gameplan/runs/{id}/steps/{s}/stdout.log"));
+    let log = |s: &str| t.step_log(s, &id);
     assert_eq!(
         log("a"),
         "token is [redacted]\nsplit: [redacted]\non stderr [redacted]\n",
@@ -693,12 +635,16 @@ run = "echo the-start; yes 0123456789abcdefghijklmnopqrstuvwxyz | head -c 119999
     let run = t.run(&["plan", "run", "plan.toml"]);
     run.code(1).stderr_has("the-end");
     let id = t.run_ids().remove(0);
-    let log = t.read(&format!(".gameplan/runs/{id}/steps/a/stdout.log"));
+    let log = t.step_log("a", &id);
     assert!(
         log.len() <= 5 * 1024 * 1024 + 100,
         "the log kept {} bytes",
         log.len()
     );
+    let on_disk = std::fs::metadata(t.path(&format!(".gameplan/runs/{id}/steps.log")))
+        .expect("the run's log")
+        .len();
+    assert!(on_disk <= 5 * 1024 * 1024 + 100, "{on_disk} bytes on disk");
     assert!(log.starts_with("the-start\n0123"), "{}", &log[..40]);
     assert!(
         log.ends_with("xyz\nthe-end\n"),

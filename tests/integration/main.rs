@@ -36,6 +36,7 @@ mod issue17_reuse;
 mod issue17_reviewers;
 mod issue18_browser;
 mod issue18_llm;
+mod issue19_logs;
 mod issue8;
 mod maze;
 mod plan_check;

@@ -163,3 +163,59 @@ fn maze_unknown_game_is_an_environment_error() {
     assert_eq!(code, Some(3));
     assert!(stderr.contains("built-in games are: maze"), "{stderr}");
 }
+
+/// Issue 19: the wrapper gameplan spawns to set a game's rlimits serves a
+/// built-in game in its own process (no second start of gameplan), with
+/// each limit where it was asked: a limit read into the wrong slot would
+/// show here.
+#[test]
+fn issue19_game_exec_serves_a_builtin_in_process_under_its_limits() {
+    let exe = std::fs::canonicalize(BIN).expect("canonical gameplan path");
+    let mut child = Command::new(BIN)
+        .args(["__game-exec", "--cpu", "77", "--nofile", "64", "--as"])
+        .arg((3u64 << 30).to_string())
+        .arg("--")
+        .arg(&exe)
+        .args(["game", "maze"])
+        .env_clear()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn gameplan __game-exec");
+    let mut game = Game {
+        stdin: child.stdin.take().expect("stdin"),
+        stdout: BufReader::new(child.stdout.take().expect("stdout")),
+        child,
+    };
+    let hello = game.ask(&json!({"id":1,"op":"hello","protocol":1}));
+    assert_eq!(hello["name"], "maze", "{hello}");
+    let pid = game.child.id();
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).expect("limits");
+    let limit = |name: &str| {
+        limits
+            .lines()
+            .find(|l| l.starts_with(name))
+            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+            .unwrap_or_default()
+    };
+    assert_eq!(limit("Max cpu time")[3..5], ["77", "77"], "{limits}");
+    assert_eq!(limit("Max open files")[3..5], ["64", "64"], "{limits}");
+    assert_eq!(
+        limit("Max address space")[3..5],
+        ["3221225472", "3221225472"],
+        "{limits}"
+    );
+    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .expect("children of the game");
+    assert_eq!(
+        children.trim(),
+        "",
+        "the game is served in the wrapper's process"
+    );
+    let reset = game.ask(&json!({"id":2,"op":"reset","seed":3}));
+    assert_eq!(reset["ok"], true, "{reset}");
+    game.ask(&json!({"id":3,"op":"close"}));
+    let (code, stderr) = game.finish();
+    assert_eq!(code, Some(0), "{stderr}");
+}

@@ -158,6 +158,14 @@ impl Test {
         ids
     }
 
+    /// What `gameplan plan log STEP RUN_ID` prints: the step's log, read
+    /// from the run's one `steps.log` by its journaled segments.
+    pub fn step_log(&self, step: &str, run_id: &str) -> String {
+        let out = self.run(&["plan", "log", step, run_id]);
+        out.code(0);
+        out.stdout
+    }
+
     /// `plan check --json FILES…` and `plan check FILES…` (text), which must agree.
     pub fn check(&self, files: &[&str]) -> Check {
         let mut args = vec!["plan", "check", "--json"];
@@ -959,4 +967,50 @@ pub fn files_holding(dir: &Path, needle: &str) -> Vec<String> {
         }
     }
     found
+}
+
+/// A small tmpfs mounted inside a test's repo: a disk that fills up,
+/// without touching the machine's. Mounting needs root, as CI has (`bash
+/// .ci/run` runs as root): where it cannot mount, the test fails saying
+/// so; it never passes without having tested.
+pub struct SmallDisk {
+    dir: PathBuf,
+}
+
+impl SmallDisk {
+    pub fn mount(dir: PathBuf, size: &str) -> SmallDisk {
+        std::fs::create_dir_all(&dir).expect("mount point");
+        let out = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(&dir)
+            .output()
+            .expect("run mount");
+        assert!(
+            out.status.success(),
+            "this test needs a small tmpfs to fill (run it as root, as CI does): mount said {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+        SmallDisk { dir }
+    }
+
+    /// Fills the disk but for `spare` bytes' worth of pages, which a file
+    /// named `spare` holds until it is removed.
+    pub fn fill(&self, spare: usize) {
+        if spare > 0 {
+            std::fs::write(self.dir.join("spare"), vec![b's'; spare]).expect("spare");
+        }
+        let mut file = std::fs::File::create(self.dir.join("fill")).expect("fill file");
+        let chunk = vec![0u8; 64 * 1024];
+        while std::io::Write::write_all(&mut file, &chunk).is_ok() {}
+        while std::io::Write::write_all(&mut file, &[0]).is_ok() {}
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.dir)
+            .status();
+    }
 }

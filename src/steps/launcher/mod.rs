@@ -1,5 +1,6 @@
-//! The launcher: one helper process per run that starts every command step
-//! and records how each ended, so that knowledge survives gameplan's death.
+//! The launcher: one helper process per run that starts every command step,
+//! writes its output into the run's one log, and records how each attempt
+//! ended, so that knowledge survives gameplan's death.
 //!
 //! # Design
 //!
@@ -12,21 +13,24 @@
 //! nothing of gameplan's stdio but its own pipes, reads spawn requests (JSON
 //! lines) on stdin and:
 //!
-//! - opens the step's `stdout.log` and takes an exclusive `flock` on that
-//!   open file, which is the launcher's alone (close-on-exec): the lock says
-//!   "this attempt's ending is not recorded yet", and a process the step
-//!   leaves behind (a daemon, `sleep 25 &`) cannot hold it by accident; if
-//!   the lock is taken, or a resumed gameplan left a `claimed.N` marker, it
-//!   refuses;
+//! - takes the attempt's lock: one byte of the run's `attempts.lock`, an
+//!   open-file-description lock on the launcher's own open file
+//!   (close-on-exec; [`attempt_lock`]). It says "this attempt's ending is
+//!   not recorded yet", and a process the step leaves behind (a daemon,
+//!   `sleep 25 &`) cannot hold it by accident; if the lock is taken, or a
+//!   resumed gameplan left a claim marker (`runs/<id>/claims/<attempt>`),
+//!   it refuses;
 //! - starts the command directly (no shell unless the line needs one), as the
-//!   leader of its own process group, writing to a second open file of the
-//!   log; or, when the plan has secrets, to a pipe the launcher copies into
-//!   the log with every secret replaced (the cost of a copy only for plans
-//!   that need it);
-//! - records in the run's `exits.jsonl` (one file per run: a file per attempt
-//!   cost a file creation per step) the attempt's process group when it
-//!   starts and how it ended when it exits, cuts the middle out of a log
-//!   past [`LOG_CAP`], then reports `started` / `exited` lines on stdout.
+//!   leader of its own process group, its stdout and stderr one pipe that
+//!   the launcher copies into the run's one log, `steps.log`, with every
+//!   secret replaced and the middle of a long log cut ([`capture`]); each
+//!   piece's place is a segment. A step gets no file and no directory of
+//!   its own: a file per step cost an inode per step;
+//! - records in the run's `exits.jsonl` (one file per run) the attempt's
+//!   process group when it starts and, when it exits, how it ended with its
+//!   log's segments (one line, one write), then reports `started` /
+//!   `exited` lines on stdout (and, for `--output stream`, each piece
+//!   written).
 //!
 //! It runs at most `--concurrency` steps at once and keeps the next requests
 //! queued, so a finished step's slot is refilled at once instead of after a
@@ -40,13 +44,16 @@
 //! running steps have finished and their endings are written. A resumed
 //! gameplan (or a new run of the plan, before it starts anything) takes the
 //! lock of an attempt it found running, saying that it waits and for how
-//! long at most, and looks up its ending: a code means the step ended;
-//! nothing means it died mid-way, so once the recorded process group is
-//! empty too (the launcher may have been killed alone; killed between a
-//! spawn and its record, it left no group, and the step's processes are
-//! found by the run, step and attempt in their environment) it leaves the
-//! `claimed.N` marker (while holding the lock, so no launcher can slip in)
-//! and runs the step again.
+//! long at most, and looks up its ending: a code means the step ended (its
+//! log's segments are on the same line); nothing means it died mid-way, so
+//! once the recorded process group is empty too (the launcher may have been
+//! killed alone; killed between a spawn and its record, it left no group,
+//! and the step's processes are found by the run, step and attempt in their
+//! environment) it leaves the claim marker (while holding the lock, so no
+//! launcher can slip in) and runs the step again.
+
+pub mod attempt_lock;
+pub mod capture;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{File, OpenOptions};
@@ -60,6 +67,11 @@ use tokio::net::unix::pipe;
 use tokio::process::{ChildStdin, Command};
 use tokio::sync::{mpsc, oneshot};
 
+use capture::{Capture, Flush};
+pub use capture::{DISK_FULL, LOG_CAP, LOG_HEAD, LOG_TAIL, Written};
+
+use crate::journal::step_log::{LiveLog, Segment};
+
 /// One step attempt to start.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Request {
@@ -68,16 +80,24 @@ pub struct Request {
     pub cwd: PathBuf,
     /// Added to the launcher's environment (which is gameplan's).
     pub env: BTreeMap<String, String>,
+    /// The run's one log, which the attempt's output is appended to.
     pub log: PathBuf,
+    /// The directory whose disk a failed log write is blamed on.
+    pub state_dir: PathBuf,
+    /// The run's lock file, a byte of which is this attempt's lock.
+    pub locks: PathBuf,
     /// Present when a resumed run claimed this attempt: never start it then.
     pub claim: PathBuf,
     /// The run's record of endings, and this attempt's name in it.
     pub exits: PathBuf,
     pub attempt: String,
+    /// Report each piece of output as it is written (`--output stream`).
+    #[serde(default)]
+    pub live: bool,
 }
 
 /// One line of `exits.jsonl`: that an attempt started (its process id,
-/// which leads its process group), or how it ended.
+/// which leads its process group), or how it ended and where its output is.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct Entry {
     attempt: String,
@@ -86,15 +106,42 @@ struct Entry {
     ending: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pid: Option<u32>,
+    /// Its output's segments in the run's `steps.log`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    log: Vec<Segment>,
+    /// Why some of its output could not be written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    lost: Option<String>,
 }
 
 /// What the launcher says about a request.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "report", rename_all = "snake_case")]
 enum Report {
-    Started { token: u64, pid: u32 },
-    Refused { token: u64, error: String },
-    Exited { token: u64, code: i32 },
+    Started {
+        token: u64,
+        pid: u32,
+    },
+    Refused {
+        token: u64,
+        error: String,
+    },
+    /// A piece of a live attempt's output was written.
+    Wrote {
+        token: u64,
+        at: u64,
+        len: u64,
+    },
+    Exited {
+        token: u64,
+        code: i32,
+        #[serde(default)]
+        log: Vec<Segment>,
+        #[serde(default)]
+        lost: Option<String>,
+        #[serde(default)]
+        last_words: String,
+    },
 }
 
 /// How an attempt ended, as recorded: an exit code, or `signal N` for a step
@@ -113,11 +160,19 @@ fn ending(status: std::process::ExitStatus) -> (String, i32) {
 
 /// Appends one line to the run's record with a single `write`, so a line
 /// is whole or absent. The record stays open for the run's next lines.
-fn record_ending(open: &mut HashMap<PathBuf, File>, exits: &Path, attempt: &str, ending: String) {
+fn record_ending(
+    open: &mut HashMap<PathBuf, File>,
+    exits: &Path,
+    attempt: &str,
+    ending: String,
+    written: &Written,
+) {
     let entry = Entry {
         attempt: attempt.to_owned(),
         ending: Some(ending),
         pid: None,
+        log: written.log.clone(),
+        lost: written.lost.clone(),
     };
     record(open, exits, &entry);
 }
@@ -127,8 +182,8 @@ fn record_ending(open: &mut HashMap<PathBuf, File>, exits: &Path, attempt: &str,
 fn record_start(open: &mut HashMap<PathBuf, File>, exits: &Path, attempt: &str, pid: u32) {
     let entry = Entry {
         attempt: attempt.to_owned(),
-        ending: None,
         pid: Some(pid),
+        ..Entry::default()
     };
     record(open, exits, &entry);
 }
@@ -151,13 +206,13 @@ fn record(open: &mut HashMap<PathBuf, File>, exits: &Path, entry: &Entry) {
 #[serde(rename_all = "snake_case")]
 enum Message {
     /// Queue an attempt; it starts when a slot is free.
-    Start(Request),
+    Start(Box<Request>),
     /// Drop a queued attempt (the run is stopping). A started one is
     /// gameplan's to stop, by its process group.
     Cancel(u64),
-    /// The plan's secret values: from now on every step's output goes
-    /// through a pipe and reaches its log with them replaced. Sent on stdin,
-    /// never in argv or the environment, where `ps` would show them.
+    /// The plan's secret values: from now on every step's output reaches
+    /// the log with them replaced. Sent on stdin, never in argv or the
+    /// environment, where `ps` would show them.
     Redact(Vec<String>),
 }
 
@@ -179,12 +234,52 @@ pub fn serve(slots: usize) -> u8 {
     0
 }
 
+/// The files a run's attempts share, opened once per run: its log and its
+/// lock file.
+#[derive(Default)]
+struct RunFiles {
+    logs: HashMap<PathBuf, Arc<File>>,
+    locks: HashMap<PathBuf, Arc<File>>,
+}
+
+impl RunFiles {
+    fn log(&mut self, request: &Request) -> Result<Arc<File>, String> {
+        if let Some(file) = self.logs.get(&request.log) {
+            return Ok(Arc::clone(file));
+        }
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&request.log)
+            .map_err(|e| capture::cannot_write(&request.log, &request.state_dir, &e))?;
+        let file = Arc::new(file);
+        self.logs.insert(request.log.clone(), Arc::clone(&file));
+        Ok(file)
+    }
+
+    fn locks(&mut self, request: &Request) -> Result<Arc<File>, String> {
+        if let Some(file) = self.locks.get(&request.locks) {
+            return Ok(Arc::clone(file));
+        }
+        let file = attempt_lock::open(&request.locks).map_err(|e| {
+            format!(
+                "cannot open the run's lock file {}: {e}",
+                request.locks.display()
+            )
+        })?;
+        let file = Arc::new(file);
+        self.locks.insert(request.locks.clone(), Arc::clone(&file));
+        Ok(file)
+    }
+}
+
 /// A step that started: its process, the lock that says its ending is not
-/// recorded yet, and the copier of its output when it is redacted.
+/// recorded yet, and the copier of its output.
 struct Launched {
     child: tokio::process::Child,
-    lock: File,
-    copier: Option<(tokio::task::JoinHandle<()>, Flush)>,
+    lock: Arc<File>,
+    capture: Arc<Mutex<Capture>>,
+    copier: (tokio::task::JoinHandle<()>, Flush),
 }
 
 #[expect(
@@ -221,6 +316,7 @@ async fn serve_async(slots: usize) {
     let mut finished = Vec::new();
     let mut programs = HashMap::new();
     let mut records = HashMap::new();
+    let mut files = RunFiles::default();
     let mut secrets: Arc<Vec<Vec<u8>>> = Arc::default();
     // Every step's stdin, opened once (a spawn would open it each time).
     let null = File::open("/dev/null").ok();
@@ -230,7 +326,7 @@ async fn serve_async(slots: usize) {
             line = lines.next_line(), if open => {
                 if let Ok(Some(line)) = line {
                     match serde_json::from_str::<Message>(&line) {
-                        Ok(Message::Start(request)) => queue.push_back(request),
+                        Ok(Message::Start(request)) => queue.push_back(*request),
                         Ok(Message::Cancel(token)) => {
                             if let Some(at) = queue.iter().position(|r| r.token == token) {
                                 queue.remove(at);
@@ -264,10 +360,18 @@ async fn serve_async(slots: usize) {
                 });
                 continue;
             }
-            match launch(&request, &mut programs, null.as_ref(), &secrets) {
+            let mut spawn = Spawn {
+                programs: &mut programs,
+                files: &mut files,
+                null: null.as_ref(),
+                secrets: &secrets,
+                reports: &reports,
+            };
+            match launch(&request, &mut spawn) {
                 Ok(Launched {
                     mut child,
                     lock,
+                    capture,
                     copier,
                 }) => {
                     let pid = child.id().unwrap_or(0);
@@ -282,8 +386,11 @@ async fn serve_async(slots: usize) {
                         // log first; a process it left behind holding the pipe
                         // does not keep its ending from being recorded.
                         output_copied(copier).await;
-                        compact_log(&lock);
-                        (request, lock, ended)
+                        let written = capture
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .finish();
+                        (request, lock, ended, written)
                     });
                 }
                 Err(error) => {
@@ -293,13 +400,22 @@ async fn serve_async(slots: usize) {
         }
         // The freed slot is refilled above first; the bookkeeping of the step
         // that ended comes after, off the path from one step to the next.
-        for (request, lock, (text, code)) in finished.drain(..) {
-            record_ending(&mut records, &request.exits, &request.attempt, text);
+        for (request, lock, (text, code), written) in finished.drain(..) {
+            record_ending(
+                &mut records,
+                &request.exits,
+                &request.attempt,
+                text,
+                &written,
+            );
             // Only now may a resume take the lock and look.
-            drop(lock);
+            attempt_lock::unlock(&lock, &request.attempt);
             let _ = reports.send(Report::Exited {
                 token: request.token,
                 code,
+                log: written.log,
+                lost: written.lost,
+                last_words: written.last_words,
             });
         }
     }
@@ -307,7 +423,7 @@ async fn serve_async(slots: usize) {
     let _ = writer.await;
 }
 
-/// How long a redacted step's output may keep arriving after it exited
+/// How long a step's output may keep arriving after it exited
 /// before its ending is recorded anyway (a process it started in the
 /// background may hold the pipe for as long as it lives).
 const COPY_AFTER_EXIT: std::time::Duration = std::time::Duration::from_millis(500);
@@ -379,45 +495,56 @@ fn resolve(
     }
 }
 
-fn launch(
-    request: &Request,
-    programs: &mut HashMap<(String, String), PathBuf>,
-    null: Option<&File>,
-    secrets: &Arc<Vec<Vec<u8>>>,
-) -> Result<Launched, String> {
+/// What a launch uses of the launcher's state.
+struct Spawn<'a> {
+    programs: &'a mut HashMap<(String, String), PathBuf>,
+    files: &'a mut RunFiles,
+    null: Option<&'a File>,
+    secrets: &'a Arc<Vec<Vec<u8>>>,
+    reports: &'a mpsc::UnboundedSender<Report>,
+}
+
+fn launch(request: &Request, spawn: &mut Spawn<'_>) -> Result<Launched, String> {
     let Some((program, args)) = request.argv.split_first() else {
         return Err("nothing to run: the argv is empty".into());
     };
     let name = program;
-    let program = resolve(name, request, programs);
-    let cannot =
-        |what: &str, e: std::io::Error| format!("cannot {what} {}: {e}", request.log.display());
-    // The lock is on an open file of the launcher's own (close-on-exec), not
-    // on the one the step writes to: a process the step leaves behind (a
-    // daemon, `sleep 25 &`) inherits its stdout, and must not hold the lock
-    // that says the step's ending is not recorded yet.
-    let lock = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&request.log)
-        .map_err(|e| cannot("create", e))?;
-    match lock.try_lock() {
-        Ok(()) => {}
-        Err(std::fs::TryLockError::WouldBlock) => {
-            return Err("this step is busy: a resumed run holds it".into());
+    let program = resolve(name, request, spawn.programs);
+    // The lock is a byte of a file the launcher opened itself
+    // (close-on-exec): a process the step leaves behind (a daemon,
+    // `sleep 25 &`) must not hold the lock that says the step's ending is
+    // not recorded yet.
+    let lock = spawn.files.locks(request)?;
+    match attempt_lock::try_lock(&lock, &request.attempt) {
+        Ok(true) => {}
+        Ok(false) => return Err("this step is busy: a resumed run holds it".into()),
+        Err(e) => {
+            return Err(format!("cannot lock {}: {e}", request.locks.display()));
         }
-        Err(std::fs::TryLockError::Error(e)) => return Err(cannot("lock", e)),
     }
+    let refuse = |error: String| {
+        attempt_lock::unlock(&lock, &request.attempt);
+        Err(error)
+    };
     if request.claim.exists() {
-        return Err("this attempt was claimed by a resumed run".into());
+        return refuse("this attempt was claimed by a resumed run".into());
     }
-    // Each attempt's log starts empty (truncated only now that it is ours).
-    lock.set_len(0).map_err(|e| cannot("truncate", e))?;
-    let stdin = null
+    let log = match spawn.files.log(request) {
+        Ok(log) => log,
+        Err(e) => return refuse(e),
+    };
+    let stdin = spawn
+        .null
         .and_then(|null| null.try_clone().ok())
         .map_or_else(Stdio::null, Stdio::from);
+    let (reader, writer) = match std::io::pipe() {
+        Ok(pipe) => pipe,
+        Err(e) => return refuse(format!("cannot make a pipe: {e}")),
+    };
+    let err = match writer.try_clone() {
+        Ok(err) => err,
+        Err(e) => return refuse(e.to_string()),
+    };
     let mut command = Command::new(program);
     // The program sees the name it was given, as with a PATH search.
     command
@@ -426,97 +553,62 @@ fn launch(
         .current_dir(&request.cwd)
         .envs(&request.env)
         .stdin(stdin)
+        .stdout(Stdio::from(writer))
+        .stderr(Stdio::from(err))
         .process_group(0)
         .kill_on_drop(false);
-    let mut copier = None;
-    if secrets.is_empty() {
-        // The step writes its log itself: no copy, no cost per step.
-        let out = OpenOptions::new()
-            .write(true)
-            .open(&request.log)
-            .map_err(|e| cannot("open", e))?;
-        let err = out.try_clone().map_err(|e| e.to_string())?;
-        command.stdout(Stdio::from(out)).stderr(Stdio::from(err));
-    } else {
-        let (reader, writer) = std::io::pipe().map_err(|e| format!("cannot make a pipe: {e}"))?;
-        let err = writer.try_clone().map_err(|e| e.to_string())?;
-        command.stdout(Stdio::from(writer)).stderr(Stdio::from(err));
-        // Its own open file, not a duplicate of the lock's: a copier still
-        // reading what a background process writes must not hold the lock.
-        let log = OpenOptions::new()
-            .write(true)
-            .open(&request.log)
-            .map_err(|e| cannot("open", e))?;
-        let reader = pipe::Receiver::from_owned_fd(reader.into())
-            .map_err(|e| format!("cannot read the step's output: {e}"))?;
-        copier = Some((reader, log));
-    }
-    let child = command.spawn().map_err(|e| {
-        format!(
-            "cannot start `{}` in {}: {e}",
-            request.argv.join(" "),
-            request.cwd.display()
-        )
-    })?;
+    let child = match command.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            return refuse(format!(
+                "cannot start `{}` in {}: {e}",
+                request.argv.join(" "),
+                request.cwd.display()
+            ));
+        }
+    };
     // `command` still holds the pipe's write end; only the step may.
     drop(command);
-    let copier = copier.map(|(reader, log)| {
-        let (flush, asked) = mpsc::channel(1);
-        let copying = tokio::spawn(copy_redacted(reader, log, Arc::clone(secrets), asked));
-        (copying, flush)
+    let reader = match pipe::Receiver::from_owned_fd(reader.into()) {
+        Ok(reader) => reader,
+        Err(e) => return refuse(format!("cannot read the step's output: {e}")),
+    };
+    let on_piece: Option<capture::OnPiece> = request.live.then(|| {
+        let reports = spawn.reports.clone();
+        let token = request.token;
+        Box::new(move |piece: Segment| {
+            let _ = reports.send(Report::Wrote {
+                token,
+                at: piece.at,
+                len: piece.len,
+            });
+        }) as capture::OnPiece
     });
+    let capture = Arc::new(Mutex::new(Capture::new(
+        log,
+        &request.log,
+        &request.state_dir,
+        on_piece,
+    )));
+    let (flush, asked) = mpsc::channel(1);
+    let copying = tokio::spawn(capture::copy(
+        reader,
+        Arc::clone(&capture),
+        Arc::clone(spawn.secrets),
+        asked,
+    ));
     Ok(Launched {
         child,
         lock,
-        copier,
+        capture,
+        copier: (copying, flush),
     })
 }
 
-/// A request to write out what the copier holds back, answered when done.
-type Flush = mpsc::Sender<oneshot::Sender<()>>;
-
-/// Copies a step's output into its log with every secret replaced, until
-/// the pipe's last writer closes it. Asked to flush (the step exited but a
-/// process it left behind keeps the pipe open), it writes out what it held
-/// back as the possible start of a secret, and goes on copying.
-async fn copy_redacted(
-    mut reader: pipe::Receiver,
-    mut log: File,
-    secrets: Arc<Vec<Vec<u8>>>,
-    mut flush: mpsc::Receiver<oneshot::Sender<()>>,
-) {
-    use std::io::Write as _;
-    use tokio::io::AsyncReadExt;
-    let mut redactor = StreamRedactor::new(secrets);
-    let mut buffer = vec![0; 64 * 1024];
-    let mut asking = true;
-    loop {
-        tokio::select! {
-            read = reader.read(&mut buffer) => match read {
-                Ok(0) | Err(_) => break,
-                Ok(n) => {
-                    let _ = log.write_all(&redactor.feed(&buffer[..n]));
-                }
-            },
-            asked = flush.recv(), if asking => match asked {
-                Some(done) => {
-                    let _ = log.write_all(&redactor.finish());
-                    let _ = done.send(());
-                }
-                None => asking = false,
-            },
-        }
-    }
-    let _ = log.write_all(&redactor.finish());
-}
-
-/// Waits for a step's redacted output to reach its log: to the end of the
-/// pipe, or, if a process the step left behind holds the pipe open, what
-/// arrived within [`COPY_AFTER_EXIT`] of the step's exit.
-async fn output_copied(copier: Option<(tokio::task::JoinHandle<()>, Flush)>) {
-    let Some((mut copier, flush)) = copier else {
-        return;
-    };
+/// Waits for a step's output to reach its log: to the end of the pipe, or,
+/// if a process the step left behind holds the pipe open, what arrived
+/// within [`COPY_AFTER_EXIT`] of the step's exit.
+async fn output_copied((mut copier, flush): (tokio::task::JoinHandle<()>, Flush)) {
     if tokio::time::timeout(COPY_AFTER_EXIT, &mut copier)
         .await
         .is_ok()
@@ -530,150 +622,30 @@ async fn output_copied(copier: Option<(tokio::task::JoinHandle<()>, Flush)>) {
     // The copier goes on (detached) for as long as the pipe is open.
 }
 
-/// Replaces secrets in a stream of bytes, also one split across two reads:
-/// the bytes that may be the start of a secret are held back until the
-/// next read (or the end) shows whether they are.
-struct StreamRedactor {
-    secrets: Arc<Vec<Vec<u8>>>,
-    held: Vec<u8>,
-    /// Bytes that may begin a secret not yet whole: the longest secret less one.
-    keep: usize,
-}
-
-impl StreamRedactor {
-    fn new(secrets: Arc<Vec<Vec<u8>>>) -> Self {
-        let keep = secrets
-            .iter()
-            .map(Vec::len)
-            .max()
-            .unwrap_or(1)
-            .saturating_sub(1);
-        StreamRedactor {
-            secrets,
-            held: Vec::new(),
-            keep,
-        }
-    }
-
-    /// The earliest secret in `bytes` (the longest of those starting there).
-    fn next_secret(&self, bytes: &[u8]) -> Option<(usize, usize)> {
-        let mut best: Option<(usize, usize)> = None;
-        for secret in self.secrets.iter() {
-            if let Some(at) = bytes
-                .windows(secret.len())
-                .position(|w| w == secret.as_slice())
-            {
-                let better = match best {
-                    None => true,
-                    Some((b, len)) => at < b || (at == b && secret.len() > len),
-                };
-                if better {
-                    best = Some((at, secret.len()));
-                }
-            }
-        }
-        best
-    }
-
-    /// The length of the longest end of `bytes` that is the start of a
-    /// secret (at most [`StreamRedactor::keep`]): it must wait for the next read.
-    fn partial_secret(&self, bytes: &[u8]) -> usize {
-        (1..=self.keep.min(bytes.len()))
-            .rev()
-            .find(|&k| {
-                let end = &bytes[bytes.len() - k..];
-                self.secrets
-                    .iter()
-                    .any(|secret| secret.len() > k && secret.starts_with(end))
-            })
-            .unwrap_or(0)
-    }
-
-    /// What of `held` + `bytes` can be written now.
-    fn feed(&mut self, bytes: &[u8]) -> Vec<u8> {
-        self.held.extend_from_slice(bytes);
-        let mut out = Vec::with_capacity(self.held.len());
-        let mut from = 0;
-        while let Some((at, len)) = self.next_secret(&self.held[from..]) {
-            out.extend_from_slice(&self.held[from..from + at]);
-            out.extend_from_slice(crate::template::REDACTED.as_bytes());
-            from += at + len;
-        }
-        // Only what may begin a secret waits: a line that cannot is written
-        // at once, so `--output stream` shows it as it comes.
-        let until = self.held.len() - self.partial_secret(&self.held[from..]);
-        out.extend_from_slice(&self.held[from..until]);
-        self.held.drain(..until);
-        out
-    }
-
-    /// The rest, at the end of the stream: no secret can complete now.
-    fn finish(&mut self) -> Vec<u8> {
-        let keep = std::mem::replace(&mut self.keep, 0);
-        let out = self.feed(&[]);
-        self.keep = keep;
-        out
-    }
-}
-
-/// A log longer than this keeps its first [`LOG_HEAD`] and last
-/// [`LOG_TAIL`] bytes, with a line saying how much was cut between them.
-pub const LOG_CAP: u64 = LOG_HEAD + LOG_TAIL;
-pub const LOG_HEAD: u64 = 1024 * 1024;
-pub const LOG_TAIL: u64 = 4 * 1024 * 1024;
-
-/// Cuts the middle out of a log longer than [`LOG_CAP`], at line ends where
-/// there are some near the cut, once the step ended (a step's output is
-/// written by the step itself, so it cannot be capped as it is written).
-fn compact_log(log: &File) {
-    use std::os::unix::fs::FileExt;
-    let Ok(len) = log.metadata().map(|m| m.len()) else {
-        return;
-    };
-    if len <= LOG_CAP {
-        return;
-    }
-    let read = |at: u64, n: u64| -> Option<Vec<u8>> {
-        let mut bytes = vec![0; usize::try_from(n).ok()?];
-        log.read_exact_at(&mut bytes, at).ok()?;
-        Some(bytes)
-    };
-    let (Some(head), Some(tail)) = (read(0, LOG_HEAD), read(len - LOG_TAIL, LOG_TAIL)) else {
-        return;
-    };
-    // A line cut in two is harder to read than a few bytes more or less.
-    let head_end = head
-        .iter()
-        .rposition(|&b| b == b'\n')
-        .map_or(head.len(), |i| i + 1);
-    let tail_start = tail.iter().position(|&b| b == b'\n').map_or(0, |i| i + 1);
-    let tail = &tail[tail_start..];
-    let cut = len - head_end as u64 - tail.len() as u64;
-    #[expect(clippy::cast_precision_loss, reason = "a size for people to read")]
-    let marker = format!("[… {:.1} MB cut …]\n", cut as f64 / 1_000_000.0);
-    let mut rest = marker.into_bytes();
-    rest.extend_from_slice(tail);
-    if log.write_all_at(&rest, head_end as u64).is_ok() {
-        let _ = log.set_len(head_end as u64 + rest.len() as u64);
-    }
-}
-
 /// A submitted attempt: it starts when the launcher has a free slot.
 pub struct Submitted {
     pub token: u64,
     /// The process id once started, or why it never will be.
     pub started: oneshot::Receiver<Result<u32, String>>,
-    /// Resolves with the exit code, or an error if the launcher died first.
-    pub exit: oneshot::Receiver<i32>,
+    /// Resolves with how it ended, or an error if the launcher died first.
+    pub exit: oneshot::Receiver<Ended>,
 }
 
-type Waiters = HashMap<
-    u64,
-    (
-        Option<oneshot::Sender<Result<u32, String>>>,
-        Option<oneshot::Sender<i32>>,
-    ),
->;
+/// How an attempt ended: its exit code and what became of its output.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Ended {
+    pub code: i32,
+    pub written: Written,
+}
+
+/// What waits on one token: its start, its end, and (streaming) its live log.
+struct Waiter {
+    started: Option<oneshot::Sender<Result<u32, String>>>,
+    exit: Option<oneshot::Sender<Ended>>,
+    live: Option<Arc<LiveLog>>,
+}
+
+type Waiters = HashMap<u64, Waiter>;
 
 /// Gameplan's handle on its launcher.
 pub struct Launcher {
@@ -726,13 +698,18 @@ impl LazyLauncher {
     /// Queues an attempt at the current launcher, or at a new one when that
     /// one turns out to have died (before gameplan read the end of its
     /// reports). Returns the launcher it went to, which cancels it.
-    pub async fn submit(&self, mut request: Request) -> Result<(Arc<Launcher>, Submitted), String> {
+    pub async fn submit(
+        &self,
+        mut request: Request,
+        live: Option<Arc<LiveLog>>,
+    ) -> Result<(Arc<Launcher>, Submitted), String> {
         let launcher = self.get().await?;
-        match launcher.submit(&mut request).await {
+        request.live = live.is_some();
+        match launcher.submit(&mut request, live.clone()).await {
             Ok(submitted) => Ok((launcher, submitted)),
             Err(_) if launcher.gone.load(std::sync::atomic::Ordering::Acquire) => {
                 let launcher = self.get().await?;
-                let submitted = launcher.submit(&mut request).await?;
+                let submitted = launcher.submit(&mut request, live).await?;
                 Ok((launcher, submitted))
             }
             Err(e) => Err(e),
@@ -774,20 +751,36 @@ impl Launcher {
                     .unwrap_or_else(PoisonError::into_inner);
                 match report {
                     Report::Started { token, pid } => {
-                        if let Some((started, _)) = waiters.get_mut(&token)
-                            && let Some(tx) = started.take()
-                        {
+                        if let Some(tx) = waiters.get_mut(&token).and_then(|w| w.started.take()) {
                             let _ = tx.send(Ok(pid));
                         }
                     }
                     Report::Refused { token, error } => {
-                        if let Some((Some(tx), _)) = waiters.remove(&token) {
+                        if let Some(tx) = waiters.remove(&token).and_then(|w| w.started) {
                             let _ = tx.send(Err(error));
                         }
                     }
-                    Report::Exited { token, code } => {
-                        if let Some((_, Some(tx))) = waiters.remove(&token) {
-                            let _ = tx.send(code);
+                    Report::Wrote { token, at, len } => {
+                        if let Some(live) = waiters.get(&token).and_then(|w| w.live.as_ref()) {
+                            live.push(Segment { at, len });
+                        }
+                    }
+                    Report::Exited {
+                        token,
+                        code,
+                        log,
+                        lost,
+                        last_words,
+                    } => {
+                        if let Some(tx) = waiters.remove(&token).and_then(|w| w.exit) {
+                            let _ = tx.send(Ended {
+                                code,
+                                written: Written {
+                                    log,
+                                    lost,
+                                    last_words,
+                                },
+                            });
                         }
                     }
                 }
@@ -830,7 +823,11 @@ impl Launcher {
 
     /// Queues an attempt at the launcher (giving it its token). Borrowed, so
     /// that a caller can take it to a new launcher when this one is gone.
-    pub async fn submit(&self, request: &mut Request) -> Result<Submitted, String> {
+    pub async fn submit(
+        &self,
+        request: &mut Request,
+        live: Option<Arc<LiveLog>>,
+    ) -> Result<Submitted, String> {
         request.token = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let token = request.token;
         let (started_tx, started) = oneshot::channel();
@@ -838,7 +835,14 @@ impl Launcher {
         self.waiters
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert(token, (Some(started_tx), Some(exit_tx)));
+            .insert(
+                token,
+                Waiter {
+                    started: Some(started_tx),
+                    exit: Some(exit_tx),
+                    live,
+                },
+            );
         // What `Message::Start(request)` is on the wire, without the copy.
         self.send_json(&BTreeMap::from([("start", &*request)]))
             .await?;
@@ -858,8 +862,9 @@ impl Launcher {
 /// How a resumed run finds an attempt that a dead gameplan left behind.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Leftover {
-    /// The attempt exited with this code while nobody watched.
-    Finished(i32),
+    /// The attempt exited with this code while nobody watched; its output
+    /// is at these segments of the run's log.
+    Finished(i32, Vec<Segment>),
     /// It never finished (killed by a signal, killed with its launcher, or
     /// never started), and nothing of it lives: run it again.
     Unfinished,
@@ -870,7 +875,8 @@ pub enum Leftover {
 
 /// Where a resumed run looks for an attempt it found running.
 pub struct Attempt<'a> {
-    pub log: &'a Path,
+    /// The run's lock file (a byte of it is the attempt's lock).
+    pub locks: &'a Path,
     pub claim: &'a Path,
     pub exits: &'a Path,
     pub name: &'a str,
@@ -893,8 +899,8 @@ pub struct Wait<'a> {
 }
 
 /// What `exits.jsonl` says of one attempt: the process group it started
-/// as, and how it ended.
-fn recorded(exits: &Path, name: &str) -> (Option<i32>, Option<String>) {
+/// as, and how it ended (with its log's segments).
+fn recorded(exits: &Path, name: &str) -> (Option<i32>, Option<(String, Vec<Segment>)>) {
     let text = std::fs::read_to_string(exits).unwrap_or_default();
     let mut pid = None;
     let mut ended = None;
@@ -906,8 +912,8 @@ fn recorded(exits: &Path, name: &str) -> (Option<i32>, Option<String>) {
         if let Some(p) = entry.pid.and_then(|p| i32::try_from(p).ok()) {
             pid = Some(p);
         }
-        if entry.ending.is_some() {
-            ended = entry.ending;
+        if let Some(ending) = entry.ending {
+            ended = Some((ending, entry.log));
         }
     }
     (pid, ended)
@@ -928,18 +934,14 @@ pub async fn leftover(
     cancel: &tokio::sync::watch::Receiver<bool>,
 ) -> Leftover {
     use nix::sys::signal::{Signal, killpg};
-    // The step may never have started (no directory yet); the claim must
+    // The step may never have started (no lock file yet); the claim must
     // still be left, so make room for it.
-    if let Some(dir) = attempt.log.parent() {
+    if let Some(dir) = attempt.claim.parent() {
         let _ = std::fs::create_dir_all(dir);
     }
-    let Ok(log) = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(attempt.log)
-    else {
+    // An open file of its own: the lock of another open file (the
+    // launcher's) is seen, one of this process's own other files too.
+    let Ok(locks) = attempt_lock::open(attempt.locks) else {
         return Leftover::Unfinished;
     };
     let began = tokio::time::Instant::now();
@@ -947,10 +949,8 @@ pub async fn leftover(
     let mut stopping: Option<tokio::time::Instant> = None;
     let mut found_group = None;
     loop {
-        let locked = match log.try_lock() {
-            Ok(()) => true,
-            Err(std::fs::TryLockError::WouldBlock) => false,
-            Err(std::fs::TryLockError::Error(_)) => return Leftover::Unfinished,
+        let Ok(locked) = attempt_lock::try_lock(&locks, attempt.name) else {
+            return Leftover::Unfinished;
         };
         let (recorded_pid, ended) = recorded(attempt.exits, attempt.name);
         // The launcher writes a step's process group down just after it
@@ -966,14 +966,19 @@ pub async fn leftover(
         }
         let pid = recorded_pid.or(found_group);
         if locked {
-            if let Some(code) = ended.as_deref().and_then(|e| e.parse().ok()) {
-                return Leftover::Finished(code);
+            if let Some((code, log)) = ended
+                .as_ref()
+                .and_then(|(e, log)| Some((e.parse().ok()?, log.clone())))
+            {
+                return Leftover::Finished(code, log);
             }
             if !pid.is_some_and(crate::process_table::group_alive) {
                 let _ = File::create(attempt.claim);
-                drop(log);
+                // Closing the lock file gives the lock back.
+                drop(locks);
                 return Leftover::Unfinished;
             }
+
             // Its launcher died, but the step lives on: wait for its group.
         }
         if *cancel.borrow() {
@@ -1024,16 +1029,19 @@ mod tests {
             argv: vec!["true".into()],
             cwd: dir.to_path_buf(),
             env: BTreeMap::new(),
-            log: dir.join("stdout.log"),
-            claim: dir.join(format!("claimed.{attempt}")),
+            log: dir.join("steps.log"),
+            state_dir: dir.to_path_buf(),
+            locks: dir.join("attempts.lock"),
+            claim: dir.join("claims").join(format!("step#{attempt}")),
             exits: dir.join("exits.jsonl"),
             attempt: format!("step#{attempt}"),
+            live: false,
         }
     }
 
     fn attempt(r: &Request) -> Attempt<'_> {
         Attempt {
-            log: &r.log,
+            locks: &r.locks,
             claim: &r.claim,
             exits: &r.exits,
             name: &r.attempt,
@@ -1047,6 +1055,13 @@ mod tests {
             bound: std::time::Duration::from_secs(60),
             grace: std::time::Duration::from_secs(1),
             note: &|_| {},
+        }
+    }
+
+    fn written(segments: Vec<Segment>) -> Written {
+        Written {
+            log: segments,
+            ..Written::default()
         }
     }
 
@@ -1112,15 +1127,18 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let (_stop, cancel) = tokio::sync::watch::channel(false);
         let ended = request(dir.path(), 1);
+        let segments = vec![Segment { at: 10, len: 5 }];
         record_ending(
             &mut HashMap::new(),
             &ended.exits,
             &ended.attempt,
             "3".into(),
+            &written(segments.clone()),
         );
         assert_eq!(
             leftover(&attempt(&ended), &wait(), &cancel).await,
-            Leftover::Finished(3)
+            Leftover::Finished(3, segments),
+            "found with its log"
         );
         assert!(!ended.claim.exists(), "a finished attempt needs no claim");
 
@@ -1130,6 +1148,7 @@ mod tests {
             &killed.exits,
             &killed.attempt,
             "signal 9".into(),
+            &Written::default(),
         );
         assert_eq!(
             leftover(&attempt(&killed), &wait(), &cancel).await,
@@ -1158,77 +1177,30 @@ mod tests {
     fn a_claimed_attempt_is_never_started() {
         let dir = tempfile::tempdir().expect("tempdir");
         let claimed = request(dir.path(), 1);
+        std::fs::create_dir_all(claimed.claim.parent().expect("claims")).expect("claims");
         std::fs::write(&claimed.claim, "").expect("claim");
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .expect("runtime");
+        let (reports, _heard) = mpsc::unbounded_channel();
+        let mut files = RunFiles::default();
         let refused = runtime.block_on(async {
-            launch(&claimed, &mut HashMap::new(), None, &Arc::default()).map(|_| ())
+            let mut spawn = Spawn {
+                programs: &mut HashMap::new(),
+                files: &mut files,
+                null: None,
+                secrets: &Arc::default(),
+                reports: &reports,
+            };
+            launch(&claimed, &mut spawn).map(|_| ())
         });
         assert_eq!(
             refused,
             Err("this attempt was claimed by a resumed run".to_owned())
         );
-    }
-
-    /// Issue 8, item 17: a secret is replaced wherever the reads split it.
-    #[test]
-    fn issue8_item17_a_secret_split_across_writes_is_redacted() {
-        let secrets = Arc::new(vec![b"hunter22".to_vec(), b"tok".to_vec()]);
-        let text = b"a hunter22 b hunter22hunter22 tok hunt c";
-        for split in 0..text.len() {
-            let mut redactor = StreamRedactor::new(Arc::clone(&secrets));
-            let mut out = redactor.feed(&text[..split]);
-            out.extend(redactor.feed(&text[split..]));
-            out.extend(redactor.finish());
-            assert_eq!(
-                String::from_utf8(out).expect("text"),
-                "a [redacted] b [redacted][redacted] [redacted] hunt c",
-                "split at {split}"
-            );
-        }
-    }
-
-    #[test]
-    fn only_what_may_begin_a_secret_is_held_back() {
-        let secrets = Arc::new(vec![b"hunter22".to_vec()]);
-        let mut redactor = StreamRedactor::new(secrets);
-        // Nothing here can begin the secret: written at once, so a streamed
-        // line shows while the step still runs.
-        assert_eq!(redactor.feed(b"first\n"), b"first\n");
-        // `hun` may: it waits, and is written once the next read shows it
-        // is not the secret.
-        assert_eq!(redactor.feed(b"ok hun"), b"ok ");
-        assert_eq!(redactor.feed(b"gry\n"), b"hungry\n");
-        assert_eq!(redactor.feed(b"hunter2"), b"");
-        assert_eq!(redactor.feed(b"2!"), b"[redacted]!");
-    }
-
-    #[test]
-    fn a_long_log_keeps_its_head_and_tail_and_says_what_was_cut() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("stdout.log");
-        let line = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcde\n";
-        let lines = usize::try_from(2 * LOG_CAP).expect("fits") / line.len();
-        std::fs::write(&path, line.repeat(lines)).expect("write");
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&path)
-            .expect("open");
-        compact_log(&file);
-        let kept = std::fs::read_to_string(&path).expect("read");
-        assert!(kept.len() as u64 <= LOG_CAP + 100, "{}", kept.len());
-        assert!(kept.starts_with(line) && kept.ends_with(line));
-        let marker = kept
-            .lines()
-            .find(|l| l.starts_with("[…"))
-            .expect("a marker");
-        assert!(marker.ends_with(" MB cut …]"), "{marker}");
-        assert!(
-            kept.lines()
-                .all(|l| l == marker || l.len() == line.len() - 1)
-        );
+        // The refusal gave the attempt's lock back.
+        let other = attempt_lock::open(&claimed.locks).expect("open");
+        assert!(attempt_lock::try_lock(&other, &claimed.attempt).expect("try"));
     }
 }
