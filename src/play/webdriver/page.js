@@ -70,13 +70,14 @@ if (request.mode === 'find') {
 } else {
   settled(function () {
     var hooks = window.gameplan || {};
+    var seen = clickables();
     var body = document.body ? document.body.innerText : '';
     var path = location.pathname.split('/').pop();
     done({
       title: document.title,
       page: path + location.search + location.hash,
       text: body.slice(0, request.maxText + 1),
-      elements: clickables().map(function (c) {
+      elements: seen.map(function (c) {
         var r = c.el.getBoundingClientRect();
         return { label: c.label, x: Math.round(r.left), y: Math.round(r.top),
           w: Math.round(r.width), h: Math.round(r.height) };
@@ -84,6 +85,8 @@ if (request.mode === 'find') {
       input: textInput() !== null,
       keys: Array.isArray(hooks.keys) ? hooks.keys.map(String) : null,
       done: hooks.done === true,
+      // Each element's W3C reference, for a click without a lookup.
+      refs: seen.map(function (c) { return c.el; }),
       score: Number(hooks.score) || 0,
       errors: window.__gameplanErrors ? window.__gameplanErrors.splice(0) : []
     });
