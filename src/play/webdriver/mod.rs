@@ -589,6 +589,14 @@ fn element_ref(value: &Value) -> Option<String> {
 /// else broke the session.
 fn failure(during: Op, error: &CmdError, timeout: Duration) -> Failure {
     let text = first_line(&error.to_string());
+    // chromedriver answers a dead renderer with the error `tab crashed`,
+    // which is no W3C error code: fantoccini hands it over as a
+    // non-conforming answer, so the words are what tell it.
+    let crashed = match error {
+        CmdError::Standard(e) => e.message.contains("crash"),
+        CmdError::NotW3C(answer) => answer.to_string().contains("crash"),
+        _ => false,
+    };
     match error {
         CmdError::Standard(e)
             if e.error == ErrorStatus::ScriptTimeout || e.error == ErrorStatus::Timeout =>
@@ -598,19 +606,19 @@ fn failure(during: Op, error: &CmdError, timeout: Duration) -> Failure {
                 waited: timeout,
             }
         }
+        _ if crashed => Failure::Exited {
+            during,
+            status: "crashed (the page's renderer died)".to_owned(),
+            stderr_tail: text,
+        },
         CmdError::Standard(e)
-            if e.message.contains("crash")
-                || e.error == ErrorStatus::InvalidSessionId
+            if e.error == ErrorStatus::InvalidSessionId
                 || e.message.contains("not reachable")
                 || e.message.contains("disconnected") =>
         {
             Failure::Exited {
                 during,
-                status: if e.message.contains("crash") {
-                    "crashed (the page's renderer died)".to_owned()
-                } else {
-                    "went away (the browser closed)".to_owned()
-                },
+                status: "went away (the browser closed)".to_owned(),
                 stderr_tail: text,
             }
         }
@@ -774,37 +782,62 @@ fn page_url(url: &str, root: &Path) -> Result<String, SpawnError> {
 }
 
 /// Headless Chromium that reaches nothing but the page: the flags DESIGN
-/// names, a fresh profile, a fixed window, and the timeouts of the game.
-fn chromium_capabilities(browser: &Path, profile: &Path, timeout: Duration) -> Capabilities {
+/// names, a fixed window, and `--user-data-dir` when gameplan owns the
+/// browser (a WebDriver server of the plan's makes its own profile).
+fn chromium_args(profile: Option<&Path>) -> Vec<String> {
     let (w, h) = WINDOW;
-    let args = [
-        "--headless".to_owned(),
-        "--no-sandbox".to_owned(),
-        "--disable-gpu".to_owned(),
-        "--disable-quic".to_owned(),
-        "--no-first-run".to_owned(),
-        "--disable-background-networking".to_owned(),
-        "--disable-component-update".to_owned(),
-        "--disable-sync".to_owned(),
-        "--disable-dev-shm-usage".to_owned(),
+    let mut args: Vec<String> = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-dev-shm-usage",
         // A file:// page's own scripts count as another origin without it,
         // and Chromium then hides their errors as "Script error.".
-        "--allow-file-access-from-files".to_owned(),
-        format!("--user-data-dir={}", profile.display()),
-        format!("--window-size={w},{h}"),
-    ];
-    let mut caps = external_capabilities(timeout);
+        "--allow-file-access-from-files",
+    ]
+    .map(str::to_owned)
+    .into();
+    if let Some(profile) = profile {
+        args.push(format!("--user-data-dir={}", profile.display()));
+    }
+    args.push(format!("--window-size={w},{h}"));
+    args
+}
+
+/// The capabilities of a browser gameplan starts: its Chromium binary,
+/// the flags of [`chromium_args`] with a fresh profile, the game's timeouts.
+fn chromium_capabilities(browser: &Path, profile: &Path, timeout: Duration) -> Capabilities {
+    let mut caps = common_capabilities(timeout);
     caps.insert("browserName".into(), json!("chrome"));
     caps.insert(
         "goog:chromeOptions".into(),
-        json!({ "binary": browser.display().to_string(), "args": args }),
+        json!({ "binary": browser.display().to_string(), "args": chromium_args(Some(profile)) }),
     );
     caps
 }
 
-/// What any WebDriver server is asked for: the game's timeouts, and
-/// dialogs (`alert`) accepted rather than blocking every command.
+/// What the plan's own WebDriver server is asked for: the game's timeouts
+/// and the same Chromium flags (headless, offline; a chromedriver started
+/// by hand in CI, as root and without a display, cannot start Chromium
+/// without them). No browser name: a server that is not chromedriver
+/// ignores `goog:` options and runs what it runs.
 fn external_capabilities(timeout: Duration) -> Capabilities {
+    let mut caps = common_capabilities(timeout);
+    caps.insert(
+        "goog:chromeOptions".into(),
+        json!({ "args": chromium_args(None) }),
+    );
+    caps
+}
+
+/// What any session asks for: the game's timeouts, and dialogs (`alert`)
+/// accepted rather than blocking every command.
+fn common_capabilities(timeout: Duration) -> Capabilities {
     let ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
     let mut caps = Capabilities::new();
     caps.insert(
