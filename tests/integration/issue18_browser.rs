@@ -562,26 +562,31 @@ fn issue18_the_plans_own_webdriver_url_is_played_through_and_left_running() {
     );
 }
 
-/// The most browsers gameplan `pid` ran at once while it ran (sampled),
-/// and how many it ran in all: its chromedriver processes, each marked
-/// with its cell in the environment.
+/// The most browsers gameplan ran at once while it ran (sampled every
+/// 10 ms), and how many it ran in all. A browser is a cell's marker
+/// (`GAMEPLAN_GAME_CELL=<gameplan pid>-…`) on a live chromedriver: counted
+/// by marker, not by process, because chromedriver's fork that becomes
+/// Chromium carries it too for a moment.
 fn browsers_at_once(gameplan: crate::support::Spawned) -> (usize, usize, crate::support::Output) {
-    let pid = gameplan.pid();
-    let mark = format!("GAMEPLAN_GAME_CELL={pid}-");
+    let mark = format!("GAMEPLAN_GAME_CELL={}-", gameplan.pid());
     let mut gameplan = gameplan;
     let mut most = 0;
     let mut all = std::collections::BTreeSet::new();
     while gameplan.is_running() {
-        let now: Vec<i32> = crate::support::processes()
+        let now: std::collections::BTreeSet<Vec<u8>> = crate::support::processes()
             .into_iter()
             .filter(|p| !p.zombie)
-            .map(|p| p.pid)
-            .filter(|p| {
-                let cmdline = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
-                let environ = std::fs::read(format!("/proc/{p}/environ")).unwrap_or_default();
-                cmdline.starts_with(b"/")
-                    && String::from_utf8_lossy(&cmdline).contains("chromedriver\0")
-                    && environ.windows(mark.len()).any(|w| w == mark.as_bytes())
+            .filter_map(|p| {
+                let cmdline = std::fs::read(format!("/proc/{}/cmdline", p.pid)).ok()?;
+                let program = cmdline.split(|&b| b == 0).next()?;
+                if !program.ends_with(b"/chromedriver") {
+                    return None;
+                }
+                let environ = std::fs::read(format!("/proc/{}/environ", p.pid)).ok()?;
+                environ
+                    .split(|&b| b == 0)
+                    .find(|entry| entry.starts_with(mark.as_bytes()))
+                    .map(<[u8]>::to_vec)
             })
             .collect();
         most = most.max(now.len());
