@@ -808,3 +808,74 @@ fn issue18_llm_plays_the_example_web_game_in_chromium_and_finds_its_console_erro
     );
     assert!(files_holding(&t.path(".gameplan"), CANARY).is_empty());
 }
+
+#[test]
+fn issue18_llm_the_aggregate_quotes_each_llm_personas_how_it_felt_in_its_own_voice() {
+    let server = ModelServer::start(Box::new(|_, seen| {
+        if seen.kind == PromptKind::Felt {
+            let voice = if seen.prompt.contains("grumpy veteran") {
+                "Too many corridors.\nThe signs were the only kind thing here."
+            } else {
+                "I clicked north a lot and it was FUN!"
+            };
+            return Reply::Text(voice.into(), 100, 20);
+        }
+        Reply::Text(listed(&seen.prompt)[0].clone(), 100, 2)
+    }));
+    let llm = |slug: &str, card: &str| {
+        format!(
+            "[[personas]]\nslug = \"{slug}\"\ncard = \"{card}\"\npatience = 3\n\
+             player = {{ kind = \"llm\", model = \"house-model\", base_url = \"{}\", \
+             api_key = \"{{{{ secret('MODEL_KEY') }}}}\", price = {{ input_per_mtok = 1.0, \
+             output_per_mtok = 4.0 }} }}\n",
+            server.url
+        )
+    };
+    let plan = format!(
+        "version = 1\nname = \"voices\"\n\n[game]\nid = \"maze\"\ncommand = [\"builtin:maze\"]\n\n\
+         {}\n{}\n[[personas]]\nslug = \"walker\"\ncard = \"Walks.\"\npatience = 3\n\
+         player = {{ kind = \"explorer\" }}\n\n\
+         [[steps]]\nid = \"play\"\nkind = \"play\"\nmatrix = {{ persona = \"*\" }}\n\n\
+         [[steps]]\nid = \"aggregate\"\nkind = \"aggregate\"\nneeds = [\"play\"]\n",
+        llm("veteran", "A grumpy veteran who reads every sign."),
+        llm("kid", "Nine years old, clicks everything."),
+    );
+    let t = repo(&plan);
+    let out = t.run(&["plan", "run", "plan.toml", "--json"]);
+    out.code(0);
+    let run = t.run_ids().pop().expect("a run");
+    let dir = t.path(&format!(".gameplan/runs/{run}/steps/aggregate"));
+    let md = std::fs::read_to_string(dir.join("aggregate.md")).expect("aggregate.md");
+    let felt = md
+        .split("## How it felt")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .unwrap_or_else(|| panic!("no How it felt section:\n{md}"));
+    let section = |persona: &str| {
+        felt.split(&format!("### {persona}\n"))
+            .nth(1)
+            .and_then(|rest| rest.split("\n### ").next())
+            .unwrap_or_else(|| panic!("no section for {persona}:\n{felt}"))
+            .to_owned()
+    };
+    let veteran = section("veteran");
+    assert!(
+        veteran.contains("  > Too many corridors.\n  > The signs were the only kind thing here."),
+        "the veteran's paragraph, every line quoted, under its cell:\n{veteran}"
+    );
+    assert!(!veteran.contains("FUN"), "{veteran}");
+    assert!(
+        section("kid").contains("  > I clicked north a lot and it was FUN!"),
+        "{felt}"
+    );
+    let walker = section("walker");
+    assert!(
+        walker.contains("- With standard") && !walker.contains("  > "),
+        "an explorer has no voice to quote, only its line:\n{walker}"
+    );
+    let json = std::fs::read_to_string(dir.join("aggregate.json")).expect("aggregate.json");
+    assert!(
+        json.contains("I clicked north a lot and it was FUN!"),
+        "aggregate.json carries the voice too"
+    );
+}
