@@ -636,3 +636,31 @@ fn issue18_the_browser_pool_bounds_how_many_browsers_run_at_once() {
         "`browser = 3` ran at most {most} browser at once"
     );
 }
+
+#[test]
+fn issue18_play_cli_plays_a_web_page_given_by_url() {
+    let t = Test::new().file("web/page.html", CLICK_PAGE);
+    let gameplan = t.spawn(&[
+        "play",
+        "--player",
+        "scripted",
+        "--action",
+        "click:Go",
+        "--url",
+        "web/page.html",
+        "--out",
+        "cell",
+    ]);
+    let pid = gameplan.pid();
+    let out = gameplan.wait();
+    out.code(0).stdout_has("script_end after 1 actions");
+    assert_no_browser_left(pid);
+    assert!(
+        t.read("cell/transcript.jsonl").contains("Clicked"),
+        "the click reached the page"
+    );
+    let png = std::fs::read(t.path("cell/screenshots/step-0001.png")).expect("a screenshot");
+    assert!(png.starts_with(b"\x89PNG"), "a PNG");
+    let trace = t.read("cell/trace.jsonl");
+    assert!(trace.contains("\"driver\":\"webdriver\""), "{trace}");
+}
