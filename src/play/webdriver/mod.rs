@@ -182,10 +182,7 @@ impl BrowserSession {
                 };
                 let tail = driver.as_ref().map(chromedriver::ChromeDriver::output_tail);
                 if let Some(driver) = driver {
-                    driver.stop().await;
-                }
-                if let Some(profile) = &profile {
-                    let _ = std::fs::remove_dir_all(profile);
+                    driver.stop(profile).await;
                 }
                 return Err(SpawnError::Browser(format!(
                     "no WebDriver session at {endpoint}: {why}{}",
@@ -303,21 +300,18 @@ impl BrowserSession {
 
     /// Stops the browser: a browser gameplan started is killed with
     /// chromedriver (its profile is thrown away, so a graceful quit would
-    /// only cost a quarter second per cell), every process of it found by
-    /// its marker, and the profile removed. A session on the plan's own
-    /// WebDriver server is closed. Nothing started here outlives this.
+    /// only cost a quarter second per cell), and the profile removed (see
+    /// [`chromedriver::ChromeDriver::stop`]). A session on the plan's own
+    /// WebDriver server is closed. Nothing started here outlives gameplan.
     pub async fn shutdown(mut self, _polite: bool) -> Vec<Leaked> {
         // The last observation's screenshot is evidence: it is written
         // before the browser goes (within the action timeout).
         let _ = self.finish_screenshot(Op::Close).await;
         match self.driver {
-            Some(driver) => driver.stop().await,
+            Some(driver) => driver.stop(self.profile.take()).await,
             None => {
                 let _ = tokio::time::timeout(CLOSE_WITHIN, self.client.clone().close()).await;
             }
-        }
-        if let Some(profile) = &self.profile {
-            let _ = std::fs::remove_dir_all(profile);
         }
         Vec::new()
     }
