@@ -53,12 +53,15 @@ function textInput() {
   return null;
 }
 
-// After two animation frames (and at most 200 ms: a hidden page gets
-// none) what the last action started has been drawn.
+// After the next animation frame (and at most 200 ms: a hidden page gets
+// none), and the task after it, what the last action started is in the
+// page: a game's own frame callbacks, asked for while the action ran, come
+// first in that frame, and what they put off to a timer comes before ours.
+// (One frame, not two: the screenshot draws the page afresh anyway.)
 function settled(then) {
   var fired = false;
   function go() { if (!fired) { fired = true; then(); } }
-  requestAnimationFrame(function () { requestAnimationFrame(go); });
+  requestAnimationFrame(function () { setTimeout(go, 0); });
   setTimeout(go, 200);
 }
 
