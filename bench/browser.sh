@@ -21,11 +21,13 @@
 # runners so a busy machine hurts both alike; medians are compared, and
 # so is the median of each round's own ratio (the three runs of a round
 # are seconds apart, so a load that drifts over the minutes of a bench
-# moves both sides of a round's ratio together).
+# moves both sides of a round's ratio together), and so are the fastest
+# rounds (on a shared machine, the runs least disturbed by other work).
 #
 # Floor: gameplan <= 1.20x the minimal peer; aim <= 1.10x.
 #
-# usage: bench/browser.sh [ROUNDS]     (NO_BUILD=1: use the release binary as built)
+# usage: bench/browser.sh [ROUNDS]     (NO_BUILD=1: use the release binary as built;
+#                                       PHASES=1: then time each phase of a cell)
 set -eu
 cd "$(dirname "$0")/.."
 ROUNDS=${1:-7}
@@ -92,6 +94,9 @@ paired_s = statistics.median(a / b for a, b in zip(rounds("gameplan"), rounds("s
 print(f"gameplan / peer minimal   = {g[0] / m[0]:.2f}x  (median of round ratios {paired_m:.2f}x)"
       "   (floor <= 1.20x, aim <= 1.10x)")
 print(f"gameplan / peer same-work = {g[0] / s[0]:.2f}x  (median of round ratios {paired_s:.2f}x)")
+print(f"gameplan / peer minimal, fastest rounds = {g[1] / m[1]:.2f}x  (each side's least disturbed run)")
 import os
 print(f"load average {os.getloadavg()[0]:.2f} (1 min), {len(rounds('gameplan'))} rounds")
 PY
+# PHASES=1: also where a cell's time goes, command by command.
+if [ -n "${PHASES:-}" ]; then python3 bench/browser_phases.py "$BIN" "$WORK/repo" 5; fi

@@ -3,6 +3,7 @@
 behind bench/browser.sh's one figure).
 
 usage: bench/browser_phases.py GAMEPLAN_BINARY REPO_DIR [ROUNDS]
+       (or PHASES=1 bash bench/browser.sh, which makes the repo)
 
 Runs `gameplan plan run plan.toml` in REPO_DIR (a repo holding a one-cell
 webdriver plan, as bench/browser.sh writes it) ROUNDS times with a

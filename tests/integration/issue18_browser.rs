@@ -83,6 +83,19 @@ fn assert_no_browser_left(pid: i32) {
     assert!(gone, "browser processes outlived gameplan {pid}: {left:#?}");
 }
 
+/// Whether a cell of the last run has written `rel` (its cell directory's
+/// `screenshots/step-0003.png`, say): how a test waits for play to be under way.
+fn a_cell_wrote(t: &Test, rel: &str) -> bool {
+    t.run_ids().pop().is_some_and(|run| {
+        let steps = t.path(&format!(".gameplan/runs/{run}/steps"));
+        std::fs::read_dir(steps)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|cell| cell.path().join(rel).exists())
+    })
+}
+
 /// The one cell directory of the last run.
 fn cell_dir(t: &Test) -> PathBuf {
     let runs = t.path(".gameplan/runs");
@@ -192,16 +205,7 @@ fn issue18_ctrl_c_mid_cell_stops_the_browser_and_leaves_no_process() {
     wait_until(
         "the cell's third screenshot",
         Duration::from_secs(60),
-        || {
-            t.run_ids().pop().is_some_and(|run| {
-                let steps = t.path(&format!(".gameplan/runs/{run}/steps"));
-                std::fs::read_dir(steps)
-                    .into_iter()
-                    .flatten()
-                    .flatten()
-                    .any(|cell| cell.path().join("screenshots/step-0003.png").exists())
-            })
-        },
+        || a_cell_wrote(&t, "screenshots/step-0003.png"),
     );
     assert!(
         !browser_processes_of(pid).is_empty(),
@@ -330,14 +334,7 @@ fn issue18_a_second_ctrl_c_kills_a_frozen_browser_at_once() {
     let gameplan = t.spawn(&["plan", "run", "plan.toml"]);
     let pid = gameplan.pid();
     wait_until("the opening's screenshots", Duration::from_secs(60), || {
-        t.run_ids().pop().is_some_and(|run| {
-            let steps = t.path(&format!(".gameplan/runs/{run}/steps"));
-            std::fs::read_dir(steps)
-                .into_iter()
-                .flatten()
-                .flatten()
-                .any(|cell| cell.path().join("screenshots/reset-2.png").exists())
-        })
+        a_cell_wrote(&t, "screenshots/reset-2.png")
     });
     // The click is sent right after; let it reach the page.
     std::thread::sleep(Duration::from_millis(800));
@@ -409,14 +406,7 @@ fn issue18_a_crashed_tab_is_a_crash_finding_and_nothing_is_left() {
     let gameplan = t.spawn(&["plan", "run", "plan.toml"]);
     let pid = gameplan.pid();
     wait_until("the cell's second step", Duration::from_secs(60), || {
-        t.run_ids().pop().is_some_and(|run| {
-            let steps = t.path(&format!(".gameplan/runs/{run}/steps"));
-            std::fs::read_dir(steps)
-                .into_iter()
-                .flatten()
-                .flatten()
-                .any(|cell| cell.path().join("screenshots/step-0002.png").exists())
-        })
+        a_cell_wrote(&t, "screenshots/step-0002.png")
     });
     // What `chrome://kill` does to a tab, or an out-of-memory page to
     // itself: the page's renderer dies under it.
