@@ -18,16 +18,21 @@
 # the page loaded twice for the determinism check, a read of the page and
 # a screenshot per observation), so the gap splits into what gameplan
 # does more and what it does slower. Rounds alternate between the two
-# runners so a busy machine hurts both alike; medians are compared.
+# runners so a busy machine hurts both alike; medians are compared, and
+# so is the median of each round's own ratio (the three runs of a round
+# are seconds apart, so a load that drifts over the minutes of a bench
+# moves both sides of a round's ratio together), and so are the fastest
+# rounds (on a shared machine, the runs least disturbed by other work).
 #
 # Floor: gameplan <= 1.20x the minimal peer; aim <= 1.10x.
 #
-# usage: bench/browser.sh [ROUNDS]
+# usage: bench/browser.sh [ROUNDS]     (NO_BUILD=1: use the release binary as built;
+#                                       PHASES=1: then time each phase of a cell)
 set -eu
 cd "$(dirname "$0")/.."
 ROUNDS=${1:-7}
 command -v chromedriver >/dev/null || { echo "needs chromedriver (apt-get install chromium-driver)" >&2; exit 3; }
-cargo build --release --quiet
+[ -n "${NO_BUILD:-}" ] || cargo build --release --quiet
 BIN=$PWD/target/release/gameplan
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
@@ -82,6 +87,16 @@ for label, (mid, lo, hi) in [("gameplan plan run (one browser cell)", g),
                              ("peer minimal (session + one click)", m),
                              ("peer same-work (+ reload, reads, screenshots)", s)]:
     print(f"{label:48s} median {mid:6.3f} s  (min {lo:.3f}, max {hi:.3f})")
-print(f"gameplan / peer minimal   = {g[0] / m[0]:.2f}x   (floor <= 1.20x, aim <= 1.10x)")
-print(f"gameplan / peer same-work = {g[0] / s[0]:.2f}x")
+def rounds(name):
+    return [float(x) for x in open(f"{work}/{name}.txt") if x.strip()]
+paired_m = statistics.median(a / b for a, b in zip(rounds("gameplan"), rounds("minimal")))
+paired_s = statistics.median(a / b for a, b in zip(rounds("gameplan"), rounds("same")))
+print(f"gameplan / peer minimal   = {g[0] / m[0]:.2f}x  (median of round ratios {paired_m:.2f}x)"
+      "   (floor <= 1.20x, aim <= 1.10x)")
+print(f"gameplan / peer same-work = {g[0] / s[0]:.2f}x  (median of round ratios {paired_s:.2f}x)")
+print(f"gameplan / peer minimal, fastest rounds = {g[1] / m[1]:.2f}x  (each side's least disturbed run)")
+import os
+print(f"load average {os.getloadavg()[0]:.2f} (1 min), {len(rounds('gameplan'))} rounds")
 PY
+# PHASES=1: also where a cell's time goes, command by command.
+if [ -n "${PHASES:-}" ]; then python3 bench/browser_phases.py "$BIN" "$WORK/repo" 5; fi

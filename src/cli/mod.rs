@@ -108,20 +108,33 @@ pub enum Command {
         #[arg(last = true, required = true)]
         argv: Vec<String>,
     },
-    /// Play one cell of a game (no plan needed): COMMAND is the game, e.g. `-- python3 game.py`.
+    /// Play one cell of a game (no plan needed): COMMAND is the game, e.g. `-- python3 game.py`,
+    /// or --url a web page.
     ///
-    /// What one cell of a `play` step does: a fresh game process, one persona's player and
-    /// one controller, until the game is done, patience or a bound runs out, or the game
-    /// fails. Writes report.md, report.json, transcript.jsonl and trace.jsonl into --out.
-    /// The bridge protocol the game must speak is docs/bridge.md.
+    /// What one cell of a `play` step does: a fresh game process (or headless Chromium), one
+    /// persona's player and one controller, until the game is done, patience or a bound runs
+    /// out, or the game fails. Writes report.md, report.json, transcript.jsonl and trace.jsonl
+    /// into --out. The bridge protocol the game must speak is docs/bridge.md.
+    ///
+    /// `--player llm` asks an OpenAI-compatible chat model (a hosted API, or a local
+    /// llama.cpp, Ollama or vLLM server) to play the persona's --card. Its API key is read
+    /// from the environment variable --api-key-env names (GAMEPLAN_LLM_KEY unless told),
+    /// never from a flag, and never written anywhere. Exit 2 when the model never named a
+    /// listed action or --max-model-usd stopped it, 5 when the endpoint never answered.
     #[command(name = "play", alias = "__play")]
     PlayCell {
         /// The persona's name in the report.
         #[arg(long, default_value = "tester")]
         persona: String,
-        /// The player: scripted, random or explorer.
+        /// The player: scripted, random, explorer or llm.
         #[arg(long, default_value = "explorer")]
         player: String,
+        #[command(flatten)]
+        llm: Box<LlmPlayerArgs>,
+        /// A web game: the page to open in headless Chromium through chromedriver (an
+        /// http(s):// or file:// URL, or a path), instead of a COMMAND.
+        #[arg(long, value_name = "URL", conflicts_with = "command")]
+        url: Option<String>,
         /// The scripted player's actions, in order (repeatable).
         #[arg(long = "action", value_name = "ACTION")]
         actions: Vec<String>,
@@ -150,7 +163,7 @@ pub enum Command {
         #[arg(long, value_name = "DIR")]
         out: PathBuf,
         /// The game command, after `--`.
-        #[arg(last = true, required = true, value_name = "COMMAND")]
+        #[arg(last = true, required_unless_present = "url", value_name = "COMMAND")]
         command: Vec<String>,
     },
     /// Internal: simulate many seeded games of COMMAND (the benchmark's entry).
@@ -674,4 +687,39 @@ pub fn dispatch(cli: Cli, cx: &Context) -> u8 {
         | Command::PlayCell { .. }
         | Command::Simulate { .. }) => play::dispatch(cx, command),
     }
+}
+
+/// `gameplan play`'s settings of an `llm` player (a plan's `player = { kind
+/// = "llm", … }` and `budget.max_model_usd`, as flags).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct LlmPlayerArgs {
+    /// llm: the persona card the model plays (its text).
+    #[arg(long, value_name = "TEXT", conflicts_with = "card_file")]
+    pub card: Option<String>,
+    /// llm: the persona card, from a file.
+    #[arg(long, value_name = "FILE")]
+    pub card_file: Option<PathBuf>,
+    /// llm: the model, e.g. gpt-4o-mini, or what a local server serves.
+    #[arg(long, value_name = "NAME")]
+    pub model: Option<String>,
+    /// llm: the OpenAI-compatible endpoint [default: https://api.openai.com/v1].
+    #[arg(long, value_name = "URL")]
+    pub base_url: Option<String>,
+    /// llm: the environment variable holding the API key [default: GAMEPLAN_LLM_KEY; unset:
+    /// no key is sent, as a local server wants].
+    #[arg(long, value_name = "NAME")]
+    pub api_key_env: Option<String>,
+    /// llm: USD per million input tokens (with --price-output; overrides the built-in table).
+    #[arg(long, value_name = "USD", requires = "price_output")]
+    pub price_input: Option<f64>,
+    /// llm: USD per million output tokens.
+    #[arg(long, value_name = "USD", requires = "price_input")]
+    pub price_output: Option<f64>,
+    /// llm: stop the cell when its model calls have cost this much (a plan's
+    /// budget.max_model_usd); needs a known price.
+    #[arg(long, value_name = "USD")]
+    pub max_model_usd: Option<f64>,
+    /// llm: a minijinja prompt template instead of the built-in one (a plan's prompt_file).
+    #[arg(long, value_name = "FILE")]
+    pub prompt_file: Option<PathBuf>,
 }

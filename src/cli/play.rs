@@ -257,6 +257,8 @@ pub fn simulate(cx: &Context, args: SimulateArgs) -> u8 {
 pub struct CellArgs {
     pub persona: String,
     pub player: String,
+    pub llm: Box<super::LlmPlayerArgs>,
+    pub url: Option<String>,
     pub actions: Vec<String>,
     pub controller: String,
     pub seed: i64,
@@ -269,18 +271,28 @@ pub struct CellArgs {
     pub command: Vec<String>,
 }
 
+/// The variable `gameplan play --player llm` reads its API key from when
+/// `--api-key-env` names none. gameplan's own, not `OPENAI_API_KEY`: a key
+/// set for one provider must not go to whatever `--base-url` points at.
+pub const DEFAULT_KEY_ENV: &str = "GAMEPLAN_LLM_KEY";
+
+/// The card an `llm` player plays when `--card` gives none.
+const DEFAULT_CARD: &str = "A player trying this game for the first time.";
+
 /// `gameplan play`: one cell, its files in `--out`, a one-line summary
 /// on stdout. Exit 0 when it played (whatever it found), 1 when the game
-/// never got through `hello` and `reset`, 10 when interrupted, 3 when the
-/// game could not be started.
+/// never got through `hello` and `reset` (or the model endpoint refused
+/// the request), 2 when an `llm` player stopped on a bad answer or its
+/// model budget, 5 when its endpoint never answered, 10 when interrupted,
+/// 3 when the game could not be started or the flags do not make a cell.
 pub fn play_cell(cx: &Context, args: &CellArgs) -> u8 {
-    let Some(player) = PlayerSpec::named(&args.player, &args.actions) else {
-        cx.console.err(&format!(
-            "gameplan: unknown player `{}` ({})\n",
-            args.player,
-            PlayerSpec::NAMES
-        ));
-        return exit_code::PLAN_ERROR;
+    let player = match player_of(cx, args) {
+        Ok(player) => player,
+        Err(why) => {
+            cx.console
+                .err(&format!("gameplan: {why}; nothing was played or sent\n"));
+            return exit_code::PLAN_ERROR;
+        }
     };
     let Some(controller) = crate::plan::model::Controller::from_name(&args.controller) else {
         cx.console.err(&format!(
@@ -290,6 +302,12 @@ pub fn play_cell(cx: &Context, args: &CellArgs) -> u8 {
         return exit_code::PLAN_ERROR;
     };
     let mut game = GameSpec::new(args.command.clone(), repo_root(), &cx.env);
+    if let Some(url) = &args.url {
+        game.browser = Some(crate::play::driver::BrowserGame {
+            url: page_from_cwd(url),
+            webdriver_url: None,
+        });
+    }
     game.action_timeout = Duration::from_secs_f64(args.action_timeout.max(0.01));
     game.stuck_after = args.stuck_after;
     let spec = crate::play::CellSpec {
@@ -343,7 +361,16 @@ pub fn play_cell(cx: &Context, args: &CellArgs) -> u8 {
             } else if result.report.state == crate::play::CellState::Interrupted {
                 exit_code::CANCELED
             } else {
-                exit_code::SUCCESS
+                let code = player_exit_code(&result.report);
+                if code != exit_code::SUCCESS
+                    && let Some(detail) = &result.report.quit_detail
+                {
+                    cx.console.err(&format!(
+                        "gameplan: the player stopped: {detail}; the cell's files hold what \
+                         it played\n"
+                    ));
+                }
+                code
             }
         }
         Err(e) => {
@@ -351,6 +378,175 @@ pub fn play_cell(cx: &Context, args: &CellArgs) -> u8 {
             exit_code::PLAN_ERROR
         }
     }
+}
+
+/// How the cell's player ended, as an exit code (what a `play` step's
+/// outcome would be): a model endpoint that never answered is 5, one that
+/// refused the request 1, a model that never named a listed action or
+/// spent its budget leaves partial results (2); every other end played.
+fn player_exit_code(report: &crate::play::CellReport) -> u8 {
+    use crate::play::QuitReason;
+    match report.quit_reason {
+        QuitReason::ModelUnreachable => exit_code::MODEL_UNREACHABLE,
+        QuitReason::ModelRefused => exit_code::FAILED,
+        QuitReason::BadAnswer => exit_code::INCOMPLETE,
+        QuitReason::Budget if report.model.as_ref().is_some_and(|m| m.stopped_by_budget) => {
+            exit_code::INCOMPLETE
+        }
+        _ => exit_code::SUCCESS,
+    }
+}
+
+/// A page path as the user typed it, relative to where they stand; a URL
+/// as is.
+fn page_from_cwd(url: &str) -> String {
+    if url.contains("://") || url.starts_with("about:") || url.starts_with("data:") {
+        return url.to_owned();
+    }
+    std::env::current_dir().map_or_else(
+        |_| url.to_owned(),
+        |cwd| cwd.join(url).display().to_string(),
+    )
+}
+
+/// The player the flags describe; what is wrong with them otherwise.
+fn player_of(cx: &Context, args: &CellArgs) -> Result<PlayerSpec, String> {
+    if args.player == "llm" {
+        llm_player_of(cx, &args.llm)
+    } else {
+        plain_player_of(args)
+    }
+}
+
+/// A scripted, random or explorer player; `llm` flags given to one are a
+/// mistake worth saying.
+fn plain_player_of(args: &CellArgs) -> Result<PlayerSpec, String> {
+    let llm = &args.llm;
+    let only_llm: Vec<&str> = [
+        ("--card", llm.card.is_some()),
+        ("--card-file", llm.card_file.is_some()),
+        ("--model", llm.model.is_some()),
+        ("--base-url", llm.base_url.is_some()),
+        ("--api-key-env", llm.api_key_env.is_some()),
+        ("--price-input", llm.price_input.is_some()),
+        ("--price-output", llm.price_output.is_some()),
+        ("--max-model-usd", llm.max_model_usd.is_some()),
+        ("--prompt-file", llm.prompt_file.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(flag, given)| given.then_some(flag))
+    .collect();
+    if !only_llm.is_empty() {
+        return Err(format!(
+            "{} only apply to `--player llm` (the player is `{}`)",
+            only_llm.join(", "),
+            args.player
+        ));
+    }
+    PlayerSpec::named(&args.player, &args.actions).ok_or_else(|| {
+        format!(
+            "unknown player `{}` ({}, llm)",
+            args.player,
+            PlayerSpec::NAMES
+        )
+    })
+}
+
+/// An `llm` player: its card, prompt, endpoint, key, price and budget.
+fn llm_player_of(cx: &Context, llm: &super::LlmPlayerArgs) -> Result<PlayerSpec, String> {
+    let model = llm
+        .model
+        .clone()
+        .ok_or("`--player llm` needs --model NAME (the model its endpoint serves)")?;
+    let card = match (&llm.card, &llm.card_file) {
+        (Some(text), _) => text.clone(),
+        (None, Some(path)) => read_prompt_file(path, "--card-file")?,
+        (None, None) => DEFAULT_CARD.to_owned(),
+    };
+    let prompt = llm
+        .prompt_file
+        .as_deref()
+        .map(|path| read_prompt_file(path, "--prompt-file"))
+        .transpose()?;
+    if let Some(template) = &prompt {
+        crate::template::check_prompt(template)
+            .map_err(|e| format!("--prompt-file is no usable prompt: {}", e.message))?;
+    }
+    let mut client = crate::llm::ClientConfig::new(model);
+    if let Some(url) = &llm.base_url {
+        client.base_url.clone_from(url);
+    }
+    let key_env = llm.api_key_env.as_deref().unwrap_or(DEFAULT_KEY_ENV);
+    match cx.env.get(key_env).filter(|key| !key.is_empty()) {
+        Some(key) => client.api_key = Some(key.clone()),
+        None if llm.api_key_env.is_some() => {
+            return Err(format!(
+                "--api-key-env names `{key_env}`, which is not set: export the API key in it"
+            ));
+        }
+        None => {}
+    }
+    let usd = |flag: &str, value: f64| {
+        if value.is_finite() && value >= 0.0 {
+            Ok(value)
+        } else {
+            Err(format!("{flag} is {value}: a price in USD is 0 or more"))
+        }
+    };
+    if let (Some(input), Some(output)) = (llm.price_input, llm.price_output) {
+        client.price = Some(crate::llm::Price {
+            input_per_mtok: usd("--price-input", input)?,
+            output_per_mtok: usd("--price-output", output)?,
+        });
+    }
+    if let Some(max) = llm.max_model_usd {
+        if !(max.is_finite() && max > 0.0) {
+            return Err(format!(
+                "--max-model-usd is {max}: a budget in USD is more than 0"
+            ));
+        }
+        if client.effective_price().is_none() {
+            return Err(format!(
+                "the model `{}` has no known price, so --max-model-usd cannot be kept: give \
+                 --price-input and --price-output (USD per million tokens; built-in prices: {})",
+                client.model,
+                crate::llm::Price::builtin_names().join(", ")
+            ));
+        }
+        client.max_usd = Some(max);
+    }
+    let redactor = crate::template::Redactor::default();
+    if let Some(key) = &client.api_key {
+        redactor.register(key);
+    }
+    Ok(PlayerSpec::Llm(Box::new(
+        crate::play::llm_player::LlmSpec {
+            client,
+            card,
+            prompt,
+            redactor,
+            slots: None,
+        },
+    )))
+}
+
+/// A card or prompt file, up to [`crate::template::MAX_PROMPT_FILE_BYTES`].
+fn read_prompt_file(path: &Path, flag: &str) -> Result<String, String> {
+    use std::io::Read;
+    let file = std::fs::File::open(path)
+        .map_err(|e| format!("cannot read {flag} `{}`: {e}", path.display()))?;
+    let mut text = String::new();
+    file.take(crate::template::MAX_PROMPT_FILE_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| format!("cannot read {flag} `{}`: {e}", path.display()))?;
+    if text.len() as u64 > crate::template::MAX_PROMPT_FILE_BYTES {
+        return Err(format!(
+            "{flag} `{}` is larger than {} KiB; a card or prompt never needs to be",
+            path.display(),
+            crate::template::MAX_PROMPT_FILE_BYTES / 1024
+        ));
+    }
+    Ok(text)
 }
 
 /// The play subsystem's commands.
@@ -383,6 +579,8 @@ pub fn dispatch(cx: &Context, command: Command) -> u8 {
         Command::PlayCell {
             persona,
             player,
+            llm,
+            url,
             actions,
             controller,
             seed,
@@ -398,6 +596,8 @@ pub fn dispatch(cx: &Context, command: Command) -> u8 {
             &CellArgs {
                 persona,
                 player,
+                llm,
+                url,
                 actions,
                 controller,
                 seed,

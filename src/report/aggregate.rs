@@ -132,7 +132,12 @@ pub struct Felt {
     pub step: String,
     pub controller: String,
     pub seed: i64,
+    /// What the play was like, from its metrics.
     pub text: String,
+    /// The persona's own paragraph (an `llm` player writes one), as its
+    /// cell's `report.md` quotes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub voice: Option<String>,
 }
 
 /// Per controller: how many cells it played and what they found, and which
@@ -332,6 +337,13 @@ fn persona_sections(cells: &[CellInput], personas: &[PersonaCard]) -> Vec<Person
                         || "No report: the cell did not run.".to_owned(),
                         |r| super::play_cell::felt(r).trim_end().to_owned(),
                     ),
+                    voice: c
+                        .report
+                        .as_ref()
+                        .and_then(|r| r.felt.as_deref())
+                        .map(str::trim)
+                        .filter(|v| !v.is_empty())
+                        .map(str::to_owned),
                 })
                 .collect();
             (!felt.is_empty()).then(|| PersonaSection {
@@ -480,6 +492,15 @@ fn felt_section(md: &mut String, agg: &Aggregate) {
                 "- With {} (seed {}): {}",
                 felt.controller, felt.seed, felt.text
             );
+            // The persona's words, quoted under its cell's line (a list
+            // item's block quote: indented, so it stays in the item).
+            if let Some(voice) = &felt.voice {
+                md.push('\n');
+                for line in voice.lines() {
+                    let _ = writeln!(md, "  > {line}");
+                }
+                md.push('\n');
+            }
         }
         md.push('\n');
     }

@@ -83,6 +83,19 @@ fn assert_no_browser_left(pid: i32) {
     assert!(gone, "browser processes outlived gameplan {pid}: {left:#?}");
 }
 
+/// Whether a cell of the last run has written `rel` (its cell directory's
+/// `screenshots/step-0003.png`, say): how a test waits for play to be under way.
+fn a_cell_wrote(t: &Test, rel: &str) -> bool {
+    t.run_ids().pop().is_some_and(|run| {
+        let steps = t.path(&format!(".gameplan/runs/{run}/steps"));
+        std::fs::read_dir(steps)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|cell| cell.path().join(rel).exists())
+    })
+}
+
 /// The one cell directory of the last run.
 fn cell_dir(t: &Test) -> PathBuf {
     let runs = t.path(".gameplan/runs");
@@ -192,16 +205,7 @@ fn issue18_ctrl_c_mid_cell_stops_the_browser_and_leaves_no_process() {
     wait_until(
         "the cell's third screenshot",
         Duration::from_secs(60),
-        || {
-            t.run_ids().pop().is_some_and(|run| {
-                let steps = t.path(&format!(".gameplan/runs/{run}/steps"));
-                std::fs::read_dir(steps)
-                    .into_iter()
-                    .flatten()
-                    .flatten()
-                    .any(|cell| cell.path().join("screenshots/step-0003.png").exists())
-            })
-        },
+        || a_cell_wrote(&t, "screenshots/step-0003.png"),
     );
     assert!(
         !browser_processes_of(pid).is_empty(),
@@ -330,14 +334,7 @@ fn issue18_a_second_ctrl_c_kills_a_frozen_browser_at_once() {
     let gameplan = t.spawn(&["plan", "run", "plan.toml"]);
     let pid = gameplan.pid();
     wait_until("the opening's screenshots", Duration::from_secs(60), || {
-        t.run_ids().pop().is_some_and(|run| {
-            let steps = t.path(&format!(".gameplan/runs/{run}/steps"));
-            std::fs::read_dir(steps)
-                .into_iter()
-                .flatten()
-                .flatten()
-                .any(|cell| cell.path().join("screenshots/reset-2.png").exists())
-        })
+        a_cell_wrote(&t, "screenshots/reset-2.png")
     });
     // The click is sent right after; let it reach the page.
     std::thread::sleep(Duration::from_millis(800));
@@ -367,4 +364,293 @@ fn issue18_a_second_ctrl_c_kills_a_frozen_browser_at_once() {
         .map(|e| e.path())
         .collect();
     assert!(profiles.is_empty(), "profiles left behind: {profiles:?}");
+}
+
+/// A one-persona plan playing `page.html` with a scripted player, plus
+/// `game_extra` lines in `[game]` and `more` at the end.
+fn scripted_page_plan(actions: &str, game_extra: &str, more: &str) -> String {
+    format!(
+        "version = 1\nname = \"page\"\n\n[game]\nid = \"page\"\ndriver = \"webdriver\"\n\
+         url = \"page.html\"\n{game_extra}\n\n[[personas]]\nslug = \"clicker\"\ncard = \"Clicks.\"\n\
+         player = {{ kind = \"scripted\", actions = {actions} }}\n\n[[steps]]\nid = \"play\"\n\
+         kind = \"play\"\nmatrix = {{ persona = \"*\" }}\n{more}"
+    )
+}
+
+const CLICK_PAGE: &str = "<title>Clicks</title><h1 id=\"h\">Ready</h1>\
+    <button onclick=\"document.getElementById('h').textContent = 'Clicked'\">Go</button>";
+
+/// Live processes whose command line holds every one of `needles`.
+fn running_with(needles: &[&str]) -> Vec<i32> {
+    crate::support::processes()
+        .into_iter()
+        .filter(|p| !p.zombie)
+        .filter(|p| {
+            let cmdline = std::fs::read(format!("/proc/{}/cmdline", p.pid)).unwrap_or_default();
+            needles.iter().all(|needle| {
+                cmdline
+                    .windows(needle.len())
+                    .any(|w| w == needle.as_bytes())
+            })
+        })
+        .map(|p| p.pid)
+        .collect()
+}
+
+#[test]
+fn issue18_a_crashed_tab_is_a_crash_finding_and_nothing_is_left() {
+    let waits = format!("[{}]", vec!["\"wait\""; 40].join(", "));
+    let t = Test::new()
+        .file("page.html", CLICK_PAGE)
+        .file("plan.toml", scripted_page_plan(&waits, "", ""));
+    let gameplan = t.spawn(&["plan", "run", "plan.toml"]);
+    let pid = gameplan.pid();
+    wait_until("the cell's second step", Duration::from_secs(60), || {
+        a_cell_wrote(&t, "screenshots/step-0002.png")
+    });
+    // What `chrome://kill` does to a tab, or an out-of-memory page to
+    // itself: the page's renderer dies under it.
+    let profile = format!("gameplan-chromium-{pid}-");
+    let renderers = running_with(&["--type=renderer", &profile]);
+    assert!(!renderers.is_empty(), "the page has a renderer");
+    for renderer in renderers {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(renderer), Signal::SIGKILL);
+    }
+    let out = gameplan.wait();
+    assert_no_browser_left(pid);
+    let report = std::fs::read_to_string(cell_dir(&t).join("report.json")).expect("report");
+    let report: serde_json::Value = serde_json::from_str(&report).expect("json");
+    assert_eq!(report["quit_reason"], "crash", "{report:#}\n{out}");
+    let crash = report["findings"]
+        .as_array()
+        .and_then(|f| f.iter().find(|f| f["category"] == "crash"))
+        .unwrap_or_else(|| panic!("no crash finding: {report:#}\n{out}"));
+    let text = crash.to_string();
+    assert!(
+        text.contains("renderer died") && text.contains("wait"),
+        "the finding says the tab crashed, and on which action: {crash:#}"
+    );
+    let taken = report["actions_taken"].as_u64().unwrap_or_default();
+    assert!(
+        (2..40).contains(&taken),
+        "the cell stopped at the crash, not at the end of its script: {taken} actions"
+    );
+}
+
+/// A chromedriver the test starts itself on a free loopback port, logging
+/// every command to a file; killed when dropped.
+struct OwnChromedriver {
+    child: std::process::Child,
+    port: u16,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl OwnChromedriver {
+    fn start() -> OwnChromedriver {
+        let dir = tempfile::tempdir().expect("dir");
+        let log = dir.path().join("chromedriver.log");
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let child = std::process::Command::new("chromedriver")
+            .arg(format!("--port={port}"))
+            .arg(format!("--log-path={}", log.display()))
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("chromedriver on PATH (apt-get install chromium-driver)");
+        let own = OwnChromedriver {
+            child,
+            port,
+            log,
+            _dir: dir,
+        };
+        wait_until("chromedriver listens", Duration::from_secs(20), || {
+            own.answers()
+        });
+        own
+    }
+
+    fn answers(&self) -> bool {
+        std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok()
+    }
+
+    /// Its live child processes (the Chromium it started for a session).
+    fn browsers(&self) -> Vec<i32> {
+        let me = i32::try_from(self.child.id()).expect("pid");
+        crate::support::processes()
+            .into_iter()
+            .filter(|p| p.ppid == me && !p.zombie)
+            .map(|p| p.pid)
+            .collect()
+    }
+}
+
+impl Drop for OwnChromedriver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn issue18_the_plans_own_webdriver_url_is_played_through_and_left_running() {
+    let mut own = OwnChromedriver::start();
+    let nothing = tempfile::tempdir().expect("dir");
+    let t = Test::new()
+        .file("page.html", CLICK_PAGE)
+        .file(
+            "plan.toml",
+            scripted_page_plan(
+                r#"["click:Go"]"#,
+                &format!("webdriver_url = \"http://127.0.0.1:{}\"", own.port),
+                "",
+            ),
+        )
+        // No chromedriver and no Chromium on gameplan's PATH: had it tried
+        // to start its own, the run would end at exit 3 naming the package.
+        .env("PATH", &nothing.path().display().to_string());
+    let gameplan = t.spawn(&["plan", "run", "plan.toml"]);
+    let pid = gameplan.pid();
+    let out = gameplan.wait();
+    out.code(0);
+    assert_no_browser_left(pid);
+
+    let cell = cell_dir(&t);
+    let transcript = std::fs::read_to_string(cell.join("transcript.jsonl")).expect("transcript");
+    assert!(
+        transcript.contains("Clicked"),
+        "the click reached the page through the plan's server:\n{transcript}"
+    );
+    assert!(
+        cell.join("screenshots/step-0001.png").exists(),
+        "screenshots come through any WebDriver server"
+    );
+    let log = std::fs::read_to_string(&own.log).expect("chromedriver log");
+    for command in ["InitSession", "ClickElement", "Quit"] {
+        assert!(
+            log.contains(command),
+            "the plan's chromedriver saw no {command}"
+        );
+    }
+    assert!(
+        own.child.try_wait().expect("status").is_none() && own.answers(),
+        "gameplan left the plan's chromedriver running"
+    );
+    let mut left = Vec::new();
+    let closed = (0..100).any(|_| {
+        left = own.browsers();
+        std::thread::sleep(Duration::from_millis(20));
+        left.is_empty()
+    });
+    assert!(
+        closed,
+        "the session's browser was closed: {left:?} still run"
+    );
+}
+
+/// The most browsers gameplan ran at once while it ran (sampled every
+/// 10 ms), and how many it ran in all. A browser is a cell's marker
+/// (`GAMEPLAN_GAME_CELL=<gameplan pid>-…`) on a live chromedriver: counted
+/// by marker, not by process, because chromedriver's fork that becomes
+/// Chromium carries it too for a moment.
+fn browsers_at_once(gameplan: crate::support::Spawned) -> (usize, usize, crate::support::Output) {
+    let mark = format!("GAMEPLAN_GAME_CELL={}-", gameplan.pid());
+    let mut gameplan = gameplan;
+    let mut most = 0;
+    let mut all = std::collections::BTreeSet::new();
+    while gameplan.is_running() {
+        let now: std::collections::BTreeSet<Vec<u8>> = crate::support::processes()
+            .into_iter()
+            .filter(|p| !p.zombie)
+            .filter_map(|p| {
+                let cmdline = std::fs::read(format!("/proc/{}/cmdline", p.pid)).ok()?;
+                let program = cmdline.split(|&b| b == 0).next()?;
+                if !program.ends_with(b"/chromedriver") {
+                    return None;
+                }
+                let environ = std::fs::read(format!("/proc/{}/environ", p.pid)).ok()?;
+                environ
+                    .split(|&b| b == 0)
+                    .find(|entry| entry.starts_with(mark.as_bytes()))
+                    .map(<[u8]>::to_vec)
+            })
+            .collect();
+        most = most.max(now.len());
+        all.extend(now);
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    (most, all.len(), gameplan.wait())
+}
+
+#[test]
+fn issue18_the_browser_pool_bounds_how_many_browsers_run_at_once() {
+    let personas = ["a", "b", "c"].map(|slug| {
+        format!(
+            "[[personas]]\nslug = \"{slug}\"\ncard = \"Waits.\"\n\
+             player = {{ kind = \"scripted\", actions = [\"wait\", \"wait\"] }}\n"
+        )
+    });
+    let personas = personas.join("\n");
+    let plan = |browsers: u32| {
+        format!(
+            "version = 1\nname = \"pool\"\n\n[game]\nid = \"page\"\ndriver = \"webdriver\"\n\
+             url = \"page.html\"\n\n[pools]\nbrowser = {browsers}\nplay = 3\n{personas}\n\
+             [[steps]]\nid = \"play\"\nkind = \"play\"\nmatrix = {{ persona = \"*\" }}\n"
+        )
+    };
+    let t = Test::new()
+        .file("page.html", CLICK_PAGE)
+        .file("one.toml", plan(1))
+        .file("three.toml", plan(3));
+    let (most, all, out) = browsers_at_once(t.spawn(&["plan", "run", "one.toml", "--no-reuse"]));
+    out.code(0);
+    assert_eq!(all, 3, "each of the 3 cells ran its browser\n{out}");
+    assert_eq!(most, 1, "`browser = 1` ran {most} browsers at once");
+    // The count sees overlap where the pool allows it.
+    let (most, all, out) = browsers_at_once(t.spawn(&[
+        "plan",
+        "run",
+        "three.toml",
+        "--no-reuse",
+        "--concurrency",
+        "3",
+    ]));
+    out.code(0);
+    assert_eq!(all, 3, "{out}");
+    assert!(
+        most >= 2,
+        "`browser = 3` ran at most {most} browser at once"
+    );
+}
+
+#[test]
+fn issue18_play_cli_plays_a_web_page_given_by_url() {
+    let t = Test::new().file("web/page.html", CLICK_PAGE);
+    let gameplan = t.spawn(&[
+        "play",
+        "--player",
+        "scripted",
+        "--action",
+        "click:Go",
+        "--url",
+        "web/page.html",
+        "--out",
+        "cell",
+    ]);
+    let pid = gameplan.pid();
+    let out = gameplan.wait();
+    out.code(0).stdout_has("script_end after 1 actions");
+    assert_no_browser_left(pid);
+    assert!(
+        t.read("cell/transcript.jsonl").contains("Clicked"),
+        "the click reached the page"
+    );
+    let png = std::fs::read(t.path("cell/screenshots/step-0001.png")).expect("a screenshot");
+    assert!(png.starts_with(b"\x89PNG"), "a PNG");
+    let trace = t.read("cell/trace.jsonl");
+    assert!(trace.contains("\"driver\":\"webdriver\""), "{trace}");
 }

@@ -808,3 +808,256 @@ fn issue18_llm_plays_the_example_web_game_in_chromium_and_finds_its_console_erro
     );
     assert!(files_holding(&t.path(".gameplan"), CANARY).is_empty());
 }
+
+#[test]
+fn issue18_llm_the_aggregate_quotes_each_llm_personas_how_it_felt_in_its_own_voice() {
+    let server = ModelServer::start(Box::new(|_, seen| {
+        if seen.kind == PromptKind::Felt {
+            let voice = if seen.prompt.contains("grumpy veteran") {
+                "Too many corridors.\nThe signs were the only kind thing here."
+            } else {
+                "I clicked north a lot and it was FUN!"
+            };
+            return Reply::Text(voice.into(), 100, 20);
+        }
+        Reply::Text(listed(&seen.prompt)[0].clone(), 100, 2)
+    }));
+    let llm = |slug: &str, card: &str| {
+        format!(
+            "[[personas]]\nslug = \"{slug}\"\ncard = \"{card}\"\npatience = 3\n\
+             player = {{ kind = \"llm\", model = \"house-model\", base_url = \"{}\", \
+             api_key = \"{{{{ secret('MODEL_KEY') }}}}\", price = {{ input_per_mtok = 1.0, \
+             output_per_mtok = 4.0 }} }}\n",
+            server.url
+        )
+    };
+    let plan = format!(
+        "version = 1\nname = \"voices\"\n\n[game]\nid = \"maze\"\ncommand = [\"builtin:maze\"]\n\n\
+         {}\n{}\n[[personas]]\nslug = \"walker\"\ncard = \"Walks.\"\npatience = 3\n\
+         player = {{ kind = \"explorer\" }}\n\n\
+         [[steps]]\nid = \"play\"\nkind = \"play\"\nmatrix = {{ persona = \"*\" }}\n\n\
+         [[steps]]\nid = \"aggregate\"\nkind = \"aggregate\"\nneeds = [\"play\"]\n",
+        llm("veteran", "A grumpy veteran who reads every sign."),
+        llm("kid", "Nine years old, clicks everything."),
+    );
+    let t = repo(&plan);
+    let out = t.run(&["plan", "run", "plan.toml", "--json"]);
+    out.code(0);
+    let run = t.run_ids().pop().expect("a run");
+    let dir = t.path(&format!(".gameplan/runs/{run}/steps/aggregate"));
+    let md = std::fs::read_to_string(dir.join("aggregate.md")).expect("aggregate.md");
+    let felt = md
+        .split("## How it felt")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .unwrap_or_else(|| panic!("no How it felt section:\n{md}"));
+    let section = |persona: &str| {
+        felt.split(&format!("### {persona}\n"))
+            .nth(1)
+            .and_then(|rest| rest.split("\n### ").next())
+            .unwrap_or_else(|| panic!("no section for {persona}:\n{felt}"))
+            .to_owned()
+    };
+    let veteran = section("veteran");
+    assert!(
+        veteran.contains("  > Too many corridors.\n  > The signs were the only kind thing here."),
+        "the veteran's paragraph, every line quoted, under its cell:\n{veteran}"
+    );
+    assert!(!veteran.contains("FUN"), "{veteran}");
+    assert!(
+        section("kid").contains("  > I clicked north a lot and it was FUN!"),
+        "{felt}"
+    );
+    let walker = section("walker");
+    assert!(
+        walker.contains("- With standard") && !walker.contains("  > "),
+        "an explorer has no voice to quote, only its line:\n{walker}"
+    );
+    let json = std::fs::read_to_string(dir.join("aggregate.json")).expect("aggregate.json");
+    assert!(
+        json.contains("I clicked north a lot and it was FUN!"),
+        "aggregate.json carries the voice too"
+    );
+}
+
+/// `gameplan play --player llm` against `server`, the maze as the game,
+/// with `more` flags.
+fn play_llm(t: &Test, url: &str, more: &[&str]) -> crate::support::Output {
+    let mut args = vec![
+        "play",
+        "--player",
+        "llm",
+        "--model",
+        "house-model",
+        "--base-url",
+        url,
+        "--out",
+        "cell",
+    ];
+    args.extend(more);
+    args.extend(["--", "builtin:maze"]);
+    t.run(&args)
+}
+
+#[test]
+fn issue18_play_cli_llm_plays_one_cell_with_the_key_from_the_environment_and_writes_it_nowhere() {
+    let server = ModelServer::start(Box::new(|_, seen| {
+        if seen.kind == PromptKind::Felt {
+            return Reply::Text(format!("Dark halls. (debug: {CANARY})"), 200, 20);
+        }
+        Reply::Text(format!("I go {}", listed(&seen.prompt)[0]), 100, 3)
+    }));
+    let t = Test::new().env("GAMEPLAN_LLM_KEY", CANARY);
+    let out = play_llm(
+        &t,
+        &server.url,
+        &[
+            "--card",
+            "A grumpy veteran who reads every sign.",
+            "--patience",
+            "4",
+            "--price-input",
+            "1",
+            "--price-output",
+            "4",
+            "--max-model-usd",
+            "1",
+        ],
+    );
+    out.code(0).stdout_has("patience after 4 actions");
+    let seen = server.seen();
+    assert_eq!(seen.len(), 5, "4 moves and How it felt: {seen:?}");
+    assert!(
+        seen.iter()
+            .all(|s| s.authorization == format!("Bearer {CANARY}")),
+        "the key from GAMEPLAN_LLM_KEY went to the endpoint"
+    );
+    assert!(seen[0].prompt.contains("A grumpy veteran"), "the card");
+    let report: serde_json::Value =
+        serde_json::from_str(&t.read("cell/report.json")).expect("report.json");
+    assert_eq!(report["player"], "llm", "{report:#}");
+    assert_eq!(report["model"]["calls"], 5, "{report:#}");
+    let cost = report["model"]["cost_usd"]
+        .as_f64()
+        .expect("priced by the flags");
+    let expected = (4.0 * 100.0 + 200.0) / 1e6 + (4.0 * 3.0 + 20.0) * 4.0 / 1e6;
+    assert!((cost - expected).abs() < 1e-9, "{cost} vs {expected}");
+    assert!(
+        t.read("cell/report.md")
+            .contains("> Dark halls. (debug: [redacted])"),
+        "{}",
+        t.read("cell/report.md")
+    );
+    let leaked = files_holding(&t.path("cell"), CANARY);
+    assert!(leaked.is_empty(), "the key leaked into {leaked:?}");
+    assert!(
+        !out.stdout.contains(CANARY) && !out.stderr.contains(CANARY),
+        "{out}"
+    );
+}
+
+#[test]
+fn issue18_play_cli_llm_reads_the_key_from_the_variable_it_is_told_and_refuses_an_unset_one() {
+    let server = ModelServer::start(Box::new(|_, seen| {
+        Reply::Text(
+            listed(&seen.prompt).first().cloned().unwrap_or_default(),
+            10,
+            1,
+        )
+    }));
+    let t = Test::new()
+        .env("STUDIO_MODEL_KEY", "sk-studio-42")
+        .env("GAMEPLAN_LLM_KEY", CANARY);
+    play_llm(
+        &t,
+        &server.url,
+        &["--api-key-env", "STUDIO_MODEL_KEY", "--patience", "1"],
+    )
+    .code(0);
+    assert!(
+        server
+            .seen()
+            .iter()
+            .all(|s| s.authorization == "Bearer sk-studio-42"),
+        "{:?}",
+        server.seen()
+    );
+    let asked = server.seen().len();
+    let out = play_llm(&t, &server.url, &["--api-key-env", "NOT_SET_ANYWHERE"]);
+    out.code(3)
+        .stderr_has("NOT_SET_ANYWHERE")
+        .stderr_has("nothing was played or sent");
+    assert_eq!(server.seen().len(), asked, "no request without the key");
+}
+
+#[test]
+fn issue18_play_cli_llm_flags_that_make_no_cell_are_exit_3_before_anything_is_sent() {
+    let server = ModelServer::start(Box::new(|_, _| Reply::Text("north".into(), 1, 1)));
+    let t = Test::new();
+    let no_model = t.run(&[
+        "play",
+        "--player",
+        "llm",
+        "--out",
+        "c",
+        "--",
+        "builtin:maze",
+    ]);
+    no_model.code(3).stderr_has("needs --model");
+    let wrong_player = t.run(&[
+        "play",
+        "--player",
+        "explorer",
+        "--model",
+        "m",
+        "--out",
+        "c",
+        "--",
+        "builtin:maze",
+    ]);
+    wrong_player
+        .code(3)
+        .stderr_has("--model only apply to `--player llm`");
+    let unpriced = play_llm(&t, &server.url, &["--max-model-usd", "0.5"]);
+    unpriced
+        .code(3)
+        .stderr_has("`house-model` has no known price")
+        .stderr_has("--price-input");
+    let half_price = play_llm(&t, &server.url, &["--price-input", "1"]);
+    half_price.code(3).stderr_has("--price-output");
+    assert!(server.seen().is_empty(), "nothing was sent");
+}
+
+#[test]
+fn issue18_play_cli_llm_exit_codes_say_how_the_model_ended_the_cell() {
+    // A model that never names a listed action: partial results, exit 2.
+    let tango = ModelServer::start(Box::new(|_, _| Reply::Text("The tango!".into(), 10, 1)));
+    let t = Test::new();
+    play_llm(&t, &tango.url, &[])
+        .code(2)
+        .stderr_has("the player stopped");
+    assert_eq!(tango.seen().len(), 2, "one question, one retry");
+    // Past --max-model-usd: stopped on budget, exit 2.
+    let dear = ModelServer::start(Box::new(|_, seen| {
+        Reply::Text(listed(&seen.prompt)[0].clone(), 20_000, 1)
+    }));
+    play_llm(
+        &t,
+        &dear.url,
+        &[
+            "--price-input",
+            "1",
+            "--price-output",
+            "1",
+            "--max-model-usd",
+            "0.05",
+        ],
+    )
+    .code(2)
+    .stdout_has("budget after 3 actions");
+    // Nobody listens there: the endpoint never answered, exit 5.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}/v1", closed.local_addr().expect("addr"));
+    drop(closed);
+    play_llm(&t, &url, &[]).code(5);
+}

@@ -68,7 +68,8 @@ pub fn find_programs(env: &BTreeMap<String, String>) -> Result<(PathBuf, PathBuf
 
 /// A running chromedriver.
 pub struct ChromeDriver {
-    child: Child,
+    /// `None` once [`ChromeDriver::stop`] handed it to its reaper.
+    child: Option<Child>,
     pid: Pid,
     port: u16,
     marker: String,
@@ -120,7 +121,7 @@ impl ChromeDriver {
             tokio::spawn(keep_tail(pipe, Arc::clone(&output)));
         }
         let mut driver = ChromeDriver {
-            child,
+            child: Some(child),
             pid: Pid::from_raw(pid),
             port,
             marker: marker.to_owned(),
@@ -151,7 +152,7 @@ impl ChromeDriver {
             {
                 return Ok(());
             }
-            if let Ok(Some(status)) = self.child.try_wait() {
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
                 self.finished = true;
                 return Err(SpawnError::Browser(format!(
                     "chromedriver {status} before it listened: {}",
@@ -170,13 +171,36 @@ impl ChromeDriver {
         }
     }
 
-    /// Kills chromedriver's group, reaps it, then kills whatever is left of
-    /// the browser (Chromium's processes, in whatever group they are).
-    pub async fn stop(mut self) {
+    /// Kills chromedriver's group (Chromium's processes are in it); the
+    /// cell goes on at once. The rest happens beside what the cell does
+    /// next: chromedriver is reaped by a task of its own (the kernel takes
+    /// a dozen processes down meanwhile), and a blocking thread walks
+    /// `/proc` for a process of the browser that left the group (it is
+    /// killed), then removes `profile` (hundreds of files). A tokio runtime
+    /// waits for its blocking threads when it is dropped, so both are done
+    /// before gameplan exits; a second Ctrl-C's walk
+    /// (`kill_browsers_of_this_process`) covers an exit that does not wait.
+    #[expect(
+        clippy::unused_async,
+        reason = "its callers await a stop; what it waits for runs on beside them"
+    )]
+    pub async fn stop(mut self, profile: Option<PathBuf>) {
         let _ = killpg(self.pid, Signal::SIGKILL);
-        let _ = self.child.wait().await;
         self.finished = true;
-        kill_browser(&self.marker);
+        let marker = self.marker.clone();
+        drop(tokio::task::spawn_blocking(move || {
+            kill_browser(&marker);
+            if let Some(profile) = profile {
+                let _ = std::fs::remove_dir_all(profile);
+            }
+        }));
+        // A reap cut short by the runtime's end leaves the child to
+        // tokio's orphan reaping: it is dead either way.
+        if let Some(mut child) = self.child.take() {
+            drop(tokio::spawn(async move {
+                let _ = child.wait().await;
+            }));
+        }
     }
 }
 

@@ -11,9 +11,10 @@
 //!
 //! # The page as a game
 //!
-//! - `hello` checks the browser answers; `reset` (re)loads `game.url` with
-//!   the page's storage cleared; the page gets no seed, so a page that uses
-//!   randomness replays only if it seeds itself.
+//! - `hello` answers from the session just opened (the browser answered
+//!   it); `reset` (re)loads `game.url` with the page's storage cleared; the
+//!   page gets no seed, so a page that uses randomness replays only if it
+//!   seeds itself.
 //! - The observation: `text` = the page's visible text (cut at
 //!   [`MAX_TEXT`] characters; its first line names the place where a
 //!   player got stuck, so a page's heading makes a good first line); `actions` = `click:LABEL` per
@@ -36,8 +37,25 @@
 //!   and keeps uncaught errors, rejections, failed loads and
 //!   `console.error` calls; each observation takes them ([`MAX_ERRORS`] at
 //!   most) into [`Seen::console`].
+//! - Screenshots: one per observation (`step-NNNN.png`, `reset-N.png`;
+//!   not the session's first load, which a cell only compares with its
+//!   second), taken through DevTools on chromedriver. The capture runs
+//!   while gameplan goes on (a model choosing, the transcript written);
+//!   the next command waits for it, so it shows the page the observation
+//!   read.
 //! - Failures: no answer within `action_timeout` is a `hang`; a crashed
 //!   tab, a browser or driver that went away is a `crash`.
+//!
+//! # Round trips
+//!
+//! A browser cell's cost over chromedriver's own (session start, one
+//! click) is mostly round trips, so each command does one: an observation
+//! is one script (title, text, clickable elements and their references);
+//! a click goes to the element the observation listed (asked for again
+//! only when stale); navigation is WebDriver's own command, not
+//! fantoccini's `goto` (which asks for the current URL first); the
+//! browser is killed, not asked to quit (its profile is thrown away).
+//! `bench/browser.sh` measures the rest.
 
 mod chromedriver;
 
@@ -46,7 +64,7 @@ use std::time::Duration;
 
 use fantoccini::actions::{InputSource, KeyAction, KeyActions};
 use fantoccini::elements::Element;
-use fantoccini::error::CmdError;
+use fantoccini::error::{CmdError, ErrorStatus};
 use fantoccini::wd::{Capabilities, WebDriverCompatibleCommand};
 use fantoccini::{Client, ClientBuilder};
 use serde::Deserialize;
@@ -93,6 +111,14 @@ pub struct BrowserSession {
     timeout: Duration,
     screenshots: Option<PathBuf>,
     browser_version: String,
+    /// The clickable elements of the last observation, by label: a click
+    /// goes to the element the player saw, without asking the page again.
+    clickable: Vec<(String, String)>,
+    /// The screenshot of the last observation, still being taken: the
+    /// next command waits for it (the page must not change first), so it
+    /// overlaps whatever gameplan does between two commands (a model
+    /// choosing the next action, writing the transcript).
+    pending_shot: Option<tokio::task::JoinHandle<Result<(), Failure>>>,
     acts: u64,
     resets: u64,
 }
@@ -156,10 +182,7 @@ impl BrowserSession {
                 };
                 let tail = driver.as_ref().map(chromedriver::ChromeDriver::output_tail);
                 if let Some(driver) = driver {
-                    driver.stop().await;
-                }
-                if let Some(profile) = &profile {
-                    let _ = std::fs::remove_dir_all(profile);
+                    driver.stop(profile).await;
                 }
                 return Err(SpawnError::Browser(format!(
                     "no WebDriver session at {endpoint}: {why}{}",
@@ -183,6 +206,8 @@ impl BrowserSession {
             timeout,
             screenshots,
             browser_version,
+            clickable: Vec::new(),
+            pending_shot: None,
             acts: 0,
             resets: 0,
         };
@@ -198,9 +223,13 @@ impl BrowserSession {
         Ok(session)
     }
 
-    /// The browser answers: its name and version stand for the game's.
+    /// The browser answered when the session opened (no round trip more):
+    /// its name and version stand for the game's.
+    #[expect(
+        clippy::unused_async,
+        reason = "the Driver seam's hello is async; a stdio game's answers over its pipe"
+    )]
     pub async fn hello(&mut self) -> Answer<Hello> {
-        self.within(Op::Hello, self.client.title()).await?;
         Ok(Ok(Hello {
             name: "chromium".to_owned(),
             version: self.browser_version.clone(),
@@ -209,6 +238,7 @@ impl BrowserSession {
 
     /// Loads the page afresh (storage cleared) and observes it.
     pub async fn reset(&mut self, _seed: i64) -> Answer<Seen> {
+        self.finish_screenshot(Op::Reset).await?;
         self.resets += 1;
         let client = self.client.clone();
         let url = self.url.clone();
@@ -226,18 +256,24 @@ impl BrowserSession {
                 // Navigating to the same URL reloads the page, except when
                 // only a fragment would change: then leave it first.
                 if url.contains('#') {
-                    client.goto("about:blank").await?;
+                    navigate(&client, "about:blank").await?;
                 }
             }
-            client.goto(&url).await
+            navigate(&client, &url).await
         })
         .await?;
-        let name = format!("reset-{}.png", self.resets);
-        self.observe(Op::Reset, &name).await.map(|seen| Ok(seen.0))
+        // A cell loads the page twice before it plays (the determinism
+        // check) and plays from the second load: the first is compared,
+        // never played, so it is not photographed.
+        let name = (self.resets > 1 || self.acts > 0).then(|| format!("reset-{}.png", self.resets));
+        self.observe(Op::Reset, name.as_deref())
+            .await
+            .map(|seen| Ok(seen.0))
     }
 
     /// Does `action` (see the module doc for the syntax) and observes.
     pub async fn act(&mut self, action: &str) -> Answer<Acted> {
+        self.finish_screenshot(Op::Act).await?;
         self.acts += 1;
         let parsed = match Action::parse(action) {
             Ok(parsed) => parsed,
@@ -247,7 +283,7 @@ impl BrowserSession {
             return Ok(Err(refusal));
         }
         let name = format!("step-{:04}.png", self.acts);
-        let (seen, done) = self.observe(Op::Act, &name).await?;
+        let (seen, done) = self.observe(Op::Act, Some(&name)).await?;
         Ok(Ok(Acted {
             seen,
             reward: 0.0,
@@ -264,18 +300,18 @@ impl BrowserSession {
 
     /// Stops the browser: a browser gameplan started is killed with
     /// chromedriver (its profile is thrown away, so a graceful quit would
-    /// only cost a quarter second per cell), every process of it found by
-    /// its marker, and the profile removed. A session on the plan's own
-    /// WebDriver server is closed. Nothing started here outlives this.
-    pub async fn shutdown(self, _polite: bool) -> Vec<Leaked> {
+    /// only cost a quarter second per cell), and the profile removed (see
+    /// [`chromedriver::ChromeDriver::stop`]). A session on the plan's own
+    /// WebDriver server is closed. Nothing started here outlives gameplan.
+    pub async fn shutdown(mut self, _polite: bool) -> Vec<Leaked> {
+        // The last observation's screenshot is evidence: it is written
+        // before the browser goes (within the action timeout).
+        let _ = self.finish_screenshot(Op::Close).await;
         match self.driver {
-            Some(driver) => driver.stop().await,
+            Some(driver) => driver.stop(self.profile.take()).await,
             None => {
                 let _ = tokio::time::timeout(CLOSE_WITHIN, self.client.clone().close()).await;
             }
-        }
-        if let Some(profile) = &self.profile {
-            let _ = std::fs::remove_dir_all(profile);
         }
         Vec::new()
     }
@@ -284,6 +320,24 @@ impl BrowserSession {
         let client = self.client.clone();
         match action {
             Action::Click(label) => {
+                // The element the last observation listed under this label;
+                // asked for again only when the page replaced it since.
+                let seen = self
+                    .clickable
+                    .iter()
+                    .find(|(l, _)| l == label)
+                    .map(|(_, id)| Element::from_element_id(client.clone(), id.clone().into()));
+                if let Some(element) = seen {
+                    match self.within_refusable(element.click()).await? {
+                        Ok(()) => return Ok(Ok(())),
+                        Err((ErrorStatus::StaleElementReference, _)) => {}
+                        Err((_, e)) => {
+                            return Ok(Err(Refusal {
+                                error: format!("`{label}` cannot be clicked: {e}"),
+                            }));
+                        }
+                    }
+                }
                 let found = self.within(Op::Act, find(&client, "find", label)).await?;
                 let Some(element) = found else {
                     return Ok(Err(Refusal {
@@ -292,7 +346,7 @@ impl BrowserSession {
                 };
                 match self.within_refusable(element.click()).await? {
                     Ok(()) => Ok(Ok(())),
-                    Err(e) => Ok(Err(Refusal {
+                    Err((_, e)) => Ok(Err(Refusal {
                         error: format!("`{label}` cannot be clicked: {e}"),
                     })),
                 }
@@ -313,7 +367,7 @@ impl BrowserSession {
                 };
                 match self.within_refusable(field.send_keys(text)).await? {
                     Ok(()) => Ok(Ok(())),
-                    Err(e) => Ok(Err(Refusal {
+                    Err((_, e)) => Ok(Err(Refusal {
                         error: format!("cannot type into the text field: {e}"),
                     })),
                 }
@@ -325,9 +379,10 @@ impl BrowserSession {
         }
     }
 
-    /// Reads the page (after it settled), saves its screenshot, and makes
-    /// the observation; also whether the page said it is done.
-    async fn observe(&mut self, during: Op, shot: &str) -> Result<(Seen, bool), Failure> {
+    /// Reads the page (after it settled), starts saving its screenshot as
+    /// `shot` (if any), and makes the observation; also whether the page
+    /// said it is done.
+    async fn observe(&mut self, during: Op, shot: Option<&str>) -> Result<(Seen, bool), Failure> {
         let script = format!("{LISTENER}\n{PAGE}");
         let request = json!({ "mode": "observe", "maxText": MAX_TEXT });
         let client = self.client.clone();
@@ -349,6 +404,13 @@ impl BrowserSession {
             console.push(format!("… and {more} more errors"));
         }
         let done = view.done;
+        self.clickable = view
+            .elements
+            .iter()
+            .zip(&view.refs)
+            .take(MAX_ELEMENTS)
+            .filter_map(|(e, r)| Some((e.label.clone(), element_ref(r)?)))
+            .collect();
         let raw = observation(&view);
         let observation: Observation =
             serde_json::from_value(raw.clone()).map_err(|e| Failure::Violation {
@@ -357,7 +419,7 @@ impl BrowserSession {
                 evidence: String::new(),
                 stderr_tail: String::new(),
             })?;
-        let screenshot = self.screenshot(during, shot).await?;
+        let screenshot = shot.and_then(|shot| self.start_screenshot(during, shot));
         Ok((
             Seen {
                 observation,
@@ -370,20 +432,42 @@ impl BrowserSession {
         ))
     }
 
-    /// Saves a PNG of the page under the cell's `screenshots/`, named by
-    /// the step; `None` without a cell directory, or when the file cannot
-    /// be written (the play goes on without it).
-    async fn screenshot(&mut self, during: Op, name: &str) -> Result<Option<String>, Failure> {
-        let Some(dir) = self.screenshots.clone() else {
-            return Ok(None);
-        };
+    /// Starts saving a PNG of the page under the cell's `screenshots/`,
+    /// named by the step, and returns its path; `None` without a cell
+    /// directory. The next command waits for it ([`Self::finish_screenshot`]);
+    /// a file that cannot be written is left out (the play goes on).
+    fn start_screenshot(&mut self, during: Op, name: &str) -> Option<String> {
+        let dir = self.screenshots.clone()?;
         let client = self.client.clone();
-        let png = self
-            .within(during, async move { client.screenshot().await })
-            .await?;
-        Ok(std::fs::write(dir.join(name), png)
-            .ok()
-            .map(|()| format!("screenshots/{name}")))
+        let timeout = self.timeout;
+        // chromedriver's own screenshot measures the page with a script
+        // first; DevTools' capture of the viewport is the same picture,
+        // encoded for speed, in one exchange.
+        let devtools = self.driver.is_some();
+        let path = dir.join(name);
+        self.pending_shot = Some(tokio::spawn(async move {
+            let png = within(during, timeout, capture(&client, devtools)).await?;
+            let _ = tokio::fs::write(path, png).await;
+            Ok(())
+        }));
+        Some(format!("screenshots/{name}"))
+    }
+
+    /// Waits for the last observation's screenshot: a browser that died or
+    /// hung taking it fails the command that was to follow.
+    async fn finish_screenshot(&mut self, during: Op) -> Result<(), Failure> {
+        let Some(pending) = self.pending_shot.take() else {
+            return Ok(());
+        };
+        match pending.await {
+            Ok(done) => done,
+            Err(e) => Err(Failure::Violation {
+                during,
+                reason: format!("the screenshot was lost: {e}"),
+                evidence: String::new(),
+                stderr_tail: String::new(),
+            }),
+        }
     }
 
     /// Runs one WebDriver exchange within the action timeout; what went
@@ -393,22 +477,16 @@ impl BrowserSession {
         during: Op,
         exchange: impl Future<Output = Result<T, CmdError>>,
     ) -> Result<T, Failure> {
-        match tokio::time::timeout(self.timeout, exchange).await {
-            Err(_) => Err(Failure::Hang {
-                during,
-                waited: self.timeout,
-            }),
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(e)) => Err(failure(during, &e, self.timeout)),
-        }
+        within(during, self.timeout, exchange).await
     }
 
     /// Like [`Self::within`], but an error about the element (hidden,
-    /// covered, gone) is the page refusing the action, not a failure.
+    /// covered, gone) is the page refusing the action, not a failure: its
+    /// status and first line.
     async fn within_refusable(
         &self,
         exchange: impl Future<Output = Result<(), CmdError>>,
-    ) -> Result<Result<(), String>, Failure> {
+    ) -> Result<Result<(), (ErrorStatus, String)>, Failure> {
         match tokio::time::timeout(self.timeout, exchange).await {
             Err(_) => Err(Failure::Hang {
                 during: Op::Act,
@@ -418,16 +496,69 @@ impl BrowserSession {
             Ok(Err(CmdError::Standard(e)))
                 if matches!(
                     e.error,
-                    fantoccini::error::ErrorStatus::ElementNotInteractable
-                        | fantoccini::error::ErrorStatus::ElementClickIntercepted
-                        | fantoccini::error::ErrorStatus::StaleElementReference
+                    ErrorStatus::ElementNotInteractable
+                        | ErrorStatus::ElementClickIntercepted
+                        | ErrorStatus::StaleElementReference
                 ) =>
             {
-                Ok(Err(first_line(&e.message)))
+                Ok(Err((e.error, first_line(&e.message))))
             }
             Ok(Err(e)) => Err(failure(Op::Act, &e, self.timeout)),
         }
     }
+}
+
+/// Runs one WebDriver exchange within `timeout`; what went wrong as a
+/// [`Failure`].
+async fn within<T>(
+    during: Op,
+    timeout: Duration,
+    exchange: impl Future<Output = Result<T, CmdError>>,
+) -> Result<T, Failure> {
+    match tokio::time::timeout(timeout, exchange).await {
+        Err(_) => Err(Failure::Hang {
+            during,
+            waited: timeout,
+        }),
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) => Err(failure(during, &e, timeout)),
+    }
+}
+
+/// A PNG of the viewport: through DevTools where the server is
+/// chromedriver (`devtools`), else (or when that is refused) WebDriver's
+/// own screenshot.
+async fn capture(client: &Client, devtools: bool) -> Result<Vec<u8>, CmdError> {
+    use base64::Engine as _;
+    if devtools {
+        let shot = client
+            .issue_cmd(ChromeCdp {
+                cmd: "Page.captureScreenshot",
+                params: json!({ "format": "png", "optimizeForSpeed": true }),
+            })
+            .await;
+        if let Ok(shot) = shot
+            && let Some(Ok(png)) = shot
+                .get("data")
+                .and_then(Value::as_str)
+                .map(|data| base64::engine::general_purpose::STANDARD.decode(data))
+        {
+            return Ok(png);
+        }
+    }
+    client.screenshot().await
+}
+
+/// WebDriver's Navigate To, as is: fantoccini's `goto` asks for the
+/// current URL first (one round trip more) to resolve a relative one, and
+/// ours are absolute.
+async fn navigate(client: &Client, url: &str) -> Result<(), CmdError> {
+    client
+        .issue_cmd(W3cNavigate {
+            url: url.to_owned(),
+        })
+        .await
+        .map(drop)
 }
 
 /// Runs `page.js` in `mode` and returns the element it found, if any.
@@ -451,8 +582,15 @@ fn element_ref(value: &Value) -> Option<String> {
 /// browser went away (`crash`), it took too long (`hang`), or something
 /// else broke the session.
 fn failure(during: Op, error: &CmdError, timeout: Duration) -> Failure {
-    use fantoccini::error::ErrorStatus;
     let text = first_line(&error.to_string());
+    // chromedriver answers a dead renderer with the error `tab crashed`,
+    // which is no W3C error code: fantoccini hands it over as a
+    // non-conforming answer, so the words are what tell it.
+    let crashed = match error {
+        CmdError::Standard(e) => e.message.contains("crash"),
+        CmdError::NotW3C(answer) => answer.to_string().contains("crash"),
+        _ => false,
+    };
     match error {
         CmdError::Standard(e)
             if e.error == ErrorStatus::ScriptTimeout || e.error == ErrorStatus::Timeout =>
@@ -462,19 +600,19 @@ fn failure(during: Op, error: &CmdError, timeout: Duration) -> Failure {
                 waited: timeout,
             }
         }
+        _ if crashed => Failure::Exited {
+            during,
+            status: "crashed (the page's renderer died)".to_owned(),
+            stderr_tail: text,
+        },
         CmdError::Standard(e)
-            if e.message.contains("crash")
-                || e.error == ErrorStatus::InvalidSessionId
+            if e.error == ErrorStatus::InvalidSessionId
                 || e.message.contains("not reachable")
                 || e.message.contains("disconnected") =>
         {
             Failure::Exited {
                 during,
-                status: if e.message.contains("crash") {
-                    "crashed (the page's renderer died)".to_owned()
-                } else {
-                    "went away (the browser closed)".to_owned()
-                },
+                status: "went away (the browser closed)".to_owned(),
                 stderr_tail: text,
             }
         }
@@ -569,6 +707,10 @@ struct PageView {
     done: bool,
     score: f64,
     errors: Vec<String>,
+    /// The W3C reference of each of `elements`, in order (never part of
+    /// the observation: it changes with every load).
+    #[serde(default)]
+    refs: Vec<Value>,
 }
 
 #[derive(Debug, Clone, Deserialize, serde::Serialize)]
@@ -634,37 +776,62 @@ fn page_url(url: &str, root: &Path) -> Result<String, SpawnError> {
 }
 
 /// Headless Chromium that reaches nothing but the page: the flags DESIGN
-/// names, a fresh profile, a fixed window, and the timeouts of the game.
-fn chromium_capabilities(browser: &Path, profile: &Path, timeout: Duration) -> Capabilities {
+/// names, a fixed window, and `--user-data-dir` when gameplan owns the
+/// browser (a WebDriver server of the plan's makes its own profile).
+fn chromium_args(profile: Option<&Path>) -> Vec<String> {
     let (w, h) = WINDOW;
-    let args = [
-        "--headless".to_owned(),
-        "--no-sandbox".to_owned(),
-        "--disable-gpu".to_owned(),
-        "--disable-quic".to_owned(),
-        "--no-first-run".to_owned(),
-        "--disable-background-networking".to_owned(),
-        "--disable-component-update".to_owned(),
-        "--disable-sync".to_owned(),
-        "--disable-dev-shm-usage".to_owned(),
+    let mut args: Vec<String> = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-dev-shm-usage",
         // A file:// page's own scripts count as another origin without it,
         // and Chromium then hides their errors as "Script error.".
-        "--allow-file-access-from-files".to_owned(),
-        format!("--user-data-dir={}", profile.display()),
-        format!("--window-size={w},{h}"),
-    ];
-    let mut caps = external_capabilities(timeout);
+        "--allow-file-access-from-files",
+    ]
+    .map(str::to_owned)
+    .into();
+    if let Some(profile) = profile {
+        args.push(format!("--user-data-dir={}", profile.display()));
+    }
+    args.push(format!("--window-size={w},{h}"));
+    args
+}
+
+/// The capabilities of a browser gameplan starts: its Chromium binary,
+/// the flags of [`chromium_args`] with a fresh profile, the game's timeouts.
+fn chromium_capabilities(browser: &Path, profile: &Path, timeout: Duration) -> Capabilities {
+    let mut caps = common_capabilities(timeout);
     caps.insert("browserName".into(), json!("chrome"));
     caps.insert(
         "goog:chromeOptions".into(),
-        json!({ "binary": browser.display().to_string(), "args": args }),
+        json!({ "binary": browser.display().to_string(), "args": chromium_args(Some(profile)) }),
     );
     caps
 }
 
-/// What any WebDriver server is asked for: the game's timeouts, and
-/// dialogs (`alert`) accepted rather than blocking every command.
+/// What the plan's own WebDriver server is asked for: the game's timeouts
+/// and the same Chromium flags (headless, offline; a chromedriver started
+/// by hand in CI, as root and without a display, cannot start Chromium
+/// without them). No browser name: a server that is not chromedriver
+/// ignores `goog:` options and runs what it runs.
 fn external_capabilities(timeout: Duration) -> Capabilities {
+    let mut caps = common_capabilities(timeout);
+    caps.insert(
+        "goog:chromeOptions".into(),
+        json!({ "args": chromium_args(None) }),
+    );
+    caps
+}
+
+/// What any session asks for: the game's timeouts, and dialogs (`alert`)
+/// accepted rather than blocking every command.
+fn common_capabilities(timeout: Duration) -> Capabilities {
     let ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
     let mut caps = Capabilities::new();
     caps.insert(
@@ -702,6 +869,29 @@ impl WebDriverCompatibleCommand for ChromeCdp {
     }
 }
 
+/// W3C Navigate To (`POST /session/{id}/url`).
+#[derive(Debug)]
+struct W3cNavigate {
+    url: String,
+}
+
+impl WebDriverCompatibleCommand for W3cNavigate {
+    fn endpoint(
+        &self,
+        base_url: &url::Url,
+        session_id: Option<&str>,
+    ) -> Result<url::Url, url::ParseError> {
+        base_url.join(&format!("session/{}/url", session_id.unwrap_or_default()))
+    }
+
+    fn method_and_body(&self, _request_url: &url::Url) -> (http::Method, Option<String>) {
+        (
+            http::Method::POST,
+            Some(json!({ "url": self.url }).to_string()),
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -725,6 +915,7 @@ mod tests {
             done: false,
             score: 0.0,
             errors: vec![],
+            refs: vec![],
         }
     }
 

@@ -53,12 +53,15 @@ function textInput() {
   return null;
 }
 
-// After two animation frames (and at most 200 ms: a hidden page gets
-// none) what the last action started has been drawn.
+// After the next animation frame (and at most 200 ms: a hidden page gets
+// none), and the task after it, what the last action started is in the
+// page: a game's own frame callbacks, asked for while the action ran, come
+// first in that frame, and what they put off to a timer comes before ours.
+// (One frame, not two: the screenshot draws the page afresh anyway.)
 function settled(then) {
   var fired = false;
   function go() { if (!fired) { fired = true; then(); } }
-  requestAnimationFrame(function () { requestAnimationFrame(go); });
+  requestAnimationFrame(function () { setTimeout(go, 0); });
   setTimeout(go, 200);
 }
 
@@ -70,13 +73,14 @@ if (request.mode === 'find') {
 } else {
   settled(function () {
     var hooks = window.gameplan || {};
+    var seen = clickables();
     var body = document.body ? document.body.innerText : '';
     var path = location.pathname.split('/').pop();
     done({
       title: document.title,
       page: path + location.search + location.hash,
       text: body.slice(0, request.maxText + 1),
-      elements: clickables().map(function (c) {
+      elements: seen.map(function (c) {
         var r = c.el.getBoundingClientRect();
         return { label: c.label, x: Math.round(r.left), y: Math.round(r.top),
           w: Math.round(r.width), h: Math.round(r.height) };
@@ -84,6 +88,8 @@ if (request.mode === 'find') {
       input: textInput() !== null,
       keys: Array.isArray(hooks.keys) ? hooks.keys.map(String) : null,
       done: hooks.done === true,
+      // Each element's W3C reference, for a click without a lookup.
+      refs: seen.map(function (c) { return c.el; }),
       score: Number(hooks.score) || 0,
       errors: window.__gameplanErrors ? window.__gameplanErrors.splice(0) : []
     });
