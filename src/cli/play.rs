@@ -532,21 +532,7 @@ fn llm_player_of(cx: &Context, llm: &super::LlmPlayerArgs) -> Result<PlayerSpec,
 
 /// A card or prompt file, up to [`crate::template::MAX_PROMPT_FILE_BYTES`].
 fn read_prompt_file(path: &Path, flag: &str) -> Result<String, String> {
-    use std::io::Read;
-    let file = std::fs::File::open(path)
-        .map_err(|e| format!("cannot read {flag} `{}`: {e}", path.display()))?;
-    let mut text = String::new();
-    file.take(crate::template::MAX_PROMPT_FILE_BYTES + 1)
-        .read_to_string(&mut text)
-        .map_err(|e| format!("cannot read {flag} `{}`: {e}", path.display()))?;
-    if text.len() as u64 > crate::template::MAX_PROMPT_FILE_BYTES {
-        return Err(format!(
-            "{flag} `{}` is larger than {} KiB; a card or prompt never needs to be",
-            path.display(),
-            crate::template::MAX_PROMPT_FILE_BYTES / 1024
-        ));
-    }
-    Ok(text)
+    crate::template::read_prompt_file(path, &format!("{flag} `{}`", path.display()))
 }
 
 /// The play subsystem's commands.

@@ -488,21 +488,8 @@ fn llm_spec(
 
 /// A repo file an `llm` player reads, up to [`crate::template::MAX_PROMPT_FILE_BYTES`].
 fn read_capped(root: &Path, path: &str, key: &str) -> Result<String, StepError> {
-    use std::io::Read;
-    let full = root.join(path);
-    let file = std::fs::File::open(&full)
-        .map_err(|e| StepError(format!("cannot read {key} `{path}`: {e}")))?;
-    let mut text = String::new();
-    file.take(crate::template::MAX_PROMPT_FILE_BYTES + 1)
-        .read_to_string(&mut text)
-        .map_err(|e| StepError(format!("cannot read {key} `{path}`: {e}")))?;
-    if text.len() as u64 > crate::template::MAX_PROMPT_FILE_BYTES {
-        return Err(StepError(format!(
-            "{key} `{path}` is larger than {} KiB; a prompt never needs to be",
-            crate::template::MAX_PROMPT_FILE_BYTES / 1024
-        )));
-    }
-    Ok(text)
+    crate::template::read_prompt_file(&root.join(path), &format!("{key} `{path}`"))
+        .map_err(StepError)
 }
 
 #[cfg(test)]

@@ -19,6 +19,24 @@ pub const MAX_RENDERED_BYTES: usize = 64 * 1024;
 /// player reads (`plan check` refuses a larger `prompt_file`).
 pub const MAX_PROMPT_FILE_BYTES: u64 = 64 * 1024;
 
+/// A card or prompt file, up to [`MAX_PROMPT_FILE_BYTES`]; `what` names it
+/// in the error as the user wrote it (the plan key or the flag, and the path).
+pub fn read_prompt_file(path: &std::path::Path, what: &str) -> Result<String, String> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).map_err(|e| format!("cannot read {what}: {e}"))?;
+    let mut text = String::new();
+    file.take(MAX_PROMPT_FILE_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| format!("cannot read {what}: {e}"))?;
+    if text.len() as u64 > MAX_PROMPT_FILE_BYTES {
+        return Err(format!(
+            "{what} is larger than {} KiB; a card or prompt never needs to be",
+            MAX_PROMPT_FILE_BYTES / 1024
+        ));
+    }
+    Ok(text)
+}
+
 /// Instructions a single template may execute: plenty for any real plan
 /// string, few enough that `{% for i in range(10**9) %}` stops at once.
 pub const FUEL: u64 = 100_000;
@@ -496,6 +514,31 @@ impl Write for CappedWriter {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_prompt_file_is_read_up_to_its_cap_and_refused_one_byte_past_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let at_cap = dir.path().join("at_cap.md");
+        let over = dir.path().join("over.md");
+        let cap = usize::try_from(MAX_PROMPT_FILE_BYTES).expect("cap fits");
+        std::fs::write(&at_cap, "c".repeat(cap)).expect("write");
+        std::fs::write(&over, "c".repeat(cap + 1)).expect("write");
+        assert_eq!(
+            read_prompt_file(&at_cap, "card").expect("at cap").len(),
+            cap
+        );
+        let error = read_prompt_file(&over, "--card-file `over.md`").expect_err("over cap");
+        assert!(
+            error.starts_with("--card-file `over.md` is larger than 64 KiB"),
+            "{error}"
+        );
+        let missing = read_prompt_file(&dir.path().join("nope.md"), "card_file `nope.md`");
+        assert!(
+            missing
+                .expect_err("missing")
+                .starts_with("cannot read card_file `nope.md`")
+        );
+    }
 
     fn templates() -> Templates {
         let env = BTreeMap::from([
