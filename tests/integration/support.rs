@@ -33,6 +33,43 @@ pub struct Test {
     env: BTreeMap<String, String>,
 }
 
+/// A test that fails half-way (a timing bound under load, say) can leave a
+/// step, a game or a launcher running in its directory, and once the
+/// directory is gone such a process may wait forever for a file that never
+/// comes (it did: steps looping `until [ -f release ]` outlived their tests
+/// by hours). Whatever still runs in the test's directory dies with it.
+impl Drop for Test {
+    fn drop(&mut self) {
+        let Ok(root) = self.dir.path().canonicalize() else {
+            return;
+        };
+        for _ in 0..5 {
+            let left = working_in(&root);
+            if left.is_empty() {
+                return;
+            }
+            for pid in left {
+                let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// Live processes whose working directory is `root` or under it.
+fn working_in(root: &Path) -> Vec<i32> {
+    let me = std::process::id().cast_signed();
+    processes()
+        .into_iter()
+        .filter(|p| !p.zombie && p.pid != me)
+        .filter(|p| {
+            std::fs::read_link(format!("/proc/{}/cwd", p.pid))
+                .is_ok_and(|cwd| cwd.starts_with(root))
+        })
+        .map(|p| p.pid)
+        .collect()
+}
+
 impl Test {
     pub fn new() -> Self {
         let dir = tempfile::Builder::new()
