@@ -5,7 +5,6 @@
 //! and records the Authorization header it saw. It stands in for a paid
 //! model API only.
 
-use std::io::Write;
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -13,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 
-use crate::support::{Test, at, files_holding, read_model_request, wait_until};
+use crate::support::{Test, at, files_holding, read_model_request, wait_until, write_completion};
 
 const CANARY: &str = "sk-canary-7f3a9e1d";
 
@@ -132,21 +131,7 @@ fn respond(mut stream: TcpStream, n: usize, reply: Reply) {
             });
         }
         Reply::Text(text, input, output) => {
-            let body = serde_json::json!({
-                "id": format!("chatcmpl-{n}"),
-                "object": "chat.completion",
-                "choices": [{"index": 0, "finish_reason": "stop",
-                             "message": {"role": "assistant", "content": text}}],
-                "usage": {"prompt_tokens": input, "completion_tokens": output,
-                          "total_tokens": input + output},
-            })
-            .to_string();
-            let _ = write!(
-                stream,
-                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
-                             content-length: {}\r\nconnection: close\r\n\r\n{body}",
-                body.len()
-            );
+            write_completion(&mut stream, n, &text, input, output);
         }
     }
 }

@@ -906,21 +906,7 @@ impl ModelServer {
                         );
                     }
                     ModelReply::Text(text, input, output) => {
-                        let body = serde_json::json!({
-                            "id": format!("chatcmpl-{n}"),
-                            "object": "chat.completion",
-                            "choices": [{"index": 0, "finish_reason": "stop",
-                                         "message": {"role": "assistant", "content": text}}],
-                            "usage": {"prompt_tokens": input, "completion_tokens": output,
-                                      "total_tokens": input + output},
-                        })
-                        .to_string();
-                        let _ = write!(
-                            stream,
-                            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
-                             content-length: {}\r\nconnection: close\r\n\r\n{body}",
-                            body.len()
-                        );
+                        write_completion(&mut stream, n, &text, input, output);
                     }
                 }
                 n += 1;
@@ -1050,4 +1036,31 @@ impl Drop for SmallDisk {
             .arg(&self.dir)
             .status();
     }
+}
+
+/// Answers a chat-completions request as an OpenAI-compatible server does:
+/// `text` as the assistant's message, with its usage (`input` prompt and
+/// `output` completion tokens), reply number `n` in its id.
+pub fn write_completion(
+    stream: &mut impl std::io::Write,
+    n: usize,
+    text: &str,
+    input: u64,
+    output: u64,
+) {
+    let body = serde_json::json!({
+        "id": format!("chatcmpl-{n}"),
+        "object": "chat.completion",
+        "choices": [{"index": 0, "finish_reason": "stop",
+                     "message": {"role": "assistant", "content": text}}],
+        "usage": {"prompt_tokens": input, "completion_tokens": output,
+                  "total_tokens": input + output},
+    })
+    .to_string();
+    let _ = write!(
+        stream,
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
 }
