@@ -240,6 +240,37 @@ impl Validator<'_> {
     }
 
     /// A repo file that must exist now (persona cards, lens charters).
+    /// A repo file a prompt or charter is read from: it must exist and fit
+    /// in [`crate::template::MAX_PROMPT_FILE_BYTES`]. Its text when it does.
+    fn prompt_sized_file(
+        &mut self,
+        file: &Spanned<String>,
+        key: &str,
+        owner: &str,
+        help: &str,
+    ) -> Option<String> {
+        self.repo_file(file, key);
+        let path = self.root.join(file.value.as_str());
+        let max = crate::template::MAX_PROMPT_FILE_BYTES;
+        if std::fs::metadata(&path).is_ok_and(|m| m.len() > max) {
+            self.push(
+                Diagnostic::new(
+                    "plan::file_too_large",
+                    format!(
+                        "{owner}: {key} `{}` is larger than {} KiB",
+                        file.value,
+                        max / 1024
+                    ),
+                )
+                .at(file.span)
+                .label("too large")
+                .help(help.to_owned()),
+            );
+            return None;
+        }
+        std::fs::read_to_string(&path).ok()
+    }
+
     fn repo_file(&mut self, path: &Spanned<String>, what: &str) {
         if self.repo_path(path, what) && !self.root.join(path.value.as_str()).is_file() {
             self.push(
@@ -808,22 +839,13 @@ impl Validator<'_> {
                 .label("0 seconds"),
             );
         }
-        if let Some(file) = prompt_file {
-            self.repo_file(file, "prompt_file");
-            let path = self.root.join(file.value.as_str());
-            let max = crate::template::MAX_PROMPT_FILE_BYTES;
-            if std::fs::metadata(&path).is_ok_and(|m| m.len() > max) {
-                self.push(
-                    Diagnostic::new(
-                        "plan::file_too_large",
-                        format!("persona `{slug}`: prompt_file `{}` is larger than {} KiB", file.value, max / 1024),
-                    )
-                    .at(file.span)
-                    .label("too large")
-                    .help("a prompt template is a page of text; the turn's observation and history are filled in when it is rendered"),
-                );
-            } else if let Ok(source) = std::fs::read_to_string(&path)
-                && let Err(e) = crate::template::check_prompt(&source)
+        if let Some(file) = prompt_file
+            && let Some(source) = self.prompt_sized_file(
+                file,
+                "prompt_file",
+                &format!("persona `{slug}`"),
+                "a prompt template is a page of text; the turn's observation and history are filled in when it is rendered",
+            ) && let Err(e) = crate::template::check_prompt(&source)
             {
                 let mut d = Diagnostic::new(
                     "plan::invalid_prompt",
@@ -838,7 +860,6 @@ impl Validator<'_> {
                     d = d.help(help);
                 }
                 self.push(d);
-            }
         }
     }
 
@@ -908,20 +929,12 @@ impl Validator<'_> {
                 Card::Text(text.value.clone())
             }
             (None, Some(file)) => {
-                self.repo_file(file, "charter_file");
-                let path = self.root.join(file.value.as_str());
-                let max = crate::template::MAX_PROMPT_FILE_BYTES;
-                if std::fs::metadata(&path).is_ok_and(|m| m.len() > max) {
-                    self.push(
-                        Diagnostic::new(
-                            "plan::file_too_large",
-                            format!("lens `{}`: charter_file `{}` is larger than {} KiB", l.name.value, file.value, max / 1024),
-                        )
-                        .at(file.span)
-                        .label("too large")
-                        .help("a charter is a page of text; the unit is filled in when it is rendered"),
-                    );
-                } else if let Ok(source) = std::fs::read_to_string(&path) {
+                if let Some(source) = self.prompt_sized_file(
+                    file,
+                    "charter_file",
+                    &format!("lens `{}`", l.name.value),
+                    "a charter is a page of text; the unit is filled in when it is rendered",
+                ) {
                     self.charter(&l.name.value, &source, file.span, "its file");
                 }
                 Card::File(file.value.clone())
