@@ -261,19 +261,21 @@ fn keep_result(
     }
 }
 
-/// Restores a stored result when the step's key has one.
+/// Restores a stored result when the step's key has one. The key is taken
+/// only when the step is reused (it moves on into the last-keys record
+/// instead of being copied); on a miss it stays for the step's run.
 pub fn try_reuse(
     node: NodeIndex,
     cx: &StepContext,
     kind: &dyn Kind,
-    key: &ReuseKey,
+    key: &mut Option<ReuseKey>,
     keeper: &Keeper,
 ) -> Option<Finished> {
     let started = Instant::now();
     if !cx.step.reuse {
         return None;
     }
-    let digest = key.digest();
+    let digest = key.as_ref()?.digest();
     let entry = keeper.store.lookup(&digest)?;
     // A damaged entry is a miss: the step runs. The scope (which expands
     // the step's inputs) is made only if something must be written, and
@@ -288,7 +290,7 @@ pub fn try_reuse(
         node,
         state: StepState::Reused,
         key: Some(digest),
-        reuse_key: Some(key.clone()),
+        reuse_key: key.take(),
         outputs: Some(outputs_digest(
             entry
                 .outputs

@@ -186,6 +186,7 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
     // Before the journal says the run started or resumed: a Ctrl-C from
     // then on stops the run, never kills gameplan mid-way by default.
     let caught = signals::Caught::install();
+    let store = Store::read_ahead(&request.state_dir);
     // Before the journal: a backend that cannot be opened refuses the run
     // with nothing journaled, run or charged.
     let backend = connect(&request)?;
@@ -230,17 +231,16 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
         Arc::clone(&kinds),
     );
     let journal = JournalWriter::start(journal);
-    let plan_file = plan_file(&loaded);
     let shared = Shared {
         cells_ahead: cells_ahead(&loaded, &pipeline, &state_dir, &options, &env, &kinds),
         units: unit_store(&state_dir, options.no_reuse),
         root: loaded.root.clone(),
-        plan_file,
+        plan_file: plan_file(&loaded),
         run_id: run_id.clone(),
         run_dir: run_dir.clone(),
         plan: Arc::new(loaded.plan),
         keeper: Keeper {
-            store: open_store(&state_dir, progress),
+            store: open_store(store, progress),
             hashes: Arc::new(Mutex::new(FileHashCache::load(&state_dir))),
             journal: journal.clone(),
             progress: progress.clone(),
@@ -422,7 +422,7 @@ async fn dispatch(
                 Some(key) => (key, true),
                 None => (run.key(node), false),
             };
-            let key = match key {
+            let mut key = match key {
                 Ok(key) => key,
                 Err(message) => {
                     run.finish(failed_at_once(node, &message));
@@ -432,8 +432,8 @@ async fn dispatch(
             if left_running.is_none()
                 && !no_reuse
                 && !asked
-                && let Some(key) = &key
-                && let Some(finished) = attempts::try_reuse(node, &cx, kind, key, &shared.keeper)
+                && let Some(finished) =
+                    attempts::try_reuse(node, &cx, kind, &mut key, &shared.keeper)
             {
                 run.finish(finished);
                 continue;
@@ -603,8 +603,8 @@ fn close(
         root_causes,
         steps,
         resume_command: resumable.then_some(resume_hint),
-        journal_error: run.journal_error,
-        disk_full: run.disk_full,
+        journal_error: run.journal_error.take(),
+        disk_full: run.disk_full.take(),
         playtest,
         fail_on: verdict.fail_on,
         // An unfinished run's gates may still run on its resume.
@@ -616,7 +616,32 @@ fn close(
         let summary = serde_json::to_vec_pretty(&report).unwrap_or_default();
         let _ = crate::journal::atomic_write(&run_dir.summary(), &summary);
     }
+    free(run, shared, pipeline);
     report
+}
+
+/// Frees a closed run: what only takes memory on a thread of its own (see
+/// [`drop_elsewhere`]); what holds a lock, a file or a process here, in
+/// order, as before.
+fn free(mut run: Run, shared: Shared, pipeline: Arc<Pipeline>) {
+    let index = shared.keeper.store.release();
+    let keys = std::mem::take(&mut run.last_keys);
+    let reports = std::mem::take(&mut run.reports);
+    let plan = Arc::clone(&shared.plan);
+    drop(run);
+    drop(shared);
+    drop_elsewhere((index, keys, reports, pipeline, plan));
+}
+
+/// Frees `state` on a thread of its own: a big run's data (a key per step,
+/// the pipeline, the store's index) takes milliseconds to free that no one
+/// needs to wait for, least of all a fully reused run that is otherwise
+/// done. Only for plain data: nothing that holds a lock, a file or a process.
+fn drop_elsewhere<T: Send + 'static>(state: T) {
+    // Without a thread it is freed here, as it would have been.
+    let _ = std::thread::Builder::new()
+        .name("free-run-state".into())
+        .spawn(move || drop(state));
 }
 
 /// Journals how this leg of the run ended: stopped (`stays_open`: it is
@@ -1422,8 +1447,7 @@ impl Run {
 
 /// The run's result store. Damaged index records are misses; the user is
 /// told once, before any step.
-fn open_store(state_dir: &Path, progress: &Progress) -> Store {
-    let store = Store::open(state_dir);
+fn open_store(store: Store, progress: &Progress) -> Store {
     // Held for the run: no gc deletes a blob this run may restore. A store
     // that cannot be opened for writing still serves lookups.
     let _ = store.hold();

@@ -220,6 +220,44 @@ impl Store {
         Ok(())
     }
 
+    /// [`Self::open`], and starts reading the index on another thread,
+    /// under the run's hold (as [`Self::hold`]), so the parse overlaps what
+    /// the run does before its first lookup (creating its journal is
+    /// mostly waiting for the disk). A store that does not exist yet is
+    /// left alone: nothing is created before the run is under way.
+    pub fn read_ahead(state_dir: &Path) -> Self {
+        let opened = Self::open(state_dir);
+        if !opened.dir.join(INDEX_FILE).is_file() {
+            return opened;
+        }
+        let store = opened.clone();
+        let spawned = std::thread::Builder::new()
+            .name("store-index".into())
+            .spawn(move || {
+                let _ = store.hold();
+                drop(store.index());
+            });
+        // No thread: the index is read at the first lookup, as without.
+        drop(spawned);
+        opened
+    }
+
+    /// Ends a run's use of the store: lets go of its hold on the index (see
+    /// [`Self::hold`]) and hands back the index as read, for the caller to
+    /// free where it likes (a big one takes a while). A lookup in this store
+    /// afterwards finds nothing (a miss, never a wrong hit).
+    pub(crate) fn release(&self) -> Option<Loaded> {
+        *self
+            .state
+            .appender
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = None;
+        let index = self.state.index.get()?;
+        Some(std::mem::take(
+            &mut *index.lock().unwrap_or_else(PoisonError::into_inner),
+        ))
+    }
+
     /// What reading the index found damaged (one line each, for the user);
     /// reads the index if that has not happened yet.
     pub fn warnings(&self) -> Vec<String> {
@@ -540,11 +578,12 @@ impl Store {
         root: &Path,
         keep_for: impl FnOnce(&Entry) -> Result<BTreeSet<String>, ReuseError>,
     ) -> Result<(), ReuseError> {
-        let shown_entry = self.shown_entry(entry);
+        // Named only in an error: a fully reused step formats no path.
+        let shown_entry = || self.shown_entry(entry);
         if !is_sha256_hex(&entry.key) {
             return Err(ReuseError::StoreCorrupt {
                 path: ENTRY_FILE.to_owned(),
-                entry: shown_entry,
+                entry: shown_entry(),
             });
         }
         for output in &entry.outputs {
@@ -597,7 +636,7 @@ impl Store {
                 } else {
                     Err(ReuseError::StoreCorrupt {
                         path: output.path.clone(),
-                        entry: shown_entry.clone(),
+                        entry: shown_entry(),
                     })
                 }
             });
