@@ -387,10 +387,7 @@ async fn dispatch(
     // already asked about them (a miss stays a miss within a run).
     let mut keys: BTreeMap<NodeIndex, Result<Option<ReuseKey>, String>> = BTreeMap::new();
     loop {
-        if let Some(why) = journal.failure() {
-            run.journal_failed(why);
-        }
-        run.record_skips();
+        run.round_begins(journal, tasks.is_empty());
         // Ready steps whose pool is full, back to the ready set after this round.
         let mut pool_full = Vec::new();
         while !cancelled.is_set()
@@ -462,6 +459,7 @@ async fn dispatch(
                     }
                 }
             };
+            lock_hashes(&shared.keeper).stand_still(false);
             run.schedule.states[node.index()] = StepState::Running;
             let io = Arc::new(run.io(node));
             let kinds = Arc::clone(&shared.kinds);
@@ -493,6 +491,13 @@ async fn dispatch(
             None => break,
         }
     }
+}
+
+fn lock_hashes(keeper: &Keeper) -> std::sync::MutexGuard<'_, FileHashCache> {
+    keeper
+        .hashes
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// What one leg of a run (its start or a resume) brings to its close.
@@ -1344,6 +1349,18 @@ impl Run {
         }
         let settled = abort_only && finished.state == StepState::Interrupted;
         self.schedule.finish(node, finished.state, settled);
+    }
+
+    /// Before a round of starting steps: a failed journal stops the run,
+    /// skipped steps are recorded, and with no step running (`idle`)
+    /// nothing but gameplan's own restores writes into the tree, so a set
+    /// of inputs is hashed once until a step starts.
+    fn round_begins(&mut self, journal: &JournalWriter, idle: bool) {
+        if let Some(why) = journal.failure() {
+            self.journal_failed(why);
+        }
+        self.record_skips();
+        lock_hashes(&self.shared.keeper).stand_still(idle);
     }
 
     /// Journals and reports the steps the schedule skipped since the last call.

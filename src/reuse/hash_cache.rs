@@ -1,11 +1,11 @@
 //! Content hashes of input files, cached by stat like git's index.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, Metadata};
 use std::io;
 use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
@@ -44,6 +44,27 @@ pub struct FileHashCache {
     entries: BTreeMap<String, CachedHash>,
     files_read: u64,
     changed: bool,
+    /// Input sets already expanded and hashed while the tree stands still
+    /// (see [`Self::stand_still`]), by their patterns, with the
+    /// [`tree_changes`] count they were made at.
+    still: Option<(u64, InputSets)>,
+}
+
+/// Hashed input sets by their patterns.
+type InputSets = HashMap<Vec<String>, BTreeMap<String, String>>;
+
+/// How many times gameplan itself wrote into the working tree in this
+/// process (a restore that wrote a file); see [`tree_changed`].
+static TREE_CHANGES: AtomicU64 = AtomicU64::new(0);
+
+/// Says that gameplan just wrote into the working tree (outside a step's
+/// run): input sets hashed before are expanded and hashed again.
+pub(crate) fn tree_changed() {
+    TREE_CHANGES.fetch_add(1, Ordering::SeqCst);
+}
+
+fn tree_changes() -> u64 {
+    TREE_CHANGES.load(Ordering::SeqCst)
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -95,7 +116,50 @@ impl FileHashCache {
             entries,
             files_read: 0,
             changed: false,
+            still: None,
         }
+    }
+
+    /// `true`: nothing runs that could write into the tree (no step is
+    /// running), until this is called with `false`. Meanwhile a set of input
+    /// patterns is expanded and hashed once: 1,000 steps reading the same
+    /// `seed.txt` stat it once, not 1,000 times, as `make` stats a file once
+    /// per run. A restore that writes ([`tree_changed`]) starts over; any
+    /// step that starts ends the stillness, and with it what was remembered.
+    pub fn stand_still(&mut self, still: bool) {
+        match (still, &self.still) {
+            (true, Some(_)) => {}
+            (true, None) => self.still = Some((tree_changes(), HashMap::new())),
+            (false, _) => self.still = None,
+        }
+    }
+
+    /// The hashes of the files `patterns` match: `compute`d, or remembered
+    /// from an identical set while the tree stood still.
+    pub fn inputs_of<E>(
+        &mut self,
+        patterns: &[String],
+        compute: impl FnOnce(&mut Self) -> Result<BTreeMap<String, String>, E>,
+    ) -> Result<BTreeMap<String, String>, E> {
+        let now = tree_changes();
+        if let Some((at, sets)) = &mut self.still {
+            if *at != now {
+                *at = now;
+                sets.clear();
+            }
+            if let Some(hashes) = sets.get(patterns) {
+                return Ok(hashes.clone());
+            }
+        }
+        let hashes = compute(self)?;
+        // Only when nothing changed while computing (a restore elsewhere).
+        if let Some((at, sets)) = &mut self.still
+            && *at == now
+            && tree_changes() == now
+        {
+            sets.insert(patterns.to_vec(), hashes.clone());
+        }
+        Ok(hashes)
     }
 
     /// Lowercase sha256 hex of the content of `root/rel_path`, read only when

@@ -168,6 +168,16 @@ struct LastKeys {
     steps: BTreeMap<String, ReuseKey>,
 }
 
+/// Says the tree changed when dropped (after a restore's writes, whichever
+/// way they end).
+struct TreeChanged;
+
+impl Drop for TreeChanged {
+    fn drop(&mut self) {
+        super::hash_cache::tree_changed();
+    }
+}
+
 /// [`LastKeys`] as written from borrowed keys: the same fields in the same
 /// order, so the same bytes.
 #[derive(Serialize)]
@@ -612,6 +622,9 @@ impl Store {
             return Ok(());
         }
         let keep = keep_for(entry)?;
+        // Before and after the writes: inputs hashed meanwhile are not trusted.
+        super::hash_cache::tree_changed();
+        let _changed = TreeChanged;
         let outputs_dir = self.entry_dir(&entry.key).join(OUTPUTS_DIR);
         for (index, output, target) in to_write {
             if keep.contains(&output.path) {

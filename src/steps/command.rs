@@ -234,14 +234,16 @@ fn reuse_key(cx: &KeyContext<'_>) -> Result<Reuse, StepError> {
         settings.insert("env_inputs".into(), json!(values));
     }
     let patterns: Vec<String> = patterns.into_iter().cloned().collect();
-    let files = expand(cx.root, &patterns)?;
     let mut hashes = cx
         .hashes
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    key.inputs = hashes
-        .hash_all(cx.root, &files)
-        .map_err(|e| StepError(e.to_string()))?;
+    key.inputs = hashes.inputs_of(&patterns, |hashes| {
+        let files = expand(cx.root, &patterns)?;
+        hashes
+            .hash_all(cx.root, &files)
+            .map_err(|e| StepError(e.to_string()))
+    })?;
     key.upstream = cx
         .upstream
         .iter()

@@ -478,3 +478,67 @@ fn issue19_two_runs_sharing_one_store_at_once_leave_it_whole() {
     assert_eq!(third.read("out/0.bin"), "x".repeat(6000));
     assert_eq!(third.read("out/1.bin"), "x".repeat(40));
 }
+
+/// Issue 19: with no step running, a set of inputs is expanded and hashed
+/// once per run, not once per step. A restore that rewrites one of those
+/// files must still be seen by the steps keyed after it: `late` reads what
+/// `gen`'s restore wrote, not what `early` hashed before it, or `late`
+/// would be "reused" with the result of the old file.
+#[test]
+fn issue19_a_restore_that_rewrites_an_input_is_seen_by_the_steps_keyed_after_it() {
+    const PLAN: &str = r#"version = 1
+name = "still"
+
+[[steps]]
+id = "early"
+kind = "command"
+run = "cp gen.txt early.txt"
+inputs = ["gen.txt"]
+outputs = ["early.txt"]
+
+[[steps]]
+id = "gen"
+kind = "command"
+run = "cp src.txt gen.txt"
+inputs = ["src.txt"]
+outputs = ["gen.txt"]
+
+[[steps]]
+id = "late"
+kind = "command"
+run = "cp gen.txt late.txt"
+inputs = ["gen.txt"]
+outputs = ["late.txt"]
+needs = ["gen"]
+"#;
+    let t = Test::new()
+        .file("plan.toml", PLAN)
+        .file("src.txt", "two\n")
+        .file("gen.txt", "two\n");
+    let run = |t: &Test| {
+        let out = t.run(&["plan", "run", "plan.toml", "--json", "--concurrency", "1"]);
+        by_step(&out.code(0).json(), "state")
+    };
+    let all = |state: &str| -> BTreeMap<String, String> {
+        ["early", "gen", "late"]
+            .map(|s| (s.to_owned(), state.to_owned()))
+            .into()
+    };
+    assert_eq!(run(&t), all("succeeded"));
+    // The same steps over "one": every result stored twice over.
+    t.write("src.txt", "one\n");
+    t.write("gen.txt", "one\n");
+    assert_eq!(run(&t), all("succeeded"));
+    assert_eq!(t.read("late.txt"), "one\n");
+    // Back to "two" for `gen` only: `early` is reused over "one", then
+    // `gen`'s restore puts "two" back in gen.txt, which `late` must see.
+    t.write("src.txt", "two\n");
+    assert_eq!(run(&t), all("reused"));
+    assert_eq!(t.read("gen.txt"), "two\n");
+    assert_eq!(t.read("early.txt"), "one\n");
+    assert_eq!(
+        t.read("late.txt"),
+        "two\n",
+        "late was keyed on the old gen.txt"
+    );
+}
