@@ -280,21 +280,30 @@ fn write_string_map(out: &mut String, map: &BTreeMap<String, String>) {
 
 fn write_json_string(out: &mut String, text: &str) {
     out.push('"');
-    for ch in text.chars() {
-        match ch {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{08}' => out.push_str("\\b"),
-            '\u{0c}' => out.push_str("\\f"),
-            c if u32::from(c) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", u32::from(c));
-            }
-            c => out.push(c),
+    // Runs of plain text are copied whole; every byte that needs escaping
+    // is ASCII, so `i` is always a char boundary.
+    let mut plain = 0;
+    for (i, byte) in text.bytes().enumerate() {
+        let escaped = match byte {
+            b'"' => "\\\"",
+            b'\\' => "\\\\",
+            b'\n' => "\\n",
+            b'\r' => "\\r",
+            b'\t' => "\\t",
+            0x08 => "\\b",
+            0x0c => "\\f",
+            0..0x20 => "",
+            _ => continue,
+        };
+        out.push_str(&text[plain..i]);
+        if escaped.is_empty() {
+            let _ = write!(out, "\\u{byte:04x}");
+        } else {
+            out.push_str(escaped);
         }
+        plain = i + 1;
     }
+    out.push_str(&text[plain..]);
     out.push('"');
 }
 
@@ -478,6 +487,26 @@ mod tests {
         );
         let back: ReuseKey = serde_json::from_str(&text).expect("valid JSON");
         assert_eq!(back, key);
+    }
+
+    /// The same text `serde_json` writes for a string, escapes at either end
+    /// and next to multi-byte characters included (the digest depends on it).
+    #[test]
+    fn strings_are_written_as_serde_json_writes_them() {
+        for text in [
+            "",
+            "\"",
+            "\\x",
+            "é\n",
+            "\u{1}",
+            "a\u{1f}b\u{8}\u{c}é€\"\r",
+            "plain/text \u{7f}",
+        ] {
+            let mut out = String::new();
+            write_json_string(&mut out, text);
+            let expected = serde_json::to_string(text).expect("a string");
+            assert_eq!(out, expected, "{text:?}");
+        }
     }
 
     #[test]
