@@ -29,7 +29,7 @@ use crate::journal::run::{
 use crate::journal::step_log::Segment;
 use crate::plan::model::Plan;
 use crate::report::progress::Progress;
-use crate::reuse::{FileHashCache, ReuseKey, Store};
+use crate::reuse::{FileHashCache, KeysFingerprint, ReuseKey, Store};
 use crate::steps::{CheckpointBook, Confirm, Kinds, Reuse, StepContext, StepIo};
 
 /// What step tasks share.
@@ -557,7 +557,11 @@ fn close(
         verdict.failed(),
     );
     let stays_open = interrupted || run.halted || open;
-    let keeping = Keeping::start(&shared, std::mem::take(&mut run.last_keys));
+    let keeping = Keeping::start(
+        &shared,
+        std::mem::take(&mut run.last_keys),
+        std::mem::take(&mut run.last_fingerprint),
+    );
     journal_end(
         &mut run,
         journal,
@@ -624,7 +628,11 @@ fn close(
 struct Keeping(Option<std::thread::JoinHandle<()>>);
 
 impl Keeping {
-    fn start(shared: &Shared, last_keys: BTreeMap<String, ReuseKey>) -> Keeping {
+    fn start(
+        shared: &Shared,
+        last_keys: BTreeMap<String, ReuseKey>,
+        fingerprint: KeysFingerprint,
+    ) -> Keeping {
         let hashes = Arc::clone(&shared.keeper.hashes);
         let store = shared.keeper.store.clone();
         let plan = shared.plan.name.clone();
@@ -634,7 +642,7 @@ impl Keeping {
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .save();
             // Best effort, both: a failure costs a re-run or a worse "why".
-            let _ = store.finish_run(&plan, &last_keys);
+            let _ = store.finish_run(&plan, &last_keys, &fingerprint);
         };
         let (keep, spawned) = shared_once(keep);
         let thread = std::thread::Builder::new()
@@ -975,6 +983,8 @@ struct Run {
     /// Keys of the steps that succeeded or were reused, recorded at the end
     /// so the next `plan explain` can say what changed.
     last_keys: BTreeMap<String, ReuseKey>,
+    /// Their fingerprint, built as the steps finish.
+    last_fingerprint: KeysFingerprint,
 }
 
 impl Run {
@@ -1028,6 +1038,7 @@ impl Run {
             cancel,
             cancelled,
             last_keys: BTreeMap::new(),
+            last_fingerprint: KeysFingerprint::default(),
         }
     }
 
@@ -1297,8 +1308,12 @@ impl Run {
     fn finish(&mut self, finished: Finished) {
         let node = finished.node;
         if let Some(key) = finished.reuse_key {
-            self.last_keys
-                .insert(self.pipeline.graph[node].id.clone(), key);
+            let id = &self.pipeline.graph[node].id;
+            // The digest is the key's; a step without one has none to add.
+            if let Some(digest) = &finished.key {
+                self.last_fingerprint.add(id, digest);
+            }
+            self.last_keys.insert(id.clone(), key);
         }
         self.outputs[node.index()].clone_from(&finished.outputs);
         let log = self.log_of(node, &finished.log, finished.attempts);

@@ -72,6 +72,7 @@ pub use inputs::{PatternSet, expand_inputs};
 pub use key::{KEY_VERSION, ReuseKey, outputs_digest, sha256_hex, why_not_reused};
 pub use paths::{SharedStats, share_stats};
 pub use store::{
-    Entry, INLINE_MAX, RestoreScope, STALE_TEMP_AGE, Store, StoredEntry, StoredOutput, dir_size,
+    Entry, INLINE_MAX, KeysFingerprint, RestoreScope, STALE_TEMP_AGE, Store, StoredEntry,
+    StoredOutput, dir_size,
 };
 pub use units::{UNITS_DIR, UnitStore};

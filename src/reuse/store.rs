@@ -164,8 +164,47 @@ pub struct StoredOutput {
 /// The keys of one plan's steps as of its latest run.
 #[derive(Serialize, Deserialize, Default)]
 struct LastKeys {
+    /// The [`KeysFingerprint`] of the keys the last run recorded; first, so
+    /// it is read without reading the rest.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    fingerprint: String,
     plan: String,
     steps: BTreeMap<String, ReuseKey>,
+}
+
+/// An order-free digest of a run's `(step, key digest)` pairs, built as
+/// the steps finish: a run whose keys have the fingerprint the last-keys
+/// file was written with has nothing to add to it, and knows so without
+/// reading the file's ~400 KB of keys (1,000 steps) or writing them again.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct KeysFingerprint([u8; 32]);
+
+impl KeysFingerprint {
+    /// Adds step `step`, whose key has the digest `digest`.
+    pub fn add(&mut self, step: &str, digest: &str) {
+        use sha2::{Digest as _, Sha256};
+        let mut pair = Sha256::new();
+        pair.update(step.as_bytes());
+        pair.update([0]);
+        pair.update(digest.as_bytes());
+        for (mine, theirs) in self.0.iter_mut().zip(pair.finalize()) {
+            *mine ^= theirs;
+        }
+    }
+
+    fn hex(&self) -> String {
+        super::key::to_hex(&self.0)
+    }
+}
+
+/// Up to the first `max` bytes of the file at `path` (none if unreadable).
+fn read_head(path: &Path, max: u64) -> Vec<u8> {
+    use std::io::Read as _;
+    let mut head = Vec::new();
+    if let Ok(file) = fs::File::open(path) {
+        let _ = file.take(max).read_to_end(&mut head);
+    }
+    head
 }
 
 /// Says the tree changed when dropped (after a restore's writes, whichever
@@ -176,14 +215,6 @@ impl Drop for TreeChanged {
     fn drop(&mut self) {
         super::hash_cache::tree_changed();
     }
-}
-
-/// [`LastKeys`] as written from borrowed keys: the same fields in the same
-/// order, so the same bytes.
-#[derive(Serialize)]
-struct LastKeysRef<'a> {
-    plan: &'a str,
-    steps: &'a BTreeMap<String, ReuseKey>,
 }
 
 /// Where an old-layout entry keeps its `index`-th output.
@@ -669,29 +700,44 @@ impl Store {
         plan: &str,
         keys: &BTreeMap<String, ReuseKey>,
     ) -> Result<(), ReuseError> {
+        let mut fingerprint = KeysFingerprint::default();
+        for (step, key) in keys {
+            fingerprint.add(step, &key.digest());
+        }
+        self.record_last_keys(plan, keys, &fingerprint)
+    }
+
+    /// [`Self::record_last`] with the keys' fingerprint already made (as
+    /// the steps finished): when the file was written with the same
+    /// fingerprint (a fully reused run), it is left as it is, read no
+    /// further than its first line's first 100 bytes.
+    fn record_last_keys(
+        &self,
+        plan: &str,
+        keys: &BTreeMap<String, ReuseKey>,
+        fingerprint: &KeysFingerprint,
+    ) -> Result<(), ReuseError> {
         if keys.is_empty() {
             return Ok(());
         }
         let path = self.last_path(plan);
-        // A fully reused run of the whole plan records exactly the file's
-        // keys: comparing the bytes it would write costs a tenth of parsing
-        // the file's keys back (a 1,000-step plan's file is ~400 KB).
-        let whole = serde_json::to_vec(&LastKeysRef { plan, steps: keys });
-        if let (Ok(whole), Ok(on_disk)) = (&whole, fs::read(&path))
-            && *whole == on_disk
+        let fingerprint = fingerprint.hex();
+        if read_head(&path, 100)
+            .starts_with(format!("{{\"fingerprint\":\"{fingerprint}\"").as_bytes())
         {
             return Ok(());
         }
         let mut record = self.read_last(plan);
         let unchanged = record.plan == plan
+            && record.fingerprint == fingerprint
             && keys
                 .iter()
                 .all(|(step, key)| record.steps.get(step) == Some(key));
         if unchanged {
-            // A fully reused run: the same keys, nothing to write.
             return Ok(());
         }
         plan.clone_into(&mut record.plan);
+        record.fingerprint = fingerprint;
         record
             .steps
             .extend(keys.iter().map(|(step, key)| (step.clone(), key.clone())));
@@ -701,15 +747,17 @@ impl Store {
         write_atomically(&path, &bytes)
     }
 
-    /// What a run leaves at its end: its steps' keys ([`Self::record_last`])
-    /// and the entries it reused ([`Self::flush_used`]). Best effort, both.
+    /// What a run leaves at its end: its steps' keys (see
+    /// [`Self::record_last`]; `fingerprint` is theirs) and the entries it
+    /// reused ([`Self::flush_used`]). Best effort, both.
     pub fn finish_run(
         &self,
         plan: &str,
         keys: &BTreeMap<String, ReuseKey>,
+        fingerprint: &KeysFingerprint,
     ) -> Result<(), ReuseError> {
         let used = self.flush_used();
-        self.record_last(plan, keys).and(used)
+        self.record_last_keys(plan, keys, fingerprint).and(used)
     }
 
     /// The keys last recorded for `plan`'s steps (empty if none or unreadable).
@@ -1769,6 +1817,19 @@ mod tests {
             .record_last("demo", &keys(&[("build", &first), ("play[a,1]", &first)]))
             .expect("record the same");
         assert_eq!(inode(&path), before, "not rewritten");
+        // A file from before fingerprints is read, and rewritten with one.
+        let old = json!({"plan": "demo", "steps": {"build": &first, "play[a,1]": &first}});
+        fs::write(&path, serde_json::to_vec(&old).expect("old file")).expect("write");
+        assert_eq!(f.store.last_keys("demo").get("build"), Some(&first));
+        f.store
+            .record_last("demo", &keys(&[("build", &first), ("play[a,1]", &first)]))
+            .expect("record over the old file");
+        assert!(
+            fs::read_to_string(&path)
+                .expect("read")
+                .starts_with("{\"fingerprint\":\"")
+        );
+        assert_eq!(f.store.last_keys("demo").get("play[a,1]"), Some(&first));
 
         // A later run of the same plan merges: steps it did not run keep their key.
         f.store
