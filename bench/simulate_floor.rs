@@ -8,9 +8,10 @@
 //! then a uniformly random listed action until done or `MAX_STEPS`), a fresh
 //! game process after a crash (the dead one killed and reaped) and play on
 //! after a refused action. What it leaves out is everything a real runner
-//! needs and the game does not: no JSON parser (it finds `"actions":[` and
-//! takes the quoted names, which is enough for the built-in maze and any
-//! game whose action names hold no escaped quote), no observation hash, no
+//! needs and the game does not: no JSON parser (it takes the quoted names
+//! after the first `"actions"` key and looks for `"ok": true` and `"done":
+//! true` anywhere in an answer, which is enough for the built-in maze and
+//! the example games, not for any game), no observation hash, no
 //! findings, no trace, no hang deadline. Per action it makes the two system
 //! calls the protocol needs (one write, one read of a buffered pipe) and
 //! nothing else: the game side (process starts, the game's own work, its
@@ -80,14 +81,25 @@ impl Game {
     }
 }
 
-/// The listed actions of the observation in `line`, as byte ranges.
+/// The listed actions of the observation in `line`, as byte ranges: the
+/// quoted names after `"actions"`, `:` and `[` (whitespace allowed, as a
+/// Python game's `json.dumps` writes it).
 fn actions(line: &[u8], into: &mut Vec<(usize, usize)>) {
     into.clear();
-    let key = b"\"actions\":[";
+    let key = b"\"actions\"";
     let Some(start) = line.windows(key.len()).position(|w| w == key) else {
         return;
     };
     let mut at = start + key.len();
+    for expected in [b':', b'['] {
+        while line.get(at).is_some_and(u8::is_ascii_whitespace) {
+            at += 1;
+        }
+        if line.get(at) != Some(&expected) {
+            return;
+        }
+        at += 1;
+    }
     while at < line.len() && line[at] != b']' {
         if line[at] == b'"' {
             let end = at + 1 + line[at + 1..].iter().position(|&b| b == b'"').unwrap_or(0);
@@ -98,8 +110,26 @@ fn actions(line: &[u8], into: &mut Vec<(usize, usize)>) {
     }
 }
 
-fn contains(line: &[u8], what: &[u8]) -> bool {
-    line.windows(what.len()).any(|w| w == what)
+/// Whether `line` holds `"key":true` (whitespace allowed after the colon).
+fn is_true(line: &[u8], key: &[u8]) -> bool {
+    let mut from = 0;
+    while let Some(found) = line[from..].windows(key.len()).position(|w| w == key) {
+        let mut at = from + found + key.len();
+        while line.get(at).is_some_and(u8::is_ascii_whitespace) {
+            at += 1;
+        }
+        if line.get(at) == Some(&b':') {
+            at += 1;
+            while line.get(at).is_some_and(u8::is_ascii_whitespace) {
+                at += 1;
+            }
+            if line[at..].starts_with(b"true") {
+                return true;
+            }
+        }
+        from += found + 1;
+    }
+    false
 }
 
 /// xorshift64*: a uniform pick costs a multiply.
@@ -156,10 +186,10 @@ fn worker(command: &[String], games: impl Iterator<Item = u64>, max_steps: u64) 
                 fields.push('"');
                 g.ask(&fields, &mut line)?;
                 t.steps += 1;
-                if contains(&line, br#""ok":true"#) {
+                if is_true(&line, br#""ok""#) {
                     std::mem::swap(&mut obs, &mut line);
                     actions(&obs, &mut listed);
-                    if contains(&obs, br#""done":true"#) {
+                    if is_true(&obs, br#""done""#) {
                         t.completed += 1;
                         break;
                     }
