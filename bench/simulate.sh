@@ -26,8 +26,16 @@
 #   wrapper (`__game-exec`, served in the same process: still one exec per
 #   game, plus three setrlimit calls the Python loop does not make).
 #
-# Prints both summaries, then one line with games/s of both and the ratio.
-# Floor: gameplan >= 1.5x the Python loop; aim 2x.
+# A third runner, the floor (bench/simulate_floor.rs), plays the same games
+# doing nothing but the protocol's I/O: no JSON parser, no hash, no
+# findings, no trace, no deadline. What it takes is the game side's cost
+# (process starts, the game's work, its half of every round trip) plus two
+# system calls per action: no runner that plays one game at a time per
+# worker can be faster, so floor / Python is the most any such runner can
+# gain over the Python loop on this machine and game.
+#
+# Prints the three summaries, then one line with games/s of each and the
+# ratios. Target: gameplan >= 1.5x the Python loop (aim 2x).
 #
 # usage: bench/simulate.sh [GAMES] [WORKERS] [MAX_STEPS] [GAME...]
 #   GAME defaults to the built-in maze; e.g. `python3 examples/games/coins.py`.
@@ -40,9 +48,15 @@ WORKERS=${2:-2}
 STEPS=${3:-50}
 ROUNDS=${ROUNDS:-1}
 shift $(( $# < 3 ? $# : 3 ))
-echo "== building gameplan (release)"
+echo "== building gameplan and the floor runner (release)"
 cargo build --release --quiet
 BIN=$PWD/target/release/gameplan
+FLOOR=$(cargo build --release --quiet --bench simulate_floor --message-format=json |
+    python3 -c 'import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "simulate_floor" and m.get("executable"):
+        print(m["executable"])')
 if [ $# -eq 0 ]; then
     set -- builtin:maze
     PYGAME="$BIN game maze"
@@ -59,6 +73,7 @@ rate() { sed -n 's/.* \([0-9.]*\) games\/s.*/\1/p' "$1" | head -1; }
 best() { awk -v a="$1" -v b="$2" 'BEGIN { print (b == "" || a + 0 > b + 0) ? a : b }'; }
 G=""
 P=""
+F=""
 round=1
 while [ "$round" -le "$ROUNDS" ]; do
     echo "== round $round: gameplan __simulate ($GAMES games, $WORKERS workers, max $STEPS steps): $*"
@@ -71,10 +86,16 @@ while [ "$round" -le "$ROUNDS" ]; do
     echo "== round $round: python driver loop: $PYGAME"
     # shellcheck disable=SC2086
     python3 bench/simulate_driver.py "$GAMES" "$WORKERS" "$STEPS" -- $PYGAME | tee "$OUT/python.txt"
+    echo "== round $round: floor runner (protocol I/O only): $PYGAME"
+    # shellcheck disable=SC2086
+    "$FLOOR" "$GAMES" "$WORKERS" "$STEPS" -- $PYGAME | tee "$OUT/floor.txt"
     G=$(best "$(rate "$OUT/gameplan.txt")" "$G")
     P=$(best "$(rate "$OUT/python.txt")" "$P")
+    F=$(best "$(rate "$OUT/floor.txt")" "$F")
     round=$((round + 1))
 done
 load "at end"
 echo "== gameplan $G games/s, python $P games/s, ratio $(echo "$G $P" | awk '{printf "%.2f", $1/$2}')x"
+echo "== floor $F games/s: floor/python $(echo "$F $P" | awk '{printf "%.2f", $1/$2}')x (the most any runner gains here)," \
+    "gameplan/floor $(echo "$G $F" | awk '{printf "%.2f", $1/$2}')x"
 echo "(overhead per action: the 'runner cpu' lines above, each runner's own CPU over its actions)"

@@ -3,11 +3,12 @@
 //! A simulation starts a game process per crash (thousands per run), and
 //! each start of this binary used to build the whole clap tree, install the
 //! TLS provider and copy the environment before the game read a line. So
-//! [`serve_builtin_game`] recognizes the two argvs that start a built-in
-//! game and serves it before any of that: `gameplan game NAME`, and the
-//! wrapper gameplan itself spawns to set rlimits (`gameplan __game-exec
-//! [--as N] [--cpu N] [--nofile N] -- GAMEPLAN game NAME`, where GAMEPLAN is
-//! this executable). Any other argv, a misspelled game included, goes
+//! [`start_game_before_cli`] recognizes the argvs that start a game and
+//! starts it before any of that: `gameplan game NAME`, and the wrapper
+//! gameplan itself spawns to set rlimits (`gameplan __game-exec [--as N]
+//! [--cpu N] [--nofile N] -- PROGRAM ARGS`), which serves a built-in game in
+//! process when PROGRAM is this executable and execs any other program (a
+//! user's game) at once. Any other argv, a misspelled game included, goes
 //! through clap as before, so errors and `--help` are unchanged.
 
 use std::ffi::OsString;
@@ -27,18 +28,43 @@ pub fn run(cx: &Context, name: &str) -> u8 {
     play(&cx.console, name)
 }
 
-/// Serves a built-in game when `args` (program name first) starts one;
-/// `None` for any other command line, which the caller parses as usual.
-pub fn serve_builtin_game(args: &[OsString]) -> Option<u8> {
+/// What a command line that starts a game asks for, when it can be done
+/// before the CLI is parsed.
+#[derive(Debug, PartialEq)]
+enum Start<'a> {
+    /// Serve built-in game `name` in this process (after setting `limits`).
+    Builtin {
+        limits: Option<ResourceLimits>,
+        name: &'a str,
+    },
+    /// Set `limits`, then become `argv` (another program: a user's game).
+    Exec {
+        limits: ResourceLimits,
+        argv: Vec<String>,
+    },
+}
+
+/// Reads `args` (program name first): `gameplan game NAME` with a known
+/// built-in, or `gameplan __game-exec [LIMITS] -- PROGRAM ARGS` in the form
+/// gameplan writes it. `None` for any other command line (a misspelled game
+/// included), which clap parses as usual, errors and `--help` unchanged.
+fn start_of<'a>(args: &'a [OsString], this: &Path) -> Option<Start<'a>> {
     let (limits, game) = match args.get(1)?.to_str()? {
         "game" => (None, &args[1..]),
         "__game-exec" => {
             let (limits, wrapped) = game_exec_args(&args[2..])?;
-            // Only this same executable may be served in process; anything
-            // else is exec'd by the clap path.
-            let this = std::env::current_exe().ok()?;
+            // This same executable is served in process; anything else is
+            // exec'd now: through clap, the wrapper cost a millisecond more
+            // per game start than the game it starts.
             if Path::new(wrapped.first()?) != this {
-                return None;
+                let program_and_args = wrapped
+                    .iter()
+                    .map(|a| a.to_str().map(str::to_owned))
+                    .collect::<Option<Vec<_>>>()?;
+                return Some(Start::Exec {
+                    limits,
+                    argv: program_and_args,
+                });
             }
             (Some(limits), &wrapped[1..])
         }
@@ -51,14 +77,46 @@ pub fn serve_builtin_game(args: &[OsString]) -> Option<u8> {
     if game != "game" || games::find(name).is_none() {
         return None;
     }
+    Some(Start::Builtin { limits, name })
+}
+
+/// Starts the game `args` asks for before the CLI is built (see
+/// [`start_of`]): serves a built-in game and returns its exit code, or
+/// becomes the wrapped program (returning 127 only when it cannot).
+/// `None` for any other command line, which the caller parses as usual.
+pub fn start_game_before_cli(args: &[OsString]) -> Option<u8> {
+    let needs_this = args.get(1).is_some_and(|a| a == "__game-exec");
+    let this = if needs_this {
+        std::env::current_exe().ok()?
+    } else {
+        std::path::PathBuf::new()
+    };
     let console = Console::plain();
-    if let Some(limits) = limits
-        && let Err(why) = set_limits(limits)
-    {
-        console.err(&format!("gameplan: {why}\n"));
-        return Some(127);
+    let set = |limits| match set_limits(limits) {
+        Ok(()) => true,
+        Err(why) => {
+            console.err(&format!("gameplan: {why}\n"));
+            false
+        }
+    };
+    match start_of(args, &this)? {
+        Start::Builtin { limits, name } => {
+            if let Some(limits) = limits
+                && !set(limits)
+            {
+                return Some(127);
+            }
+            Some(play(&console, name))
+        }
+        Start::Exec { limits, argv } => {
+            if !set(limits) {
+                return Some(127);
+            }
+            let why = crate::play::stdio::exec(&argv);
+            console.err(&format!("gameplan: {why}\n"));
+            Some(127)
+        }
     }
-    Some(play(&console, name))
 }
 
 /// The limits and the argv after `--` of `__game-exec`, in the form
@@ -145,24 +203,72 @@ mod tests {
     }
 
     #[test]
-    fn only_a_known_builtin_is_served_before_the_cli() {
+    fn only_a_known_builtin_or_gameplans_own_wrapper_starts_before_the_cli() {
+        let this = Path::new("/bin/gp");
+        assert_eq!(
+            start_of(&args(&["gp", "game", "maze"]), this),
+            Some(Start::Builtin {
+                limits: None,
+                name: "maze"
+            })
+        );
+        assert_eq!(
+            start_of(
+                &args(&[
+                    "gp",
+                    "__game-exec",
+                    "--nofile",
+                    "64",
+                    "--",
+                    "/bin/gp",
+                    "game",
+                    "maze"
+                ]),
+                this
+            ),
+            Some(Start::Builtin {
+                limits: Some(ResourceLimits {
+                    open_files: Some(64),
+                    ..ResourceLimits::NONE
+                }),
+                name: "maze"
+            })
+        );
+        // A user's game is exec'd by the wrapper itself, its argv as given.
+        assert_eq!(
+            start_of(
+                &args(&[
+                    "gp",
+                    "__game-exec",
+                    "--as",
+                    "4096",
+                    "--",
+                    "python3",
+                    "g.py",
+                    "--x"
+                ]),
+                this
+            ),
+            Some(Start::Exec {
+                limits: ResourceLimits {
+                    address_space: Some(4096),
+                    ..ResourceLimits::NONE
+                },
+                argv: vec!["python3".into(), "g.py".into(), "--x".into()]
+            })
+        );
         // Each of these must reach clap: its errors and help are the user's.
         for other in [
-            &["gameplan", "game", "chess"][..],
-            &["gameplan", "game", "--help"],
-            &["gameplan", "game", "maze", "extra"],
-            &["gameplan", "--no-color", "game", "maze"],
-            &[
-                "gameplan",
-                "__game-exec",
-                "--",
-                "/not/gameplan",
-                "game",
-                "maze",
-            ],
-            &["gameplan"],
+            &["gp", "game", "chess"][..],
+            &["gp", "game", "--help"],
+            &["gp", "game", "maze", "extra"],
+            &["gp", "--no-color", "game", "maze"],
+            &["gp", "__game-exec", "--", "/bin/gp", "game", "chess"],
+            &["gp", "__game-exec", "--as=1", "--", "python3"],
+            &["gp", "__game-exec", "--"],
+            &["gp"],
         ] {
-            assert_eq!(serve_builtin_game(&args(other)), None, "{other:?}");
+            assert_eq!(start_of(&args(other), this), None, "{other:?}");
         }
     }
 }

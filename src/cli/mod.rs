@@ -16,7 +16,7 @@ mod schema;
 mod serve;
 mod shell;
 
-pub use game::serve_builtin_game;
+pub use game::start_game_before_cli;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

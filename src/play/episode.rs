@@ -253,7 +253,13 @@ impl Episode {
     fn count_change(&mut self, changed: bool, step: u64, from: &str, action: &str) {
         if changed {
             self.unchanged = 0;
-            self.entered = Some((from.to_owned(), action.to_owned()));
+            // The strings of the last entry are reused: this runs on
+            // nearly every action.
+            let (hash, taken) = self.entered.get_or_insert_with(Default::default);
+            hash.clear();
+            hash.push_str(from);
+            taken.clear();
+            taken.push_str(action);
             return;
         }
         self.unchanged += 1;

@@ -218,40 +218,47 @@ fn text_fields(value: &serde_json::Value, path: &mut String, out: &mut Vec<Strin
 /// Lowercase, numbers and long hex runs masked as `#`, whitespace collapsed,
 /// at most 200 characters: what stays the same when the same bug recurs.
 pub fn normalize(text: &str) -> String {
+    // Written straight into `out` (no string per word): a finding is
+    // fingerprinted each time a game meets it, thousands of times in a
+    // simulation.
     let mut out = String::with_capacity(text.len().min(200));
     let mut words = text.split_whitespace().peekable();
     while let Some(word) = words.next() {
-        let mut masked = String::with_capacity(word.len());
-        let mut in_number = false;
         let hexish = word.len() >= 8
             && word
                 .trim_start_matches("0x")
                 .chars()
                 .all(|c| c.is_ascii_hexdigit());
         if hexish {
-            masked.push('#');
+            out.push('#');
         } else {
+            let mut in_number = false;
             for c in word.chars() {
                 if c.is_ascii_digit() {
                     if !in_number {
-                        masked.push('#');
+                        out.push('#');
                     }
                     in_number = true;
                 } else {
                     in_number = false;
-                    masked.extend(c.to_lowercase());
+                    out.extend(c.to_lowercase());
                 }
             }
         }
-        out.push_str(&masked);
         if words.peek().is_some() {
             out.push(' ');
         }
-        if out.chars().count() >= 200 {
+        if out.len() >= 200 && out.chars().count() >= 200 {
             break;
         }
     }
-    out.chars().take(200).collect()
+    match out.char_indices().nth(200) {
+        Some((cut, _)) => {
+            out.truncate(cut);
+            out
+        }
+        None => out,
+    }
 }
 
 /// The findings of one cell, deduplicated by id, in the order first met.
@@ -388,6 +395,69 @@ mod tests {
             )),
             "turn #: the pit.\nat.zone=pit #"
         );
+    }
+
+    /// `normalize` as first written (a string per word): finding ids are
+    /// kept in reports and dispositions, so the faster one must agree.
+    fn normalize_as_first_written(text: &str) -> String {
+        let mut out = String::new();
+        let mut words = text.split_whitespace().peekable();
+        while let Some(word) = words.next() {
+            let mut masked = String::new();
+            let mut in_number = false;
+            let hexish = word.len() >= 8
+                && word
+                    .trim_start_matches("0x")
+                    .chars()
+                    .all(|c| c.is_ascii_hexdigit());
+            if hexish {
+                masked.push('#');
+            } else {
+                for c in word.chars() {
+                    if c.is_ascii_digit() {
+                        if !in_number {
+                            masked.push('#');
+                        }
+                        in_number = true;
+                    } else {
+                        in_number = false;
+                        masked.extend(c.to_lowercase());
+                    }
+                }
+            }
+            out.push_str(&masked);
+            if words.peek().is_some() {
+                out.push(' ');
+            }
+            if out.chars().count() >= 200 {
+                break;
+            }
+        }
+        out.chars().take(200).collect()
+    }
+
+    #[test]
+    fn normalize_gives_the_ids_it_always_gave() {
+        let long_word = "x".repeat(199);
+        let cases = [
+            String::new(),
+            "  \t\n ".to_owned(),
+            "At 0xdeadbeef12 step 12 of 40".to_owned(),
+            "ÉCOLE İstanbul ΣΊΣΥΦΟΣ ß 12ab34 deadbeef DEADBEEF0 0x12".to_owned(),
+            "word ".repeat(60),
+            "ééééé ".repeat(50),
+            format!("{long_word} y z"),
+            format!("{long_word}9 tail"),
+            format!("{long_word}İ tail"),
+            "a1b22c333 0x 0xg1234567 12345678 1234567".to_owned(),
+        ];
+        for text in cases {
+            assert_eq!(
+                normalize(&text),
+                normalize_as_first_written(&text),
+                "{text:?}"
+            );
+        }
     }
 
     #[test]
