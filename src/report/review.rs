@@ -376,7 +376,7 @@ pub fn junit_cases(review: &Review) -> Vec<JunitCase> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::review::verdict::{LensFinding, UnitVerdict, Usage};
+    use crate::review::verdict::{LensFinding, UnitVerdict};
 
     fn review(units: usize) -> Review {
         let units = (0..units)
@@ -421,18 +421,7 @@ mod tests {
             usage: None,
         };
         lens.status = lens.judge_status();
-        Review {
-            review: 1,
-            gate: "g".into(),
-            status: lens.status,
-            lenses: vec![lens],
-            reviewers: Vec::new(),
-            lapsed: Vec::new(),
-            unused: Vec::new(),
-            judged: 0,
-            reused: 0,
-            usage: Usage::default(),
-        }
+        Review::of("g", lens.status, vec![lens])
     }
 
     #[test]

@@ -108,6 +108,25 @@ pub struct Review {
     pub usage: Usage,
 }
 
+#[cfg(test)]
+impl Review {
+    /// A review of `gate` with `lenses` and nothing else: the tests' builder.
+    pub(crate) fn of(gate: &str, status: Status, lenses: Vec<LensReport>) -> Review {
+        Review {
+            review: REVIEW_FORMAT,
+            gate: gate.to_owned(),
+            status,
+            lenses,
+            reviewers: Vec::new(),
+            lapsed: Vec::new(),
+            unused: Vec::new(),
+            judged: 0,
+            reused: 0,
+            usage: Usage::default(),
+        }
+    }
+}
+
 /// A reviewer of the gate and whether its lens pass ran.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ReviewerRun {

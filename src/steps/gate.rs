@@ -440,21 +440,9 @@ impl Kind for Gate {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::review::verdict::{REVIEW_FORMAT, Usage};
 
     fn review(gate: &str) -> Arc<Review> {
-        Arc::new(Review {
-            review: REVIEW_FORMAT,
-            gate: gate.to_owned(),
-            status: Status::SendReady,
-            lenses: Vec::new(),
-            reviewers: Vec::new(),
-            lapsed: Vec::new(),
-            unused: Vec::new(),
-            judged: 0,
-            reused: 0,
-            usage: Usage::default(),
-        })
+        Arc::new(Review::of(gate, Status::SendReady, Vec::new()))
     }
 
     #[test]
