@@ -12,8 +12,8 @@
 //!
 //! | code | status | when | extra fields |
 //! |---|---|---|---|
-//! | `invalid_request` | 400 | a field out of range (negative cents, an unknown module, a reason on a succeeded run, a reason over 400 chars) | |
-//! | `unauthorized` | 401 | no token, or a token the ledger does not know | |
+//! | `invalid_request` | 400 | a field out of range (negative cents, an unknown module, a reason on a succeeded run, a reason over 400 chars, a control character in a game, persona, controller, file name or key) | |
+//! | `unauthorized` | 401 | no token, a token the ledger does not know or that was revoked; on `gameplan serve`, the embedded demo token | |
 //! | `missing_scope` | 403 | the token lacks the scope the call needs | `scope` |
 //! | `not_found` | 404 | no such account, job, run or file (also another account's) | |
 //! | `insufficient_balance` | 402 | register: the price is above the balance | `price_cents`, `balance_cents` |
@@ -22,10 +22,15 @@
 //! | `charge_in_progress` | 409 | register: another register holds the ledger right now (possibly the same key); retry with the same key and body | |
 //! | `too_many_active_jobs` | 409 | register: the account has this many unsettled jobs; finish one | |
 //! | `invalid_transition` | 409 | a run moved where the state machine has no edge; a call on a settled job | |
+//! | `files_immutable` | 409 | upload: the run was completed (its files verified), or the job published its aggregate or was settled; the same bytes again are answered 200 | |
+//! | `aggregate_published` | 409 | aggregate complete: the job published other digests already | |
+//! | `body_too_large` | 413 | `gameplan serve`: the body is over the route's cap (uploads 64 MiB, JSON 4 MiB) | |
+//! | `too_many_cells` | 422 | estimate / register: more cells than the ledger takes per job (10,000 unless `serve --max-cells`) | |
 //! | `quote_invalid` | 422 | register: the `quote_id` is not one this ledger gave this account for this game (made up, altered, or another ledger's); estimate again | |
 //! | `idempotency_mismatch` | 422 | register: this Idempotency-Key was used with another body | `differs` (top-level fields) |
 //! | `upload_unverified` | 422 | complete / aggregate complete: a manifest file was not uploaded, or its size or sha256 differ | `missing` (paths) |
 //! | `digest_mismatch` | 422 | upload: the body's sha256 is not `x-content-sha256` | |
+//! | `body_timeout` | 408 | `gameplan serve`: the body did not arrive within 30 seconds | |
 //! | `ledger_unavailable` | 503 | the ledger file cannot be opened or written (disk, permissions, a lock held too long) | |
 //!
 //! Scopes per call: `whoami` needs only a valid token; `estimate`, `transition`,

@@ -604,17 +604,22 @@ mod tests {
         (format!("http://{addr}"), ledger)
     }
 
+    /// A token of the demo account with every scope: the server refuses
+    /// the public demo token.
+    fn studio_token(ledger: &Ledger) -> Token {
+        ledger
+            .create_token("demo", &crate::backend::api::SCOPES.map(str::to_owned))
+            .expect("token")
+            .token
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_conformance_suite_passes_over_http_against_the_server() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let (url, _) = serve(dir.path()).await;
+        let (url, ledger) = serve(dir.path()).await;
         let backend = HttpBackend::new(&url).expect("backend");
-        crate::backend::conformance::one_job(
-            &backend,
-            &Token(DEMO_TOKEN.to_owned()),
-            "conformance-http",
-        )
-        .await;
+        crate::backend::conformance::one_job(&backend, &studio_token(&ledger), "conformance-http")
+            .await;
     }
 
     /// One valid request for every call, on a job and run that do not exist.
@@ -838,7 +843,8 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_401_and_a_400_stop_at_once_each_explained() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let (url, _) = serve(dir.path()).await;
+        let (url, ledger) = serve(dir.path()).await;
+        let token = studio_token(&ledger);
         // A retry would wait 5 s first: answering sooner proves there was none.
         let backend = HttpBackend::with_options(
             &url,
@@ -862,7 +868,7 @@ mod tests {
         let run = calls().run;
         let e = backend
             .heartbeat(
-                &Token(DEMO_TOKEN.into()),
+                &token,
                 &run,
                 &HeartbeatRequest {
                     actions_taken: -1,

@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 
 use super::{Context, LedgerCommand, LedgerFile};
 use crate::backend::api::ApiError;
-use crate::backend::ledger::Ledger;
+use crate::backend::api::Token;
+use crate::backend::ledger::{Ledger, NewLedger};
 use crate::exit_code;
 
 /// The ledger file a command means: `--db`, or the state directory's.
@@ -28,7 +29,10 @@ fn open(cx: &Context, file: &LedgerFile) -> Result<Ledger, u8> {
         cx.console.err(&format!("error: {message}\n"));
         exit_code::PLAN_ERROR
     })?;
-    Ledger::open(&path).map_err(|e| refused(cx, &e, &path))
+    // A file made here is the embedded kind, demo account included (the
+    // tests and the local backend's users name it with --db too); a file
+    // `serve` makes starts empty, and `serve` refuses the demo token anyway.
+    Ledger::open_with(&path, NewLedger::Demo).map_err(|e| refused(cx, &e, &path))
 }
 
 /// Prints a refusal; every one is bad input or an unusable file (exit 3).
@@ -76,6 +80,27 @@ pub fn run(cx: &Context, command: &LedgerCommand) -> u8 {
             }
             Err(e) => refused(cx, &e, &path),
         },
+        LedgerCommand::Token {
+            revoke: Some(token),
+            ..
+        } => {
+            let token = if token == "-" {
+                let mut line = String::new();
+                let _ = std::io::stdin().read_line(&mut line);
+                line.trim().to_owned()
+            } else {
+                token.clone()
+            };
+            match ledger.revoke_token(&Token(token)) {
+                Ok(account) => {
+                    cx.console.err(&format!(
+                        "Revoked a token of {account}: every call with it is refused (401) from now on.\n"
+                    ));
+                    exit_code::SUCCESS
+                }
+                Err(e) => refused(cx, &e, &path),
+            }
+        }
         LedgerCommand::Token {
             scopes, account, ..
         } => match ledger.create_token(account, scopes) {

@@ -235,10 +235,24 @@ pub enum Command {
     /// Prints `listening on http://ADDR` first, then one line per request: method, path,
     /// status, milliseconds (never a header, so never a token). Plain HTTP: keep it on
     /// loopback or put a TLS proxy in front.
+    ///
+    /// The embedded ledger's public demo token is refused (401). A ledger file created here
+    /// starts empty: make accounts and tokens with `gameplan ledger token --db FILE`.
     Serve {
         /// Where to listen; port 0 picks a free port (the first line says which).
         #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8787")]
         addr: String,
+        /// Give a ledger file created now the demo account ($100 of demo money). Its public
+        /// token is still refused: make a token for it with `gameplan ledger token`.
+        #[arg(long)]
+        demo: bool,
+        /// The most cells one job may hold (a bigger job is refused, naming this cap).
+        #[arg(long, value_name = "N", default_value_t = crate::backend::ledger::MAX_CELLS_PER_JOB)]
+        max_cells: usize,
+        /// Seconds a connection may wait for a request's headers (also between requests on
+        /// a kept-alive connection), and for its body once the headers came; then it is closed.
+        #[arg(long, value_name = "SECONDS", default_value_t = 30.0)]
+        idle_timeout: f64,
         #[command(flatten)]
         file: LedgerFile,
     },
@@ -398,11 +412,21 @@ pub enum LedgerCommand {
         #[command(flatten)]
         file: LedgerFile,
     },
-    /// Create a bearer token and print it on stdout (shown once: only its sha256 is kept).
+    /// Create a bearer token and print it on stdout (shown once: only its sha256 is kept),
+    /// or revoke one with `--revoke`.
     Token {
         /// What the token may do: playtest:write, playtest:model, playtest:upload.
-        #[arg(long, required = true, value_delimiter = ',', value_name = "SCOPE,...")]
+        #[arg(
+            long,
+            required_unless_present = "revoke",
+            value_delimiter = ',',
+            value_name = "SCOPE,..."
+        )]
         scopes: Vec<String>,
+        /// Revoke this token (`-` reads it from stdin, out of the shell's history): every
+        /// call with it is refused (401) from now on.
+        #[arg(long, value_name = "TOKEN", conflicts_with = "scopes")]
+        revoke: Option<String>,
         /// The account the token acts for; a new one is created with a zero balance.
         #[arg(long, value_name = "ID", default_value = "demo")]
         account: String,
@@ -677,7 +701,22 @@ pub fn dispatch(cli: Cli, cx: &Context) -> u8 {
         Command::Launch { slots } => crate::steps::launcher::serve(slots),
         Command::Game { name } => game::run(cx, &name),
         Command::Ledger(command) => ledger::run(cx, &command),
-        Command::Serve { addr, file } => serve::run(cx, &addr, &file),
+        Command::Serve {
+            addr,
+            demo,
+            max_cells,
+            idle_timeout,
+            file,
+        } => serve::run(
+            cx,
+            &addr,
+            &serve::Settings {
+                demo,
+                max_cells,
+                idle_timeout,
+            },
+            &file,
+        ),
         Command::Schema { name } => schema::run(cx, name),
         Command::Completions { shell } => shell::completions(cx, shell),
         Command::Man { out } => shell::man(cx, out.as_deref()),

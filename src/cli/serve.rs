@@ -1,16 +1,36 @@
-//! `gameplan serve [--addr A] [--db FILE]`: the ledger's API over HTTP
-//! (the routes are `server`'s), with one log line per request on stderr.
+//! `gameplan serve [--addr A] [--db FILE] [--demo] [--max-cells N]`: the
+//! ledger's API over HTTP (the routes are `server`'s), with one log line
+//! per request on stderr.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use super::{Context, LedgerFile};
-use crate::backend::ledger::Ledger;
+use crate::backend::ledger::{Ledger, NewLedger};
 use crate::exit_code;
 use crate::report::Console;
 use crate::server::{LogSink, RequestLine};
 
-pub fn run(cx: &Context, addr: &str, file: &LedgerFile) -> u8 {
+/// What `serve`'s flags set beyond the address and the file.
+pub struct Settings {
+    /// A new ledger file gets the demo account.
+    pub demo: bool,
+    pub max_cells: usize,
+    /// Seconds (`--idle-timeout`).
+    pub idle_timeout: f64,
+}
+
+pub fn run(cx: &Context, addr: &str, settings: &Settings, file: &LedgerFile) -> u8 {
+    let idle = match std::time::Duration::try_from_secs_f64(settings.idle_timeout) {
+        Ok(idle) if idle >= std::time::Duration::from_millis(100) => idle,
+        _ => {
+            cx.console.err(&format!(
+                "error: --idle-timeout {} is not a number of seconds of at least 0.1\n",
+                settings.idle_timeout
+            ));
+            return exit_code::PLAN_ERROR;
+        }
+    };
     let path = match super::ledger::ledger_path(file) {
         Ok(path) => path,
         Err(message) => {
@@ -18,8 +38,15 @@ pub fn run(cx: &Context, addr: &str, file: &LedgerFile) -> u8 {
             return exit_code::PLAN_ERROR;
         }
     };
-    let ledger = match Ledger::open(&path) {
-        Ok(ledger) => Arc::new(ledger),
+    // The demo account's token is public: a served ledger holds it only
+    // when asked, and the routes refuse the token anyway.
+    let new = if settings.demo {
+        NewLedger::Demo
+    } else {
+        NewLedger::Empty
+    };
+    let ledger = match Ledger::open_with(&path, new) {
+        Ok(ledger) => Arc::new(ledger.with_max_cells(settings.max_cells)),
         Err(e) => {
             cx.console.err(&format!(
                 "error: {} (ledger {})\n",
@@ -54,7 +81,7 @@ pub fn run(cx: &Context, addr: &str, file: &LedgerFile) -> u8 {
             color_out: cx.console.color_out,
         };
         let log: LogSink = Arc::new(move |line: &RequestLine| console.err(&log_line(line)));
-        match crate::server::serve(listener, ledger, log, stop_signal()).await {
+        match crate::server::serve_within(listener, ledger, log, idle, stop_signal()).await {
             Ok(()) => {
                 cx.console.err("stopped\n");
                 exit_code::SUCCESS
@@ -82,11 +109,20 @@ fn listening(bound: Option<SocketAddr>, asked: &str, ledger: &std::path::Path) -
     text
 }
 
-/// One request: method, path, status, milliseconds; never a header.
+/// One request: method, path, status, milliseconds, and why where the
+/// status alone would not say; never a header. The path is the client's:
+/// escaped, so it cannot write to the operator's terminal.
 fn log_line(line: &RequestLine) -> String {
+    let note = line
+        .note
+        .as_deref()
+        .map_or_else(String::new, |note| format!(" ({note})"));
     format!(
-        "{} {} {} {:.1}ms\n",
-        line.method, line.path, line.status, line.millis
+        "{} {} {} {:.1}ms{note}\n",
+        line.method,
+        line.path.escape_debug(),
+        line.status,
+        line.millis
     )
 }
 

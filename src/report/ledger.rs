@@ -13,6 +13,26 @@ pub fn dollars(cents: i64) -> String {
     format!("{sign}${}.{:02}", abs / 100, abs % 100)
 }
 
+/// `text` with its control characters escaped (`\u{1b}`, `\n`): names
+/// that came over the API are printed as they are stored, and a ledger
+/// written before the API refused control characters may hold some; a raw
+/// ESC would reach the terminal.
+fn shown(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    text.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect::<String>()
+        .into()
+}
+
 /// The text of `gameplan ledger show`.
 pub fn show(view: &LedgerView, path: &std::path::Path) -> String {
     let mut out = String::new();
@@ -27,7 +47,7 @@ pub fn show(view: &LedgerView, path: &std::path::Path) -> String {
         let _ = writeln!(
             out,
             "  {:<16} {:>12} {:>12} {:>12} {:>12}  {}",
-            a.id,
+            shown(&a.id),
             dollars(a.balance_cents),
             dollars(a.topups_cents),
             dollars(a.charged_cents),
@@ -48,9 +68,9 @@ pub fn show(view: &LedgerView, path: &std::path::Path) -> String {
             out,
             "  {}  {}  game {}  key {}  {}  price {}  charged {}  refunded {}",
             job.id,
-            job.account,
-            job.game,
-            job.idempotency_key,
+            shown(&job.account),
+            shown(&job.game),
+            shown(&job.idempotency_key),
             job.state,
             dollars(job.price_cents),
             dollars(job.charged_cents),
@@ -71,8 +91,8 @@ pub fn show(view: &LedgerView, path: &std::path::Path) -> String {
                 out,
                 "    {:<10} {:<16} {:<12} {:<16} {}{}",
                 run.id,
-                run.persona,
-                run.controller,
+                shown(&run.persona),
+                shown(&run.controller),
                 run.state,
                 dollars(run.price_cents),
                 if run.played { "" } else { "  (never played)" }
@@ -83,11 +103,26 @@ pub fn show(view: &LedgerView, path: &std::path::Path) -> String {
     for t in &view.tokens {
         let _ = writeln!(
             out,
-            "  {:<16} {}  created {}",
-            t.account,
+            "  {:<16} {}  created {}{}",
+            shown(&t.account),
             t.scopes.join(","),
-            t.created_at
+            t.created_at,
+            t.revoked_at
+                .as_ref()
+                .map_or_else(String::new, |at| format!("  REVOKED {at}"))
         );
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shown;
+
+    #[test]
+    fn control_characters_are_escaped_and_other_text_is_left_alone() {
+        assert_eq!(shown("curious-kid"), "curious-kid");
+        assert_eq!(shown("naïve ☃"), "naïve ☃");
+        assert_eq!(shown("a\u{1b}[31mred\nb\0"), "a\\u{1b}[31mred\\nb\\u{0}");
+    }
 }

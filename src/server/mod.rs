@@ -9,11 +9,22 @@
 //!
 //! # Design
 //!
-//! - **Who before what.** A request is authenticated (401) and its route's
-//!   scopes checked (403, naming the scope) before its body is read, so a
-//!   caller without a token learns nothing of the API from body errors. The
-//!   ledger checks the scopes again inside its transaction; a unit test
-//!   holds both tables to the same answers.
+//! - **Who before what.** A request is authenticated from its headers
+//!   (401) and its route's scopes checked (403, naming the scope) before a
+//!   byte of its body is read, so a caller without a token can neither
+//!   learn the API from body errors nor make the server buffer anything.
+//!   The body is then read up to its route's cap ([`MAX_JSON_BYTES`] for
+//!   JSON, the ledger's upload limit for files; 413 past it) within the
+//!   idle timeout ([`IDLE_WITHIN`] by default; 408). The ledger checks the scopes again inside its
+//!   transaction; a unit test holds both tables to the same answers.
+//! - **The demo token is not a credential here.** Every embedded ledger
+//!   holds the public `gp_demo_local_ledger` token; `serve` answers it 401
+//!   and its log line says why (a ledger `serve` creates has no demo
+//!   account unless `--demo`).
+//! - **Slow and idle connections are closed**: a request's headers must
+//!   arrive within the idle timeout, also on a kept-alive connection
+//!   waiting for its next request (hyper's header read timeout), so idle
+//!   sockets do not pile up behind a proxy.
 //! - **Blocking off the runtime.** Each ledger call is one `SQLite`
 //!   transaction on tokio's blocking pool, like the `local` backend's.
 //! - **Every refusal is JSON** `{code, message, ...}` with the status of
@@ -27,12 +38,11 @@ mod tests;
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::Router;
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, FromRequestParts, Path, Request, State};
+use axum::body::{Body, Bytes};
+use axum::extract::{FromRequestParts, Path, Request, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode};
 use axum::middleware::{self, Next};
@@ -46,8 +56,17 @@ use crate::backend::api::{
     ApiError, JobRef, RunRef, SCOPE_MODEL, SCOPE_UPLOAD, SCOPE_WRITE, Token, UploadRequest,
 };
 use crate::backend::http::{CONTENT_SHA256, IDEMPOTENCY_KEY};
-use crate::backend::ledger::Ledger;
 use crate::backend::ledger::runs::MAX_UPLOAD_BYTES;
+use crate::backend::ledger::{DEMO_TOKEN, Ledger};
+
+/// The most a JSON request body may be (a complete carries a cell's
+/// report and its markdown: tens of KiB).
+pub const MAX_JSON_BYTES: usize = 4 * 1024 * 1024;
+/// How long a request's headers may take (counted from the connection's
+/// start, or from the previous response on a kept-alive connection), and
+/// its body once the headers came, unless `serve --idle-timeout` says
+/// otherwise.
+pub const IDLE_WITHIN: Duration = Duration::from_secs(30);
 
 /// One answered request, as the log shows it.
 #[derive(Debug, Clone, PartialEq)]
@@ -57,7 +76,13 @@ pub struct RequestLine {
     pub path: String,
     pub status: u16,
     pub millis: f64,
+    /// Why, where the status alone would not say (a refused demo token).
+    pub note: Option<String>,
 }
+
+/// A note a handler leaves on its response for the log line.
+#[derive(Clone)]
+struct LogNote(String);
 
 /// Where the log lines go (`gameplan serve` prints them).
 pub type LogSink = Arc<dyn Fn(&RequestLine) + Send + Sync>;
@@ -65,6 +90,8 @@ pub type LogSink = Arc<dyn Fn(&RequestLine) + Send + Sync>;
 #[derive(Clone)]
 struct App {
     ledger: Arc<Ledger>,
+    /// How long a body may take to arrive.
+    idle: Duration,
 }
 
 /// The scopes each route needs (DESIGN §6; the table in `api`).
@@ -72,8 +99,9 @@ const WRITE: &[&str] = &[SCOPE_WRITE];
 const REGISTER: &[&str] = &[SCOPE_WRITE, SCOPE_MODEL];
 const UPLOAD: &[&str] = &[SCOPE_UPLOAD];
 
-/// The API's routes over `ledger`, logging each request to `log`.
-pub fn router(ledger: Arc<Ledger>, log: LogSink) -> Router {
+/// The API's routes over `ledger`, logging each request to `log`; a body
+/// must arrive within `idle`.
+pub fn router(ledger: Arc<Ledger>, log: LogSink, idle: Duration) -> Router {
     const RUN: &str = "/v1/games/{game}/jobs/{job}/runs/{run}";
     Router::new()
         .route("/v1/whoami", get(whoami))
@@ -93,26 +121,78 @@ pub fn router(ledger: Arc<Ledger>, log: LogSink) -> Router {
         .route(&format!("{RUN}/files/{{*name}}"), put(upload_run))
         .fallback(unknown_path)
         .method_not_allowed_fallback(wrong_method)
-        // One byte over the ledger's own limit, so the ledger's refusal
-        // (which names the limit) is what a too-large upload gets.
-        .layer(DefaultBodyLimit::max(MAX_UPLOAD_BYTES + 1))
         .layer(middleware::from_fn(move |request, next| {
             log_request(Arc::clone(&log), request, next)
         }))
-        .with_state(App { ledger })
+        .with_state(App { ledger, idle })
 }
 
-/// Serves the API on `listener` until `shutdown` completes, then lets the
-/// requests in flight finish.
+/// Serves the API on `listener` until `shutdown` completes, with the
+/// default idle timeout ([`IDLE_WITHIN`]).
 pub async fn serve(
     listener: tokio::net::TcpListener,
     ledger: Arc<Ledger>,
     log: LogSink,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(ledger, log))
-        .with_graceful_shutdown(shutdown)
-        .await
+    serve_within(listener, ledger, log, IDLE_WITHIN, shutdown).await
+}
+
+/// Serves the API on `listener` until `shutdown` completes, then lets the
+/// requests in flight finish (at most `idle` more). A request's headers,
+/// and then its body, must each arrive within `idle`.
+///
+/// Its own accept loop rather than `axum::serve`, which sets no timer and
+/// so keeps a connection that never sends its headers open for ever.
+pub async fn serve_within(
+    listener: tokio::net::TcpListener,
+    ledger: Arc<Ledger>,
+    log: LogSink,
+    idle: Duration,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    use hyper_util::service::TowerToHyperService;
+    let app = router(ledger, log, idle);
+    let (stopping, stop) = tokio::sync::watch::channel(false);
+    let mut connections = tokio::task::JoinSet::new();
+    tokio::pin!(shutdown);
+    loop {
+        let stream = tokio::select! {
+            () = &mut shutdown => break,
+            accepted = listener.accept() => {
+                // Out of file descriptors and the like: wait, then accept
+                // again, as axum::serve does (the listener is still good).
+                let Ok((stream, _)) = accepted else {
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                };
+                stream
+            }
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+        };
+        let _ = stream.set_nodelay(true);
+        let service = TowerToHyperService::new(app.clone());
+        let mut stop = stop.clone();
+        connections.spawn(async move {
+            let connection = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(idle)
+                .serve_connection(TokioIo::new(stream), service);
+            tokio::pin!(connection);
+            tokio::select! {
+                _ = connection.as_mut() => {}
+                () = async { drop(stop.wait_for(|stopping| *stopping).await) } => {
+                    connection.as_mut().graceful_shutdown();
+                    let _ = tokio::time::timeout(idle, connection).await;
+                }
+            }
+        });
+    }
+    drop(listener);
+    let _ = stopping.send(true);
+    while connections.join_next().await.is_some() {}
+    Ok(())
 }
 
 async fn log_request(log: LogSink, request: Request, next: Next) -> Response {
@@ -125,6 +205,7 @@ async fn log_request(log: LogSink, request: Request, next: Next) -> Response {
         path,
         status: response.status().as_u16(),
         millis: started.elapsed().as_secs_f64() * 1000.0,
+        note: response.extensions().get::<LogNote>().map(|n| n.0.clone()),
     });
     response
 }
@@ -180,47 +261,115 @@ fn header(headers: &HeaderMap, name: &str) -> String {
 }
 
 /// `body` as the request type `T`, or 400 naming what is wrong.
-fn parse<T: DeserializeOwned>(body: &Result<Bytes, BytesRejection>) -> Result<T, ApiError> {
-    let bytes = body.as_ref().map_err(|e| {
-        ApiError::invalid_request(format!(
-            "the request body cannot be read: {}",
-            e.body_text()
-        ))
-    })?;
-    serde_json::from_slice(bytes).map_err(|e| {
+fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(body).map_err(|e| {
         ApiError::invalid_request(format!(
             "the request body is not the JSON this call takes: {e}"
         ))
     })
 }
 
+/// A request's body, not read yet, and the most of it a route takes.
+struct Unread(Body, usize);
+
+/// Reads `body` up to `limit` bytes within `idle`: 413 past the limit
+/// (before reading when `Content-Length` says so), 408 too slow.
+async fn read_body(
+    headers: &HeaderMap,
+    Unread(body, limit): Unread,
+    idle: Duration,
+) -> Result<Bytes, ApiError> {
+    let too_large = || {
+        ApiError::new(
+            413,
+            "body_too_large",
+            format!("the body is over the {limit} bytes this call takes; nothing was stored"),
+        )
+    };
+    let declared = headers
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(too_large());
+    }
+    match tokio::time::timeout(idle, axum::body::to_bytes(body, limit)).await {
+        Err(_) => Err(ApiError::new(
+            408,
+            "body_timeout",
+            format!(
+                "the body did not arrive within {} seconds; nothing was stored",
+                idle.as_secs_f64()
+            ),
+        )),
+        Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Err(e)) => {
+            let length_limit = std::error::Error::source(&e)
+                .is_some_and(<dyn std::error::Error>::is::<http_body_util::LengthLimitError>);
+            if length_limit {
+                Err(too_large())
+            } else {
+                Err(ApiError::invalid_request(format!(
+                    "the request body cannot be read: {e}"
+                )))
+            }
+        }
+    }
+}
+
 impl App {
-    /// Authenticates the caller, checks `scopes`, then runs `call` (which
-    /// reads the body and calls the ledger), all on the blocking pool.
+    /// Authenticates the caller from the headers and checks `scopes`, then
+    /// reads the body (if the route has one) and runs `call` with it; the
+    /// ledger calls run on the blocking pool.
     async fn answer<T: Serialize + Send + 'static>(
         &self,
         headers: &HeaderMap,
         scopes: &'static [&'static str],
-        call: impl FnOnce(&Ledger, &Token) -> Result<T, ApiError> + Send + 'static,
+        body: Option<Unread>,
+        call: impl FnOnce(&Ledger, &Token, &[u8]) -> Result<T, ApiError> + Send + 'static,
     ) -> Response {
         let token = bearer(headers);
+        if token.0 == DEMO_TOKEN {
+            let mut response = Refusal(ApiError::new(
+                401,
+                "unauthorized",
+                "the embedded ledger's public demo token is not accepted by `gameplan serve`; \
+                 create a token with `gameplan ledger token --db FILE --account ID --scopes ...`",
+            ))
+            .into_response();
+            response.extensions_mut().insert(LogNote(
+                "refused the public demo token (gp_demo_local_ledger)".to_owned(),
+            ));
+            return response;
+        }
         let ledger = Arc::clone(&self.ledger);
-        let answer = tokio::task::spawn_blocking(move || {
-            let caller = ledger.whoami(&token)?;
-            if let Some(missing) = scopes
+        let who = token.clone();
+        let allowed = tokio::task::spawn_blocking(move || {
+            let caller = ledger.whoami(&who)?;
+            match scopes
                 .iter()
                 .find(|s| !caller.scopes.iter().any(|h| h == *s))
             {
-                return Err(ApiError::missing_scope(missing));
+                Some(missing) => Err(ApiError::missing_scope(missing)),
+                None => Ok(()),
             }
-            call(&ledger, &token)
         })
         .await
-        .unwrap_or_else(|e| {
-            Err(ApiError::unavailable(format!(
-                "the ledger call stopped before it answered: {e}"
-            )))
-        });
+        .unwrap_or_else(|e| Err(stopped(&e)));
+        if let Err(e) = allowed {
+            return Refusal(e).into_response();
+        }
+        let bytes = match body {
+            Some(unread) => match read_body(headers, unread, self.idle).await {
+                Ok(bytes) => bytes,
+                Err(e) => return Refusal(e).into_response(),
+            },
+            None => Bytes::new(),
+        };
+        let ledger = Arc::clone(&self.ledger);
+        let answer = tokio::task::spawn_blocking(move || call(&ledger, &token, &bytes))
+            .await
+            .unwrap_or_else(|e| Err(stopped(&e)));
         match answer {
             Ok(value) => axum::Json(value).into_response(),
             Err(e) => Refusal(e).into_response(),
@@ -228,19 +377,32 @@ impl App {
     }
 }
 
+fn stopped(e: &tokio::task::JoinError) -> ApiError {
+    ApiError::unavailable(format!("the ledger call stopped before it answered: {e}"))
+}
+
+/// A JSON body, capped at [`MAX_JSON_BYTES`].
+fn json(body: Body) -> Unread {
+    Unread(body, MAX_JSON_BYTES)
+}
+
 async fn whoami(State(app): State<App>, headers: HeaderMap) -> Response {
-    app.answer(&headers, &[], Ledger::whoami).await
+    app.answer(&headers, &[], None, |ledger, token, _| ledger.whoami(token))
+        .await
 }
 
 async fn estimate(
     State(app): State<App>,
     Ids(game): Ids<String>,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
 ) -> Response {
-    app.answer(&headers, WRITE, move |ledger, token| {
-        ledger.estimate(token, &game, &parse(&body)?)
-    })
+    app.answer(
+        &headers,
+        WRITE,
+        Some(json(body)),
+        move |ledger, token, body| ledger.estimate(token, &game, &parse(body)?),
+    )
     .await
 }
 
@@ -248,12 +410,15 @@ async fn register(
     State(app): State<App>,
     Ids(game): Ids<String>,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
 ) -> Response {
     let key = header(&headers, IDEMPOTENCY_KEY);
-    app.answer(&headers, REGISTER, move |ledger, token| {
-        ledger.register(token, &game, &key, &parse(&body)?)
-    })
+    app.answer(
+        &headers,
+        REGISTER,
+        Some(json(body)),
+        move |ledger, token, body| ledger.register(token, &game, &key, &parse(body)?),
+    )
     .await
 }
 
@@ -261,12 +426,15 @@ async fn transition(
     State(app): State<App>,
     Ids((game, job, run)): Ids<(String, String, String)>,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
 ) -> Response {
     let run = RunRef { game, job, run };
-    app.answer(&headers, WRITE, move |ledger, token| {
-        ledger.transition(token, &run, &parse(&body)?)
-    })
+    app.answer(
+        &headers,
+        WRITE,
+        Some(json(body)),
+        move |ledger, token, body| ledger.transition(token, &run, &parse(body)?),
+    )
     .await
 }
 
@@ -274,12 +442,15 @@ async fn heartbeat(
     State(app): State<App>,
     Ids((game, job, run)): Ids<(String, String, String)>,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
 ) -> Response {
     let run = RunRef { game, job, run };
-    app.answer(&headers, WRITE, move |ledger, token| {
-        ledger.heartbeat(token, &run, &parse(&body)?)
-    })
+    app.answer(
+        &headers,
+        WRITE,
+        Some(json(body)),
+        move |ledger, token, body| ledger.heartbeat(token, &run, &parse(body)?),
+    )
     .await
 }
 
@@ -288,13 +459,13 @@ async fn upload(
     target: UploadTarget,
     name: String,
     headers: &HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
 ) -> Response {
     let sha256 = header(headers, CONTENT_SHA256);
-    app.answer(headers, UPLOAD, move |ledger, token| {
-        let body = body.map_err(|e| {
-            ApiError::invalid_request(format!("the upload cannot be read: {}", e.body_text()))
-        })?;
+    // One byte over the ledger's own limit, so the ledger's refusal (which
+    // names the file and the limit) is what a too-large upload gets.
+    let unread = Some(Unread(body, MAX_UPLOAD_BYTES + 1));
+    app.answer(headers, UPLOAD, unread, move |ledger, token, body| {
         let request = UploadRequest {
             name,
             sha256,
@@ -309,7 +480,7 @@ async fn upload_run(
     State(app): State<App>,
     Ids((game, job, run, name)): Ids<(String, String, String, String)>,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
 ) -> Response {
     let target = UploadTarget::Run(RunRef { game, job, run });
     upload(&app, target, name, &headers, body).await
@@ -319,7 +490,7 @@ async fn upload_job(
     State(app): State<App>,
     Ids((game, job, name)): Ids<(String, String, String)>,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
 ) -> Response {
     let target = UploadTarget::Job(JobRef { game, job });
     upload(&app, target, name, &headers, body).await
@@ -329,12 +500,15 @@ async fn complete(
     State(app): State<App>,
     Ids((game, job, run)): Ids<(String, String, String)>,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
 ) -> Response {
     let run = RunRef { game, job, run };
-    app.answer(&headers, UPLOAD, move |ledger, token| {
-        ledger.complete(token, &run, &parse(&body)?)
-    })
+    app.answer(
+        &headers,
+        UPLOAD,
+        Some(json(body)),
+        move |ledger, token, body| ledger.complete(token, &run, &parse(body)?),
+    )
     .await
 }
 
@@ -342,12 +516,15 @@ async fn aggregate_complete(
     State(app): State<App>,
     Ids((game, job)): Ids<(String, String)>,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
 ) -> Response {
     let job = JobRef { game, job };
-    app.answer(&headers, UPLOAD, move |ledger, token| {
-        ledger.aggregate_complete(token, &job, &parse(&body)?)
-    })
+    app.answer(
+        &headers,
+        UPLOAD,
+        Some(json(body)),
+        move |ledger, token, body| ledger.aggregate_complete(token, &job, &parse(body)?),
+    )
     .await
 }
 
@@ -357,7 +534,7 @@ async fn finish(
     headers: HeaderMap,
 ) -> Response {
     let job = JobRef { game, job };
-    app.answer(&headers, WRITE, move |ledger, token| {
+    app.answer(&headers, WRITE, None, move |ledger, token, _| {
         ledger.finish(token, &job)
     })
     .await
@@ -369,7 +546,7 @@ async fn get_job(
     headers: HeaderMap,
 ) -> Response {
     let job = JobRef { game, job };
-    app.answer(&headers, WRITE, move |ledger, token| {
+    app.answer(&headers, WRITE, None, move |ledger, token, _| {
         ledger.get_job(token, &job)
     })
     .await
@@ -381,7 +558,7 @@ async fn get_run(
     headers: HeaderMap,
 ) -> Response {
     let run = RunRef { game, job, run };
-    app.answer(&headers, WRITE, move |ledger, token| {
+    app.answer(&headers, WRITE, None, move |ledger, token, _| {
         ledger.get_run(token, &run)
     })
     .await

@@ -4,8 +4,15 @@ use std::sync::Arc;
 
 use crate::backend::ledger::{DEMO_TOKEN, Ledger};
 
-async fn serve(dir: &std::path::Path) -> String {
+/// The routes over a demo ledger in `dir`, and a token of its `demo`
+/// account (the routes refuse the public demo token).
+async fn serve(dir: &std::path::Path) -> (String, String) {
     let ledger = Arc::new(Ledger::open(&dir.join("ledger.sqlite")).expect("ledger"));
+    let token = ledger
+        .create_token("demo", &crate::backend::api::SCOPES.map(str::to_owned))
+        .expect("token")
+        .token
+        .0;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -16,7 +23,7 @@ async fn serve(dir: &std::path::Path) -> String {
         Arc::new(|_: &super::RequestLine| {}),
         std::future::pending(),
     ));
-    format!("http://{addr}")
+    (format!("http://{addr}"), token)
 }
 
 /// Status and `code` of one raw request.
@@ -42,7 +49,7 @@ async fn ask(
 async fn every_refusal_the_routes_make_is_json_with_a_code_and_a_message() {
     use reqwest::Method;
     let dir = tempfile::tempdir().expect("tempdir");
-    let url = serve(dir.path()).await;
+    let (url, token) = serve(dir.path()).await;
     let jobs = format!("{url}/v1/games/g/jobs");
     let cases = [
         // No token: 401 before the body is even read.
@@ -62,10 +69,20 @@ async fn every_refusal_the_routes_make_is_json_with_a_code_and_a_message() {
             401,
             "unauthorized",
         ),
+        // The embedded ledger's public demo token, valid in this ledger:
+        // refused by the server all the same.
         (
             Method::POST,
             jobs.clone(),
             Some(DEMO_TOKEN),
+            "{}",
+            401,
+            "unauthorized",
+        ),
+        (
+            Method::POST,
+            jobs.clone(),
+            Some(token.as_str()),
             "not json",
             400,
             "invalid_request",
@@ -73,7 +90,7 @@ async fn every_refusal_the_routes_make_is_json_with_a_code_and_a_message() {
         (
             Method::POST,
             format!("{url}/v1/games/g/estimate"),
-            Some(DEMO_TOKEN),
+            Some(token.as_str()),
             r#"{"cells": [], "run_length": "short", "surprise": 1}"#,
             400,
             "invalid_request",
@@ -81,7 +98,7 @@ async fn every_refusal_the_routes_make_is_json_with_a_code_and_a_message() {
         (
             Method::GET,
             format!("{url}/v2/nothing"),
-            Some(DEMO_TOKEN),
+            Some(token.as_str()),
             "",
             404,
             "not_found",
@@ -89,7 +106,7 @@ async fn every_refusal_the_routes_make_is_json_with_a_code_and_a_message() {
         (
             Method::DELETE,
             jobs,
-            Some(DEMO_TOKEN),
+            Some(token.as_str()),
             "",
             405,
             "method_not_allowed",

@@ -581,8 +581,7 @@ fn issue16_register_whose_answers_are_lost_leaves_the_run_open_and_the_resume_bu
         "[backend]\nkind = \"local\"",
         &format!(
             "[backend]\nkind = \"http\"\nurl = \"{}\"\ntoken = \"{}\"",
-            proxy.url,
-            gameplan::backend::ledger::DEMO_TOKEN
+            proxy.url, served.token
         ),
     );
     let t = t.file("plan.toml", plan);

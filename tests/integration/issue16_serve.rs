@@ -292,10 +292,6 @@ fn runtime() -> tokio::runtime::Runtime {
         .expect("runtime")
 }
 
-fn demo() -> Token {
-    Token(DEMO_TOKEN.to_owned())
-}
-
 /// An estimate of two cells through `backend`, and the register body that buys it.
 async fn quote(backend: &HttpBackend, token: &Token) -> RegisterRequest {
     let cells: Vec<Cell> = ["kid", "veteran"]
@@ -331,12 +327,13 @@ async fn quote(backend: &HttpBackend, token: &Token) -> RegisterRequest {
 fn register_through(faults: &[Fault], key: &str) -> (Test, Served, Proxy, Registered) {
     let test = Test::new();
     let server = Served::start(&test);
+    let token = Token(server.token.clone());
     let proxy = Proxy::start(&server.url);
     proxy.fail_next(Money::Register, faults);
     let backend = client(&proxy.url);
     let registered = runtime().block_on(async {
-        let body = quote(&backend, &demo()).await;
-        backend.register(&demo(), GAME, key, &body).await
+        let body = quote(&backend, &token).await;
+        backend.register(&token, GAME, key, &body).await
     });
     let registered = registered.unwrap_or_else(|e| panic!("register through {faults:?}: {e}"));
     (test, server, proxy, registered)
@@ -403,13 +400,14 @@ fn issue16_serve_charge_in_progress_backs_off_and_retries_with_the_same_key() {
 fn issue16_serve_answers_lost_every_time_end_uncertain_after_the_bound_with_one_charge() {
     let test = Test::new();
     let server = Served::start(&test);
+    let token = Token(server.token.clone());
     let proxy = Proxy::start(&server.url);
     proxy.fail_next(Money::Register, &[Fault::DropAnswer; 4]);
     let backend = client(&proxy.url);
     let e = runtime()
         .block_on(async {
-            let body = quote(&backend, &demo()).await;
-            backend.register(&demo(), GAME, "key-lost", &body).await
+            let body = quote(&backend, &token).await;
+            backend.register(&token, GAME, "key-lost", &body).await
         })
         .expect_err("no answer ever came");
     assert!(e.uncertain, "the server may have charged: {e}");
@@ -424,18 +422,19 @@ fn issue16_serve_answers_lost_every_time_end_uncertain_after_the_bound_with_one_
 fn issue16_serve_the_same_key_with_another_body_stops_at_once_with_422_naming_key_and_field() {
     let test = Test::new();
     let server = Served::start(&test);
+    let token = Token(server.token.clone());
     let proxy = Proxy::start(&server.url);
     let backend = client(&proxy.url);
     let e = runtime()
         .block_on(async {
-            let body = quote(&backend, &demo()).await;
+            let body = quote(&backend, &token).await;
             backend
-                .register(&demo(), GAME, "key-422", &body)
+                .register(&token, GAME, "key-422", &body)
                 .await
                 .expect("the first register");
             let mut other = body.clone();
             other.run_length = RunLength::Long;
-            backend.register(&demo(), GAME, "key-422", &other).await
+            backend.register(&token, GAME, "key-422", &other).await
         })
         .expect_err("another body");
     assert_eq!((e.status, e.code.as_str()), (422, "idempotency_mismatch"));
@@ -453,13 +452,15 @@ fn issue16_serve_the_same_key_with_another_body_stops_at_once_with_422_naming_ke
 fn issue16_serve_fifty_concurrent_registers_with_one_key_buy_one_job() {
     let test = Test::new();
     let server = Served::start(&test);
+    let token = Token(server.token.clone());
     let backend = Arc::new(client(&server.url));
     let answers = runtime().block_on(async {
-        let body = Arc::new(quote(&backend, &demo()).await);
+        let body = Arc::new(quote(&backend, &token).await);
         let mut tasks = tokio::task::JoinSet::new();
         for _ in 0..50 {
             let (backend, body) = (Arc::clone(&backend), Arc::clone(&body));
-            tasks.spawn(async move { backend.register(&demo(), GAME, "key-50", &body).await });
+            let token = token.clone();
+            tasks.spawn(async move { backend.register(&token, GAME, "key-50", &body).await });
         }
         tasks.join_all().await
     });
@@ -522,7 +523,7 @@ fn issue16_serve_checks_the_token_and_its_scope_and_never_logs_the_token() {
     let token = Token(secret.clone());
     let e = runtime()
         .block_on(async {
-            let body = quote(&client(&server.url), &demo()).await;
+            let body = quote(&client(&server.url), &Token(server.token.clone())).await;
             backend.register(&token, GAME, "key-scope", &body).await
         })
         .expect_err("no playtest:write");
@@ -562,12 +563,13 @@ fn issue16_serve_uploads_reach_the_run_under_nested_names_over_http() {
     use gameplan::backend::api::{RunRef, UploadRequest};
     let test = Test::new();
     let server = Served::start(&test);
+    let token = Token(server.token.clone());
     let proxy = Proxy::start(&server.url);
     let backend = client(&proxy.url);
     let uploaded = runtime().block_on(async {
-        let body = quote(&backend, &demo()).await;
+        let body = quote(&backend, &token).await;
         let job = backend
-            .register(&demo(), GAME, "key-files", &body)
+            .register(&token, GAME, "key-files", &body)
             .await
             .expect("register")
             .job;
@@ -579,7 +581,7 @@ fn issue16_serve_uploads_reach_the_run_under_nested_names_over_http() {
         let bytes = b"\x89PNG not really".to_vec();
         backend
             .upload(
-                &demo(),
+                &token,
                 &UploadTarget::Run(run),
                 &UploadRequest {
                     name: "screenshots/step 1.png".to_owned(),
@@ -650,8 +652,9 @@ fn issue16_serve_a_tls_failure_stops_at_once_and_says_so() {
             let _ = stream.shutdown(Shutdown::Both);
         }
     });
+    let token = Token("gp_any".to_owned());
     let e = runtime()
-        .block_on(client(&url).whoami(&demo()))
+        .block_on(client(&url).whoami(&token))
         .expect_err("no TLS there");
     assert_eq!(e.code, "tls_failed", "{e}");
     assert!(!e.uncertain);
@@ -673,13 +676,22 @@ fn issue16_serve_whoami_and_estimate_over_http_leave_the_ledger_byte_for_byte_un
         &db_arg,
     ]);
     let narrow = Token(narrow.code(0).stdout.trim().to_owned());
+    let full = test.run(&[
+        "ledger",
+        "token",
+        "--scopes",
+        crate::support::ALL_SCOPES,
+        "--db",
+        &db_arg,
+    ]);
+    let token = Token(full.code(0).stdout.trim().to_owned());
     let (bytes_before, show_before) = crate::issue16_ledger::closed_ledger(&test, &db);
 
-    let mut server = Served::start(&test);
+    let mut server = Served::bare(&test.path(""), &db);
     let backend = client(&server.url);
     runtime().block_on(async {
-        backend.whoami(&demo()).await.expect("whoami");
-        quote(&backend, &demo()).await;
+        backend.whoami(&token).await.expect("whoami");
+        quote(&backend, &token).await;
         let e = backend
             .estimate(
                 &narrow,
@@ -738,7 +750,7 @@ impl Fault {
 /// and uploaded its report, run 1 never started, the aggregate's two files
 /// uploaded. What the money calls after register send.
 struct Bought {
-    /// The demo token, which the calls borrow.
+    /// The test server's token, which the calls borrow.
     token: Token,
     job: gameplan::backend::api::JobRef,
     run: gameplan::backend::api::RunRef,
@@ -746,14 +758,14 @@ struct Bought {
     aggregate: gameplan::backend::api::AggregateCompleteRequest,
 }
 
-async fn buy_and_play(backend: &HttpBackend, key: &str) -> Bought {
+async fn buy_and_play(backend: &HttpBackend, token: &Token, key: &str) -> Bought {
     use gameplan::backend::api::{
         AggregateCompleteRequest, CompleteRequest, FileDigest, JobRef, ManifestEntry, RunRef,
         RunState, TransitionRequest, UploadRequest,
     };
-    let body = quote(backend, &demo()).await;
+    let body = quote(backend, token).await;
     let job = backend
-        .register(&demo(), GAME, key, &body)
+        .register(token, GAME, key, &body)
         .await
         .expect("register")
         .job;
@@ -769,7 +781,7 @@ async fn buy_and_play(backend: &HttpBackend, key: &str) -> Bought {
         RunState::Uploading,
     ] {
         backend
-            .transition(&demo(), &run, &TransitionRequest { to, reason: None })
+            .transition(token, &run, &TransitionRequest { to, reason: None })
             .await
             .expect("transition");
     }
@@ -781,7 +793,7 @@ async fn buy_and_play(backend: &HttpBackend, key: &str) -> Bought {
     let report = b"# kid played";
     backend
         .upload(
-            &demo(),
+            token,
             &UploadTarget::Run(run.clone()),
             &upload("report.md", report),
         )
@@ -795,7 +807,7 @@ async fn buy_and_play(backend: &HttpBackend, key: &str) -> Bought {
     for (name, bytes) in [("aggregate.md", md), ("aggregate.json", json)] {
         backend
             .upload(
-                &demo(),
+                token,
                 &UploadTarget::Job(job_ref.clone()),
                 &upload(name, bytes),
             )
@@ -807,7 +819,7 @@ async fn buy_and_play(backend: &HttpBackend, key: &str) -> Bought {
         sha256: gameplan_sha256(bytes),
     };
     Bought {
-        token: demo(),
+        token: token.clone(),
         job: job_ref,
         complete: CompleteRequest {
             state: RunState::Succeeded,
@@ -842,13 +854,14 @@ fn each_fault_on<T: std::fmt::Debug>(
     for fault in FAULTS {
         let test = Test::new();
         let server = Served::start(&test);
+        let token = Token(server.token.clone());
         let proxy = Proxy::start(&server.url);
         let backend = client(&proxy.url);
         let runtime = runtime();
-        let bought = runtime.block_on(buy_and_play(&backend, key));
+        let bought = runtime.block_on(buy_and_play(&backend, &token, key));
         if call == Money::Finish {
             runtime
-                .block_on(backend.complete(&demo(), &bought.run, &bought.complete))
+                .block_on(backend.complete(&token, &bought.run, &bought.complete))
                 .expect("complete before finish");
         }
         proxy.fail_next(call, &[fault]);
@@ -880,7 +893,7 @@ fn issue16_serve_a_complete_whose_answer_was_lost_broken_late_or_409_completes_o
                 "{fault:?}: the retry of a complete the server did is `changed: false`"
             );
             let stored = runtime()
-                .block_on(backend.get_run(&demo(), &bought.run))
+                .block_on(backend.get_run(&bought.token, &bought.run))
                 .expect("get run");
             assert_eq!(completed.run, stored, "{fault:?}: the stored run");
             let doc = server.ledger(test);
@@ -905,7 +918,7 @@ fn issue16_serve_an_aggregate_complete_whose_answer_was_lost_broken_late_or_409_
                 "{fault:?}: the retry of a publish the server did is `changed: false`"
             );
             let job = runtime()
-                .block_on(backend.get_job(&demo(), &bought.job))
+                .block_on(backend.get_job(&bought.token, &bought.job))
                 .expect("get job");
             assert!(job.aggregate_published, "{fault:?}");
             assert_eq!(job.state, "open", "{fault:?}: publishing settles nothing");
@@ -936,7 +949,7 @@ fn issue16_serve_a_finish_whose_answer_was_lost_broken_late_or_409_settles_and_r
             );
             assert_eq!(finished.balance_cents, 10_000 - 50, "{fault:?}");
             let job = runtime()
-                .block_on(backend.get_job(&demo(), &bought.job))
+                .block_on(backend.get_job(&bought.token, &bought.job))
                 .expect("get job");
             assert_eq!(
                 job.settlement.as_ref(),
@@ -952,7 +965,7 @@ fn issue16_serve_a_finish_whose_answer_was_lost_broken_late_or_409_settles_and_r
             assert_eq!(settlements.len(), 1, "one settlement: {doc}");
             // One more finish, unfaulted: the same settlement, nothing refunded.
             let again = runtime()
-                .block_on(backend.finish(&demo(), &bought.job))
+                .block_on(backend.finish(&bought.token, &bought.job))
                 .expect("finish again");
             assert!(again.replayed);
             assert_eq!(again.settlement, finished.settlement);
@@ -965,8 +978,9 @@ fn issue16_serve_a_finish_whose_answer_was_lost_broken_late_or_409_settles_and_r
 fn issue16_serve_the_conformance_suite_passes_against_the_real_server_binary() {
     let test = Test::new();
     let server = Served::start(&test);
+    let token = Token(server.token.clone());
     let backend = HttpBackend::new(&server.url).expect("http backend");
-    runtime().block_on(conformance::one_job(&backend, &demo(), "conformance-serve"));
+    runtime().block_on(conformance::one_job(&backend, &token, "conformance-serve"));
     // The same money as the suite's run against `local` ends with.
     let doc = server.assert_charged_once(&test, "conformance-serve", 150);
     assert_eq!(doc["accounts"][0]["balance_cents"], 10_000 - 50, "{doc}");
@@ -989,6 +1003,7 @@ fn issue16_serve_the_conformance_suite_passes_against_the_real_server_binary() {
 fn issue16_serve_a_token_is_in_no_error_body_client_error_log_or_ledger_show() {
     let test = Test::new();
     let server = Served::start(&test);
+    let token = Token(server.token.clone());
     let db = server.db.to_str().expect("utf-8").to_owned();
     let token_of = |scopes: &str| {
         let made = test.run(&["ledger", "token", "--scopes", scopes, "--db", &db]);
@@ -1051,7 +1066,7 @@ fn issue16_serve_a_token_is_in_no_error_body_client_error_log_or_ledger_show() {
     // What the http backend makes of refusals, as a run would print them.
     let backend = client(&server.url);
     let errors = runtime().block_on(async {
-        let body = quote(&backend, &demo()).await;
+        let body = quote(&backend, &token).await;
         vec![
             backend
                 .register(&Token(unknown.clone()), GAME, "key-secret", &body)

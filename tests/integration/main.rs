@@ -46,5 +46,6 @@ mod plan_play;
 mod play;
 mod play_maze;
 mod schemas;
+mod serve_security;
 mod shell;
 mod snapshots;

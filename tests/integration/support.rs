@@ -738,6 +738,9 @@ pub fn expect_steps(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// Every scope a token can hold, as `ledger token --scopes` takes them.
+pub const ALL_SCOPES: &str = "playtest:write,playtest:model,playtest:upload";
+
 /// `gameplan serve --addr 127.0.0.1:0 --db DB`, started in a directory and
 /// running until dropped (then stopped with SIGTERM, as an operator would):
 /// its URL read from its `listening on URL` line, its log (stderr) collected
@@ -745,6 +748,9 @@ pub fn expect_steps(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
 pub struct Served {
     child: std::process::Child,
     pub url: String,
+    /// A token of the `demo` account with every scope, made for the test
+    /// (`serve` refuses the public demo token).
+    pub token: String,
     log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
     pub db: PathBuf,
 }
@@ -755,12 +761,44 @@ impl Served {
         Served::of(&t.path(""), &t.path("served.sqlite"))
     }
 
-    /// A server of the ledger file `db`, started in `cwd`.
+    /// A server of the ledger file `db`, started in `cwd`, with a token
+    /// made for the test.
     pub fn of(cwd: &Path, db: &Path) -> Served {
+        let mut served = Served::bare(cwd, db);
+        let made = Command::new(BIN)
+            .args(["ledger", "token", "--account", "demo", "--scopes"])
+            .arg(ALL_SCOPES)
+            .arg("--db")
+            .arg(db)
+            .current_dir(cwd)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .stdin(Stdio::null())
+            .output()
+            .expect("gameplan ledger token");
+        assert!(made.status.success(), "ledger token: {made:?}");
+        String::from_utf8_lossy(&made.stdout)
+            .trim()
+            .clone_into(&mut served.token);
+        served
+    }
+
+    /// A server of the ledger file `db`, started in `cwd`, and nothing
+    /// written to the ledger (`token` is empty). `--demo`: a ledger created
+    /// here gets the demo account and its money, as the tests' plans
+    /// expect; its public token is refused, so tests make their own.
+    pub fn bare(cwd: &Path, db: &Path) -> Served {
+        Served::with_flags(cwd, db, &["--demo"])
+    }
+
+    /// `gameplan serve --addr 127.0.0.1:0 --db DB FLAGS...` in `cwd`
+    /// (`token` is empty).
+    pub fn with_flags(cwd: &Path, db: &Path, flags: &[&str]) -> Served {
         use std::io::BufRead as _;
         let mut child = Command::new(BIN)
             .args(["serve", "--addr", "127.0.0.1:0", "--db"])
             .arg(db)
+            .args(flags)
             .current_dir(cwd)
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
@@ -798,9 +836,15 @@ impl Served {
         Served {
             child,
             url,
+            token: String::new(),
             log,
             db: db.to_path_buf(),
         }
+    }
+
+    /// The server process's id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// Its log so far, one line each.

@@ -5,7 +5,7 @@ use rusqlite::{OptionalExtension, Transaction, params};
 
 use super::{
     AccountView, Caller, Db as _, JobRow, Ledger, LedgerView, MAX_ACTIVE_JOBS, QUOTE_SECONDS,
-    RunRow, TokenRow, authenticate, balance_of, entry, quotes, rfc3339, sha256_hex,
+    RunRow, TokenRow, authenticate, balance_of, check_text, entry, quotes, rfc3339, sha256_hex,
 };
 use crate::backend::api::{
     ApiError, Estimate, EstimateRequest, Finished, JobRef, JobView, RegisterRequest, Registered,
@@ -63,27 +63,45 @@ pub(super) fn owned_job(
     .ok_or_else(missing)
 }
 
+const RUN_COLUMNS: &str =
+    "id, job, persona, controller, state, price_cents, played, actions_taken, reason";
+
+fn run_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunView> {
+    let state: String = r.get(4)?;
+    Ok(RunView {
+        id: run_id(r.get(0)?),
+        job_id: job_id(r.get(1)?),
+        persona: r.get(2)?,
+        controller: r.get(3)?,
+        state: RunState::parse(&state).unwrap_or(RunState::Failed),
+        price_cents: r.get(5)?,
+        played: r.get(6)?,
+        actions_taken: r.get(7)?,
+        reason: r.get(8)?,
+    })
+}
+
 pub(super) fn run_view(tx: &Transaction<'_>, run: i64) -> Result<RunView, ApiError> {
     tx.query_row(
-        "SELECT id, job, persona, controller, state, price_cents, played, actions_taken, reason
-         FROM runs WHERE id = ?1",
+        &format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = ?1"),
         params![run],
-        |r| {
-            let state: String = r.get(4)?;
-            Ok(RunView {
-                id: run_id(r.get(0)?),
-                job_id: job_id(r.get(1)?),
-                persona: r.get(2)?,
-                controller: r.get(3)?,
-                state: RunState::parse(&state).unwrap_or(RunState::Failed),
-                price_cents: r.get(5)?,
-                played: r.get(6)?,
-                actions_taken: r.get(7)?,
-                reason: r.get(8)?,
-            })
-        },
+        run_row,
     )
     .db()
+}
+
+/// Every run of `job`, in one query (a job may hold thousands).
+fn runs_of(tx: &Transaction<'_>, job: i64) -> Result<Vec<RunView>, ApiError> {
+    let mut statement = tx
+        .prepare_cached(&format!(
+            "SELECT {RUN_COLUMNS} FROM runs WHERE job = ?1 ORDER BY id"
+        ))
+        .db()?;
+    statement
+        .query_map(params![job], run_row)
+        .db()?
+        .collect::<Result<Vec<_>, _>>()
+        .db()
 }
 
 fn settlement(tx: &Transaction<'_>, job: i64) -> Result<Option<Settlement>, ApiError> {
@@ -106,18 +124,6 @@ fn settlement(tx: &Transaction<'_>, job: i64) -> Result<Option<Settlement>, ApiE
     )
     .optional()
     .db()
-}
-
-fn run_ids_of(tx: &Transaction<'_>, job: i64) -> Result<Vec<i64>, ApiError> {
-    let mut statement = tx
-        .prepare("SELECT id FROM runs WHERE job = ?1 ORDER BY id")
-        .db()?;
-    let ids = statement
-        .query_map(params![job], |r| r.get(0))
-        .db()?
-        .collect::<Result<Vec<i64>, _>>()
-        .db()?;
-    Ok(ids)
 }
 
 pub(super) fn job_view(tx: &Transaction<'_>, job: i64) -> Result<JobView, ApiError> {
@@ -148,10 +154,7 @@ pub(super) fn job_view(tx: &Transaction<'_>, job: i64) -> Result<JobView, ApiErr
             },
         )
         .db()?;
-    let runs = run_ids_of(tx, job)?
-        .into_iter()
-        .map(|run| run_view(tx, run))
-        .collect::<Result<Vec<_>, _>>()?;
+    let runs = runs_of(tx, job)?;
     Ok(JobView {
         id: job_id(job),
         game,
@@ -195,6 +198,8 @@ impl Ledger {
         game: &str,
         request: &EstimateRequest,
     ) -> Result<Estimate, ApiError> {
+        check_text("game", game)?;
+        self.check_cells(&request.cells)?;
         self.read(|tx, now| {
             let caller = authenticate(tx, token)?;
             caller.require(SCOPE_WRITE)?;
@@ -238,6 +243,9 @@ impl Ledger {
                 "an Idempotency-Key of 1 to 200 characters is required",
             ));
         }
+        check_text("Idempotency-Key", key)?;
+        check_text("game", game)?;
+        self.check_cells(&request.cells)?;
         let body = register_body(game, request);
         let body_text = body.to_string();
         let body_sha = sha256_hex(body_text.as_bytes());
@@ -297,6 +305,14 @@ impl Ledger {
             };
             let claim = quotes::parse(&request.quote_id)
                 .ok_or_else(|| invalid("is not a quote id this ledger gives"))?;
+            // The id is verified before anything is compared with it, so a
+            // made-up id learns nothing (not even the price of its cells).
+            if !claim.verifies(&self.quote_secret, &caller.account, game) {
+                return Err(invalid(&format!(
+                    "was not given by this ledger to account `{}` for game `{game}` (it was altered, or comes from another ledger or account)",
+                    caller.account
+                )));
+            }
             let price_changed = |why: String| {
                 ApiError::new(409, "price_changed", why)
                     .with(|d| d.price_cents = Some(priced.total_cents))
@@ -305,12 +321,6 @@ impl Ledger {
                 return Err(price_changed(format!(
                     "the quote `{}` priced other cells, modules or run length; estimate these and confirm that price",
                     request.quote_id
-                )));
-            }
-            if !claim.verifies(&self.quote_secret, &caller.account, game, &cells) {
-                return Err(invalid(&format!(
-                    "was not given by this ledger to account `{}` for game `{game}` (it was altered, or comes from another ledger or account)",
-                    caller.account
                 )));
             }
             let (quote_cents, expires_at) = (claim.price_cents, claim.expires_at);
@@ -374,14 +384,18 @@ impl Ledger {
             )
             .db()?;
             let job = tx.last_insert_rowid();
-            for cell in &request.cells {
-                tx.execute(
+            let mut insert = tx
+                .prepare_cached(
                     "INSERT INTO runs (job, persona, controller, state, price_cents)
                      VALUES (?1, ?2, ?3, 'queued', ?4)",
-                    params![job, cell.persona, cell.controller, priced.per_cell_cents],
                 )
                 .db()?;
+            for cell in &request.cells {
+                insert
+                    .execute(params![job, cell.persona, cell.controller, priced.per_cell_cents])
+                    .db()?;
             }
+            drop(insert);
             tx.execute(
                 "UPDATE accounts SET balance_cents = balance_cents - ?1 WHERE id = ?2",
                 params![quote_cents, caller.account],
@@ -411,22 +425,30 @@ impl Ledger {
                     balance_cents: balance_of(tx, &caller.account)?.unwrap_or(0),
                 });
             }
-            let mut refunded = 0;
+            // What is refunded follows the ledger's own record alone: a run
+            // the ledger never saw play (see `played` in `runs`) is refunded,
+            // whatever else its client said of it.
+            let mut refunded: i64 = 0;
             let mut refunded_runs = Vec::new();
-            for run in run_ids_of(tx, job)? {
-                let view = run_view(tx, run)?;
-                if !view.state.is_terminal() {
-                    tx.execute(
-                        "UPDATE runs SET state = 'canceled', reason = ?1 WHERE id = ?2",
-                        params!["the job was finished before this run ended", run],
-                    )
-                    .db()?;
-                }
-                if !view.played {
-                    refunded += view.price_cents;
-                    refunded_runs.push(view.id);
-                }
+            for view in runs_of(tx, job)?.into_iter().filter(|v| !v.played) {
+                refunded = refunded.checked_add(view.price_cents).ok_or_else(|| {
+                    ApiError::unavailable("the job's refunds add up past what the ledger holds")
+                })?;
+                refunded_runs.push(view.id);
             }
+            let open: Vec<&str> = RunState::ALL
+                .into_iter()
+                .filter(|s| !s.is_terminal())
+                .map(RunState::as_str)
+                .collect();
+            tx.execute(
+                &format!(
+                    "UPDATE runs SET state = 'canceled', reason = ?1 WHERE job = ?2 AND state IN ({})",
+                    open.iter().map(|s| format!("'{s}'")).collect::<Vec<_>>().join(", ")
+                ),
+                params!["the job was finished before this run ended", job],
+            )
+            .db()?;
             let charged: i64 = tx
                 .query_row("SELECT charged_cents FROM jobs WHERE id = ?1", params![job], |r| r.get(0))
                 .db()?;
@@ -468,14 +490,37 @@ impl Ledger {
     }
 }
 
-/// Sums of one account's entries of one kind.
-fn entries_sum(tx: &Transaction<'_>, account: &str, kind: &str) -> Result<i64, ApiError> {
-    tx.query_row(
-        "SELECT COALESCE(SUM(cents), 0) FROM entries WHERE account = ?1 AND kind = ?2",
-        params![account, kind],
-        |r| r.get(0),
-    )
-    .db()
+/// The sums of every account's entries by kind (topup, charge, refund),
+/// added in i128 in one pass: `SQLite`'s `SUM` fails on an i64 overflow, and
+/// `show` must read any ledger, also one written before topups were
+/// bounded.
+fn entry_sums(
+    tx: &Transaction<'_>,
+) -> Result<std::collections::HashMap<(String, String), i128>, ApiError> {
+    let mut sums = std::collections::HashMap::new();
+    let mut statement = tx
+        .prepare("SELECT account, kind, cents FROM entries")
+        .db()?;
+    let mut rows = statement.query([]).db()?;
+    while let Some(row) = rows.next().db()? {
+        let key: (String, String) = (row.get(0).db()?, row.get(1).db()?);
+        let cents: i64 = row.get(2).db()?;
+        *sums.entry(key).or_insert(0) += i128::from(cents);
+    }
+    Ok(sums)
+}
+
+/// An account's lifetime topups (for the topup's bound).
+pub(super) fn lifetime_topups(tx: &Transaction<'_>, account: &str) -> Result<i128, ApiError> {
+    let mut statement = tx
+        .prepare_cached("SELECT cents FROM entries WHERE account = ?1 AND kind = 'topup'")
+        .db()?;
+    let mut rows = statement.query(params![account]).db()?;
+    let mut sum: i128 = 0;
+    while let Some(row) = rows.next().db()? {
+        sum += i128::from(row.get::<_, i64>(0).db()?);
+    }
+    Ok(sum)
 }
 
 pub(super) fn show(tx: &Transaction<'_>) -> Result<LedgerView, ApiError> {
@@ -489,18 +534,26 @@ pub(super) fn show(tx: &Transaction<'_>) -> Result<LedgerView, ApiError> {
             .collect::<Result<_, _>>()
             .db()?
     };
+    let sums = entry_sums(tx)?;
     let mut account_views = Vec::new();
     for (id, balance) in accounts {
-        let topups = entries_sum(tx, &id, "topup")?;
-        let charged = entries_sum(tx, &id, "charge")?;
-        let refunded = entries_sum(tx, &id, "refund")?;
+        let sum = |kind: &str| {
+            sums.get(&(id.clone(), kind.to_owned()))
+                .copied()
+                .unwrap_or(0)
+        };
+        let (topups, charged, refunded) = (sum("topup"), sum("charge"), sum("refund"));
+        let cents = |sum: i128| i64::try_from(sum).unwrap_or(i64::MAX);
         account_views.push(AccountView {
-            adds_up: balance == topups - charged + refunded,
+            adds_up: i128::from(balance) == topups - charged + refunded
+                && [topups, charged, refunded]
+                    .iter()
+                    .all(|s| i64::try_from(*s).is_ok()),
             id,
             balance_cents: balance,
-            topups_cents: topups,
-            charged_cents: charged,
-            refunded_cents: refunded,
+            topups_cents: cents(topups),
+            charged_cents: cents(charged),
+            refunded_cents: cents(refunded),
         });
     }
     let jobs: Vec<(i64, String)> = {
@@ -545,15 +598,17 @@ pub(super) fn show(tx: &Transaction<'_>) -> Result<LedgerView, ApiError> {
     }
     let tokens: Vec<TokenRow> = {
         let mut statement = tx
-            .prepare("SELECT account, scopes, created_at FROM tokens ORDER BY created_at, account")
+            .prepare("SELECT account, scopes, created_at, revoked_at FROM tokens ORDER BY created_at, account")
             .db()?;
         statement
             .query_map([], |r| {
                 let scopes: String = r.get(1)?;
+                let revoked: Option<i64> = r.get(3)?;
                 Ok(TokenRow {
                     account: r.get(0)?,
                     scopes: scopes.split(',').map(str::to_owned).collect(),
                     created_at: rfc3339(r.get(2)?),
+                    revoked_at: revoked.map(rfc3339),
                 })
             })
             .db()?

@@ -71,6 +71,10 @@ pub const DEMO_TOKEN: &str = "gp_demo_local_ledger";
 pub const QUOTE_SECONDS: i64 = 15 * 60;
 /// Unsettled jobs an account may hold at once.
 pub const MAX_ACTIVE_JOBS: i64 = 20;
+/// Cells one job may hold unless the ledger is opened with another cap
+/// (`gameplan serve --max-cells`): a job's runs are rows read and written
+/// in one transaction, which holds the ledger for every account meanwhile.
+pub const MAX_CELLS_PER_JOB: usize = 10_000;
 /// How long a writer waits for another to finish.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -94,6 +98,17 @@ impl Clock {
     }
 }
 
+/// What a ledger file starts with when it is created.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NewLedger {
+    /// The demo account, its balance and the public [`DEMO_TOKEN`]: the
+    /// embedded `local` backend's ledger, on the user's own disk.
+    Demo,
+    /// Nothing: accounts and tokens are made with `gameplan ledger token`.
+    /// A ledger that `gameplan serve` creates (the demo token is public).
+    Empty,
+}
+
 /// One ledger file, opened. `Send + Sync`: calls queue on its connection.
 pub struct Ledger {
     path: PathBuf,
@@ -103,6 +118,8 @@ pub struct Ledger {
     /// What quote ids are signed with (`meta.quote_secret`): read once at
     /// open, so pricing needs no write and no extra query.
     quote_secret: Vec<u8>,
+    /// The most cells one job may hold ([`MAX_CELLS_PER_JOB`] by default).
+    max_cells: usize,
 }
 
 /// What a failed `SQLite` call means to the caller.
@@ -135,10 +152,17 @@ impl Caller {
 }
 
 impl Ledger {
-    /// Opens (creating on first use) the ledger at `path`: WAL, a busy
-    /// timeout, and the schema migrated to this version. A new ledger holds
-    /// the demo account with its balance and [`DEMO_TOKEN`].
+    /// Opens (creating on first use) the embedded backend's ledger at
+    /// `path`: a new one holds the demo account with its balance and
+    /// [`DEMO_TOKEN`] (see [`Ledger::open_with`]).
     pub fn open(path: &Path) -> Result<Ledger, ApiError> {
+        Ledger::open_with(path, NewLedger::Demo)
+    }
+
+    /// Opens (creating on first use) the ledger at `path`: WAL, a busy
+    /// timeout, and the schema migrated to this version. `new` says what a
+    /// file created here starts with; an existing file keeps what it has.
+    pub fn open_with(path: &Path, new: NewLedger) -> Result<Ledger, ApiError> {
         let cannot = |e: &dyn std::fmt::Display| {
             ApiError::unavailable(format!(
                 "cannot open the ledger {}: {e}; check the path and its permissions",
@@ -157,7 +181,8 @@ impl Ledger {
             .map_err(|e| cannot(&e))?;
         conn.pragma_update(None, "foreign_keys", "ON")
             .map_err(|e| cannot(&e))?;
-        schema::migrate(&mut conn, Clock::System.now()).map_err(|e| cannot(&e))?;
+        schema::migrate(&mut conn, Clock::System.now(), new == NewLedger::Demo)
+            .map_err(|e| cannot(&e))?;
         let quote_secret: String = conn
             .query_row(
                 "SELECT value FROM meta WHERE key = ?1",
@@ -171,6 +196,7 @@ impl Ledger {
             clock: Clock::System,
             prices: DEMO_PRICES,
             quote_secret: quote_secret.into_bytes(),
+            max_cells: MAX_CELLS_PER_JOB,
         })
     }
 
@@ -196,6 +222,34 @@ impl Ledger {
     pub fn with_prices(mut self, prices: PriceList) -> Ledger {
         self.prices = prices;
         self
+    }
+
+    /// The same ledger refusing jobs of more than `cells` cells.
+    #[must_use]
+    pub fn with_max_cells(mut self, cells: usize) -> Ledger {
+        self.max_cells = cells;
+        self
+    }
+
+    /// Refuses a job's cells beyond the cap (naming it) and cells whose
+    /// persona or controller holds a control character.
+    fn check_cells(&self, cells: &[crate::backend::api::Cell]) -> Result<(), ApiError> {
+        if cells.len() > self.max_cells {
+            return Err(ApiError::new(
+                422,
+                "too_many_cells",
+                format!(
+                    "the job has {} cells; this ledger takes at most {} per job (`gameplan serve --max-cells`); split the playtest into smaller jobs",
+                    cells.len(),
+                    self.max_cells
+                ),
+            ));
+        }
+        for (i, cell) in cells.iter().enumerate() {
+            check_text(&format!("cells[{i}].persona"), &cell.persona)?;
+            check_text(&format!("cells[{i}].controller"), &cell.controller)?;
+        }
+        Ok(())
     }
 
     pub fn path(&self) -> &Path {
@@ -272,9 +326,19 @@ impl Ledger {
         }
         self.write(|tx, now| {
             let balance = balance_of(tx, account)?.ok_or_else(|| unknown_account(tx, account))?;
-            let new = balance.checked_add(cents).ok_or_else(|| {
-                ApiError::invalid_request(format!("{cents} cents would overflow the balance"))
-            })?;
+            // Every sum the ledger reports (`show`: topups, charges,
+            // refunds) must stay an i64, not only the balance: a refund
+            // leaves the balance low while the topups keep growing.
+            let topups = jobs::lifetime_topups(tx, account)?;
+            let new = balance
+                .checked_add(cents)
+                .filter(|_| topups.checked_add(i128::from(cents)).is_some_and(|t| t <= i128::from(i64::MAX)))
+                .ok_or_else(|| {
+                    ApiError::invalid_request(format!(
+                        "a topup of {cents} cents would take {account}'s balance or lifetime topups past the largest amount the ledger holds ({} cents); nothing was added",
+                        i64::MAX
+                    ))
+                })?;
             tx.execute(
                 "UPDATE accounts SET balance_cents = ?1 WHERE id = ?2",
                 params![new, account],
@@ -331,6 +395,35 @@ impl Ledger {
                 account: account.to_owned(),
                 created_account,
             })
+        })
+    }
+
+    /// Revokes `token` (`gameplan ledger token --revoke`): every call
+    /// with it is 401 from now on. Answers the account it belonged to.
+    pub fn revoke_token(&self, token: &Token) -> Result<String, ApiError> {
+        self.write(|tx, now| {
+            let hash = sha256_hex(token.0.as_bytes());
+            let found: Option<(String, Option<i64>)> = tx
+                .query_row(
+                    "SELECT account, revoked_at FROM tokens WHERE hash = ?1",
+                    params![hash],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .optional()
+                .db()?;
+            let Some((account, revoked)) = found else {
+                return Err(ApiError::not_found(
+                    "token in this ledger (is it another ledger's? `gameplan ledger show` lists the tokens by account)",
+                ));
+            };
+            if revoked.is_none() {
+                tx.execute(
+                    "UPDATE tokens SET revoked_at = ?1 WHERE hash = ?2",
+                    params![now, hash],
+                )
+                .db()?;
+            }
+            Ok(account)
         })
     }
 
@@ -413,6 +506,8 @@ pub struct TokenRow {
     pub account: String,
     pub scopes: Vec<String>,
     pub created_at: String,
+    /// When it was revoked; `None` while it works.
+    pub revoked_at: Option<String>,
 }
 
 fn busy_error() -> ApiError {
@@ -480,7 +575,7 @@ fn authenticate(tx: &Transaction<'_>, token: &Token) -> Result<Caller, ApiError>
     }
     let row: Option<(String, String)> = tx
         .query_row(
-            "SELECT account, scopes FROM tokens WHERE hash = ?1",
+            "SELECT account, scopes FROM tokens WHERE hash = ?1 AND revoked_at IS NULL",
             params![sha256_hex(token.0.as_bytes())],
             |r| Ok((r.get(0)?, r.get(1)?)),
         )
@@ -537,4 +632,19 @@ fn entry(
     )
     .db()?;
     Ok(())
+}
+
+/// Refuses a text field holding a control character (NUL, ESC, a newline,
+/// ...): 400 naming the field. Such text would be stored and later printed
+/// raw (`ledger show` writing escape sequences to a terminal, a log line
+/// split in two).
+pub(crate) fn check_text(field: &str, value: &str) -> Result<(), ApiError> {
+    match value.chars().find(|c| c.is_control()) {
+        None => Ok(()),
+        Some(c) => Err(ApiError::invalid_request(format!(
+            "`{field}` holds the control character {:?} (U+{:04X}); send printable text",
+            c,
+            u32::from(c)
+        ))),
+    }
 }

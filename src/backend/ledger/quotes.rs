@@ -1,31 +1,36 @@
 //! Quotes that the ledger never stores: a quote id carries what it priced
-//! (its price, its expiry, a prefix of the priced cells' digest) and an
+//! (its price, its expiry, the priced cells' digest) and an
 //! HMAC-SHA256 over those, the account and the game, keyed by the ledger's
 //! own secret (the `meta` table's `quote_secret`, made when the file was).
 //!
 //! Why stateless: an estimate must leave the ledger byte-for-byte as it
 //! was (a declined price, a short balance or a budget refusal happen after
 //! it, and must change nothing), so it cannot insert a row. `register`
-//! recomputes the MAC from its own body and the caller's account; an id
-//! that was altered, made up, or given to another account, game or ledger
-//! does not verify.
+//! recomputes the MAC from the id's own fields, the caller's account and
+//! the game, before it looks at anything else: an id that was altered,
+//! made up, or given to another account, game or ledger does not verify
+//! (422 `quote_invalid`, and nothing of the price is said), and only an id
+//! that verifies is compared with the body's cells (409 `price_changed`,
+//! with the price of these cells, for a genuine quote of other cells).
 
 use sha2::{Digest, Sha256};
 
 use super::sha256_hex;
 
 /// What every quote id starts with; the version lets the format change.
-const PREFIX: &str = "quote-v1.";
-/// Hex characters of the cells digest an id carries: enough to tell a
-/// register for other cells (409 `price_changed`) from a forged id (422).
-const CELLS_PREFIX: usize = 16;
+/// (v1 carried a prefix of the cells digest and signed the whole digest, so
+/// its MAC could be checked only against the body's cells: a made-up id
+/// for other cells answered `price_changed` and the price. v1 ids are no
+/// longer read; a quote lives 15 minutes.)
+const PREFIX: &str = "quote-v2.";
 
 /// The fields a quote id carries.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) struct Claim {
     pub expires_at: i64,
     pub price_cents: i64,
-    pub cells_prefix: String,
+    /// The sha256 (hex) of the cells, modules and run length it priced.
+    pub cells_sha256: String,
     mac: String,
 }
 
@@ -39,9 +44,8 @@ pub(super) fn quote_id(
     price_cents: i64,
     expires_at: i64,
 ) -> String {
-    let cells_prefix = cells_sha256.get(..CELLS_PREFIX).unwrap_or(cells_sha256);
     let mac = mac(secret, account, game, cells_sha256, price_cents, expires_at);
-    format!("{PREFIX}{expires_at}.{price_cents}.{cells_prefix}.{mac}")
+    format!("{PREFIX}{expires_at}.{price_cents}.{cells_sha256}.{mac}")
 }
 
 /// The fields of `id`, or `None` when it is not a quote id of this format.
@@ -49,12 +53,12 @@ pub(super) fn parse(id: &str) -> Option<Claim> {
     let mut parts = id.strip_prefix(PREFIX)?.split('.');
     let expires_at = parts.next()?.parse().ok()?;
     let price_cents = parts.next()?.parse().ok()?;
-    let cells_prefix = parts.next()?.to_owned();
+    let cells_sha256 = parts.next()?.to_owned();
     let mac = parts.next()?.to_owned();
-    (parts.next().is_none() && mac.len() == 64).then_some(Claim {
+    (parts.next().is_none() && mac.len() == 64 && cells_sha256.len() == 64).then_some(Claim {
         expires_at,
         price_cents,
-        cells_prefix,
+        cells_sha256,
         mac,
     })
 }
@@ -62,17 +66,17 @@ pub(super) fn parse(id: &str) -> Option<Claim> {
 impl Claim {
     /// Whether the claim was priced for cells whose digest is `cells_sha256`.
     pub fn prices(&self, cells_sha256: &str) -> bool {
-        cells_sha256.get(..CELLS_PREFIX) == Some(self.cells_prefix.as_str())
+        self.cells_sha256 == cells_sha256
     }
 
-    /// Whether this ledger (`secret`) gave the claim to `account` for `game`
-    /// and `cells_sha256`, with its price and expiry unaltered.
-    pub fn verifies(&self, secret: &[u8], account: &str, game: &str, cells_sha256: &str) -> bool {
+    /// Whether this ledger (`secret`) gave the claim to `account` for `game`,
+    /// with its cells, price and expiry unaltered.
+    pub fn verifies(&self, secret: &[u8], account: &str, game: &str) -> bool {
         let expected = mac(
             secret,
             account,
             game,
-            cells_sha256,
+            &self.cells_sha256,
             self.price_cents,
             self.expires_at,
         );
@@ -176,22 +180,28 @@ mod tests {
         let claim = parse(&id).expect("parses");
         assert_eq!((claim.price_cents, claim.expires_at), (150, 1_800_000_900));
         assert!(claim.prices(&cells));
-        assert!(claim.verifies(b"secret", "demo", "maze", &cells));
-        assert!(!claim.verifies(b"other", "demo", "maze", &cells));
-        assert!(!claim.verifies(b"secret", "studio", "maze", &cells));
-        assert!(!claim.verifies(b"secret", "demo", "lantern", &cells));
+        assert!(claim.verifies(b"secret", "demo", "maze"));
+        assert!(!claim.verifies(b"other", "demo", "maze"));
+        assert!(!claim.verifies(b"secret", "studio", "maze"));
+        assert!(!claim.verifies(b"secret", "demo", "lantern"));
         assert!(!claim.prices(&sha256_hex(b"other cells")));
         let cheaper = id.replace(".150.", ".1.");
         assert!(
             !parse(&cheaper)
                 .expect("parses")
-                .verifies(b"secret", "demo", "maze", &cells)
+                .verifies(b"secret", "demo", "maze")
+        );
+        let other_cells = id.replace(&cells, &sha256_hex(b"other cells"));
+        assert!(
+            !parse(&other_cells)
+                .expect("parses")
+                .verifies(b"secret", "demo", "maze")
         );
         let later = id.replace("1800000900", "1900000900");
         assert!(
             !parse(&later)
                 .expect("parses")
-                .verifies(b"secret", "demo", "maze", &cells)
+                .verifies(b"secret", "demo", "maze")
         );
         for garbage in [
             "quote-1",

@@ -4,7 +4,7 @@
 use rusqlite::{OptionalExtension, Transaction, params};
 
 use super::jobs::{owned_job, parse_id, run_view};
-use super::{Caller, Db as _, Ledger, UploadRow, authenticate, sha256_hex};
+use super::{Caller, Db as _, Ledger, UploadRow, authenticate, check_text, sha256_hex};
 use crate::backend::api::{
     AggregateCompleteRequest, AggregatePublished, ApiError, CompleteRequest, Completed, FileDigest,
     Heartbeat, HeartbeatRequest, JobRef, ManifestEntry, RunRef, RunState, RunView, SCOPE_UPLOAD,
@@ -132,6 +132,7 @@ fn check_sha256(text: &str) -> Result<(), ApiError> {
 }
 
 fn check_name(name: &str) -> Result<(), ApiError> {
+    check_text("name", name)?;
     let ok = !name.is_empty()
         && name.len() <= 255
         && !name.starts_with('/')
@@ -243,6 +244,55 @@ pub(super) fn aggregate_of(
     .db()
 }
 
+/// Where an upload to `target` goes (job, run; 0 for the job's own files)
+/// and, when its files can no longer change, why: a completed run's files
+/// were verified against its manifest, a published aggregate's digests
+/// are public, a settled job is over.
+fn frozen(
+    tx: &Transaction<'_>,
+    caller: &Caller,
+    target: &UploadTarget,
+) -> Result<(i64, i64, Option<String>), ApiError> {
+    Ok(match target {
+        UploadTarget::Run(reference) => {
+            let (job, run, job_state) = owned_run(tx, caller, reference)?;
+            let completed: Option<i64> = tx
+                .query_row(
+                    "SELECT completed_at FROM runs WHERE id = ?1",
+                    params![run],
+                    |r| r.get(0),
+                )
+                .db()?;
+            let frozen = if completed.is_some() {
+                Some(format!(
+                    "run `{}` was completed: its files were verified against its manifest",
+                    reference.run
+                ))
+            } else if job_state != "open" {
+                Some(format!("job `{}` is settled (finished)", reference.job))
+            } else {
+                None
+            };
+            (job, run, frozen)
+        }
+        // Job files (the aggregate) are numbered run 0: no run has that id.
+        UploadTarget::Job(reference) => {
+            let (job, job_state) = owned_job(tx, caller, reference)?;
+            let frozen = if aggregate_of(tx, job)?.is_some() {
+                Some(format!(
+                    "job `{}` published its aggregate: its files' digests are public",
+                    reference.job
+                ))
+            } else if job_state != "open" {
+                Some(format!("job `{}` is settled (finished)", reference.job))
+            } else {
+                None
+            };
+            (job, 0, frozen)
+        }
+    })
+}
+
 impl Ledger {
     /// `POST …/runs/{run}/transition`: one edge of the state machine (409
     /// otherwise); moving to the state the run is in changes nothing.
@@ -294,9 +344,12 @@ impl Ledger {
             let (job, run, job_state) = owned_run(tx, &caller, reference)?;
             let state = run_view(tx, run)?.state;
             if job_state == "open" && !state.is_terminal() {
+                // An action the ledger was told of is play it saw: such a
+                // run is not refunded, whatever state it ends in.
                 tx.execute(
                     "UPDATE runs SET actions_taken = MAX(actions_taken, ?1),
-                                     checkpoint_step = COALESCE(?2, checkpoint_step)
+                                     checkpoint_step = COALESCE(?2, checkpoint_step),
+                                     played = played OR ?1 > 0
                      WHERE id = ?3",
                     params![request.actions_taken, request.checkpoint_step, run],
                 )
@@ -352,27 +405,45 @@ impl Ledger {
         self.write(|tx, _| {
             let caller = authenticate(tx, token)?;
             caller.require(SCOPE_UPLOAD)?;
-            let (job, run) = match target {
-                UploadTarget::Run(reference) => {
-                    let (job, run, job_state) = owned_run(tx, &caller, reference)?;
-                    if job_state != "open" {
-                        return Err(settled(&JobRef {
-                            game: reference.game.clone(),
-                            job: reference.job.clone(),
-                        }));
-                    }
-                    (job, run)
+            let (job, run, frozen) = frozen(tx, &caller, target)?;
+            let stored: Option<String> = tx
+                .query_row(
+                    "SELECT sha256 FROM uploads WHERE job = ?1 AND run = ?2 AND name = ?3",
+                    params![job, run, request.name],
+                    |r| r.get(0),
+                )
+                .optional()
+                .db()?;
+            if let Some(why) = frozen {
+                // The same bytes again are a retry of what was stored.
+                if stored.as_deref() == Some(actual.as_str()) {
+                    return Ok(Uploaded {
+                        name: request.name.clone(),
+                        size,
+                        sha256: actual.clone(),
+                    });
                 }
-                // Job files (the aggregate) are numbered run 0: no run has that id.
-                UploadTarget::Job(reference) => (owned_job(tx, &caller, reference)?.0, 0),
-            };
+                let what = if stored.is_some() {
+                    format!("`{}` cannot be replaced", request.name)
+                } else {
+                    format!("no file (`{}`) can be added", request.name)
+                };
+                return Err(ApiError::new(
+                    409,
+                    "files_immutable",
+                    format!(
+                        "{why}, so {what}; its files stay as they were verified (nothing was stored or charged)"
+                    ),
+                ));
+            }
             tx.execute(
                 "INSERT OR IGNORE INTO blobs (sha256, size, data) VALUES (?1, ?2, ?3)",
                 params![actual, size, request.body],
             )
             .db()?;
             tx.execute(
-                "INSERT OR REPLACE INTO uploads (job, run, name, sha256, size) VALUES (?1, ?2, ?3, ?4, ?5)",
+                "INSERT INTO uploads (job, run, name, sha256, size) VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT (job, run, name) DO UPDATE SET sha256 = excluded.sha256, size = excluded.size",
                 params![job, run, request.name, actual, size],
             )
             .db()?;
@@ -410,12 +481,22 @@ impl Ledger {
             check_name(&file.path)?;
             check_sha256(&file.sha256)?;
         }
-        self.write(|tx, _| {
+        self.write(|tx, now| {
             let caller = authenticate(tx, token)?;
             caller.require(SCOPE_UPLOAD)?;
             let (job, run, job_state) = owned_run(tx, &caller, reference)?;
             let current = run_view(tx, run)?.state;
-            if current == request.state {
+            let completed: Option<i64> = tx
+                .query_row(
+                    "SELECT completed_at FROM runs WHERE id = ?1",
+                    params![run],
+                    |r| r.get(0),
+                )
+                .db()?;
+            // A complete already accepted, asked again: its answer again.
+            // (A run that reached this state by a transition, a cell that
+            // failed before it played, still gets its manifest verified.)
+            if current == request.state && completed.is_some() {
                 return Ok(Completed {
                     run: run_view(tx, run)?,
                     changed: false,
@@ -431,16 +512,20 @@ impl Ledger {
             if !problems.is_empty() {
                 return Err(upload_unverified(problems));
             }
-            move_run(tx, run, reference, request.state, request.reason.as_deref())?;
+            if current != request.state {
+                move_run(tx, run, reference, request.state, request.reason.as_deref())?;
+            }
             tx.execute(
                 "UPDATE runs SET actions_taken = MAX(actions_taken, ?1), quit_reason = ?2,
-                                 report = ?3, report_md = ?4
-                 WHERE id = ?5",
+                                 report = ?3, report_md = ?4, completed_at = ?5,
+                                 played = played OR ?1 > 0
+                 WHERE id = ?6",
                 params![
                     request.actions_taken,
                     request.quit_reason,
                     request.report.to_string(),
                     request.report_md,
+                    now,
                     run
                 ],
             )
@@ -455,7 +540,8 @@ impl Ledger {
     /// `POST …/jobs/{job}/aggregate/complete`: publishes `aggregate.md` and
     /// `aggregate.json`, uploaded to the job, verified by size and sha256.
     /// Free. The same digests again change nothing; other digests after
-    /// publishing replace them (a resumed run may aggregate more cells).
+    /// publishing are refused (409 `aggregate_published`): the published
+    /// digests are what the job's files are checked against.
     pub fn aggregate_complete(
         &self,
         token: &Token,
@@ -488,6 +574,16 @@ impl Ledger {
                     changed: false,
                 });
             }
+            if stored.is_some() {
+                return Err(ApiError::new(
+                    409,
+                    "aggregate_published",
+                    format!(
+                        "job `{}` published its aggregate already, with other digests; a published aggregate does not change (nothing was stored)",
+                        reference.job
+                    ),
+                ));
+            }
             if job_state != "open" {
                 return Err(settled(reference));
             }
@@ -506,7 +602,7 @@ impl Ledger {
                 return Err(upload_unverified(problems));
             }
             tx.execute(
-                "INSERT OR REPLACE INTO aggregates (job, md_size, md_sha256, json_size, json_sha256)
+                "INSERT INTO aggregates (job, md_size, md_sha256, json_size, json_sha256)
                  VALUES (?1, ?2, ?3, ?4, ?5)",
                 params![job, request.md.size, request.md.sha256, request.json.size, request.json.sha256],
             )

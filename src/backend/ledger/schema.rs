@@ -102,6 +102,16 @@ const MIGRATIONS: &[&str] = &[
     );
     DROP TABLE quotes;
     ",
+    // 3: tokens can be revoked (kept, so `show` lists what was revoked and
+    // when); a run remembers when its complete was accepted, after which
+    // its files are immutable (a run completed before this version did so
+    // when its report was stored).
+    "
+    ALTER TABLE tokens ADD COLUMN revoked_at INTEGER;
+    ALTER TABLE runs ADD COLUMN completed_at INTEGER;
+    UPDATE runs SET completed_at = 0 WHERE report IS NOT NULL;
+    CREATE INDEX IF NOT EXISTS runs_of_job ON runs (job);
+    ",
 ];
 
 /// The `meta` key of the secret quote ids are signed with.
@@ -112,8 +122,8 @@ pub const QUOTE_SECRET: &str = "quote_secret";
 pub const VERSION: i64 = MIGRATIONS.len() as i64;
 
 /// Brings the file to [`VERSION`] in one transaction; seeds the demo
-/// account and token when it creates the tables.
-pub fn migrate(conn: &mut Connection, now: i64) -> Result<(), String> {
+/// account and token when it creates the tables and `demo` is asked for.
+pub fn migrate(conn: &mut Connection, now: i64, demo: bool) -> Result<(), String> {
     // A ledger at this version is opened without the write lock, so opening
     // never waits behind a writer.
     let up_to_date: Option<i64> = conn
@@ -146,7 +156,7 @@ pub fn migrate(conn: &mut Connection, now: i64) -> Result<(), String> {
     for sql in &MIGRATIONS[usize::try_from(current).unwrap_or(0)..] {
         tx.execute_batch(sql).map_err(|e| e.to_string())?;
     }
-    if current == 0 {
+    if current == 0 && demo {
         seed_demo(&tx, now).map_err(|e| e.message)?;
     }
     if current < 2 {

@@ -1153,6 +1153,9 @@ fn a_version_1_ledger_is_migrated_to_signed_quotes_keeping_its_jobs() {
     let conn = Connection::open(&f.path).expect("open");
     conn.execute_batch(
         "DROP TABLE meta;
+         DROP INDEX runs_of_job;
+         ALTER TABLE tokens DROP COLUMN revoked_at;
+         ALTER TABLE runs DROP COLUMN completed_at;
          CREATE TABLE quotes (id INTEGER PRIMARY KEY, account TEXT NOT NULL, game TEXT NOT NULL,
              cells_sha256 TEXT NOT NULL, price_cents INTEGER NOT NULL, expires_at INTEGER NOT NULL);
          UPDATE schema_version SET version = 1;",
