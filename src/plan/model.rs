@@ -166,6 +166,14 @@ pub struct Game {
     /// webdriver: a WebDriver server to use instead of the chromedriver
     /// gameplan starts.
     pub webdriver_url: Option<String>,
+    /// webdriver: a repo directory served on loopback; `url` is relative to it.
+    pub serve: Option<String>,
+    /// webdriver: URL patterns in scope besides the url's origin.
+    pub allow: Vec<String>,
+    /// webdriver: keys offered on every page.
+    pub keys: Vec<String>,
+    /// webdriver: the window, width and height in pixels.
+    pub viewport: (u32, u32),
     pub inputs: Vec<String>,
     pub action_timeout_secs: u64,
     pub stuck_after: u64,
@@ -338,6 +346,23 @@ impl Plan {
         self.personas.iter().find(|p| p.slug == slug)
     }
 }
+
+/// The window a browser game gets unless `game.viewport` says otherwise.
+pub const DEFAULT_VIEWPORT: (u32, u32) = (1280, 800);
+/// The smallest and largest window side `game.viewport` takes, in pixels.
+pub const VIEWPORT_RANGE: std::ops::RangeInclusive<u64> = 200..=4096;
+/// The named keys `game.keys` takes (besides any single character).
+pub const KEY_NAMES: [&str; 9] = [
+    "Enter",
+    "Escape",
+    "Tab",
+    "Space",
+    "Backspace",
+    "ArrowUp",
+    "ArrowDown",
+    "ArrowLeft",
+    "ArrowRight",
+];
 
 #[cfg(test)]
 mod tests {

@@ -250,6 +250,19 @@ pub struct RawGame {
     /// webdriver: a running WebDriver server (`http://127.0.0.1:4444`) to use
     /// instead of the chromedriver gameplan starts itself.
     pub webdriver_url: Option<Spanned<String>>,
+    /// webdriver: a repo directory gameplan serves on a free loopback port for
+    /// each cell; `url` is then relative to it (default `index.html`).
+    pub serve: Option<Spanned<String>>,
+    /// webdriver: URL patterns in scope besides the url's origin
+    /// (`https://cdn.example/**`); links elsewhere are not offered.
+    #[schemars(default)]
+    pub allow: Vec<Spanned<String>>,
+    /// webdriver: keys offered on every page (`ArrowUp`, `Space`, `a`, ...),
+    /// besides Enter, Escape and the page's own `window.gameplan.keys`.
+    #[schemars(default)]
+    pub keys: Vec<Spanned<String>>,
+    /// webdriver: the window's width and height in pixels (default [1280, 800]).
+    pub viewport: Option<Spanned<Vec<u64>>>,
     /// Globs hashed into the build hash.
     #[schemars(default)]
     pub inputs: Vec<Spanned<String>>,
@@ -288,6 +301,10 @@ impl Decode for RawGame {
         let command = t.optional("command", diags);
         let url = t.optional("url", diags);
         let webdriver_url = t.optional("webdriver_url", diags);
+        let serve = t.optional("serve", diags);
+        let allow = t.optional("allow", diags);
+        let keys = t.optional("keys", diags);
+        let viewport = t.optional("viewport", diags);
         let inputs = t.optional("inputs", diags);
         let action_timeout = t.optional("action_timeout", diags);
         let stuck_after = t.optional("stuck_after", diags);
@@ -302,6 +319,10 @@ impl Decode for RawGame {
             command,
             url,
             webdriver_url,
+            serve,
+            allow: allow.unwrap_or_default(),
+            keys: keys.unwrap_or_default(),
+            viewport,
             inputs: inputs.unwrap_or_default(),
             action_timeout,
             stuck_after,

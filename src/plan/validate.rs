@@ -668,6 +668,7 @@ impl Validator<'_> {
                 );
             }
         }
+        let viewport = self.browser_keys(g, driver);
         for input in &g.inputs {
             if self.repo_path(input, "input") && self.warn_unmatched_inputs {
                 self.unmatched_input(input);
@@ -679,11 +680,145 @@ impl Validator<'_> {
             command,
             url: g.url.as_ref().map(|u| u.value.clone()),
             webdriver_url: g.webdriver_url.as_ref().map(|u| u.value.clone()),
+            serve: g.serve.as_ref().map(|d| d.value.clone()),
+            allow: g.allow.iter().map(|a| a.value.clone()).collect(),
+            keys: g.keys.iter().map(|k| k.value.clone()).collect(),
+            viewport,
             inputs: g.inputs.iter().map(|i| i.value.clone()).collect(),
             action_timeout_secs: g.action_timeout.as_ref().map_or(10, |t| t.value),
             stuck_after: g.stuck_after.as_ref().map_or(8, |t| t.value),
             env: g.env.clone(),
         })
+    }
+
+    /// `serve` names a directory of the repo, and `url` a file in it; a
+    /// repo-file `url` without `serve` exists.
+    fn served_page(&mut self, g: &crate::plan::raw::RawGame) {
+        if let Some(dir) = &g.serve
+            && self.repo_path(dir, "serve")
+        {
+            let path = self.root.join(dir.value.as_str());
+            if !path.is_dir() {
+                self.push(
+                    Diagnostic::new(
+                        "plan::missing_file",
+                        format!("the directory to serve, `{}`, does not exist", dir.value),
+                    )
+                    .at(dir.span)
+                    .label("no such directory")
+                    .help(format!(
+                        "`serve` names a directory of the repo ({}) holding the built game, e.g. `serve = \"web/dist\"`; build it first",
+                        self.root.display()
+                    )),
+                );
+            } else if let Some(url) = &g.url
+                && !url.value.contains("://")
+                && !path.join(url.value.as_str()).is_file()
+            {
+                self.push(
+                    Diagnostic::new(
+                        "plan::missing_file",
+                        format!("`{}` is not a file of the served directory `{}`", url.value, dir.value),
+                    )
+                    .at(url.span)
+                    .label("no such file")
+                    .help("with `serve`, `url` is a path inside the served directory (e.g. `index.html`)"),
+                );
+            }
+        } else if g.serve.is_none()
+            && let Some(url) = &g.url
+            && !url.value.contains("://")
+            && !url.value.starts_with("about:")
+            && !url.value.starts_with("data:")
+        {
+            self.repo_file(url, "the page");
+        }
+    }
+
+    /// The webdriver-only keys (`serve`, `allow`, `keys`, `viewport`):
+    /// refused on a stdio game, each checked; the window to use.
+    fn browser_keys(&mut self, g: &crate::plan::raw::RawGame, driver: Driver) -> (u32, u32) {
+        let spans = [
+            g.serve.as_ref().map(|s| ("serve", s.span)),
+            g.allow.first().map(|a| ("allow", a.span)),
+            g.keys.first().map(|k| ("keys", k.span)),
+            g.viewport.as_ref().map(|v| ("viewport", v.span)),
+        ];
+        if driver != Driver::Webdriver {
+            for (key, span) in spans.into_iter().flatten() {
+                self.push(
+                    Diagnostic::new(
+                        "plan::unused_key",
+                        format!("`{key}` is only for the webdriver driver"),
+                    )
+                    .at(span)
+                    .label("a stdio game has no browser")
+                    .help("remove it, or set `driver = \"webdriver\"` and `url`"),
+                );
+            }
+            return crate::plan::model::DEFAULT_VIEWPORT;
+        }
+        self.served_page(g);
+        for pattern in &g.allow {
+            let ok = ["http://", "https://", "file://"]
+                .iter()
+                .any(|scheme| pattern.value.starts_with(scheme));
+            if !ok {
+                self.push(
+                    Diagnostic::new(
+                        "plan::invalid_value",
+                        format!("`allow` pattern `{}` is not a URL pattern", pattern.value),
+                    )
+                    .at(pattern.span)
+                    .label("no http://, https:// or file://")
+                    .help("e.g. `allow = [\"https://cdn.example/**\"]` (`*` within a path part, `**` across parts)"),
+                );
+            }
+        }
+        for key in &g.keys {
+            let mut chars = key.value.chars();
+            let one_char = chars.next().is_some() && chars.next().is_none();
+            if !one_char && !crate::plan::model::KEY_NAMES.contains(&key.value.as_str()) {
+                self.push(
+                    Diagnostic::new(
+                        "plan::invalid_value",
+                        format!("`{}` is not a key gameplan presses", key.value),
+                    )
+                    .at(key.span)
+                    .label("unknown key")
+                    .help(format!(
+                        "a key is one character or one of {}",
+                        crate::plan::model::KEY_NAMES.join(", ")
+                    )),
+                );
+            }
+        }
+        let Some(viewport) = &g.viewport else {
+            return crate::plan::model::DEFAULT_VIEWPORT;
+        };
+        let range = crate::plan::model::VIEWPORT_RANGE;
+        match viewport.value[..] {
+            [w, h] if range.contains(&w) && range.contains(&h) => (
+                u32::try_from(w).unwrap_or(u32::MAX),
+                u32::try_from(h).unwrap_or(u32::MAX),
+            ),
+            _ => {
+                self.push(
+                    Diagnostic::new(
+                        "plan::invalid_value",
+                        "`viewport` is [WIDTH, HEIGHT] in pixels",
+                    )
+                    .at(viewport.span)
+                    .label(format!(
+                        "each side from {} to {}",
+                        range.start(),
+                        range.end()
+                    ))
+                    .help("e.g. `viewport = [1280, 800]` (the default)"),
+                );
+                crate::plan::model::DEFAULT_VIEWPORT
+            }
+        }
     }
 
     fn persona(&mut self, p: &RawPersona, budget: Option<&Budget>) -> Option<Persona> {

@@ -135,6 +135,10 @@ impl CellWatch for Unwatched {
 /// [`play_cell`], telling `watch` of its opening and of every turn; a turn
 /// after which `watch` says stop ends the cell `interrupted`, as `cancel`
 /// does.
+#[expect(
+    clippy::too_many_lines,
+    reason = "a cell from start to report, its steps in order, reads best in one place"
+)]
 pub async fn play_cell_watched(
     spec: &CellSpec,
     out_dir: &Path,
@@ -212,6 +216,7 @@ pub async fn play_cell_watched(
         }
     };
     trace.end = Some(end);
+    let notes = game.notes();
     let leaked = game.shutdown(!end.is_failure(), true).await;
     metrics.wall_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     let report = CellReport {
@@ -239,6 +244,7 @@ pub async fn play_cell_watched(
         leaked,
         not_played,
         warnings,
+        notes,
         quit_detail: player_report.quit_detail,
         felt: player_report.felt,
         model: player_report.model,

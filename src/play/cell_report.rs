@@ -114,6 +114,12 @@ pub struct CellReport {
     /// not findings, since they are about the bridge, not the game's play.
     #[serde(default)]
     pub warnings: Vec<String>,
+    /// What gameplan did to keep the play in the game that is no finding
+    /// against it: a tab a link opened, closed; a way out of the game (to
+    /// another site) undone; a resource from outside the game that could
+    /// not load (offline CI).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
     /// Why the player ended the play, when it did (an `llm` player's model
     /// that never named a listed action, never answered, or refused).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -60,10 +60,34 @@ pub struct GameSpec {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BrowserGame {
     /// The page: an `http(s)://` or `file://` URL, or a repo-relative path
-    /// (opened as a `file://` URL under the repo root).
+    /// (opened as a `file://` URL under the repo root), or with `serve` a
+    /// path inside the served directory.
     pub url: String,
     /// A WebDriver server to use instead of starting chromedriver.
     pub webdriver_url: Option<String>,
+    /// A repo directory served on a free loopback port for the session.
+    pub serve: Option<String>,
+    /// URL patterns in scope besides the page's origin (`*` within a path
+    /// part, `**` across parts).
+    pub allow: Vec<String>,
+    /// Keys offered on every page.
+    pub keys: Vec<String>,
+    /// The window's width and height.
+    pub viewport: (u32, u32),
+}
+
+impl BrowserGame {
+    /// The page at `url` with every other setting at its default.
+    pub fn at(url: String) -> BrowserGame {
+        BrowserGame {
+            url,
+            webdriver_url: None,
+            serve: None,
+            allow: Vec::new(),
+            keys: Vec::new(),
+            viewport: crate::plan::model::DEFAULT_VIEWPORT,
+        }
+    }
 }
 
 impl GameSpec {
@@ -398,6 +422,16 @@ impl Session {
     /// Starts the game `spec` describes. A browser game saves a screenshot
     /// per observation under `artifacts/screenshots/` when `artifacts` is
     /// given (a cell's directory; replay and the smoke check take none).
+    /// What the driver did that is no finding, for the cell's report (a
+    /// browser's closed tabs, undone ways out of the game, outside
+    /// resources that could not load); a stdio game has none.
+    pub fn notes(&self) -> Vec<String> {
+        match self {
+            Session::Stdio(_) => Vec::new(),
+            Session::Browser(page) => page.notes(),
+        }
+    }
+
     pub async fn start(spec: &GameSpec, artifacts: Option<&Path>) -> Result<Session, SpawnError> {
         match &spec.browser {
             None => GameProcess::spawn(spec).map(Session::Stdio),

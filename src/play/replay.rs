@@ -89,9 +89,15 @@ impl ReplayOptions {
         }
         game.limits = self.limits;
         if let Some(url) = &trace.header.game.url {
+            let header = &trace.header.game;
             game.browser = Some(BrowserGame {
                 url: url.clone(),
-                webdriver_url: trace.header.game.webdriver_url.clone(),
+                webdriver_url: header.webdriver_url.clone(),
+                serve: header.serve.clone(),
+                allow: header.allow.clone(),
+                keys: header.keys.clone(),
+                // A trace written before `viewport` played in 800x600.
+                viewport: header.viewport.unwrap_or((800, 600)),
             });
         }
         game

@@ -105,6 +105,18 @@ pub struct TraceGame {
     /// chromedriver to gameplan.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub webdriver_url: Option<String>,
+    /// A browser game's served directory (`game.serve`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serve: Option<String>,
+    /// A browser game's extra scope (`game.allow`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow: Vec<String>,
+    /// A browser game's keys offered on every page (`game.keys`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub keys: Vec<String>,
+    /// A browser game's window, `[width, height]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub viewport: Option<(u32, u32)>,
     /// The game's cwd, relative to the repo root (`.`).
     pub cwd: String,
     /// Seconds without an answer before the game counted as hung.
@@ -211,6 +223,10 @@ impl Trace {
                 command: game.command.clone(),
                 url: browser.map(|b| b.url.clone()),
                 webdriver_url: browser.and_then(|b| b.webdriver_url.clone()),
+                serve: browser.and_then(|b| b.serve.clone()),
+                allow: browser.map(|b| b.allow.clone()).unwrap_or_default(),
+                keys: browser.map(|b| b.keys.clone()).unwrap_or_default(),
+                viewport: browser.map(|b| b.viewport),
                 cwd: ".".to_owned(),
                 action_timeout: Some(game.action_timeout.as_secs_f64()),
                 stuck_after: Some(game.stuck_after),

@@ -419,6 +419,7 @@ fn report(cell: &str, state: CellState) -> CellReport {
         leaked: Vec::new(),
         not_played: None,
         warnings: Vec::new(),
+        notes: Vec::new(),
         quit_detail: None,
         felt: None,
         model: None,

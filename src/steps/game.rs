@@ -36,6 +36,10 @@ pub fn spec(cx: &StepContext) -> Result<GameSpec, StepError> {
         spec.browser = Some(BrowserGame {
             url,
             webdriver_url: game.webdriver_url.clone(),
+            serve: game.serve.clone(),
+            allow: game.allow.clone(),
+            keys: game.keys.clone(),
+            viewport: game.viewport,
         });
     }
     spec.env.extend(game.env.clone());
@@ -107,6 +111,10 @@ pub fn reuse(cx: &KeyContext<'_>, kind: &str, settings: &Value) -> Result<Reuse,
                 "command": game.command,
                 "url": game.url,
                 "webdriver_url": game.webdriver_url,
+                "serve": game.serve,
+                "allow": game.allow,
+                "keys": game.keys,
+                "viewport": game.viewport,
                 "env": game.env,
                 "action_timeout": game.action_timeout_secs,
                 "stuck_after": game.stuck_after,
@@ -116,7 +124,13 @@ pub fn reuse(cx: &KeyContext<'_>, kind: &str, settings: &Value) -> Result<Reuse,
             "semantics": PLAY_SEMANTICS,
         }),
     );
-    let mut files = expand(cx.root, &game.inputs)?;
+    // A served directory is the build: every file of it is hashed.
+    let served = game
+        .serve
+        .iter()
+        .map(|dir| format!("{}/**", dir.trim_end_matches('/')));
+    let patterns: Vec<String> = game.inputs.iter().cloned().chain(served).collect();
+    let mut files = expand(cx.root, &patterns)?;
     // Repo files the command names are part of the build, listed or not
     // (and a browser game's page, when it is a repo path).
     let page = game.url.iter().filter(|u| !u.contains("://"));

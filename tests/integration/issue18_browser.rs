@@ -310,6 +310,7 @@ fn issue18_webdriver_url_is_checked_where_it_is_written() {
         "{problem:?}"
     );
     let not_http = Test::new()
+        .file("page.html", "<title>page</title>")
         .file(
             "plan.toml",
             plan("id = \"g\"\ndriver = \"webdriver\"\nurl = \"page.html\"\nwebdriver_url = \"127.0.0.1:4444\""),
@@ -318,6 +319,7 @@ fn issue18_webdriver_url_is_checked_where_it_is_written() {
     let problem = not_http.only("plan::invalid_value");
     assert!(problem.message.contains("http://"), "{problem:?}");
     let fine = Test::new()
+        .file("page.html", "<title>page</title>")
         .file(
             "plan.toml",
             plan("id = \"g\"\ndriver = \"webdriver\"\nurl = \"page.html\"\nwebdriver_url = \"http://127.0.0.1:4444\""),

@@ -347,6 +347,9 @@ fn every_plan_in_the_repo_checks_ok() {
     let t = plans.iter().fold(Test::new(), |t, p| from_repo(t, p));
     let t = from_repo(t, "examples/personas/veteran.md");
     let t = from_repo(t, "examples/lenses/code-review.md");
+    // A browser game's page must exist (plan check says so otherwise).
+    let t = from_repo(t, "examples/games/web/index.html");
+    let t = from_repo(t, "examples/games/2048/index.html");
     let files: Vec<&str> = plans.iter().map(String::as_str).collect();
     let check = t.check(&files);
     assert!(check.problems().is_empty(), "{}", check.text);

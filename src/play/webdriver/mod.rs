@@ -58,6 +58,8 @@
 //! `bench/browser.sh` measures the rest.
 
 mod chromedriver;
+mod scope;
+mod static_files;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -91,9 +93,6 @@ pub const WAIT: Duration = Duration::from_millis(500);
 const START_WITHIN: Duration = Duration::from_secs(30);
 /// How long a polite close gets before the processes are killed.
 const CLOSE_WITHIN: Duration = Duration::from_secs(5);
-/// The window every session gets: element boxes (in the observation) and
-/// screenshots depend on it, so it is fixed.
-const WINDOW: (u32, u32) = (800, 600);
 /// What `type:` is listed with when the page has a text field.
 const SAMPLE_TEXT: &str = "hello";
 
@@ -109,6 +108,27 @@ pub struct BrowserSession {
     profile: Option<PathBuf>,
     url: String,
     timeout: Duration,
+    /// What is the game: its origin or directory, and `game.allow`.
+    scope: scope::Scope,
+    /// `game.keys`: offered on every page.
+    keys: Vec<String>,
+    /// The served directory's server (`game.serve`), while the session lasts.
+    _served: Option<static_files::StaticServer>,
+    /// The last page of the game the player was on: where a navigation out
+    /// of scope, or a page that failed to load, is taken back to.
+    last_good: String,
+    /// The game's own window: new tabs and windows are closed.
+    window: Option<fantoccini::wd::WindowHandle>,
+    /// Windows closed already (a closed tab may still be listed for a
+    /// moment after it was closed: it is not a new one).
+    closed: Vec<fantoccini::wd::WindowHandle>,
+    /// What the session did that is no finding (a tab closed, a way out of
+    /// the game undone, an outside resource that could not load): the
+    /// cell's report lists them.
+    notes: Vec<String>,
+    /// The DevTools id of the script installed before each page's own (the
+    /// listener with the seed), replaced at each reset.
+    installed: Option<String>,
     screenshots: Option<PathBuf>,
     browser_version: String,
     /// The clickable elements of the last observation, by label: a click
@@ -131,21 +151,24 @@ impl BrowserSession {
         game: &BrowserGame,
         artifacts: Option<&Path>,
     ) -> Result<BrowserSession, SpawnError> {
-        let url = page_url(&game.url, &spec.root)?;
-        let screenshots = match artifacts {
-            Some(dir) => {
-                let dir = dir.join("screenshots");
-                std::fs::create_dir_all(&dir).map_err(|e| {
-                    SpawnError::Browser(format!("cannot create {}: {e}", dir.display()))
-                })?;
-                Some(dir)
+        let served = serve(spec, game).await?;
+        let url = match &served {
+            Some(static_server) => {
+                format!("{}{}", static_server.base, game.url.trim_start_matches('/'))
             }
-            None => None,
+            None => page_url(&game.url, &spec.root)?,
         };
+        let scope = scope::Scope::of(&url, &game.allow);
+        let screenshots = screenshots_dir(artifacts)?;
         let timeout = spec.action_timeout;
         let (driver, endpoint, profile, capabilities) = if let Some(external) = &game.webdriver_url
         {
-            (None, external.clone(), None, external_capabilities(timeout))
+            (
+                None,
+                external.clone(),
+                None,
+                external_capabilities(timeout, game.viewport),
+            )
         } else {
             let (program, browser) = find_programs(&spec.env)?;
             let marker = super::stdio::new_marker();
@@ -163,7 +186,7 @@ impl BrowserSession {
                 }
             };
             let endpoint = driver.url();
-            let caps = chromium_capabilities(&browser, &profile, timeout);
+            let caps = chromium_capabilities(&browser, &profile, timeout, game.viewport);
             (Some(driver), endpoint, Some(profile), caps)
         };
         let connected = tokio::time::timeout(
@@ -198,12 +221,21 @@ impl BrowserSession {
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_owned();
+        let window = client.window().await.ok();
         let session = BrowserSession {
             client,
             driver,
             profile,
+            last_good: url.clone(),
             url,
             timeout,
+            scope,
+            keys: game.keys.clone(),
+            _served: served,
+            window,
+            closed: Vec::new(),
+            notes: Vec::new(),
+            installed: None,
             screenshots,
             browser_version,
             clickable: Vec::new(),
@@ -211,15 +243,9 @@ impl BrowserSession {
             acts: 0,
             resets: 0,
         };
-        // Where the server is no chromedriver, the observation script
-        // installs the listener late (after load) instead.
-        let _ = session
-            .client
-            .issue_cmd(ChromeCdp {
-                cmd: "Page.addScriptToEvaluateOnNewDocument",
-                params: json!({ "source": LISTENER }),
-            })
-            .await;
+        // The listener is installed before each page's scripts at each
+        // reset (with the seed); where the server is no chromedriver, the
+        // observation script installs it late (after load) instead.
         Ok(session)
     }
 
@@ -236,9 +262,13 @@ impl BrowserSession {
         }))
     }
 
-    /// Loads the page afresh (storage cleared) and observes it.
-    pub async fn reset(&mut self, _seed: i64) -> Answer<Seen> {
+    /// Loads the page afresh (storage cleared), its randomness seeded with
+    /// `seed`, and observes it. A page that does not load (HTTP >= 400, a
+    /// network error, the browser's error page) is a failure: the game did
+    /// not start.
+    pub async fn reset(&mut self, seed: i64) -> Answer<Seen> {
         self.finish_screenshot(Op::Reset).await?;
+        self.install_listener(seed).await?;
         self.resets += 1;
         let client = self.client.clone();
         let url = self.url.clone();
@@ -266,9 +296,98 @@ impl BrowserSession {
         // check) and plays from the second load: the first is compared,
         // never played, so it is not photographed.
         let name = (self.resets > 1 || self.acts > 0).then(|| format!("reset-{}.png", self.resets));
-        self.observe(Op::Reset, name.as_deref())
-            .await
-            .map(|seen| Ok(seen.0))
+        let (observed, _, load) = self.observe(Op::Reset, name.as_deref()).await?;
+        if let Some(why) = load.failed() {
+            return Err(Failure::Violation {
+                during: Op::Reset,
+                reason: format!("the page did not load: {why}"),
+                evidence: String::new(),
+                stderr_tail: String::new(),
+            });
+        }
+        self.last_good = load.href;
+        Ok(Ok(observed))
+    }
+
+    /// Installs the listener, with `seed` for the page's randomness, to run
+    /// before the scripts of every page from now on (replacing the last
+    /// reset's). Only through chromedriver's DevTools; elsewhere the
+    /// observation installs the listener late and the page is not seeded.
+    async fn install_listener(&mut self, seed: i64) -> Result<(), Failure> {
+        if self.driver.is_none() {
+            return Ok(());
+        }
+        if let Some(id) = self.installed.take() {
+            let _ = self
+                .within(
+                    Op::Reset,
+                    self.client.issue_cmd(ChromeCdp {
+                        cmd: "Page.removeScriptToEvaluateOnNewDocument",
+                        params: json!({ "identifier": id }),
+                    }),
+                )
+                .await;
+        }
+        // The seed as the page's 32 bits: the same cell seed, the same board.
+        let source = format!(
+            "window.__gameplanSeed = {};\n{LISTENER}",
+            seed.rem_euclid(1 << 32)
+        );
+        let added = self
+            .within(
+                Op::Reset,
+                self.client.issue_cmd(ChromeCdp {
+                    cmd: "Page.addScriptToEvaluateOnNewDocument",
+                    params: json!({ "source": source }),
+                }),
+            )
+            .await;
+        self.installed = added.ok().and_then(|v| {
+            v.get("identifier")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        });
+        Ok(())
+    }
+
+    /// What the session noted that is no finding, for the cell's report.
+    pub fn notes(&self) -> Vec<String> {
+        self.notes.clone()
+    }
+
+    fn note(&mut self, note: String) {
+        if !self.notes.contains(&note) && self.notes.len() < 50 {
+            self.notes.push(note);
+        }
+    }
+
+    /// Closes every window but the game's and goes back to it: a link or a
+    /// script that opened a tab does not take the play away.
+    async fn close_other_windows(&mut self, action: &str) -> Result<(), Failure> {
+        let Some(game) = self.window.clone() else {
+            return Ok(());
+        };
+        let client = self.client.clone();
+        let windows = self.within(Op::Act, client.windows()).await?;
+        if windows.len() <= 1 {
+            return Ok(());
+        }
+        let mut opened = false;
+        for other in windows.into_iter().filter(|w| *w != game) {
+            opened |= !self.closed.contains(&other);
+            let _ = self
+                .within(Op::Act, client.switch_to_window(other.clone()))
+                .await;
+            let _ = self.within(Op::Act, client.close_window()).await;
+            self.closed.push(other);
+        }
+        self.within(Op::Act, client.switch_to_window(game)).await?;
+        if opened {
+            self.note(format!(
+                "`{action}` opened a new tab or window; it was closed and play went on in the game's tab"
+            ));
+        }
+        Ok(())
     }
 
     /// Does `action` (see the module doc for the syntax) and observes.
@@ -282,13 +401,58 @@ impl BrowserSession {
         if let Err(refusal) = self.perform(&parsed).await? {
             return Ok(Err(refusal));
         }
+        if matches!(parsed, Action::Click(_)) {
+            self.close_other_windows(action).await?;
+        }
         let name = format!("step-{:04}.png", self.acts);
-        let (seen, done) = self.observe(Op::Act, Some(&name)).await?;
+        let (mut seen, mut done, mut load) = self.observe(Op::Act, Some(&name)).await?;
+        if load.href.starts_with("chrome-error://") {
+            // The browser's error page hides where the action led: the
+            // session's URL is the address that could not be reached.
+            let client = self.client.clone();
+            if let Ok(target) = self.within(Op::Act, client.current_url()).await {
+                let target = target.to_string();
+                load.in_scope = self.scope.contains(&target);
+                load.href = target;
+                load.unreachable = true;
+            }
+        }
+        let mut events = Vec::new();
+        let back = if !load.in_scope {
+            let offline = if load.unreachable {
+                " (which could not be reached: offline?)"
+            } else {
+                ""
+            };
+            self.note(format!(
+                "`{action}` left the game for {}{offline}; gameplan went back to {}",
+                load.href, self.last_good
+            ));
+            true
+        } else if let Some(why) = load.failed() {
+            events.push(super::protocol::Event {
+                kind: super::protocol::EventKind::Error,
+                message: format!("a page of the game did not load after `{action}`: {why}"),
+            });
+            true
+        } else {
+            self.last_good.clone_from(&load.href);
+            false
+        };
+        if back {
+            let client = self.client.clone();
+            let to = self.last_good.clone();
+            self.finish_screenshot(Op::Act).await?;
+            self.within(Op::Act, async move { navigate(&client, &to).await })
+                .await?;
+            let again = self.observe(Op::Act, Some(&name)).await?;
+            (seen, done) = (again.0, again.1);
+        }
         Ok(Ok(Acted {
             seen,
             reward: 0.0,
             done,
-            events: Vec::new(),
+            events,
         }))
     }
 
@@ -338,7 +502,9 @@ impl BrowserSession {
                         }
                     }
                 }
-                let found = self.within(Op::Act, find(&client, "find", label)).await?;
+                let found = self
+                    .within(Op::Act, find(&client, "find", label, &self.scope))
+                    .await?;
                 let Some(element) = found else {
                     return Ok(Err(Refusal {
                         error: format!("no clickable element labelled `{label}` on the page"),
@@ -359,7 +525,9 @@ impl BrowserSession {
                 Ok(Ok(()))
             }
             Action::Type(text) => {
-                let found = self.within(Op::Act, find(&client, "input", "")).await?;
+                let found = self
+                    .within(Op::Act, find(&client, "input", "", &self.scope))
+                    .await?;
                 let Some(field) = found else {
                     return Ok(Err(Refusal {
                         error: "no text field on the page to type into".to_owned(),
@@ -382,9 +550,18 @@ impl BrowserSession {
     /// Reads the page (after it settled), starts saving its screenshot as
     /// `shot` (if any), and makes the observation; also whether the page
     /// said it is done.
-    async fn observe(&mut self, during: Op, shot: Option<&str>) -> Result<(Seen, bool), Failure> {
+    async fn observe(
+        &mut self,
+        during: Op,
+        shot: Option<&str>,
+    ) -> Result<(Seen, bool, Load), Failure> {
         let script = format!("{LISTENER}\n{PAGE}");
-        let request = json!({ "mode": "observe", "maxText": MAX_TEXT });
+        let request = json!({
+            "mode": "observe",
+            "maxText": MAX_TEXT,
+            "maxElements": MAX_ELEMENTS,
+            "scope": self.scope.for_page(),
+        });
         let client = self.client.clone();
         let raw = self
             .within(during, async move {
@@ -404,6 +581,15 @@ impl BrowserSession {
             console.push(format!("… and {more} more errors"));
         }
         let done = view.done;
+        for url in &view.offline {
+            self.note(format!("could not load (offline?): {url}"));
+        }
+        let load = Load {
+            href: view.href.clone(),
+            in_scope: view.in_scope,
+            unreachable: false,
+            status: view.status,
+        };
         self.clickable = view
             .elements
             .iter()
@@ -411,7 +597,7 @@ impl BrowserSession {
             .take(MAX_ELEMENTS)
             .filter_map(|(e, r)| Some((e.label.clone(), element_ref(r)?)))
             .collect();
-        let raw = observation(&view);
+        let raw = observation(&view, &self.keys);
         let observation: Observation =
             serde_json::from_value(raw.clone()).map_err(|e| Failure::Violation {
                 during,
@@ -429,6 +615,7 @@ impl BrowserSession {
                 console,
             },
             done,
+            load,
         ))
     }
 
@@ -508,6 +695,38 @@ impl BrowserSession {
     }
 }
 
+/// The cell's `screenshots/` directory, made; `None` without a cell
+/// directory (a smoke check).
+fn screenshots_dir(artifacts: Option<&Path>) -> Result<Option<PathBuf>, SpawnError> {
+    let Some(dir) = artifacts else {
+        return Ok(None);
+    };
+    let dir = dir.join("screenshots");
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| SpawnError::Browser(format!("cannot create {}: {e}", dir.display())))?;
+    Ok(Some(dir))
+}
+
+/// The server of `game.serve`, if the game has one.
+async fn serve(
+    spec: &GameSpec,
+    game: &BrowserGame,
+) -> Result<Option<static_files::StaticServer>, SpawnError> {
+    let Some(dir) = &game.serve else {
+        return Ok(None);
+    };
+    let path = spec.root.join(dir);
+    static_files::StaticServer::start(&path)
+        .await
+        .map(Some)
+        .map_err(|e| {
+            SpawnError::Browser(format!(
+                "cannot serve `{dir}` ({}): {e}; `game.serve` names a directory of the repo",
+                path.display()
+            ))
+        })
+}
+
 /// Runs one WebDriver exchange within `timeout`; what went wrong as a
 /// [`Failure`].
 async fn within<T>(
@@ -562,11 +781,15 @@ async fn navigate(client: &Client, url: &str) -> Result<(), CmdError> {
 }
 
 /// Runs `page.js` in `mode` and returns the element it found, if any.
-async fn find(client: &Client, mode: &str, label: &str) -> Result<Option<Element>, CmdError> {
+async fn find(
+    client: &Client,
+    mode: &str,
+    label: &str,
+    scope: &scope::Scope,
+) -> Result<Option<Element>, CmdError> {
     let script = format!("{LISTENER}\n{PAGE}");
-    let found = client
-        .execute_async(&script, vec![json!({ "mode": mode, "label": label })])
-        .await?;
+    let request = json!({ "mode": mode, "label": label, "scope": scope.for_page() });
+    let found = client.execute_async(&script, vec![request]).await?;
     Ok(element_ref(&found).map(|id| Element::from_element_id(client.clone(), id.into())))
 }
 
@@ -695,11 +918,54 @@ fn key(name: &str) -> Option<char> {
     })
 }
 
+/// Where the page is after a command, and whether it loaded.
+#[derive(Debug, Clone)]
+struct Load {
+    href: String,
+    in_scope: bool,
+    /// The browser showed its error page for `href`.
+    unreachable: bool,
+    /// The main document's HTTP status (0 when the browser does not say:
+    /// a `file://` page, a page that changed its URL by script).
+    status: u16,
+}
+
+impl Load {
+    /// Why the page did not load, if it did not: the browser's error page
+    /// (a refused connection, an unknown host, a missing file) or an HTTP
+    /// error status.
+    fn failed(&self) -> Option<String> {
+        if self.unreachable {
+            return Some(format!(
+                "the browser showed its error page for {} (a network error: nothing answered, or no such file)",
+                self.href
+            ));
+        }
+        if self.href.starts_with("chrome-error://") {
+            return Some(format!(
+                "the browser showed its error page (a network error: nothing answered, or no such file) for {}",
+                self.href
+            ));
+        }
+        (self.status >= 400).then(|| format!("{} answered HTTP {}", self.href, self.status))
+    }
+}
+
 /// What `page.js` reads from a page.
 #[derive(Debug, Clone, Deserialize)]
 struct PageView {
     title: String,
     page: String,
+    #[serde(default)]
+    href: String,
+    #[serde(default = "yes", rename = "inScope")]
+    in_scope: bool,
+    #[serde(default)]
+    status: u16,
+    /// Resources out of scope that failed to load (offline CI: a badge, a
+    /// font from a CDN): listed in the report, not findings.
+    #[serde(default)]
+    offline: Vec<String>,
     text: String,
     elements: Vec<ElementView>,
     input: bool,
@@ -713,18 +979,25 @@ struct PageView {
     refs: Vec<Value>,
 }
 
+/// A control as the observation lists it: what a person sees of it and
+/// its state, never its box (a CSS animation or a resized window moves
+/// boxes without changing the game; the hash must not see that).
 #[derive(Debug, Clone, Deserialize, serde::Serialize)]
 struct ElementView {
     label: String,
-    x: i64,
-    y: i64,
-    w: i64,
-    h: i64,
+    #[serde(default)]
+    role: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    states: Vec<String>,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// The observation of a page (see the module doc): what the player reads
 /// and the hash covers.
-fn observation(view: &PageView) -> Value {
+fn observation(view: &PageView, game_keys: &[String]) -> Value {
     let mut text: String = view.text.chars().take(MAX_TEXT).collect();
     if view.text.chars().nth(MAX_TEXT).is_some() {
         text.push_str("\n… (the page's text is cut here)");
@@ -737,14 +1010,16 @@ fn observation(view: &PageView) -> Value {
     if view.input {
         actions.push(format!("type:{SAMPLE_TEXT}"));
     }
-    match &view.keys {
-        Some(keys) => actions.extend(
-            keys.iter()
-                .filter(|k| key(k).is_some())
-                .map(|k| format!("key:{k}")),
-        ),
-        None => actions.extend(["key:Enter".to_owned(), "key:Escape".to_owned()]),
+    // Enter and Escape on every page, then `game.keys`, then the page's
+    // own `window.gameplan.keys`, each once.
+    let page_keys = view.keys.iter().flatten();
+    let mut keys: Vec<&str> = vec!["Enter", "Escape"];
+    for k in game_keys.iter().chain(page_keys) {
+        if key(k).is_some() && !keys.contains(&k.as_str()) {
+            keys.push(k);
+        }
     }
+    actions.extend(keys.iter().map(|k| format!("key:{k}")));
     actions.push("wait".to_owned());
     json!({
         "text": text.trim(),
@@ -778,8 +1053,7 @@ fn page_url(url: &str, root: &Path) -> Result<String, SpawnError> {
 /// Headless Chromium that reaches nothing but the page: the flags DESIGN
 /// names, a fixed window, and `--user-data-dir` when gameplan owns the
 /// browser (a WebDriver server of the plan's makes its own profile).
-fn chromium_args(profile: Option<&Path>) -> Vec<String> {
-    let (w, h) = WINDOW;
+fn chromium_args(profile: Option<&Path>, (w, h): (u32, u32)) -> Vec<String> {
     let mut args: Vec<String> = [
         "--headless",
         "--no-sandbox",
@@ -805,12 +1079,17 @@ fn chromium_args(profile: Option<&Path>) -> Vec<String> {
 
 /// The capabilities of a browser gameplan starts: its Chromium binary,
 /// the flags of [`chromium_args`] with a fresh profile, the game's timeouts.
-fn chromium_capabilities(browser: &Path, profile: &Path, timeout: Duration) -> Capabilities {
+fn chromium_capabilities(
+    browser: &Path,
+    profile: &Path,
+    timeout: Duration,
+    viewport: (u32, u32),
+) -> Capabilities {
     let mut caps = common_capabilities(timeout);
     caps.insert("browserName".into(), json!("chrome"));
     caps.insert(
         "goog:chromeOptions".into(),
-        json!({ "binary": browser.display().to_string(), "args": chromium_args(Some(profile)) }),
+        json!({ "binary": browser.display().to_string(), "args": chromium_args(Some(profile), viewport) }),
     );
     caps
 }
@@ -820,11 +1099,11 @@ fn chromium_capabilities(browser: &Path, profile: &Path, timeout: Duration) -> C
 /// by hand in CI, as root and without a display, cannot start Chromium
 /// without them). No browser name: a server that is not chromedriver
 /// ignores `goog:` options and runs what it runs.
-fn external_capabilities(timeout: Duration) -> Capabilities {
+fn external_capabilities(timeout: Duration, viewport: (u32, u32)) -> Capabilities {
     let mut caps = common_capabilities(timeout);
     caps.insert(
         "goog:chromeOptions".into(),
-        json!({ "args": chromium_args(None) }),
+        json!({ "args": chromium_args(None, viewport) }),
     );
     caps
 }
@@ -904,12 +1183,14 @@ mod tests {
             elements: (0..elements)
                 .map(|i| ElementView {
                     label: format!("b{i}"),
-                    x: 0,
-                    y: 0,
-                    w: 10,
-                    h: 10,
+                    role: "button".into(),
+                    states: Vec::new(),
                 })
                 .collect(),
+            href: "http://127.0.0.1:1/index.html".into(),
+            in_scope: true,
+            status: 200,
+            offline: vec![],
             input: false,
             keys: None,
             done: false,
@@ -922,7 +1203,7 @@ mod tests {
     #[test]
     fn issue18_the_text_is_cut_at_max_text_and_says_so() {
         let long = "x".repeat(MAX_TEXT + 10);
-        let obs = observation(&view(&long, 0));
+        let obs = observation(&view(&long, 0), &[]);
         let text = obs["text"].as_str().expect("text");
         assert!(text.ends_with("(the page's text is cut here)"), "{text}");
         let note = "(the page's text is cut here)";
@@ -931,14 +1212,14 @@ mod tests {
             MAX_TEXT + note.matches('x').count(),
             "the page's own text is cut at MAX_TEXT"
         );
-        let short = observation(&view("hi", 0));
+        let short = observation(&view("hi", 0), &[]);
         assert_eq!(short["text"], "hi");
         assert_eq!(short["state"]["title"], "Game");
     }
 
     #[test]
     fn issue18_elements_are_capped_and_listed_as_click_actions() {
-        let obs = observation(&view("", MAX_ELEMENTS + 5));
+        let obs = observation(&view("", MAX_ELEMENTS + 5), &[]);
         let actions = obs["actions"].as_array().expect("actions");
         let clicks = actions
             .iter()
@@ -950,6 +1231,58 @@ mod tests {
         );
         assert_eq!(actions.last(), Some(&json!("wait")));
         assert!(actions.contains(&json!("key:Enter")));
+    }
+
+    #[test]
+    fn game_keys_and_the_page_s_keys_are_offered_beside_enter_and_escape_once_each() {
+        let mut page = view("", 0);
+        page.keys = Some(vec!["ArrowUp".into(), "Space".into(), "Hyper".into()]);
+        let obs = observation(&page, &["ArrowUp".into(), "ArrowLeft".into()]);
+        let keys: Vec<&str> = obs["actions"]
+            .as_array()
+            .expect("actions")
+            .iter()
+            .filter_map(|a| a.as_str()?.strip_prefix("key:"))
+            .collect();
+        assert_eq!(keys, ["Enter", "Escape", "ArrowUp", "ArrowLeft", "Space"]);
+    }
+
+    #[test]
+    fn every_key_a_plan_may_name_is_one_the_driver_presses() {
+        for name in crate::plan::model::KEY_NAMES {
+            assert!(key(name).is_some(), "{name}");
+        }
+    }
+
+    #[test]
+    fn an_observation_holds_labels_roles_and_states_but_no_boxes() {
+        let obs = observation(&view("", 1), &[]);
+        assert_eq!(
+            obs["state"]["elements"],
+            json!([{"label": "b0", "role": "button"}])
+        );
+    }
+
+    #[test]
+    fn a_page_that_did_not_load_says_why() {
+        let load = |href: &str, status| Load {
+            href: href.into(),
+            in_scope: true,
+            unreachable: false,
+            status,
+        };
+        assert_eq!(load("http://h/", 200).failed(), None);
+        assert_eq!(load("file:///a.html", 0).failed(), None);
+        assert!(
+            load("http://h/x", 404)
+                .failed()
+                .is_some_and(|w| w.contains("HTTP 404"))
+        );
+        assert!(
+            load("chrome-error://chromewebdata/", 0)
+                .failed()
+                .is_some_and(|w| w.contains("error page"))
+        );
     }
 
     #[test]

@@ -1,14 +1,42 @@
 // What gameplan reads from and finds in a page (run with WebDriver's
 // Execute Async Script; `listener.js` comes first). arguments[0] is the
-// request: {mode: "observe" | "find" | "input", label, maxText}.
+// request: {mode: "observe" | "find" | "input", label, maxText, scope}.
+// `scope` = {prefixes: [...], patterns: [regex source, ...]}: the URLs that
+// are the game (its origin or directory, plus `game.allow`).
 var request = arguments[0];
 var done = arguments[arguments.length - 1];
+var scope = request.scope || { prefixes: [], patterns: [] };
+
+function inScope(url) {
+  if (!url) return true;
+  if (/^(javascript:|about:blank|blob:|data:)/.test(url)) return true;
+  if (scope.prefixes.length === 0 && scope.patterns.length === 0) return true;
+  for (var i = 0; i < scope.prefixes.length; i++) {
+    if (url === scope.prefixes[i].replace(/\/$/, '') || url.indexOf(scope.prefixes[i]) === 0) return true;
+  }
+  for (var j = 0; j < scope.patterns.length; j++) {
+    if (new RegExp(scope.patterns[j]).test(url)) return true;
+  }
+  return false;
+}
 
 function visible(el) {
   var r = el.getBoundingClientRect();
   if (r.width <= 0 || r.height <= 0) return false;
   var s = getComputedStyle(el);
   return s.visibility !== 'hidden' && s.display !== 'none' && parseFloat(s.opacity || '1') > 0;
+}
+
+// Whether another element covers `el` at its centre (a dialog, a loading
+// overlay): a person could not click it, so it is not offered. An element
+// outside the window cannot be told; WebDriver scrolls it in to click.
+function covered(el) {
+  var r = el.getBoundingClientRect();
+  var x = r.left + r.width / 2, y = r.top + r.height / 2;
+  if (x < 0 || y < 0 || x >= window.innerWidth || y >= window.innerHeight) return false;
+  var top = document.elementFromPoint(x, y);
+  if (!top) return false;
+  return !(top === el || el.contains(top) || top.contains(el) && top.tagName === 'LABEL');
 }
 
 function labelOf(el) {
@@ -20,23 +48,77 @@ function labelOf(el) {
 
 var CLICKABLE = 'a[href],button,input:not([type=hidden]):not([type=text]):not([type=search])' +
   ':not([type=email]):not([type=password]):not([type=number]),select,summary,[onclick],' +
-  '[role=button],[role=link],[role=checkbox],[role=tab],[role=menuitem]';
+  '[role=button],[role=link],[role=checkbox],[role=tab],[role=menuitem],[role=option],' +
+  '[role=switch],[role=radio],[tabindex]:not([tabindex="-1"])';
 
-// Every visible, enabled clickable element with a label unique on the
-// page: a second "OK" is "OK #2", in document order.
+// Where a link or a form's submit leads, when it leads away from the page.
+function leadsTo(el) {
+  if (el.tagName === 'A' && el.hasAttribute('href')) {
+    var href = el.getAttribute('href');
+    if (href.charAt(0) === '#') return null;
+    return el.href;
+  }
+  var form = el.form || (el.closest && el.closest('form'));
+  var submits = el.tagName === 'BUTTON' ? (el.type || 'submit') === 'submit' :
+    el.tagName === 'INPUT' && (el.type === 'submit' || el.type === 'image');
+  if (form && submits && form.getAttribute('action')) return form.action;
+  return null;
+}
+
+function pointerControl(el) {
+  if (getComputedStyle(el).cursor !== 'pointer') return false;
+  var parent = el.parentElement;
+  // One control, one action: the outermost element with the pointer.
+  return !(parent && getComputedStyle(parent).cursor === 'pointer');
+}
+
+// Every visible, enabled, uncovered control a person could click, in the
+// game's scope, with a label unique on the page: a second "OK" is "OK #2",
+// in document order.
 function clickables() {
   var count = {};
   var out = [];
-  var all = document.querySelectorAll(CLICKABLE);
-  for (var i = 0; i < all.length; i++) {
+  var seen = new Set();
+  var listened = window.__gameplanListened;
+  var all = document.querySelectorAll('body *');
+  for (var i = 0; i < all.length && out.length < 400; i++) {
     var el = all[i];
-    if (el.disabled || !visible(el)) continue;
+    var candidate = el.matches(CLICKABLE) || (listened && listened.has(el)) ||
+      (el.children.length < 8 && pointerControl(el));
+    if (!candidate || seen.has(el)) continue;
+    // A control inside another offered control is the same control.
+    var inner = false;
+    for (var p = el.parentElement; p; p = p.parentElement) {
+      if (seen.has(p)) { inner = true; break; }
+    }
+    if (inner) continue;
+    if (el.disabled || !visible(el) || covered(el)) continue;
+    var target = leadsTo(el);
+    if (target && !inScope(target)) continue;
+    seen.add(el);
     var label = labelOf(el);
     count[label] = (count[label] || 0) + 1;
     if (count[label] > 1) label = label + ' #' + count[label];
     out.push({ el: el, label: label });
   }
   return out;
+}
+
+function roleOf(el) {
+  return el.getAttribute('role') || el.tagName.toLowerCase();
+}
+
+// The states of a control that are game state (not its box): what the
+// observation's hash covers besides labels and roles.
+function statesOf(el) {
+  var states = [];
+  if (el.checked) states.push('checked');
+  if (el.selected || el.getAttribute('aria-selected') === 'true') states.push('selected');
+  if (el.getAttribute('aria-pressed') === 'true') states.push('pressed');
+  if (el.getAttribute('aria-expanded') === 'true') states.push('expanded');
+  if (el.open) states.push('open');
+  if (el.value !== undefined && el.tagName === 'SELECT') states.push('value=' + el.value);
+  return states;
 }
 
 var TEXT_INPUT = 'textarea,input[type=text],input[type=search],input[type=email],' +
@@ -55,14 +137,39 @@ function textInput() {
 
 // After the next animation frame (and at most 200 ms: a hidden page gets
 // none), and the task after it, what the last action started is in the
-// page: a game's own frame callbacks, asked for while the action ran, come
-// first in that frame, and what they put off to a timer comes before ours.
-// (One frame, not two: the screenshot draws the page afresh anyway.)
+// page; then, for at most SETTLE_MS, until no CSS animation or transition
+// runs (a tile sliding, a dialog fading in), so the text, the controls and
+// the screenshot are of the page at rest, and a replay reads the same.
+var SETTLE_MS = 1000;
 function settled(then) {
   var fired = false;
-  function go() { if (!fired) { fired = true; then(); } }
-  requestAnimationFrame(function () { setTimeout(go, 0); });
-  setTimeout(go, 200);
+  var started = Date.now();
+  function running() {
+    if (!document.getAnimations) return false;
+    var all = document.getAnimations();
+    for (var i = 0; i < all.length; i++) {
+      var a = all[i];
+      if (a.playState !== 'running') continue;
+      // An endless animation (a spinner, a pulsing button) never settles.
+      var timing = a.effect && a.effect.getComputedTiming ? a.effect.getComputedTiming() : {};
+      if (timing.iterations === Infinity) continue;
+      return true;
+    }
+    return false;
+  }
+  function check() {
+    if (fired) return;
+    if (running() && Date.now() - started < SETTLE_MS) {
+      setTimeout(check, 16);
+      return;
+    }
+    fired = true;
+    then();
+  }
+  function go() { setTimeout(check, 0); }
+  var first = false;
+  requestAnimationFrame(function () { if (!first) { first = true; go(); } });
+  setTimeout(function () { if (!first) { first = true; go(); } }, 200);
 }
 
 if (request.mode === 'find') {
@@ -73,17 +180,26 @@ if (request.mode === 'find') {
 } else {
   settled(function () {
     var hooks = window.gameplan || {};
-    var seen = clickables();
+    var seen = clickables().slice(0, request.maxElements || 60);
     var body = document.body ? document.body.innerText : '';
     var path = location.pathname.split('/').pop();
+    var nav = performance.getEntriesByType ? performance.getEntriesByType('navigation')[0] : null;
+    var errors = window.__gameplanErrors ? window.__gameplanErrors.splice(0) : [];
+    var offline = [];
+    errors = errors.filter(function (e) {
+      var m = /^Failed to load \S+ (\S+)$/.exec(e);
+      if (m && !inScope(m[1])) { offline.push(m[1]); return false; }
+      return true;
+    });
     done({
       title: document.title,
       page: path + location.search + location.hash,
+      href: location.href,
+      inScope: inScope(location.href),
+      status: nav && nav.responseStatus ? nav.responseStatus : 0,
       text: body.slice(0, request.maxText + 1),
       elements: seen.map(function (c) {
-        var r = c.el.getBoundingClientRect();
-        return { label: c.label, x: Math.round(r.left), y: Math.round(r.top),
-          w: Math.round(r.width), h: Math.round(r.height) };
+        return { label: c.label, role: roleOf(c.el), states: statesOf(c.el) };
       }),
       input: textInput() !== null,
       keys: Array.isArray(hooks.keys) ? hooks.keys.map(String) : null,
@@ -91,7 +207,8 @@ if (request.mode === 'find') {
       // Each element's W3C reference, for a click without a lookup.
       refs: seen.map(function (c) { return c.el; }),
       score: Number(hooks.score) || 0,
-      errors: window.__gameplanErrors ? window.__gameplanErrors.splice(0) : []
+      errors: errors,
+      offline: offline
     });
   });
 }
