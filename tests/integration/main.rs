@@ -49,3 +49,4 @@ mod schemas;
 mod serve_security;
 mod shell;
 mod snapshots;
+mod web_real;

@@ -296,7 +296,12 @@ impl BrowserSession {
         // check) and plays from the second load: the first is compared,
         // never played, so it is not photographed.
         let name = (self.resets > 1 || self.acts > 0).then(|| format!("reset-{}.png", self.resets));
-        let (observed, _, load) = self.observe(Op::Reset, name.as_deref()).await?;
+        let (observed, _, mut load) = self.observe(Op::Reset, name.as_deref()).await?;
+        if load.href.starts_with("chrome-error://") {
+            // The error page hides the address: it is the game's page.
+            load.href.clone_from(&self.url);
+            load.unreachable = true;
+        }
         if let Some(why) = load.failed() {
             return Err(Failure::Violation {
                 during: Op::Reset,
