@@ -52,6 +52,7 @@ fn options(cx: &Context, trace_path: &Path, action_timeout: Option<f64>) -> Repl
                 .join("transcript.jsonl"),
         )
         .filter(|p| p.is_file()),
+        game: None,
     }
 }
 

@@ -102,7 +102,11 @@ pub fn judge_findings(
     }
     let matched = findings
         .iter()
-        .filter(|f| selectors.iter().any(|s| s.matches(f.category, f.severity)))
+        .filter(|f| {
+            selectors
+                .iter()
+                .any(|s| s.matches(f.category, f.severity, f.unconfirmed))
+        })
         .map(|f| MatchedFinding {
             id: f.id.to_owned(),
             category: f.category.name().to_owned(),

@@ -74,6 +74,8 @@ pub struct Plan {
 pub enum FailOn {
     Category(Category),
     Severity(Severity),
+    /// A crash or hang that did not reproduce when replayed.
+    Unconfirmed,
 }
 
 impl FailOn {
@@ -91,12 +93,16 @@ impl FailOn {
             .iter()
             .map(|c| c.name())
             .chain(Self::SEVERITIES.iter().map(|s| severity_name(*s)))
+            .chain(["unconfirmed"])
             .collect()
     }
 
     /// Reads one name; the error is the help to show (a "did you mean").
     pub fn parse(text: &str) -> Result<FailOn, String> {
         let text = text.trim();
+        if text == "unconfirmed" {
+            return Ok(FailOn::Unconfirmed);
+        }
         if let Some(c) = Category::ALL.iter().find(|c| c.name() == text) {
             return Ok(FailOn::Category(*c));
         }
@@ -117,14 +123,18 @@ impl FailOn {
         match self {
             FailOn::Category(c) => c.name(),
             FailOn::Severity(s) => severity_name(s),
+            FailOn::Unconfirmed => "unconfirmed",
         }
     }
 
-    /// Whether a finding of this category and severity is one this entry
-    /// fails the run on.
-    pub fn matches(self, category: Category, severity: Severity) -> bool {
+    /// Whether a finding of this category and severity (`unconfirmed`: a
+    /// crash or hang that did not reproduce) is one this entry fails the
+    /// run on. A category selects only what was confirmed: a red check
+    /// must be a bug someone can reproduce.
+    pub fn matches(self, category: Category, severity: Severity, unconfirmed: bool) -> bool {
         match self {
-            FailOn::Category(c) => c == category,
+            FailOn::Category(c) => c == category && !unconfirmed,
+            FailOn::Unconfirmed => unconfirmed,
             // `Severity` sorts most severe first.
             FailOn::Severity(s) => severity <= s,
         }
@@ -378,9 +388,16 @@ mod tests {
             );
         }
         let high = FailOn::parse("high").unwrap();
-        assert!(high.matches(super::Category::Crash, Severity::Critical));
-        assert!(high.matches(super::Category::Hang, Severity::High));
-        assert!(!high.matches(super::Category::Error, Severity::Medium));
+        assert!(high.matches(super::Category::Crash, Severity::Critical, false));
+        assert!(high.matches(super::Category::Hang, Severity::High, false));
+        assert!(!high.matches(super::Category::Error, Severity::Medium, false));
+        // A hang that did not reproduce is selected by `unconfirmed`, not `hang`.
+        let hang = FailOn::parse("hang").unwrap();
+        assert!(hang.matches(super::Category::Hang, Severity::High, false));
+        assert!(!hang.matches(super::Category::Hang, Severity::Low, true));
+        let flaky = FailOn::parse("unconfirmed").unwrap();
+        assert!(flaky.matches(super::Category::Hang, Severity::Low, true));
+        assert!(!flaky.matches(super::Category::Hang, Severity::High, false));
         assert!(
             FailOn::parse("crsh")
                 .unwrap_err()

@@ -218,6 +218,11 @@ pub async fn play_cell_watched(
     trace.end = Some(end);
     let notes = game.notes();
     let leaked = game.shutdown(!end.is_failure(), true).await;
+    let findings = if not_played.is_some() {
+        findings.into_vec()
+    } else {
+        confirmed(&spec.game, &trace, findings.into_vec()).await
+    };
     metrics.wall_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     let report = CellReport {
         report: REPORT_FORMAT,
@@ -239,7 +244,7 @@ pub async fn play_cell_watched(
         },
         actions_taken: trace.steps.len() as u64,
         quit_reason: end,
-        findings: findings.into_vec(),
+        findings,
         metrics,
         leaked,
         not_played,
@@ -251,6 +256,68 @@ pub async fn play_cell_watched(
     };
     let files = write_files(out_dir, &report, &transcript, &trace)?;
     Ok(CellResult { report, files })
+}
+
+/// A cell that ended in a crash or a hang replays its own inputs once, in
+/// a fresh game started exactly as this one was, before it reports the
+/// failure: one that happens again stays what it is ("confirmed" in its
+/// evidence); one that does not is labelled `unconfirmed`, low severity,
+/// with both outcomes in its evidence. A red check must be a bug someone
+/// can reproduce; a flake is worth knowing, not failing on.
+async fn confirmed(
+    game: &GameSpec,
+    trace: &Trace,
+    mut findings: Vec<super::findings::Finding>,
+) -> Vec<super::findings::Finding> {
+    let category = match trace.end {
+        Some(QuitReason::Crash) => Category::Crash,
+        Some(QuitReason::Hang) => Category::Hang,
+        _ => return findings,
+    };
+    let Some(finding) = findings.iter_mut().rev().find(|f| f.category == category) else {
+        return findings;
+    };
+    let options = super::replay::ReplayOptions {
+        root: game.root.clone(),
+        parent_env: BTreeMap::new(),
+        action_timeout: Some(game.action_timeout),
+        limits: game.limits,
+        transcript: None,
+        game: Some(game.clone()),
+    };
+    let first = format!(
+        "the first run ended `{}` at step {}",
+        category.name(),
+        finding.evidence.step
+    );
+    let said = match super::replay::replay(trace, &options).await {
+        Ok(super::replay::ReplayOutcome::Confirmed { .. }) => {
+            format!("confirmed: replayed once in a fresh game, it ended the same way ({first})")
+        }
+        Ok(super::replay::ReplayOutcome::Diverged {
+            step,
+            at_reset,
+            got,
+            ..
+        }) => {
+            finding.unconfirmed = true;
+            finding.severity = super::findings::Severity::Low;
+            let at = if at_reset {
+                format!("at the reset after step {step}")
+            } else {
+                format!("at step {step}")
+            };
+            format!(
+                "unconfirmed: {first}; replayed once in a fresh game with the same seed and actions, it did otherwise {at}: {got}"
+            )
+        }
+        Err(e) => format!("not confirmed: the replay to confirm it could not run: {e}"),
+    };
+    finding.evidence.detail = Some(match finding.evidence.detail.take() {
+        Some(detail) => format!("{detail}\n{said}"),
+        None => said,
+    });
+    findings
 }
 
 /// `hello` then `reset`: the first observation, or the failure that ended it.
@@ -827,6 +894,7 @@ mod tests {
             action_timeout: Some(Duration::from_secs(1)),
             limits: super::super::ResourceLimits::NONE,
             transcript: None,
+            game: None,
         };
         spawnable(&super::super::replay(&trace, &options));
         let shrink = super::super::ShrinkOptions {

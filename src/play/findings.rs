@@ -150,6 +150,12 @@ pub struct Finding {
     /// (numbers masked): what tells two findings with alike titles apart.
     #[serde(default)]
     pub location: String,
+    /// A crash or hang that did not happen again when the cell's actions
+    /// were replayed once in a fresh game: low severity, both outcomes in
+    /// its evidence; `--fail-on crash` (or `hang`) passes it by and
+    /// `--fail-on unconfirmed` selects it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unconfirmed: bool,
 }
 
 /// What a finding is about, before persona and controller are attached.
@@ -285,6 +291,7 @@ impl FindingSet {
             evidence: spotted.evidence,
             occurrences: 1,
             location: normalize(&spotted.location),
+            unconfirmed: false,
         });
     }
 

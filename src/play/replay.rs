@@ -49,6 +49,10 @@ pub struct ReplayOptions {
     /// Where a divergence looks up the expected observation: the cell's
     /// `transcript.jsonl`, when there is one.
     pub transcript: Option<PathBuf>,
+    /// The game to start instead of the one the trace's header describes:
+    /// a cell confirming its own crash or hang starts exactly the game it
+    /// played (environment and limits included).
+    pub game: Option<GameSpec>,
 }
 
 /// Where the action timeout of a replay came from.
@@ -244,7 +248,7 @@ pub async fn run_inputs(
     inputs: &[Input],
     mut stop: impl FnMut(&Episode) -> bool + Send,
 ) -> Result<Run, PlayError> {
-    let spec = options.game(trace);
+    let spec = options.game.clone().unwrap_or_else(|| options.game(trace));
     let mut game = Session::start(&spec, None).await?;
     let (_, opened) = open(&mut game, trace.header.seed).await;
     let run = match opened {

@@ -228,10 +228,16 @@ pub fn merge_findings(cells: &[CellInput]) -> Vec<FindingLine> {
                         .filter(|_| shrinkable(finding.category))
                         .map(shrink_command),
                     trace: cell.trace.clone(),
+                    unconfirmed: finding.unconfirmed,
                 });
                 lines.len() - 1
             });
             let line = &mut lines[at];
+            // One cell where it reproduced makes it a confirmed bug.
+            if line.unconfirmed && !finding.unconfirmed {
+                line.unconfirmed = false;
+                finding.severity.name().clone_into(&mut line.severity);
+            }
             line.met += 1;
             if !line.found_by.contains(&by) {
                 line.found_by.push(by.clone());

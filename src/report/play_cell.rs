@@ -69,9 +69,10 @@ pub fn markdown(report: &CellReport) -> String {
         } else {
             String::new()
         };
+        let flaky = if f.unconfirmed { ", unconfirmed" } else { "" };
         let _ = writeln!(
             md,
-            "- **{}** [{}, {}] {}{times}",
+            "- **{}** [{}, {}{flaky}] {}{times}",
             f.id,
             f.category.name(),
             f.severity.name(),

@@ -85,6 +85,11 @@ pub struct FindingLine {
     pub cells: Vec<String>,
     /// The cell or simulated game that met it first.
     pub first: FoundAt,
+    /// A crash or hang that did not happen again when replayed in a fresh
+    /// game (`unit.unconfirmed` for a lens over findings: always written,
+    /// so a rule can name it on every finding).
+    #[serde(default)]
+    pub unconfirmed: bool,
     /// How many cells (of a simulation: games) met it.
     pub met: u64,
     /// The `report.md` of the first cell that met it (of a simulation: its `summary.json`).
@@ -138,6 +143,8 @@ pub struct RunFinding<'a> {
     pub title: &'a str,
     /// The first step that met it.
     pub step: &'a str,
+    /// A crash or hang that did not reproduce on replay.
+    pub unconfirmed: bool,
 }
 
 impl Playtest {
@@ -162,6 +169,7 @@ impl Playtest {
                 severity: f.rank(),
                 title: &f.title,
                 step: &f.first.step,
+                unconfirmed: f.unconfirmed,
             });
         }
         out.sort_by_key(|f| f.severity);
@@ -421,6 +429,7 @@ fn simulated_line(
             .filter(|_| shrinkable(f.category))
             .map(shrink_command),
         trace,
+        unconfirmed: false,
     }
 }
 
@@ -578,9 +587,14 @@ fn finding_lines(out: &mut String, findings: &[FindingLine], unit: &str) {
         } else {
             format!("  [differs: {}]", differing_part(f, &alike))
         };
+        let flaky = if f.unconfirmed {
+            "  [unconfirmed: did not happen again on replay]"
+        } else {
+            ""
+        };
         let _ = writeln!(
             out,
-            "  {:<8} {:<8} {}  {}{differs}",
+            "  {:<8} {:<8} {}  {}{differs}{flaky}",
             f.severity, f.category, f.id, titles[i],
         );
         let more = match f.met.saturating_sub(1) {
@@ -745,6 +759,7 @@ mod tests {
             trace: Some("r/trace.jsonl".into()),
             replay: Some(replay_command("r/trace.jsonl")),
             shrink: None,
+            unconfirmed: false,
         }
     }
 

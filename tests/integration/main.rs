@@ -5,6 +5,7 @@ mod support;
 mod engine_resume;
 mod engine_reuse;
 mod engine_run;
+mod findings_confirm;
 mod hostile;
 mod issue10_check;
 mod issue10_daily;
