@@ -26,7 +26,23 @@
 #
 # Floor: gameplan <= 1.20x the minimal peer; aim <= 1.10x.
 #
-# usage: bench/browser.sh [ROUNDS]     (NO_BUILD=1: use the release binary as built;
+# The long cell (LONG_ROUNDS rounds, default 3; 0 skips it): the per-action
+# cost of playing a real page, the published 2048 game vendored under
+# examples/games/2048/ (unchanged, from the npm registry), for 60 arrow-key
+# presses. gameplan: a one-cell plan whose scripted player presses the keys,
+# the whole `plan run` timed with 61 actions and with 1; the difference
+# over 60 is its time per action (start-up, plan load, session start and
+# the reports of one action cancel out). The peer (bench/browser_long_peer.py)
+# is a raw W3C client that does per action what a cell does (the key, one
+# read of the page, one screenshot written to disk, taken through DevTools
+# as gameplan takes it) and is timed the same way. Why fair: both run the same page from the same file with the same
+# chromedriver, Chromium flags, window and a fresh profile; the peer reads
+# the page with gameplan's own listener.js and page.js, so the browser does
+# the same work for both (including waiting for the page's animations to
+# settle, without which a screenshot shows tiles in flight and a trace
+# does not replay); what is compared is the client around it. Goal: <= 1.2x.
+#
+# usage: bench/browser.sh [ROUNDS]     (LONG_ROUNDS=N: rounds of the long cell; NO_BUILD=1: use the release binary as built;
 #                                       PHASES=1: then time each phase of a cell)
 set -eu
 cd "$(dirname "$0")/.."
@@ -98,5 +114,73 @@ print(f"gameplan / peer minimal, fastest rounds = {g[1] / m[1]:.2f}x  (each side
 import os
 print(f"load average {os.getloadavg()[0]:.2f} (1 min), {len(rounds('gameplan'))} rounds")
 PY
+# The long cell: time per action on a real page, gameplan vs the raw client.
+LONG_ROUNDS=${LONG_ROUNDS:-3}
+if [ "$LONG_ROUNDS" -gt 0 ]; then
+    cp -r examples/games/2048 "$WORK/repo/2048"
+    long_plan() {  # $1 = actions
+        python3 - "$1" > "$WORK/repo/long.toml" <<'PY'
+import sys
+keys = ["key:ArrowUp", "key:ArrowRight", "key:ArrowDown", "key:ArrowLeft"]
+actions = [keys[i % 4] for i in range(int(sys.argv[1]))]
+print(f"""version = 1
+name = "browser-long"
+
+[game]
+id = "2048"
+driver = "webdriver"
+url = "2048/index.html"
+viewport = [1280, 800]
+stuck_after = 1000
+
+[[personas]]
+slug = "presser"
+card = "Presses the arrow keys in turn."
+player = {{ kind = "scripted", actions = {actions!r} }}
+
+[[steps]]
+id = "play"
+kind = "play"
+matrix = {{ persona = "*" }}
+""".replace("'", '"'))
+PY
+    }
+    : > "$WORK/g1.txt"; : > "$WORK/g61.txt"; : > "$WORK/p1.txt"; : > "$WORK/p61.txt"
+    # The same reading gameplan asks for: its scope (the page's directory),
+    # and the listener with a seed, installed before the page's scripts.
+    REQUEST="{\"mode\":\"observe\",\"maxText\":4000,\"maxElements\":60,\"scope\":{\"prefixes\":[\"file://$WORK/repo/2048/\"],\"patterns\":[]}}"
+    { echo "window.__gameplanSeed = 1;"; cat src/play/webdriver/listener.js; } > "$WORK/listener.js"
+    LURL="file://$WORK/repo/2048/index.html"
+    i=0
+    while [ "$i" -lt "$LONG_ROUNDS" ]; do
+        i=$((i + 1))
+        for n in 1 61; do
+            long_plan "$n"
+            rm -rf "$WORK/state"
+            t0=$(now)
+            (cd "$WORK/repo" && "$BIN" plan run long.toml --state-dir "$WORK/state" > "$WORK/last.txt" 2>&1) \
+                || { cat "$WORK/last.txt"; exit 1; }
+            t1=$(now)
+            python3 -c "print(f'{$t1 - $t0:.3f}')" >> "$WORK/g$n.txt"
+            rm -rf "$WORK/shots"
+            python3 bench/browser_long_peer.py "$LURL" "$n" "$WORK/shots" \
+                "$WORK/listener.js" src/play/webdriver/page.js "$REQUEST" 1280 800 >> "$WORK/p$n.txt"
+        done
+    done
+    python3 - "$WORK" <<'PY'
+import statistics, sys
+work = sys.argv[1]
+def xs(name):
+    return [float(x) for x in open(f"{work}/{name}.txt") if x.strip()]
+g = [(b - a) / 60 for a, b in zip(xs("g1"), xs("g61"))]
+p = [(b - a) / 60 for a, b in zip(xs("p1"), xs("p61"))]
+print(f"long cell (2048, 60 key presses), per action: gameplan {statistics.median(g) * 1000:.0f} ms, "
+      f"raw W3C client {statistics.median(p) * 1000:.0f} ms: {statistics.median(g) / statistics.median(p):.2f}x"
+      f"  (median of round ratios {statistics.median(a / b for a, b in zip(g, p)):.2f}x; goal <= 1.20x)")
+print(f"  gameplan 61-action cell median {statistics.median(xs('g61')):.2f} s, peer {statistics.median(xs('p61')):.2f} s; "
+      f"{len(g)} rounds")
+PY
+fi
+
 # PHASES=1: also where a cell's time goes, command by command.
 if [ -n "${PHASES:-}" ]; then python3 bench/browser_phases.py "$BIN" "$WORK/repo" 5; fi

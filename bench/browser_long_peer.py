@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""The peer of bench/browser.sh's long cell: a raw W3C WebDriver client in
+plain Python (one persistent HTTP/1.1 connection, no Selenium) playing a
+real page for N key presses, doing per action the same work a gameplan
+browser cell does: the action, one read of the page, one screenshot
+written to disk.
+
+usage: browser_long_peer.py PAGE_URL ACTIONS SHOTS_DIR LISTENER_JS PAGE_JS REQUEST_JSON W H
+  LISTENER_JS, PAGE_JS: gameplan's own scripts (src/play/webdriver/): the
+                listener installed in every document, and the read, run as
+                gameplan runs it (listener + page, one async script), so
+                both sides ask the browser for exactly the same reading:
+                what differs is the client around it, not the page's work;
+  REQUEST_JSON: the read script's argument for an observation.
+  W H:          the window (gameplan's game.viewport).
+
+One round: start chromedriver, open a session (the same headless Chromium
+capabilities gameplan sends), install the listener for every document (as
+gameplan does, through DevTools), open the page, read it and photograph it,
+then ACTIONS times: press one arrow key (Up, Right, Down, Left in turn),
+read, photograph (DevTools' capture, as gameplan takes it; decoded and
+written to SHOTS_DIR/step-NNNN.png); close.
+Prints the round's seconds. browser.sh runs it with 1 and with 61 actions
+and divides the difference by 60, as it does for gameplan, so start-up
+cancels out of the per-action figure on both sides.
+"""
+import base64
+import http.client
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+KEYS = ["\ue013", "\ue014", "\ue015", "\ue012"]  # ArrowUp, Right, Down, Left
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def wait_listening(port, proc):
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if proc.poll() is not None:
+                sys.exit("chromedriver exited")
+            time.sleep(0.01)
+    sys.exit("chromedriver did not listen")
+
+
+class WebDriver:
+    def __init__(self, port):
+        self.conn = http.client.HTTPConnection("127.0.0.1", port)
+        self.session = None
+
+    def call(self, method, path, body=None):
+        data = json.dumps(body) if body is not None else None
+        headers = {"Content-Type": "application/json"} if data is not None else {}
+        self.conn.request(method, path, body=data, headers=headers)
+        reply = json.loads(self.conn.getresponse().read())
+        value = reply.get("value")
+        if isinstance(value, dict) and "error" in value:
+            sys.exit(f"{method} {path}: {value['error']}: {value.get('message', '')[:200]}")
+        return value
+
+    def s(self, path):
+        return f"/session/{self.session}{path}"
+
+
+def round_once(url, actions, shots, script, request, width, height, listener):
+    port = free_port()
+    profile = tempfile.mkdtemp(prefix="peer-chromium-")
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        ["chromedriver", f"--port={port}"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_listening(port, proc)
+        wd = WebDriver(port)
+        caps = {
+            "browserName": "chrome",
+            "goog:chromeOptions": {
+                "binary": shutil.which("chromium") or "/usr/bin/chromium",
+                "args": [
+                    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                    "--no-first-run", "--disable-background-networking",
+                    "--disable-component-update", "--disable-sync",
+                    "--disable-dev-shm-usage", "--allow-file-access-from-files",
+                    f"--user-data-dir={profile}", f"--window-size={width},{height}",
+                ],
+            },
+        }
+        wd.session = wd.call("POST", "/session", {"capabilities": {"alwaysMatch": caps}})["sessionId"]
+        wd.call("POST", wd.s("/goog/cdp/execute"),
+                {"cmd": "Page.addScriptToEvaluateOnNewDocument", "params": {"source": listener}})
+        wd.call("POST", wd.s("/url"), {"url": url})
+
+        def read_and_shoot(name):
+            wd.call("POST", wd.s("/execute/async"), {"script": script, "args": [request]})
+            # The capture gameplan uses (DevTools through chromedriver), so
+            # both sides ask the browser for the same picture; W3C's own
+            # /screenshot measures the page with a script first and is
+            # slower (~+200 ms an action on 2048).
+            shot = wd.call("POST", wd.s("/goog/cdp/execute"), {
+                "cmd": "Page.captureScreenshot",
+                "params": {"format": "png", "optimizeForSpeed": True},
+            })
+            png = base64.b64decode(shot["data"])
+            with open(os.path.join(shots, name), "wb") as f:
+                f.write(png)
+
+        read_and_shoot("reset.png")
+        for i in range(actions):
+            key = KEYS[i % len(KEYS)]
+            wd.call("POST", wd.s("/actions"), {"actions": [{
+                "type": "key", "id": "keyboard",
+                "actions": [{"type": "keyDown", "value": key}, {"type": "keyUp", "value": key}],
+            }]})
+            read_and_shoot(f"step-{i + 1:04}.png")
+        wd.call("DELETE", wd.s(""))
+    finally:
+        proc.kill()
+        proc.wait()
+        shutil.rmtree(profile, ignore_errors=True)
+    return time.monotonic() - started
+
+
+def main():
+    url, actions, shots = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    listener = open(sys.argv[4]).read()
+    script = listener + "\n" + open(sys.argv[5]).read()
+    request = json.loads(sys.argv[6])
+    width, height = int(sys.argv[7]), int(sys.argv[8])
+    os.makedirs(shots, exist_ok=True)
+    print(f"{round_once(url, actions, shots, script, request, width, height, listener):.3f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
