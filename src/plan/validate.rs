@@ -632,6 +632,10 @@ impl Validator<'_> {
                 );
                 Vec::new()
             }
+            (Driver::Stdio, Some(c)) => {
+                self.game_program(c, g.env.get("PATH"));
+                c.value.clone()
+            }
             (_, Some(c)) => c.value.clone(),
             (Driver::Webdriver, None) => Vec::new(),
         };
@@ -689,6 +693,74 @@ impl Validator<'_> {
             stuck_after: g.stuck_after.as_ref().map_or(8, |t| t.value),
             env: g.env.clone(),
         })
+    }
+
+    /// A stdio game's program resolves as the game's start will resolve
+    /// it: `builtin:NAME` is a game shipped in gameplan; a path with a `/`
+    /// is an executable file under the repo root (or absolute); a bare name
+    /// is an executable on `PATH`. Found here, before anything runs or is
+    /// charged, rather than as a failed cell.
+    fn game_program(&mut self, command: &Spanned<Vec<String>>, game_path: Option<&String>) {
+        use std::os::unix::fs::PermissionsExt;
+        let Some(program) = command.value.first() else {
+            return;
+        };
+        let executable = |p: &Path| {
+            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        };
+        let problem = if let Some(name) = program.strip_prefix("builtin:") {
+            crate::games::find(name).is_none().then(|| {
+                (
+                    format!("there is no built-in game `{name}`"),
+                    format!(
+                        "the built-in games: {}",
+                        crate::games::BUILTINS
+                            .iter()
+                            .map(|b| b.name)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                )
+            })
+        } else if program.contains('/') {
+            let path = self.root.join(program);
+            (!executable(&path)).then(|| {
+                let why = if path.exists() {
+                    "is not executable"
+                } else {
+                    "does not exist"
+                };
+                (
+                    format!("the game's program `{program}` {why}"),
+                    format!(
+                        "a path in `command` is relative to the repo root {} (build the game first, or `chmod +x` it)",
+                        self.root.display()
+                    ),
+                )
+            })
+        } else {
+            // The game's PATH: `game.env`'s, else the one gameplan runs with.
+            let path = game_path
+                .or_else(|| self.templates.env().get("PATH"))
+                .cloned()
+                .unwrap_or_default();
+            let found = std::env::split_paths(&path).any(|dir| executable(&dir.join(program)));
+            (!found).then(|| {
+                (
+                    format!("the game's program `{program}` is not on PATH"),
+                    "install it, or give its path (`./build/game`, relative to the repo root)"
+                        .to_owned(),
+                )
+            })
+        };
+        if let Some((message, help)) = problem {
+            self.push(
+                Diagnostic::new("plan::missing_program", message)
+                    .at(command.span)
+                    .label("cannot be started")
+                    .help(help),
+            );
+        }
     }
 
     /// `serve` names a directory of the repo, and `url` a file in it; a

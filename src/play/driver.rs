@@ -194,9 +194,18 @@ pub enum SpawnError {
 
 impl SpawnError {
     /// Whether the machine lacks something (exit 3: an environment error
-    /// found before anything was charged) rather than the game failing.
+    /// found before anything was charged) rather than the game failing: a
+    /// program the driver needs, the game's own program (missing, or not
+    /// executable), an empty command.
     pub fn is_environment(&self) -> bool {
-        matches!(self, SpawnError::Missing { .. })
+        match self {
+            SpawnError::Missing { .. } | SpawnError::NotFound { .. } | SpawnError::Empty => true,
+            SpawnError::Start { source, .. } => matches!(
+                source.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied
+            ),
+            SpawnError::Browser(_) => false,
+        }
     }
 }
 

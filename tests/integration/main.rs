@@ -46,6 +46,7 @@ mod plan_part;
 mod plan_play;
 mod play;
 mod play_maze;
+mod program_check;
 mod schemas;
 mod serve_security;
 mod shell;
