@@ -739,12 +739,12 @@ impl Validator<'_> {
                 )
             })
         } else {
-            // The game's PATH: `game.env`'s, else the one gameplan runs with.
-            let path = game_path
-                .or_else(|| self.templates.env().get("PATH"))
-                .cloned()
-                .unwrap_or_default();
-            let found = std::env::split_paths(&path).any(|dir| executable(&dir.join(program)));
+            // The game's PATH: `game.env`'s, else the one gameplan runs with
+            // (a loader given no environment cannot tell: it does not judge).
+            let Some(path) = game_path.or_else(|| self.templates.env().get("PATH")) else {
+                return;
+            };
+            let found = std::env::split_paths(path).any(|dir| executable(&dir.join(program)));
             (!found).then(|| {
                 (
                     format!("the game's program `{program}` is not on PATH"),

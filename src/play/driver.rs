@@ -54,6 +54,9 @@ pub struct GameSpec {
     /// A page in a browser instead of a process on stdio (`driver =
     /// "webdriver"`); `command` is then empty and `limits` unused.
     pub browser: Option<BrowserGame>,
+    /// Names in `env` whose values are secrets: a trace records them by
+    /// name only, and a replay reads them again from its environment.
+    pub secret_env: std::collections::BTreeSet<String>,
 }
 
 /// What the `webdriver` driver opens (see [`super::webdriver`]).
@@ -107,6 +110,7 @@ impl GameSpec {
             stuck_after: 8,
             limits: ResourceLimits::default(),
             browser: None,
+            secret_env: std::collections::BTreeSet::new(),
         }
     }
 

@@ -197,6 +197,7 @@ impl Episode {
                         screenshot: self.current.screenshot.clone(),
                     });
                 }
+                self.history.mark_outcome(&from, action, changed);
                 self.count_change(changed, step, &from, action);
                 Stepped::Acted {
                     reward: acted.reward,
@@ -227,6 +228,7 @@ impl Episode {
                     });
                 }
                 self.current.hash.clone_from(&from);
+                self.history.mark_outcome(&from, action, false);
                 self.count_change(false, step, &from, action);
                 Stepped::Refused(refusal.error)
             }

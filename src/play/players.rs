@@ -219,6 +219,13 @@ pub struct History {
     /// (observation, action) pairs that entered a place where nothing
     /// changed for `stuck_after` actions.
     traps: HashSet<(String, String)>,
+    /// (observation, action) pairs that left the observation as it was
+    /// ("That is already open."): tried again only when nothing else is.
+    idle: HashSet<(String, String)>,
+    /// Actions that changed nothing from some observation ("look", "wait"
+    /// in a parser game): from a new observation, tried after the actions
+    /// that never did.
+    idle_anywhere: HashSet<String>,
 }
 
 impl History {
@@ -254,6 +261,29 @@ impl History {
         self.traps.insert((hash.to_owned(), action.to_owned()));
     }
 
+    /// Remembers that `action` from the observation `hash` changed nothing
+    /// (or, when `changed`, that it did: a game may answer differently
+    /// later, and then the action is worth trying again).
+    pub fn mark_outcome(&mut self, hash: &str, action: &str, changed: bool) {
+        let key = (hash.to_owned(), action.to_owned());
+        if changed {
+            self.idle.remove(&key);
+        } else {
+            self.idle.insert(key);
+            self.idle_anywhere.insert(action.to_owned());
+        }
+    }
+
+    /// Whether `action` from `hash` changed nothing the last time.
+    pub fn changed_nothing(&self, hash: &str, action: &str) -> bool {
+        !self.idle.is_empty() && self.idle.contains(&(hash.to_owned(), action.to_owned()))
+    }
+
+    /// Whether `action` changed nothing from some observation.
+    pub fn idle_somewhere(&self, action: &str) -> bool {
+        self.idle_anywhere.contains(action)
+    }
+
     /// Whether `action` from `hash` led into a trap before.
     pub fn leads_to_trap(&self, hash: &str, action: &str) -> bool {
         !self.traps.is_empty() && self.traps.contains(&(hash.to_owned(), action.to_owned()))
@@ -264,6 +294,8 @@ impl History {
         self.actions.clear();
         self.tried.clear();
         self.traps.clear();
+        self.idle.clear();
+        self.idle_anywhere.clear();
     }
 }
 
@@ -324,9 +356,13 @@ impl Player for Explorer {
     }
 }
 
-/// Up to `wanted` of `actions`, least tried from `hash` first, and an
-/// action that led into a trap only when nothing else is left; ties are
-/// broken by `rng`, so two seeds explore differently.
+/// Up to `wanted` of `actions`: those never tried from `hash` first (of
+/// them, the ones that never changed nothing anywhere before those that
+/// did: a "look" that changed nothing elsewhere is likely idle here too),
+/// then those that changed the observation, least tried first; an action
+/// that changed nothing from here comes after all of them, and one that
+/// led into a trap last of all. Ties are broken by `rng`, so two seeds explore
+/// differently (and one seed the same way every time: traces replay).
 pub fn least_tried(
     actions: &[String],
     hash: &str,
@@ -334,12 +370,14 @@ pub fn least_tried(
     wanted: usize,
     rng: &mut Rng,
 ) -> Vec<String> {
-    let mut ranked: Vec<(bool, u32, u64, &String)> = actions
+    let mut ranked: Vec<(bool, bool, u32, bool, u64, &String)> = actions
         .iter()
         .map(|a| {
             (
                 history.leads_to_trap(hash, a),
+                history.changed_nothing(hash, a),
                 history.tried(hash, a),
+                history.idle_somewhere(a),
                 rng.next_u64(),
                 a,
             )
@@ -347,7 +385,7 @@ pub fn least_tried(
         .collect();
     ranked.sort_unstable();
     let mut picked: Vec<String> = Vec::with_capacity(wanted.max(1));
-    for (_, _, _, action) in ranked {
+    for (_, _, _, _, _, action) in ranked {
         if picked.len() >= wanted.max(1) {
             break;
         }
@@ -437,6 +475,30 @@ mod tests {
         }
         seen.sort();
         assert_eq!(seen, ["e", "n", "s", "w"]);
+    }
+
+    #[test]
+    fn explorer_tries_what_changed_nothing_again_only_when_nothing_else_is_left() {
+        let obs = observation(&["open door", "look", "north"]);
+        let mut history = History::default();
+        // `open door` was tried once and changed nothing ("already open");
+        // `look` was tried twice and changed the observation each time.
+        history.record("h", "open door");
+        history.mark_outcome("h", "open door", false);
+        for _ in 0..2 {
+            history.record("h", "look");
+            history.mark_outcome("h", "look", true);
+        }
+        for seed in 0..20 {
+            let mut player = PlayerSpec::Explorer.build(seed);
+            let ranked = ask(player.as_mut(), &obs, &history, 3);
+            assert_eq!(ranked, ["north", "look", "open door"], "seed {seed}");
+        }
+        // Once it changes something, it is worth trying like any other.
+        history.mark_outcome("h", "open door", true);
+        let mut player = PlayerSpec::Explorer.build(1);
+        assert_eq!(ask(player.as_mut(), &obs, &history, 3)[0], "north");
+        assert_eq!(ask(player.as_mut(), &obs, &history, 3)[1], "open door");
     }
 
     #[test]

@@ -92,6 +92,14 @@ impl ReplayOptions {
             game.stuck_after = stuck_after;
         }
         game.limits = self.limits;
+        // The environment the game was played with: a secret (recorded by
+        // name only) is read again from the replaying environment.
+        for (name, value) in &trace.header.game.env {
+            let value = value.clone().or_else(|| self.parent_env.get(name).cloned());
+            if let Some(value) = value {
+                game.env.insert(name.clone(), value);
+            }
+        }
         if let Some(url) = &trace.header.game.url {
             let header = &trace.header.game;
             game.browser = Some(BrowserGame {

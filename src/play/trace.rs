@@ -23,6 +23,8 @@
 //! shrink judge a hang as the cell did; traces written before they were
 //! recorded lack both, and still read.
 
+use std::collections::BTreeMap;
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -117,6 +119,11 @@ pub struct TraceGame {
     /// A browser game's window, `[width, height]`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub viewport: Option<(u32, u32)>,
+    /// The game's environment beyond what every game inherits (PATH, HOME,
+    /// LANG, TMPDIR): `game.env`. A secret's value is not written (`null`):
+    /// a replay reads it from its own environment, by the same name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, Option<String>>,
     /// The game's cwd, relative to the repo root (`.`).
     pub cwd: String,
     /// Seconds without an answer before the game counted as hung.
@@ -227,6 +234,15 @@ impl Trace {
                 allow: browser.map(|b| b.allow.clone()).unwrap_or_default(),
                 keys: browser.map(|b| b.keys.clone()).unwrap_or_default(),
                 viewport: browser.map(|b| b.viewport),
+                env: game
+                    .env
+                    .iter()
+                    .filter(|(name, _)| !super::driver::KEPT_ENV.contains(&name.as_str()))
+                    .map(|(name, value)| {
+                        let kept = (!game.secret_env.contains(name)).then(|| value.clone());
+                        (name.clone(), kept)
+                    })
+                    .collect(),
                 cwd: ".".to_owned(),
                 action_timeout: Some(game.action_timeout.as_secs_f64()),
                 stuck_after: Some(game.stuck_after),

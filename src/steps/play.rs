@@ -423,8 +423,16 @@ pub(crate) fn cell_spec_redacted(
         spec.slots = slots;
         PlayerSpec::Llm(Box::new(spec))
     };
+    let mut game = game::spec(cx)?;
+    // A `game.env` value read through secret() goes into a trace by name.
+    game.secret_env = game
+        .env
+        .iter()
+        .filter(|(_, value)| redactor.redact(value) != **value)
+        .map(|(name, _)| name.clone())
+        .collect();
     Ok(CellSpec {
-        game: game::spec(cx)?,
+        game,
         persona: cell.persona.slug.clone(),
         player,
         controller: ControllerKind::from(cell.controller),
