@@ -63,8 +63,11 @@ fn the_explorer_reaches_a_text_games_goal_at_least_as_often_as_random_on_six_see
     };
     let (explorer, random) = (goals("explorer"), goals("random"));
     assert!(explorer > 0, "the explorer never reached the goal");
+    // At least as often is the promise; on these seeds (all seeded, so
+    // this is stable) an explorer that repeats what changed nothing only
+    // ties random (2/6 each), and this one does better (4/6).
     assert!(
-        explorer >= random,
-        "explorer {explorer}/6 < random {random}/6"
+        explorer > random,
+        "explorer {explorer}/6, random {random}/6"
     );
 }
