@@ -137,6 +137,7 @@ fn game_exec_args(args: &[OsString]) -> Option<(ResourceLimits, &[OsString])> {
             "--as" => &mut limits.address_space,
             "--cpu" => &mut limits.cpu_seconds,
             "--nofile" => &mut limits.open_files,
+            "--nproc" => &mut limits.processes,
             _ => return None,
         };
         if slot.replace(value).is_some() {

@@ -104,6 +104,9 @@ pub enum Command {
         /// Open files.
         #[arg(long)]
         nofile: Option<u64>,
+        /// Processes of the user.
+        #[arg(long)]
+        nproc: Option<u64>,
         /// The game's argv.
         #[arg(last = true, required = true)]
         argv: Vec<String>,

@@ -550,6 +550,7 @@ pub fn dispatch(cx: &Context, command: Command) -> u8 {
             address_space,
             cpu,
             nofile,
+            nproc,
             argv,
         } => game_exec(
             cx,
@@ -557,6 +558,7 @@ pub fn dispatch(cx: &Context, command: Command) -> u8 {
                 address_space,
                 cpu_seconds: cpu,
                 open_files: nofile,
+                processes: nproc,
             },
             &argv,
         ),

@@ -189,6 +189,29 @@ pub struct Game {
     pub stuck_after: u64,
     /// Environment for a stdio game, beyond PATH, HOME, LANG and TMPDIR.
     pub env: BTreeMap<String, String>,
+    /// A stdio game's rlimits; `None` in a field lifts that limit.
+    pub limits: GameLimits,
+}
+
+/// `[game] limits`, with the defaults filled in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct GameLimits {
+    /// Address space in bytes (default 4 GiB).
+    pub memory: Option<u64>,
+    /// Processes of the game's user (default none).
+    pub processes: Option<u64>,
+    /// Open files (default 1024).
+    pub open_files: Option<u64>,
+}
+
+impl Default for GameLimits {
+    fn default() -> Self {
+        GameLimits {
+            memory: Some(4 << 30),
+            processes: None,
+            open_files: Some(1024),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize)]

@@ -273,6 +273,99 @@ pub struct RawGame {
     /// stdio: environment variables for the game, beyond PATH, HOME, LANG and TMPDIR.
     #[schemars(default)]
     pub env: BTreeMap<String, String>,
+    /// stdio: the game's resource limits (`memory = "8 GiB"`, `processes = 256`,
+    /// `open_files = 1024`; `"none"` lifts one).
+    pub limits: Option<Spanned<RawLimits>>,
+}
+
+/// `[game] limits`: each an amount, or `"none"`.
+#[derive(Debug, Clone, PartialEq, JsonSchema)]
+#[schemars(deny_unknown_fields, rename = "Limits")]
+pub struct RawLimits {
+    /// Address space: `"512 MiB"`, `"8 GiB"` (default `"4 GiB"`), or `"none"`.
+    pub memory: Option<Spanned<Limit>>,
+    /// Processes of the game's user (`RLIMIT_NPROC`; default none).
+    pub processes: Option<Spanned<Limit>>,
+    /// Open files (default 1024).
+    pub open_files: Option<Spanned<Limit>>,
+}
+
+/// One limit: an amount (bytes for `memory`, written with a unit), or none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limit {
+    At(u64),
+    Unlimited,
+}
+
+impl JsonSchema for Limit {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Limit".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "anyOf": [
+                {"type": "integer", "minimum": 1},
+                {"type": "string", "description": "an amount with a unit (\"512 MiB\", \"8 GiB\"), or \"none\""}
+            ]
+        })
+    }
+}
+
+impl Decode for Limit {
+    fn decode(node: &Node, diags: &mut Diagnostics) -> Option<Self> {
+        if let Value::Int(n) = node.value
+            && n > 0
+        {
+            return u64::try_from(n).ok().map(Limit::At);
+        }
+        if let Value::Str(text) | Value::Scalar(text) = &node.value {
+            let text = text.trim();
+            if text.eq_ignore_ascii_case("none") {
+                return Some(Limit::Unlimited);
+            }
+            let split = text
+                .find(|c: char| !c.is_ascii_digit())
+                .unwrap_or(text.len());
+            let (digits, unit) = text.split_at(split);
+            let scale: Option<u64> = match unit.trim() {
+                "" | "B" => Some(1),
+                "KiB" | "K" => Some(1 << 10),
+                "MiB" | "M" => Some(1 << 20),
+                "GiB" | "G" => Some(1 << 30),
+                "TiB" | "T" => Some(1 << 40),
+                _ => None,
+            };
+            if let (Ok(n), Some(scale)) = (digits.parse::<u64>(), scale)
+                && n > 0
+                && let Some(bytes) = n.checked_mul(scale)
+            {
+                return Some(Limit::At(bytes));
+            }
+        }
+        diags.push(
+            Diagnostic::new("plan::wrong_type", "expected a limit")
+                .at(node.span)
+                .label("not a limit")
+                .help("write a positive number (`open_files = 4096`), an amount with a unit (`memory = \"8 GiB\"`, `\"512 MiB\"`), or `\"none\"` to lift it"),
+        );
+        None
+    }
+}
+
+impl Decode for RawLimits {
+    fn decode(node: &Node, diags: &mut Diagnostics) -> Option<Self> {
+        let mut t = TableReader::new(node, "[game] limits", diags)?;
+        let memory = t.optional("memory", diags);
+        let processes = t.optional("processes", diags);
+        let open_files = t.optional("open_files", diags);
+        t.finish(diags);
+        Some(RawLimits {
+            memory,
+            processes,
+            open_files,
+        })
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, JsonSchema, serde::Serialize)]
@@ -309,6 +402,7 @@ impl Decode for RawGame {
         let action_timeout = t.optional("action_timeout", diags);
         let stuck_after = t.optional("stuck_after", diags);
         let env = t.optional("env", diags);
+        let limits = t.optional("limits", diags);
         t.finish(diags);
         if driver_unreadable {
             return None;
@@ -327,6 +421,7 @@ impl Decode for RawGame {
             action_timeout,
             stuck_after,
             env: env.unwrap_or_default(),
+            limits,
         })
     }
 }

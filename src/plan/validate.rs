@@ -692,7 +692,73 @@ impl Validator<'_> {
             action_timeout_secs: g.action_timeout.as_ref().map_or(10, |t| t.value),
             stuck_after: g.stuck_after.as_ref().map_or(8, |t| t.value),
             env: g.env.clone(),
+            limits: self.game_limits(g, driver),
         })
+    }
+
+    /// `[game] limits`, checked (a stdio game's only; sane minimums) and
+    /// with the defaults filled in.
+    fn game_limits(
+        &mut self,
+        g: &crate::plan::raw::RawGame,
+        driver: Driver,
+    ) -> crate::plan::model::GameLimits {
+        use crate::plan::raw::Limit;
+        let mut limits = crate::plan::model::GameLimits::default();
+        let Some(raw) = &g.limits else {
+            return limits;
+        };
+        if driver != Driver::Stdio {
+            self.push(
+                Diagnostic::new("plan::unused_key", "`limits` is only for the stdio driver")
+                    .at(raw.span)
+                    .label("a browser game's limits are the browser's")
+                    .help("remove it"),
+            );
+            return limits;
+        }
+        let fields = [
+            (
+                &raw.value.memory,
+                &mut limits.memory,
+                16 << 20,
+                "memory",
+                "16 MiB",
+            ),
+            (
+                &raw.value.processes,
+                &mut limits.processes,
+                8,
+                "processes",
+                "8",
+            ),
+            (
+                &raw.value.open_files,
+                &mut limits.open_files,
+                16,
+                "open_files",
+                "16",
+            ),
+        ];
+        for (given, slot, least, key, least_text) in fields {
+            let Some(given) = given else { continue };
+            match given.value {
+                Limit::Unlimited => *slot = None,
+                Limit::At(n) if n >= least => *slot = Some(n),
+                Limit::At(_) => self.push(
+                    Diagnostic::new(
+                        "plan::invalid_value",
+                        format!("`limits.{key}` is below {least_text}"),
+                    )
+                    .at(given.span)
+                    .label("too small for any game to start")
+                    .help(format!(
+                        "give at least {least_text}, or \"none\" to lift the limit"
+                    )),
+                ),
+            }
+        }
+        limits
     }
 
     /// A stdio game's program resolves as the game's start will resolve

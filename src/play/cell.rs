@@ -173,7 +173,7 @@ pub async fn play_cell_watched(
                 &mut transcript,
                 &serde_json::json!({"step": 0, "failure": failure.describe()}),
             );
-            not_played = Some(not_played_by(&failure, opening));
+            not_played = Some(not_played_by(&failure, opening, spec.game.limits));
             unplayed(&failure)
         }
         Ok((first, warning)) => {
@@ -318,6 +318,76 @@ async fn confirmed(
         None => said,
     });
     findings
+}
+
+/// The limit a game that died before its first observation hit, named
+/// with the plan key that raises it, when its stderr says so. The words
+/// are the runtimes' own (the JVM's "Could not reserve enough space for
+/// object heap", glibc's "Cannot allocate memory", Python's `MemoryError`,
+/// "Too many open files", a failed fork's "Resource temporarily
+/// unavailable"), and a limit only counts when gameplan set it: a game out
+/// of memory with no limit is the game's problem, not the plan's.
+fn limit_hit(stderr: &str, limits: super::driver::ResourceLimits) -> Option<String> {
+    // The game's own line that says it, quoted after the hint.
+    let quoted = std::cell::RefCell::new(String::new());
+    let said = |words: &[&str]| {
+        let line = stderr
+            .lines()
+            .find(|line| words.iter().any(|w| line.contains(w)));
+        if let Some(line) = line {
+            *quoted.borrow_mut() = format!(
+                " (the game said: `{}`)",
+                super::episode::cut(line.trim().trim_matches('"'), 120)
+            );
+        }
+        line.is_some()
+    };
+    let gib = |bytes: u64| {
+        #[expect(clippy::cast_precision_loss, reason = "a size to show")]
+        let gib = bytes as f64 / f64::from(1u32 << 30);
+        format!("{gib:.1} GiB")
+    };
+    if let Some(bytes) = limits.address_space
+        && said(&[
+            "Could not reserve enough space",
+            "insufficient memory for the Java Runtime",
+            "Cannot allocate memory",
+            // HotSpot's first line when it cannot start; under a memory
+            // limit, the heap it could not reserve (it says so on stdout).
+            "Error occurred during initialization of VM",
+            "MemoryError",
+            "std::bad_alloc",
+            "out of memory",
+            "Out of memory",
+        ])
+    {
+        return Some(format!(
+            "the game ran out of memory under `game.limits.memory` ({} of address space; a JVM or another runtime that reserves its heap up front needs more): raise it (`limits = {{ memory = \"8 GiB\" }}`) or lift it (`memory = \"none\"`){}",
+            gib(bytes),
+            quoted.borrow()
+        ));
+    }
+    if let Some(files) = limits.open_files
+        && said(&["Too many open files"])
+    {
+        return Some(format!(
+            "the game hit `game.limits.open_files` ({files}): raise it (`limits = {{ open_files = {} }}`) or lift it (\"none\"){}",
+            files * 4,
+            quoted.borrow()
+        ));
+    }
+    if let Some(processes) = limits.processes
+        && said(&[
+            "Resource temporarily unavailable",
+            "unable to create native thread",
+        ])
+    {
+        return Some(format!(
+            "the game could not start a process or thread under `game.limits.processes` ({processes}): raise it or lift it (\"none\"){}",
+            quoted.borrow()
+        ));
+    }
+    None
 }
 
 /// `hello` then `reset`: the first observation, or the failure that ended it.
@@ -481,13 +551,17 @@ fn differences(
 
 /// What a game that failed at `hello` or its first `reset` tells, for a
 /// caller that opens games itself (simulate).
-pub fn not_opened(failure: &Failure) -> NotPlayed {
-    not_played_by(failure, Opening::First)
+pub fn not_opened(failure: &Failure, limits: super::driver::ResourceLimits) -> NotPlayed {
+    not_played_by(failure, Opening::First, limits)
 }
 
 /// What a cell whose game failed before its first observation tells: the
 /// failure as a finding's title would say it, and the likely mistake.
-fn not_played_by(failure: &Failure, opening: Opening) -> NotPlayed {
+fn not_played_by(
+    failure: &Failure,
+    opening: Opening,
+    limits: super::driver::ResourceLimits,
+) -> NotPlayed {
     let title = failure_finding(failure, 0, "", None, &[]).title;
     let mut cause = title
         .strip_prefix("The game")
@@ -495,7 +569,16 @@ fn not_played_by(failure: &Failure, opening: Opening) -> NotPlayed {
     if opening == Opening::Again {
         cause.push_str(" (the second `reset`)");
     }
-    let hint = if let Some(line) = failure.stray_output() {
+    // A runtime that cannot start may say so on stdout (the JVM does).
+    let said = [
+        failure.stderr_tail().unwrap_or(""),
+        failure.evidence().unwrap_or(""),
+        &failure.stray_output().unwrap_or_default(),
+    ]
+    .join("\n");
+    let hint = if let Some(hint) = limit_hit(&said, limits) {
+        Some(hint)
+    } else if let Some(line) = failure.stray_output() {
         Some(format!(
             "the game printed this on stdout: `{}`; logs belong on stderr",
             super::episode::cut(&line, 80)

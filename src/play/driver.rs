@@ -142,6 +142,8 @@ pub struct ResourceLimits {
     pub cpu_seconds: Option<u64>,
     /// Open files (`RLIMIT_NOFILE`).
     pub open_files: Option<u64>,
+    /// Processes of the user (`RLIMIT_NPROC`; root is exempt by the kernel).
+    pub processes: Option<u64>,
 }
 
 impl Default for ResourceLimits {
@@ -152,6 +154,7 @@ impl Default for ResourceLimits {
             address_space: Some(4 << 30),
             cpu_seconds: Some(600),
             open_files: Some(1024),
+            processes: None,
         }
     }
 }
@@ -162,10 +165,14 @@ impl ResourceLimits {
         address_space: None,
         cpu_seconds: None,
         open_files: None,
+        processes: None,
     };
 
     pub(crate) fn any(self) -> bool {
-        self.address_space.is_some() || self.cpu_seconds.is_some() || self.open_files.is_some()
+        self.address_space.is_some()
+            || self.cpu_seconds.is_some()
+            || self.open_files.is_some()
+            || self.processes.is_some()
     }
 }
 

@@ -92,6 +92,15 @@ impl ReplayOptions {
             game.stuck_after = stuck_after;
         }
         game.limits = self.limits;
+        // The limits the game was played under, when the trace says and the
+        // replay runs limited at all.
+        if let Some(l) = trace.header.game.limits
+            && self.limits.any()
+        {
+            game.limits.address_space = l.memory;
+            game.limits.processes = l.processes;
+            game.limits.open_files = l.open_files;
+        }
         // The environment the game was played with: a secret (recorded by
         // name only) is read again from the replaying environment.
         for (name, value) in &trace.header.game.env {

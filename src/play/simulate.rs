@@ -659,7 +659,10 @@ impl Worker<'_> {
     ) -> Result<QuitReason, PlayError> {
         self.end_failed();
         if index == 0 {
-            return Err(PlayError::NotPlayed(super::cell::not_opened(failure)));
+            return Err(PlayError::NotPlayed(super::cell::not_opened(
+                failure,
+                self.spec.game.limits,
+            )));
         }
         let end = quit_for(failure);
         let mut found = FindingSet::default();

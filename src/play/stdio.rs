@@ -251,6 +251,7 @@ fn argv(spec: &GameSpec) -> Result<Vec<std::ffi::OsString>, SpawnError> {
         ("--as", limits.address_space),
         ("--cpu", limits.cpu_seconds),
         ("--nofile", limits.open_files),
+        ("--nproc", limits.processes),
     ] {
         if let Some(value) = value {
             wrapped.push(flag.into());
@@ -921,6 +922,7 @@ pub fn set_limits(limits: ResourceLimits) -> Result<(), String> {
         (Resource::RLIMIT_AS, limits.address_space),
         (Resource::RLIMIT_CPU, limits.cpu_seconds),
         (Resource::RLIMIT_NOFILE, limits.open_files),
+        (Resource::RLIMIT_NPROC, limits.processes),
     ] {
         if let Some(value) = value {
             setrlimit(resource, value, value)

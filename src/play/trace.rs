@@ -124,6 +124,10 @@ pub struct TraceGame {
     /// a replay reads it from its own environment, by the same name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, Option<String>>,
+    /// A stdio game's limits as played (`game.limits`), when they are not
+    /// the defaults: a replay starts the game under the same ones.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<TraceLimits>,
     /// The game's cwd, relative to the repo root (`.`).
     pub cwd: String,
     /// Seconds without an answer before the game counted as hung.
@@ -132,6 +136,15 @@ pub struct TraceGame {
     /// Actions with no change before a `stuck` finding.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stuck_after: Option<u64>,
+}
+
+/// The limits a stdio game was played under (`None`: no limit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TraceLimits {
+    pub memory: Option<u64>,
+    pub processes: Option<u64>,
+    pub open_files: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -243,6 +256,17 @@ impl Trace {
                         (name.clone(), kept)
                     })
                     .collect(),
+                limits: {
+                    let l = game.limits;
+                    let d = super::driver::ResourceLimits::default();
+                    let same = (l.address_space, l.processes, l.open_files)
+                        == (d.address_space, d.processes, d.open_files);
+                    (game.browser.is_none() && !same).then_some(TraceLimits {
+                        memory: l.address_space,
+                        processes: l.processes,
+                        open_files: l.open_files,
+                    })
+                },
                 cwd: ".".to_owned(),
                 action_timeout: Some(game.action_timeout.as_secs_f64()),
                 stuck_after: Some(game.stuck_after),

@@ -403,7 +403,7 @@ async fn smoke_check(cx: &StepContext) -> Result<(), StepOutcome> {
     process.shutdown(polite, false).await;
     opened.map(|_| ()).map_err(|failure| StepOutcome::Refused {
         message: quote::did_not_start(
-            &crate::play::cell::not_opened(&failure),
+            &crate::play::cell::not_opened(&failure, spec.limits),
             &spec.command_text(),
         ),
     })

@@ -43,6 +43,9 @@ pub fn spec(cx: &StepContext) -> Result<GameSpec, StepError> {
         });
     }
     spec.env.extend(game.env.clone());
+    spec.limits.address_space = game.limits.memory;
+    spec.limits.processes = game.limits.processes;
+    spec.limits.open_files = game.limits.open_files;
     spec.action_timeout = Duration::from_secs(game.action_timeout_secs.max(1));
     spec.stuck_after = game.stuck_after;
     Ok(spec)
@@ -116,6 +119,7 @@ pub fn reuse(cx: &KeyContext<'_>, kind: &str, settings: &Value) -> Result<Reuse,
                 "keys": game.keys,
                 "viewport": game.viewport,
                 "env": game.env,
+                "limits": game.limits,
                 "action_timeout": game.action_timeout_secs,
                 "stuck_after": game.stuck_after,
                 "builtin": builtin,

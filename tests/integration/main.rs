@@ -49,6 +49,7 @@ mod play_explorer;
 mod play_maze;
 mod program_check;
 mod program_env;
+mod program_limits;
 mod schemas;
 mod serve_security;
 mod shell;
