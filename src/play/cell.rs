@@ -740,6 +740,7 @@ async fn play(
                     detail: Some(super::episode::cut(&episode.current.observation.text, 200)),
                     stderr_tail: None,
                     screenshot: episode.current.screenshot.clone(),
+                    page: episode.current.url.clone(),
                 },
             });
             return Ok(QuitReason::NoActions);

@@ -359,6 +359,9 @@ pub struct Seen {
     /// Errors the page logged or threw since the last observation (a
     /// browser's console); never part of the hash.
     pub console: Vec<String>,
+    /// The page's address (a browser game's); never part of the hash (a
+    /// served game's port changes with every session).
+    pub url: Option<String>,
 }
 
 /// The answer to `act`.

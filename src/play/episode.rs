@@ -233,8 +233,15 @@ impl Episode {
                 Stepped::Refused(refusal.error)
             }
             Err(failure) => {
-                let spotted =
+                let mut spotted =
                     failure_finding(&failure, step, &from, Some(action), self.episode_actions());
+                // What the page looked like, and where it was, when the
+                // action that failed was taken.
+                spotted
+                    .evidence
+                    .screenshot
+                    .clone_from(&self.current.screenshot);
+                spotted.evidence.page.clone_from(&self.current.url);
                 self.spot(spotted);
                 if self.keep_steps {
                     self.steps.push(TraceStep {
@@ -311,6 +318,7 @@ impl Episode {
             detail,
             stderr_tail: stderr,
             screenshot: self.current.screenshot.clone(),
+            page: self.current.url.clone(),
         }
     }
 
@@ -414,6 +422,7 @@ pub fn failure_finding(
                 .filter(|t| !t.is_empty())
                 .map(str::to_owned),
             screenshot: None,
+            page: None,
         },
     }
 }

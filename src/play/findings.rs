@@ -128,9 +128,13 @@ pub struct Evidence {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stderr_tail: Option<String>,
     /// The screenshot of the page at that moment, relative to the cell's
-    /// directory (`screenshots/step-0004.png`; a browser game only).
+    /// directory (`screenshots/step-0004.png`; a browser game only): for
+    /// a failing action, the page the action was taken on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub screenshot: Option<String>,
+    /// The page's address at that moment (a browser game only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub page: Option<String>,
 }
 
 /// One thing wrong with the game.
@@ -329,6 +333,7 @@ mod tests {
                 detail: None,
                 stderr_tail: None,
                 screenshot: None,
+                page: None,
             },
         }
     }

@@ -140,6 +140,7 @@ fn read_observation(
             hash,
             screenshot: None,
             console: Vec::new(),
+            url: None,
         });
     }
     let malformed = |e: &dyn std::fmt::Display, evidence: String| Malformed {
@@ -157,6 +158,7 @@ fn read_observation(
             raw,
             screenshot: None,
             console: Vec::new(),
+            url: None,
         }),
         Err(e) => Err(malformed(&e, quote(raw.to_string().as_bytes()))),
     }

@@ -266,6 +266,24 @@ fn issue18_a_page_that_freezes_is_a_hang_and_its_browser_is_killed() {
             .contains("click:Freeze"),
         "{hang}"
     );
+    // A real hang: confirmed on replay, and its evidence shows the page the
+    // failing click was taken on, and where it was.
+    assert_eq!(hang["severity"], "high", "{hang:#}");
+    let evidence = &hang["evidence"];
+    assert!(
+        evidence["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("confirmed: replayed once")),
+        "{hang:#}"
+    );
+    assert!(
+        evidence["page"]
+            .as_str()
+            .is_some_and(|p| p.starts_with("file://") && p.ends_with("/page.html")),
+        "{hang:#}"
+    );
+    let shot = evidence["screenshot"].as_str().expect("a screenshot");
+    assert!(cell_dir(&t).join(shot).is_file(), "{shot}");
 }
 
 #[test]

@@ -618,6 +618,7 @@ impl BrowserSession {
                 raw,
                 screenshot,
                 console,
+                url: Some(view.href.clone()),
             },
             done,
             load,
