@@ -312,3 +312,74 @@ impl Drop for KillOnDrop {
         let _ = self.0.wait();
     }
 }
+
+#[test]
+fn a_web_games_serve_dir_page_keys_window_and_scope_are_checked_where_they_are_written() {
+    let game = |extra: &str| {
+        format!(
+            "version = 1\nname = \"w\"\n\n[game]\nid = \"w\"\ndriver = \"webdriver\"\n{extra}\n\n[[personas]]\nslug = \"p\"\ncard = \"Plays.\"\nplayer = {{ kind = \"random\" }}\n"
+        )
+    };
+    for (extra, says) in [
+        (
+            "serve = \"dist\"\nurl = \"index.html\"",
+            "the directory to serve, `dist`, does not exist",
+        ),
+        (
+            "serve = \"site\"\nurl = \"missing.html\"",
+            "`missing.html` is not a file of the served directory `site`",
+        ),
+        (
+            "url = \"missing.html\"",
+            "the page `missing.html` does not exist",
+        ),
+        (
+            "serve = \"site\"\nurl = \"index.html\"\nkeys = [\"Hyper\"]",
+            "`Hyper` is not a key gameplan presses",
+        ),
+        (
+            "serve = \"site\"\nurl = \"index.html\"\nviewport = [100, 800]",
+            "`viewport` is [WIDTH, HEIGHT] in pixels",
+        ),
+        (
+            "serve = \"site\"\nurl = \"index.html\"\nviewport = [1280, 800, 2]",
+            "`viewport` is [WIDTH, HEIGHT] in pixels",
+        ),
+        (
+            "serve = \"site\"\nurl = \"index.html\"\nallow = [\"cdn.example/**\"]",
+            "`allow` pattern `cdn.example/**` is not a URL pattern",
+        ),
+        (
+            "serve = \"../elsewhere\"\nurl = \"index.html\"",
+            "serve `../elsewhere` is outside the repo",
+        ),
+    ] {
+        let t = Test::new()
+            .file("site/index.html", "<title>ok</title>")
+            .file("plan.toml", game(extra));
+        let check = t.check(&["plan.toml"]);
+        assert!(check.text.stderr.contains(says), "{extra}: {}", check.text);
+        check.json.code(3);
+    }
+    // A stdio game has no browser: the browser's keys are refused there.
+    let stdio = Test::new().file(
+        "plan.toml",
+        "version = 1\nname = \"s\"\n\n[game]\nid = \"s\"\ncommand = [\"builtin:maze\"]\nkeys = [\"ArrowUp\"]\n",
+    );
+    let check = stdio.check(&["plan.toml"]);
+    assert!(
+        check
+            .text
+            .stderr
+            .contains("`keys` is only for the webdriver driver"),
+        "{}",
+        check.text
+    );
+    // What a user writes for a served game passes.
+    let fine = Test::new().file("site/index.html", "<title>ok</title>").file(
+        "plan.toml",
+        game("serve = \"site\"\nurl = \"index.html\"\nkeys = [\"ArrowUp\", \"a\"]\nviewport = [1024, 768]\nallow = [\"https://cdn.example/**\"]"),
+    );
+    let check = fine.check(&["plan.toml"]);
+    assert!(check.problems().is_empty(), "{}", check.text);
+}
