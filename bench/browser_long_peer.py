@@ -25,57 +25,19 @@ and divides the difference by 60, as it does for gameplan, so start-up
 cancels out of the per-action figure on both sides.
 """
 import base64
-import http.client
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 
+# The one raw client both peers use (a persistent connection, W3C errors
+# stop the bench).
+from browser_peer import WebDriver, free_port, wait_listening
+
 KEYS = ["\ue013", "\ue014", "\ue015", "\ue012"]  # ArrowUp, Right, Down, Left
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def wait_listening(port, proc):
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            if proc.poll() is not None:
-                sys.exit("chromedriver exited")
-            time.sleep(0.01)
-    sys.exit("chromedriver did not listen")
-
-
-class WebDriver:
-    def __init__(self, port):
-        self.conn = http.client.HTTPConnection("127.0.0.1", port)
-        self.session = None
-
-    def call(self, method, path, body=None):
-        data = json.dumps(body) if body is not None else None
-        headers = {"Content-Type": "application/json"} if data is not None else {}
-        self.conn.request(method, path, body=data, headers=headers)
-        reply = json.loads(self.conn.getresponse().read())
-        value = reply.get("value")
-        if isinstance(value, dict) and "error" in value:
-            sys.exit(f"{method} {path}: {value['error']}: {value.get('message', '')[:200]}")
-        return value
-
-    def s(self, path):
-        return f"/session/{self.session}{path}"
 
 
 def round_once(url, actions, shots, script, request, width, height, listener):
