@@ -108,3 +108,27 @@ fn limits_are_checked_where_they_are_written() {
         check.json.code(3);
     }
 }
+
+#[test]
+fn a_game_that_opens_more_files_than_its_limit_is_told_the_key_that_raises_it() {
+    // A game that opens 40 files before it answers `hello`, under 20.
+    let game = "import sys\nfiles = [open(__file__) for _ in range(40)]\nprint('{\"id\":1,\"ok\":true,\"name\":\"f\",\"version\":\"1\",\"protocol\":1}', flush=True)\n";
+    let plan = |limit: &str| {
+        format!(
+            "version = 1\nname = \"files\"\n\n[game]\nid = \"f\"\ncommand = [\"python3\", \"game.py\"]\nlimits = {{ open_files = {limit} }}\n\n[[personas]]\nslug = \"p\"\ncard = \"Plays.\"\nplayer = {{ kind = \"random\" }}\n\n[[steps]]\nid = \"play\"\nkind = \"play\"\nmatrix = {{ persona = \"*\" }}\n"
+        )
+    };
+    let t = Test::new()
+        .file("game.py", game)
+        .file("plan.toml", plan("20"));
+    t.run(&["plan", "run", "plan.toml"]).code(1);
+    let run = t.run_ids().pop().expect("a run");
+    let report: serde_json::Value =
+        serde_json::from_str(&t.read(&format!(".gameplan/runs/{run}/steps/play[p]/report.json")))
+            .expect("report");
+    let hint = report["not_played"]["hint"].as_str().unwrap_or_default();
+    assert!(
+        hint.contains("`game.limits.open_files` (20)") && hint.contains("Too many open files"),
+        "{report:#}"
+    );
+}
