@@ -35,7 +35,7 @@ import time
 
 # The one raw client both peers use (a persistent connection, W3C errors
 # stop the bench).
-from browser_peer import WebDriver, free_port, wait_listening
+from browser_peer import WebDriver, capabilities, free_port, wait_listening
 
 KEYS = ["\ue013", "\ue014", "\ue015", "\ue012"]  # ArrowUp, Right, Down, Left
 
@@ -52,19 +52,7 @@ def round_once(url, actions, shots, script, request, width, height, listener):
     try:
         wait_listening(port, proc)
         wd = WebDriver(port)
-        caps = {
-            "browserName": "chrome",
-            "goog:chromeOptions": {
-                "binary": shutil.which("chromium") or "/usr/bin/chromium",
-                "args": [
-                    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                    "--no-first-run", "--disable-background-networking",
-                    "--disable-component-update", "--disable-sync",
-                    "--disable-dev-shm-usage", "--allow-file-access-from-files",
-                    f"--user-data-dir={profile}", f"--window-size={width},{height}",
-                ],
-            },
-        }
+        caps = capabilities(profile, width, height)
         wd.session = wd.call("POST", "/session", {"capabilities": {"alwaysMatch": caps}})["sessionId"]
         wd.call("POST", wd.s("/goog/cdp/execute"),
                 {"cmd": "Page.addScriptToEvaluateOnNewDocument", "params": {"source": listener}})

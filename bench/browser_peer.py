@@ -75,6 +75,24 @@ class WebDriver:
         return f"/session/{self.session}{path}"
 
 
+def capabilities(profile, width, height):
+    """The headless Chromium gameplan asks chromedriver for: its flags, a
+    fresh profile, the window."""
+    return {
+        "browserName": "chrome",
+        "goog:chromeOptions": {
+            "binary": shutil.which("chromium") or "/usr/bin/chromium",
+            "args": [
+                "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                "--no-first-run", "--disable-background-networking",
+                "--disable-component-update", "--disable-sync",
+                "--disable-dev-shm-usage", "--allow-file-access-from-files",
+                f"--user-data-dir={profile}", f"--window-size={width},{height}",
+            ],
+        },
+    }
+
+
 def round_once(url, mode):
     port = free_port()
     profile = tempfile.mkdtemp(prefix="peer-chromium-")
@@ -87,19 +105,7 @@ def round_once(url, mode):
     try:
         wait_listening(port, proc)
         wd = WebDriver(port)
-        caps = {
-            "browserName": "chrome",
-            "goog:chromeOptions": {
-                "binary": shutil.which("chromium") or "/usr/bin/chromium",
-                "args": [
-                    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                    "--no-first-run", "--disable-background-networking",
-                    "--disable-component-update", "--disable-sync",
-                    "--disable-dev-shm-usage", "--allow-file-access-from-files",
-                    f"--user-data-dir={profile}", "--window-size=800,600",
-                ],
-            },
-        }
+        caps = capabilities(profile, 800, 600)
         wd.session = wd.call("POST", "/session", {"capabilities": {"alwaysMatch": caps}})["sessionId"]
         loads = 2 if mode == "same-work" else 1
         for _ in range(loads):

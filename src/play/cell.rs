@@ -320,6 +320,20 @@ async fn confirmed(
     findings
 }
 
+/// What runtimes say when they run out of memory.
+const OUT_OF_MEMORY: &[&str] = &[
+    "Could not reserve enough space",
+    "insufficient memory for the Java Runtime",
+    "Cannot allocate memory",
+    // HotSpot's first line when it cannot start; under a memory limit,
+    // the heap it could not reserve (it says so on stdout).
+    "Error occurred during initialization of VM",
+    "MemoryError",
+    "std::bad_alloc",
+    "out of memory",
+    "Out of memory",
+];
+
 /// The limit a game that died before its first observation hit, named
 /// with the plan key that raises it, when its stderr says so. The words
 /// are the runtimes' own (the JVM's "Could not reserve enough space for
@@ -329,62 +343,42 @@ async fn confirmed(
 /// of memory with no limit is the game's problem, not the plan's.
 fn limit_hit(stderr: &str, limits: super::driver::ResourceLimits) -> Option<String> {
     // The game's own line that says it, quoted after the hint.
-    let quoted = std::cell::RefCell::new(String::new());
     let said = |words: &[&str]| {
-        let line = stderr
+        stderr
             .lines()
-            .find(|line| words.iter().any(|w| line.contains(w)));
-        if let Some(line) = line {
-            *quoted.borrow_mut() = format!(
-                " (the game said: `{}`)",
-                super::episode::cut(line.trim().trim_matches('"'), 120)
-            );
-        }
-        line.is_some()
-    };
-    let gib = |bytes: u64| {
-        #[expect(clippy::cast_precision_loss, reason = "a size to show")]
-        let gib = bytes as f64 / f64::from(1u32 << 30);
-        format!("{gib:.1} GiB")
+            .find(|line| words.iter().any(|w| line.contains(w)))
+            .map(|line| {
+                format!(
+                    " (the game said: `{}`)",
+                    super::episode::cut(line.trim().trim_matches('"'), 120)
+                )
+            })
     };
     if let Some(bytes) = limits.address_space
-        && said(&[
-            "Could not reserve enough space",
-            "insufficient memory for the Java Runtime",
-            "Cannot allocate memory",
-            // HotSpot's first line when it cannot start; under a memory
-            // limit, the heap it could not reserve (it says so on stdout).
-            "Error occurred during initialization of VM",
-            "MemoryError",
-            "std::bad_alloc",
-            "out of memory",
-            "Out of memory",
-        ])
+        && let Some(quoted) = said(OUT_OF_MEMORY)
     {
+        #[expect(clippy::cast_precision_loss, reason = "a size to show")]
+        let gib = bytes as f64 / f64::from(1u32 << 30);
         return Some(format!(
-            "the game ran out of memory under `game.limits.memory` ({} of address space; a JVM or another runtime that reserves its heap up front needs more): raise it (`limits = {{ memory = \"8 GiB\" }}`) or lift it (`memory = \"none\"`){}",
-            gib(bytes),
-            quoted.borrow()
+            "the game ran out of memory under `game.limits.memory` ({gib:.1} GiB of address space; a JVM or another runtime that reserves its heap up front needs more): raise it (`limits = {{ memory = \"8 GiB\" }}`) or lift it (`memory = \"none\"`){quoted}"
         ));
     }
     if let Some(files) = limits.open_files
-        && said(&["Too many open files"])
+        && let Some(quoted) = said(&["Too many open files"])
     {
         return Some(format!(
-            "the game hit `game.limits.open_files` ({files}): raise it (`limits = {{ open_files = {} }}`) or lift it (\"none\"){}",
-            files * 4,
-            quoted.borrow()
+            "the game hit `game.limits.open_files` ({files}): raise it (`limits = {{ open_files = {} }}`) or lift it (\"none\"){quoted}",
+            files * 4
         ));
     }
     if let Some(processes) = limits.processes
-        && said(&[
+        && let Some(quoted) = said(&[
             "Resource temporarily unavailable",
             "unable to create native thread",
         ])
     {
         return Some(format!(
-            "the game could not start a process or thread under `game.limits.processes` ({processes}): raise it or lift it (\"none\"){}",
-            quoted.borrow()
+            "the game could not start a process or thread under `game.limits.processes` ({processes}): raise it or lift it (\"none\"){quoted}"
         ));
     }
     None

@@ -253,44 +253,38 @@ fn frozen(
     caller: &Caller,
     target: &UploadTarget,
 ) -> Result<(i64, i64, Option<String>), ApiError> {
-    Ok(match target {
-        UploadTarget::Run(reference) => {
-            let (job, run, job_state) = owned_run(tx, caller, reference)?;
-            let completed: Option<i64> = tx
-                .query_row(
-                    "SELECT completed_at FROM runs WHERE id = ?1",
-                    params![run],
-                    |r| r.get(0),
-                )
-                .db()?;
-            let frozen = if completed.is_some() {
-                Some(format!(
-                    "run `{}` was completed: its files were verified against its manifest",
-                    reference.run
-                ))
-            } else if job_state != "open" {
-                Some(format!("job `{}` is settled (finished)", reference.job))
-            } else {
-                None
-            };
-            (job, run, frozen)
+    // Job files (the aggregate) are numbered run 0: no run has that id.
+    let (job, run, job_state, job_id) = match target {
+        UploadTarget::Run(r) => {
+            let (job, run, state) = owned_run(tx, caller, r)?;
+            (job, run, state, &r.job)
         }
-        // Job files (the aggregate) are numbered run 0: no run has that id.
-        UploadTarget::Job(reference) => {
-            let (job, job_state) = owned_job(tx, caller, reference)?;
-            let frozen = if aggregate_of(tx, job)?.is_some() {
-                Some(format!(
-                    "job `{}` published its aggregate: its files' digests are public",
-                    reference.job
-                ))
-            } else if job_state != "open" {
-                Some(format!("job `{}` is settled (finished)", reference.job))
-            } else {
-                None
-            };
-            (job, 0, frozen)
+        UploadTarget::Job(r) => {
+            let (job, state) = owned_job(tx, caller, r)?;
+            (job, 0, state, &r.job)
         }
-    })
+    };
+    let verified = if run == 0 {
+        aggregate_of(tx, job)?.map(|_| {
+            format!("job `{job_id}` published its aggregate: its files' digests are public")
+        })
+    } else {
+        let completed: Option<i64> = tx
+            .query_row(
+                "SELECT completed_at FROM runs WHERE id = ?1",
+                params![run],
+                |r| r.get(0),
+            )
+            .db()?;
+        completed.map(|_| {
+            format!(
+                "run `{}` was completed: its files were verified against its manifest",
+                super::jobs::run_id(run)
+            )
+        })
+    };
+    let settled = (job_state != "open").then(|| format!("job `{job_id}` is settled (finished)"));
+    Ok((job, run, verified.or(settled)))
 }
 
 impl Ledger {
