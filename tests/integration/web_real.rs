@@ -383,3 +383,52 @@ fn a_web_games_serve_dir_page_keys_window_and_scope_are_checked_where_they_are_w
     let check = fine.check(&["plan.toml"]);
     assert!(check.problems().is_empty(), "{}", check.text);
 }
+
+#[test]
+fn a_page_of_the_game_that_fails_to_load_during_play_is_an_error_finding_and_play_goes_back() {
+    let plan = r#"version = 1
+name = "broken-link"
+
+[game]
+id = "broken"
+driver = "webdriver"
+serve = "site"
+url = "index.html"
+
+[[personas]]
+slug = "reader"
+card = "Follows the rules link, then plays on."
+player = { kind = "scripted", actions = ["click:Rules", "click:Go"] }
+
+[[steps]]
+id = "play"
+kind = "play"
+matrix = { persona = "*" }
+"#;
+    let t = Test::new()
+        .file(
+            "site/index.html",
+            "<title>Broken</title><h1 id=h>Ready</h1><a href=\"rules.html\">Rules</a>\
+             <button onclick=\"document.getElementById('h').textContent='Went'\">Go</button>",
+        )
+        .file("plan.toml", plan);
+    t.run(&["plan", "run", "plan.toml"]).code(0);
+    let cells = cells(&t);
+    let report = report(&cells[0]);
+    let findings = report["findings"].as_array().expect("findings");
+    assert_eq!(findings.len(), 1, "{report:#}");
+    let title = findings[0]["title"].as_str().unwrap_or_default();
+    assert_eq!(findings[0]["category"], "error", "{report:#}");
+    assert!(
+        title.contains("rules.html answered HTTP 404") && title.contains("click:Rules"),
+        "{title}"
+    );
+    // Back on the game's page: the next action played there.
+    let seen = observations(&cells[0]);
+    assert!(
+        seen.last()
+            .and_then(|o| o["text"].as_str())
+            .is_some_and(|t| t.contains("Went")),
+        "{seen:?}"
+    );
+}
