@@ -67,6 +67,8 @@ fn browser_processes_of(pid: i32) -> Vec<String> {
     found
 }
 
+/// Nothing of the browsers gameplan `pid` started is left: no process,
+/// and no Chromium profile in the temporary directory.
 #[track_caller]
 fn assert_no_browser_left(pid: i32) {
     // SIGKILL is sent before gameplan exits; give the kernel a moment to
@@ -81,6 +83,18 @@ fn assert_no_browser_left(pid: i32) {
         false
     });
     assert!(gone, "browser processes outlived gameplan {pid}: {left:#?}");
+    let profile = format!("gameplan-chromium-{pid}-");
+    let profiles: Vec<_> = std::fs::read_dir(std::env::temp_dir())
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&profile))
+        .map(|e| e.path())
+        .collect();
+    assert!(
+        profiles.is_empty(),
+        "gameplan {pid} left its Chromium profiles behind: {profiles:#?}"
+    );
 }
 
 /// Whether a cell of the last run has written `rel` (its cell directory's
@@ -118,15 +132,6 @@ fn issue18_the_example_web_game_is_played_in_chromium_its_bugs_found_with_screen
     let out = gameplan.wait();
     out.code(0);
     assert_no_browser_left(pid);
-    let profile = format!("gameplan-chromium-{pid}-");
-    assert!(
-        !std::fs::read_dir("/tmp")
-            .into_iter()
-            .flatten()
-            .flatten()
-            .any(|e| e.file_name().to_string_lossy().starts_with(&profile)),
-        "the cell's Chromium profile is removed"
-    );
 
     let cell = cell_dir(&t);
     let report: serde_json::Value =

@@ -74,17 +74,28 @@ pub struct ChromeDriver {
     port: u16,
     marker: String,
     output: Arc<Mutex<Vec<u8>>>,
+    /// The browser's profile directory, removed with the browser.
+    profile: Option<PathBuf>,
     finished: bool,
 }
 
 impl ChromeDriver {
     /// Starts `program` on a free loopback port and waits until it listens.
+    /// The browser's `profile` is the driver's from here: removed when it
+    /// stops, and when it is dropped (a start that failed, a canceled cell).
     pub async fn start(
         program: &Path,
         env: &BTreeMap<String, String>,
         marker: &str,
+        profile: PathBuf,
     ) -> Result<ChromeDriver, SpawnError> {
-        let port = free_port()?;
+        let port = match free_port() {
+            Ok(port) => port,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&profile);
+                return Err(e);
+            }
+        };
         let mut command = tokio::process::Command::new(program);
         command
             .arg(format!("--port={port}"))
@@ -97,9 +108,16 @@ impl ChromeDriver {
             .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(true);
-        let mut child = command
-            .spawn()
-            .map_err(|e| SpawnError::Browser(format!("cannot run `{}`: {e}", program.display())))?;
+        let mut child = match command.spawn() {
+            Ok(child) => child,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&profile);
+                return Err(SpawnError::Browser(format!(
+                    "cannot run `{}`: {e}",
+                    program.display()
+                )));
+            }
+        };
         let pid = child
             .id()
             .and_then(|id| i32::try_from(id).ok())
@@ -126,6 +144,7 @@ impl ChromeDriver {
             port,
             marker: marker.to_owned(),
             output,
+            profile: Some(profile),
             finished: false,
         };
         driver.wait_listening().await?;
@@ -171,36 +190,32 @@ impl ChromeDriver {
         }
     }
 
-    /// Kills chromedriver's group (Chromium's processes are in it); the
-    /// cell goes on at once. The rest happens beside what the cell does
-    /// next: chromedriver is reaped by a task of its own (the kernel takes
-    /// a dozen processes down meanwhile), and a blocking thread walks
-    /// `/proc` for a process of the browser that left the group (it is
-    /// killed), then removes `profile` (hundreds of files). A tokio runtime
-    /// waits for its blocking threads when it is dropped, so both are done
-    /// before gameplan exits; a second Ctrl-C's walk
-    /// (`kill_browsers_of_this_process`) covers an exit that does not wait.
-    #[expect(
-        clippy::unused_async,
-        reason = "its callers await a stop; what it waits for runs on beside them"
-    )]
-    pub async fn stop(mut self, profile: Option<PathBuf>) {
+    /// Kills chromedriver's group (Chromium's processes are in it), then,
+    /// on a blocking thread, walks `/proc` for a process of the browser that
+    /// left the group (it is killed) and removes the profile (hundreds of
+    /// files, a few milliseconds). The stop waits for that walk: a blocking
+    /// task still queued when its runtime shuts down is dropped, not run,
+    /// and a profile left in the temporary directory after each `gameplan
+    /// play` was the cost of not waiting. chromedriver is reaped beside
+    /// what the cell does next (a reap cut short by the runtime's end
+    /// leaves the child to tokio's orphan reaping: it is dead either way).
+    pub async fn stop(mut self) {
         let _ = killpg(self.pid, Signal::SIGKILL);
         self.finished = true;
         let marker = self.marker.clone();
-        drop(tokio::task::spawn_blocking(move || {
-            kill_browser(&marker);
-            if let Some(profile) = profile {
-                let _ = std::fs::remove_dir_all(profile);
-            }
-        }));
-        // A reap cut short by the runtime's end leaves the child to
-        // tokio's orphan reaping: it is dead either way.
+        let profile = self.profile.take();
         if let Some(mut child) = self.child.take() {
             drop(tokio::spawn(async move {
                 let _ = child.wait().await;
             }));
         }
+        let _ = tokio::task::spawn_blocking(move || {
+            kill_browser(&marker);
+            if let Some(profile) = profile {
+                remove_profile(&marker, &profile);
+            }
+        })
+        .await;
     }
 }
 
@@ -211,6 +226,25 @@ impl Drop for ChromeDriver {
         if !self.finished {
             let _ = killpg(self.pid, Signal::SIGKILL);
             kill_browser(&self.marker);
+            if let Some(profile) = self.profile.take() {
+                remove_profile(&self.marker, &profile);
+            }
+        }
+    }
+}
+
+/// Removes a killed browser's profile. A process sent SIGKILL may still be
+/// finishing a write when the first removal walks the directory (it then
+/// fails with "directory not empty"), so a removal that fails is retried,
+/// after killing whatever still names the profile, for up to two seconds.
+fn remove_profile(marker: &str, profile: &Path) {
+    for _ in 0..40 {
+        match std::fs::remove_dir_all(profile) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                kill_browser(marker);
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            _ => return,
         }
     }
 }

@@ -104,8 +104,6 @@ pub struct BrowserSession {
     client: Client,
     /// `None` when the plan named its own WebDriver server.
     driver: Option<chromedriver::ChromeDriver>,
-    /// The fresh Chromium profile of this session, removed at the end.
-    profile: Option<PathBuf>,
     url: String,
     timeout: Duration,
     /// What is the game: its origin or directory, and `game.allow`.
@@ -161,12 +159,10 @@ impl BrowserSession {
         let scope = scope::Scope::of(&url, &game.allow);
         let screenshots = screenshots_dir(artifacts)?;
         let timeout = spec.action_timeout;
-        let (driver, endpoint, profile, capabilities) = if let Some(external) = &game.webdriver_url
-        {
+        let (driver, endpoint, capabilities) = if let Some(external) = &game.webdriver_url {
             (
                 None,
                 external.clone(),
-                None,
                 external_capabilities(timeout, game.viewport),
             )
         } else {
@@ -177,17 +173,13 @@ impl BrowserSession {
             std::fs::create_dir_all(&profile).map_err(|e| {
                 SpawnError::Browser(format!("cannot create {}: {e}", profile.display()))
             })?;
-            let driver = chromedriver::ChromeDriver::start(&program, &spec.env, &marker).await;
-            let driver = match driver {
-                Ok(driver) => driver,
-                Err(e) => {
-                    let _ = std::fs::remove_dir_all(&profile);
-                    return Err(e);
-                }
-            };
-            let endpoint = driver.url();
             let caps = chromium_capabilities(&browser, &profile, timeout, game.viewport);
-            (Some(driver), endpoint, Some(profile), caps)
+            // From here the driver owns the profile: it is removed however
+            // the session ends (stopped, failed to start, or dropped).
+            let driver =
+                chromedriver::ChromeDriver::start(&program, &spec.env, &marker, profile).await?;
+            let endpoint = driver.url();
+            (Some(driver), endpoint, caps)
         };
         let connected = tokio::time::timeout(
             START_WITHIN,
@@ -205,7 +197,7 @@ impl BrowserSession {
                 };
                 let tail = driver.as_ref().map(chromedriver::ChromeDriver::output_tail);
                 if let Some(driver) = driver {
-                    driver.stop(profile).await;
+                    driver.stop().await;
                 }
                 return Err(SpawnError::Browser(format!(
                     "no WebDriver session at {endpoint}: {why}{}",
@@ -225,7 +217,6 @@ impl BrowserSession {
         let session = BrowserSession {
             client,
             driver,
-            profile,
             last_good: url.clone(),
             url,
             timeout,
@@ -477,7 +468,7 @@ impl BrowserSession {
         // before the browser goes (within the action timeout).
         let _ = self.finish_screenshot(Op::Close).await;
         match self.driver {
-            Some(driver) => driver.stop(self.profile.take()).await,
+            Some(driver) => driver.stop().await,
             None => {
                 let _ = tokio::time::timeout(CLOSE_WITHIN, self.client.clone().close()).await;
             }
