@@ -1,18 +1,17 @@
 //! gameplan: a declarative pipeline runner for AI playtests and AI review gates.
 //!
 //! The binary is a thin shell over [`run`]; everything is testable in-process.
-//! Module map (arrows = "uses"): `cli → plan, graph, engine, report, play,
-//! games, server`; `server → backend`; `graph → plan`; `engine → graph, steps, journal, reuse, report`;
-//! `steps → backend, reuse, play, journal (checkpoint records)`;
-//! `play → report` (the cell's report.md); `steps, play → process_table`; `plan → template`;
-//! `report → plan (diagnostics), journal (states)`; `suggest` is used by
-//! `plan` and `template`. `report` never calls into `engine`: the engine
-//! fills in `report::run`'s types and `report` renders them.
+//! Each top-level module is a room on a floor, and a room imports only
+//! rooms on lower floors: the table is in `docs/contributing.md`, and the
+//! `house::layout` integration test holds the code to it. `report` never
+//! calls into `engine`: the engine fills in `report::run`'s types and
+//! `report` renders them.
 
 pub mod backend;
 pub mod cli;
 pub mod engine;
 pub mod exit_code;
+pub mod finding_class;
 pub mod games;
 pub mod graph;
 pub mod journal;
@@ -28,6 +27,8 @@ pub mod state_dir;
 pub mod steps;
 pub mod suggest;
 pub mod template;
+pub mod text;
+pub mod token_price;
 
 use std::ffi::OsString;
 use std::process::ExitCode;

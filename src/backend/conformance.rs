@@ -5,7 +5,7 @@
 //! One source, three runs: against `local` (the ledger's tests), against
 //! the routes served in-process (the `http` backend's tests), and against
 //! the real `gameplan serve` binary on loopback through the `http` backend
-//! (`tests/integration/issue16_serve.rs` compiles this very file with
+//! (`tests/integration/serve/api.rs` compiles this very file with
 //! `#[path]`, since a `cfg(test)` module of the library cannot be called
 //! from an integration test). So it names only what both crates see: the
 //! public `api`, `Backend` and `UploadTarget` of its parent module, and its

@@ -491,7 +491,7 @@ mod tests {
 
     /// The child of the test below, with no terminal on stdin.
     #[test]
-    #[ignore = "started by issue16_without_a_terminal_the_price_question_is_a_no"]
+    #[ignore = "started by without_a_terminal_the_price_question_is_a_no"]
     fn no_terminal_child() {
         if std::env::var_os("GAMEPLAN_NO_TERMINAL_CHILD").is_none() {
             return;
@@ -501,7 +501,7 @@ mod tests {
     }
 
     #[test]
-    fn issue16_without_a_terminal_the_price_question_is_a_no() {
+    fn without_a_terminal_the_price_question_is_a_no() {
         let exe = std::env::current_exe().expect("test binary");
         let mut child = std::process::Command::new(exe)
             .args([

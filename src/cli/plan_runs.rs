@@ -182,7 +182,7 @@ pub fn status(cx: &Context, run_id: Option<&str>, as_json: bool, flag: Option<&P
             let record = history.records.get(&s.id);
             let log = StepLog::of(&run_dir, &s.id, record).map(|log| match log {
                 StepLog::Segments { .. } => {
-                    crate::steps::command::log_label_in(&s.id, &run_dir, &root)
+                    crate::report::run::log_label_in(&s.id, &run_dir, &root)
                 }
                 StepLog::File(path) => path.display().to_string(),
             });

@@ -341,7 +341,9 @@ pub fn play_cell(cx: &Context, args: &CellArgs) -> u8 {
         });
         let result = crate::play::play_cell(&spec, &args.out, cancel).await;
         signals.abort();
-        result
+        let mut result = result?;
+        crate::report::play_cell::write_markdown(&args.out, &mut result)?;
+        Ok::<_, crate::play::PlayError>(result)
     });
     match outcome {
         Ok(result) => {
@@ -492,7 +494,7 @@ fn llm_player_of(cx: &Context, llm: &super::LlmPlayerArgs) -> Result<PlayerSpec,
         }
     };
     if let (Some(input), Some(output)) = (llm.price_input, llm.price_output) {
-        client.price = Some(crate::llm::Price {
+        client.price = Some(crate::token_price::Price {
             input_per_mtok: usd("--price-input", input)?,
             output_per_mtok: usd("--price-output", output)?,
         });
@@ -508,7 +510,7 @@ fn llm_player_of(cx: &Context, llm: &super::LlmPlayerArgs) -> Result<PlayerSpec,
                 "the model `{}` has no known price, so --max-model-usd cannot be kept: give \
                  --price-input and --price-output (USD per million tokens; built-in prices: {})",
                 client.model,
-                crate::llm::Price::builtin_names().join(", ")
+                crate::token_price::Price::builtin_names().join(", ")
             ));
         }
         client.max_usd = Some(max);

@@ -11,7 +11,7 @@ impl SchemaName {
         match self {
             SchemaName::Plan => pretty(&crate::plan::schema::plan_schema()),
             SchemaName::Dispositions => {
-                schema_json::<crate::review::dispositions::DispositionsFile>()
+                schema_json::<crate::plan::dispositions::DispositionsFile>()
             }
             SchemaName::Run => schema_json::<crate::report::run::RunReport>(),
             SchemaName::Bridge => schema_json::<crate::play::protocol::BridgeMessage>(),

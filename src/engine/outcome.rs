@@ -47,7 +47,7 @@ use crate::exit_code;
 use crate::journal::run::{RunOutcome, StepState};
 use crate::plan::model::FailOn;
 use crate::report::playtest::Playtest;
-use crate::report::run::{FailOnReport, MatchedFinding, StepReport};
+use crate::report::run::{FailOnReport, MatchedFinding};
 use crate::steps::StepOutcome;
 
 /// How a run's findings were judged.
@@ -66,12 +66,21 @@ impl FindingsVerdict {
     }
 }
 
+/// Whether a judging step (a gate) that ended in `state` judged the
+/// findings: it ran, whatever its verdict, or its verdict was reused.
+pub fn judged(state: StepState) -> bool {
+    matches!(
+        state,
+        StepState::Succeeded | StepState::Reused | StepState::Failed | StepState::Incomplete
+    )
+}
+
 /// Judges the merged findings of a run by `--fail-on` (`flag`), else the
-/// plan's `fail_on`; without either, counts the findings no gate step
-/// judged (a gate step that ran judged them).
+/// plan's `fail_on`; without either, counts the findings no judging step
+/// judged (`judged`: a gate step judged them).
 pub fn judge_findings(
     playtest: Option<&Playtest>,
-    steps: &[StepReport],
+    judged: bool,
     flag: &[FailOn],
     plan: &[FailOn],
 ) -> FindingsVerdict {
@@ -85,19 +94,9 @@ pub fn judge_findings(
         (flag, "flag")
     };
     if selectors.is_empty() {
-        let gate_ran = steps.iter().any(|s| {
-            s.kind == "gate"
-                && matches!(
-                    s.state,
-                    StepState::Succeeded
-                        | StepState::Reused
-                        | StepState::Failed
-                        | StepState::Incomplete
-                )
-        });
         return FindingsVerdict {
             fail_on: None,
-            unjudged: (!gate_ran && !findings.is_empty()).then_some(findings.len()),
+            unjudged: (!judged && !findings.is_empty()).then_some(findings.len()),
         };
     }
     let matched = findings

@@ -132,23 +132,21 @@ pub fn cells_ahead(
     pipeline
         .order
         .iter()
-        .filter(|&&node| pipeline.instance(node).kind == crate::plan::model::StepKind::Play)
-        .map(|&node| {
+        .filter_map(|&node| {
             let decision = &decisions[node.index()];
             let instance = pipeline.instance(node);
-            let (persona, controller) = crate::steps::play::persona_and_controller(
+            let (persona, controller) = kinds.get(instance.kind)?.cell_of(
                 &loaded.plan,
                 &pipeline.steps[instance.step],
                 instance,
-            )
-            .unwrap_or_default();
-            crate::steps::CellAhead {
+            )?;
+            Some(crate::steps::CellAhead {
                 id: instance.id.clone(),
                 reused: decision.reused,
                 key: decision.key.clone(),
                 persona,
                 controller,
-            }
+            })
         })
         .collect()
 }

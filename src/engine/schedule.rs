@@ -230,7 +230,7 @@ mod tests {
     }
 
     #[test]
-    fn issue17_an_incomplete_step_stops_what_needs_it_unless_its_partial_results_are_results() {
+    fn an_incomplete_step_stops_what_needs_it_unless_its_partial_results_are_results() {
         let mut schedule = Schedule::new(pipeline());
         schedule.initialize();
         let _ = ids(&mut schedule);

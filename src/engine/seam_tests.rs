@@ -69,6 +69,26 @@ impl Kind for Scripted {
         cx.step_dir.clone()
     }
 
+    // A test kind answers the engine's questions as the real kind of its
+    // name does: a play step is a cell ahead, an estimate reads them, a
+    // gate judges.
+    fn reads_cells_ahead(&self) -> bool {
+        self.kind == StepKind::Estimate
+    }
+
+    fn cell_of(
+        &self,
+        _plan: &crate::plan::model::Plan,
+        _step: &crate::plan::model::Step,
+        _instance: &crate::graph::Instance,
+    ) -> Option<(String, String)> {
+        (self.kind == StepKind::Play).then(Default::default)
+    }
+
+    fn judges(&self) -> bool {
+        self.kind == StepKind::Gate
+    }
+
     fn summary(&self, step_dir: &Path) -> Option<crate::steps::SummarySection> {
         let text = std::fs::read_to_string(step_dir.join("summary.txt")).ok()?;
         Some(crate::steps::SummarySection {
@@ -648,7 +668,7 @@ fn judges_and_fails<'a>(
 /// A step that fails still hands its cases over (a FIX FIRST gate's are
 /// the point); a step skipped after it, which would write some, has none.
 #[test]
-fn issue17_a_kind_hands_its_junit_cases_also_when_its_step_failed() {
+fn a_kind_hands_its_junit_cases_also_when_its_step_failed() {
     let repo = Repo::new(
         "[[steps]]\nid = \"first\"\nkind = \"estimate\"\n\n\
          [[steps]]\nid = \"second\"\nkind = \"register\"\nneeds = [\"first\"]\n",
@@ -1046,7 +1066,7 @@ fn b_incomplete<'a>(
 }
 
 #[test]
-fn issue17_an_incomplete_step_stops_what_needs_it_and_always_steps_still_run() {
+fn an_incomplete_step_stops_what_needs_it_and_always_steps_still_run() {
     let repo = Repo::new(
         CHAIN,
         vec![(StepKind::Command, b_incomplete), (StepKind::Finish, ok)],
@@ -1118,7 +1138,7 @@ fn b_incomplete_x_uncertain<'a>(
 }
 
 #[test]
-fn issue17_a_resume_keeps_an_incomplete_step_final_and_what_needs_it_not_run() {
+fn a_resume_keeps_an_incomplete_step_final_and_what_needs_it_not_run() {
     let plan = format!("{CHAIN}\n[[steps]]\nid = \"x\"\nkind = \"register\"\n");
     let repo = Repo::new(
         &plan,
@@ -1181,7 +1201,7 @@ fn keeps_units<'a>(
 }
 
 #[test]
-fn issue17_a_kind_reads_in_the_next_run_what_it_stored_in_its_unit_store() {
+fn a_kind_reads_in_the_next_run_what_it_stored_in_its_unit_store() {
     let repo = Repo::new(
         "[[steps]]\nid = \"gate\"\nkind = \"command\"\nrun = \"true\"\n",
         vec![(StepKind::Command, keeps_units)],

@@ -281,7 +281,7 @@ mod tests {
     /// without checking the host, and a pid it could not use became
     /// `kill(0)`, which signals the caller's own process group.
     #[test]
-    fn issue8_item11_only_a_single_local_pid_is_ever_a_signal_target() {
+    fn only_a_single_local_pid_is_ever_a_signal_target() {
         let here = holder("r1");
         assert_eq!(
             here.signal_target("test-host"),

@@ -634,7 +634,7 @@ mod tests {
     /// Issue 10: `plan runs` shows the time a run spent running, summed
     /// over its start and its resumes; an old journal has none.
     #[test]
-    fn issue10_duration_sums_the_legs_of_a_run() {
+    fn duration_sums_the_legs_of_a_run() {
         let stopped = |ms| Event::RunStopped {
             at: "t".into(),
             reason: "signal".into(),
@@ -683,7 +683,7 @@ mod tests {
     /// Issue 8, item 15: a crafted `attempt: 4294967295` is refused as a
     /// damaged journal instead of overflowing `attempt + 1` on resume.
     #[test]
-    fn issue8_item15_an_impossible_attempt_is_refused_not_overflowed() {
+    fn an_impossible_attempt_is_refused_not_overflowed() {
         for (attempt, finished) in [
             (u32::MAX, false),
             (u32::MAX, true),
@@ -739,7 +739,7 @@ mod tests {
     /// Issue 8, item 24: matrix values `a/b`, `a_b` and `a b` must not share
     /// one step directory.
     #[test]
-    fn issue8_item24_step_directories_are_collision_free() {
+    fn step_directories_are_collision_free() {
         let run = RunDir::new(Path::new("/state"), "r1");
         let ids = [
             "build[a/b]",

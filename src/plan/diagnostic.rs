@@ -4,7 +4,7 @@
 //! them in one pass. Each problem has a stable namespaced code (`plan::…`) that
 //! tests and `--json` consumers can match on.
 
-use super::source::Span;
+use super::source::{Source, Span};
 pub use crate::suggest::{did_you_mean, one_of};
 
 /// One problem found in a plan file.
@@ -94,5 +94,16 @@ impl Diagnostics {
             .sort_by_key(|d| d.span.map_or((0, 0), |s| (s.start, s.end)));
         self.list.dedup();
         self.list
+    }
+}
+
+/// `file:line:col` of a problem (just `file` when it has no position).
+pub fn location(source: Option<&Source>, name: &str, diagnostic: &Diagnostic) -> String {
+    match (source, diagnostic.span) {
+        (Some(source), Some(span)) => {
+            let (line, col) = source.line_col(span.start);
+            format!("{name}:{line}:{col}")
+        }
+        _ => name.to_owned(),
     }
 }

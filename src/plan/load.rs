@@ -150,11 +150,11 @@ pub fn load(path: &Path, options: &LoadOptions) -> Result<LoadedPlan, LoadFailur
 /// once the plan is valid, since its lens names are what a disposition's
 /// `lens` must be one of. A plan without the file is unaffected.
 fn check_dispositions(path: &Path, plan: &Plan) -> Result<(), LoadFailure> {
-    use crate::review::dispositions::{Dispositions, beside};
+    use super::dispositions::{Dispositions, beside};
     let lenses: Vec<&str> = plan.lenses.iter().map(|l| l.name.as_str()).collect();
     Dispositions::load_for(&beside(path), &lenses)
         .map(drop)
-        .map_err(crate::review::dispositions::DispositionsError::into_load_failure)
+        .map_err(super::dispositions::DispositionsError::into_load_failure)
 }
 
 /// A secret rendered into a value that is then found wrong (an invalid id, a

@@ -1,10 +1,12 @@
 //! The plan language: source text, the spanned tree, decoding, validation and the validated model.
 //!
-//! Owns everything from a plan file's bytes to [`model::Plan`]; knows nothing
-//! of running steps or money. Entry point: [`load`].
+//! Owns everything from a plan file's bytes to [`model::Plan`], and the
+//! `dispositions.toml` beside it ([`dispositions`]); knows nothing of
+//! running steps or money. Entry point: [`load`].
 
 pub mod decode;
 pub mod diagnostic;
+pub mod dispositions;
 pub mod kinds;
 pub mod load;
 pub mod model;

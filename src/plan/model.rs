@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 pub use super::raw::{BackendKind, Driver, LensKind, LensOver, StepKind};
-pub use crate::play::findings::{Category, Severity};
+pub use crate::finding_class::{Category, Severity};
 
 /// The built-in action controllers (DESIGN §7).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -257,7 +257,7 @@ pub enum Player {
         api_key: Option<String>,
         temperature: Option<f64>,
         /// USD per million tokens; `None`: the built-in table's, if any.
-        price: Option<crate::llm::Price>,
+        price: Option<crate::token_price::Price>,
         /// A repo-relative prompt template.
         prompt_file: Option<String>,
         /// Seconds one request may take.
@@ -300,7 +300,7 @@ pub enum Judge {
         #[serde(skip)]
         api_key: Option<String>,
         /// USD per million tokens; `None`: the built-in table's, if any.
-        price: Option<crate::llm::Price>,
+        price: Option<crate::token_price::Price>,
     },
 }
 
@@ -402,7 +402,7 @@ mod tests {
     use super::{FailOn, Severity, severity_name};
 
     #[test]
-    fn issue15_fail_on_reads_the_severity_names_findings_write() {
+    fn fail_on_reads_the_severity_names_findings_write() {
         for s in FailOn::SEVERITIES {
             assert_eq!(
                 serde_json::to_value(s).unwrap(),

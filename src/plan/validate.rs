@@ -1032,7 +1032,10 @@ impl Validator<'_> {
     }
 
     /// A price of non-negative, finite numbers.
-    fn price(&mut self, price: &Spanned<super::raw::RawPrice>) -> Option<crate::llm::Price> {
+    fn price(
+        &mut self,
+        price: &Spanned<super::raw::RawPrice>,
+    ) -> Option<crate::token_price::Price> {
         let mut ok = true;
         for value in [&price.input_per_mtok, &price.output_per_mtok] {
             if !value.value.is_finite() || value.value < 0.0 {
@@ -1048,7 +1051,7 @@ impl Validator<'_> {
                 );
             }
         }
-        ok.then_some(crate::llm::Price {
+        ok.then_some(crate::token_price::Price {
             input_per_mtok: price.input_per_mtok.value,
             output_per_mtok: price.output_per_mtok.value,
         })
@@ -1061,13 +1064,13 @@ impl Validator<'_> {
         owner: &str,
         holder: &str,
         model: &Spanned<String>,
-        price: Option<crate::llm::Price>,
+        price: Option<crate::token_price::Price>,
         budget: Option<&Budget>,
     ) {
         let bounded = budget.and_then(|b| b.max_model_usd);
         if let Some(max) = bounded
             && price.is_none()
-            && crate::llm::Price::builtin(&model.value).is_none()
+            && crate::token_price::Price::builtin(&model.value).is_none()
         {
             self.push(
                 Diagnostic::new(
@@ -1081,7 +1084,7 @@ impl Validator<'_> {
                 .label("no price known for this model")
                 .help(format!(
                     "add `price = {{ input_per_mtok = …, output_per_mtok = … }}` (USD per million tokens) to the {holder}; built-in prices: {}",
-                    crate::llm::Price::builtin_names().join(", ")
+                    crate::token_price::Price::builtin_names().join(", ")
                 )),
             );
         }
@@ -1094,7 +1097,7 @@ impl Validator<'_> {
         &mut self,
         slug: &str,
         model: &Spanned<String>,
-        price: Option<crate::llm::Price>,
+        price: Option<crate::token_price::Price>,
         prompt_file: Option<&Spanned<String>>,
         timeout: Option<&Spanned<u64>>,
         budget: Option<&Budget>,

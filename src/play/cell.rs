@@ -79,7 +79,9 @@ pub enum PlayError {
     NotPlayed(NotPlayed),
 }
 
-/// The names of the files a cell writes.
+/// The names of the files of a cell: [`play_cell`] writes all but
+/// `report.md`, which `report::play_cell::write_markdown` renders from the
+/// report (play builds the report's data; report renders it).
 pub const CELL_FILES: [&str; 4] = [
     "report.json",
     "report.md",
@@ -350,7 +352,7 @@ fn limit_hit(stderr: &str, limits: super::driver::ResourceLimits) -> Option<Stri
             .map(|line| {
                 format!(
                     " (the game said: `{}`)",
-                    super::episode::cut(line.trim().trim_matches('"'), 120)
+                    crate::text::cut(line.trim().trim_matches('"'), 120)
                 )
             })
     };
@@ -475,7 +477,7 @@ fn nondeterminism_warning(
     let shown = |v: Option<&serde_json::Value>| {
         v.map_or_else(
             || "absent".to_owned(),
-            |v| super::episode::cut(&v.to_string(), 40),
+            |v| crate::text::cut(&v.to_string(), 40),
         )
     };
     let also = match &differing[1..] {
@@ -575,7 +577,7 @@ fn not_played_by(
     } else if let Some(line) = failure.stray_output() {
         Some(format!(
             "the game printed this on stdout: `{}`; logs belong on stderr",
-            super::episode::cut(&line, 80)
+            crate::text::cut(&line, 80)
         ))
     } else {
         match (failure, opening) {
@@ -731,7 +733,7 @@ async fn play(
                     step: taken,
                     observation: episode.current.hash.clone(),
                     last_actions: super::findings::last_actions(episode.episode_actions()),
-                    detail: Some(super::episode::cut(&episode.current.observation.text, 200)),
+                    detail: Some(crate::text::cut(&episode.current.observation.text, 200)),
                     stderr_tail: None,
                     screenshot: episode.current.screenshot.clone(),
                     page: episode.current.url.clone(),
@@ -876,10 +878,8 @@ fn write_files(
     };
     let mut json = serde_json::to_vec_pretty(report).unwrap_or_default();
     json.push(b'\n');
-    let markdown = crate::report::play_cell::markdown(report);
     Ok(vec![
         write("report.json", &json)?,
-        write("report.md", markdown.as_bytes())?,
         write("transcript.jsonl", transcript)?,
         write("trace.jsonl", &trace.to_jsonl())?,
     ])
@@ -908,7 +908,7 @@ mod tests {
     /// Issue 15, item 8: the warning names the first differing field by its
     /// JSON path (the game's key order), both values, and the others.
     #[test]
-    fn issue15_a_nondeterministic_observation_is_named_by_its_first_differing_path() {
+    fn a_nondeterministic_observation_is_named_by_its_first_differing_path() {
         let a = serde_json::json!({"text": "Room 1", "actions": ["n", "s"], "state": {"t": 1.5, "hp": 3}});
         let b = serde_json::json!({"text": "Room 1", "actions": ["n", "e"], "state": {"t": 2.5, "hp": 3, "x": 0}});
         assert_eq!(

@@ -19,6 +19,7 @@ use super::findings::{Category, Evidence, FindingSet, Spotted, last_actions, nor
 use super::players::History;
 use super::protocol::{Event, EventKind, Op};
 use super::trace::{TraceReset, TraceStep};
+use crate::text::cut;
 
 /// What one action did.
 #[derive(Debug, Clone, PartialEq)]
@@ -433,15 +434,4 @@ fn last_line(text: &str) -> &str {
         .map(str::trim)
         .find(|l| !l.is_empty())
         .unwrap_or("")
-}
-
-/// `text` cut to `max` characters, with an ellipsis when cut.
-pub fn cut(text: &str, max: usize) -> String {
-    let mut chars = text.chars();
-    let head: String = chars.by_ref().take(max).collect();
-    if chars.next().is_some() {
-        format!("{head}…")
-    } else {
-        head
-    }
 }

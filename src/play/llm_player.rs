@@ -19,11 +19,11 @@ use std::collections::VecDeque;
 
 use serde_json::json;
 
-use super::episode::cut;
 use super::players::{Finished, PlayEnd, Player, PlayerError, PlayerReport, Proposals, Turn};
 use super::trace::QuitReason;
 use crate::llm::{Client, ClientConfig, LlmError, Message};
 use crate::template::Redactor;
+use crate::text::cut;
 
 /// The prompt a plan that names no `prompt_file` plays with. It reads
 /// `persona` (the card), `observation` (`text`, `actions`, `score`,

@@ -10,7 +10,7 @@ use miette::{
 use serde_json::json;
 
 use crate::plan::LoadFailure;
-use crate::plan::diagnostic::Diagnostic;
+use crate::plan::diagnostic::{Diagnostic, location};
 use crate::plan::source::Source;
 
 /// One problem bound to its file, in the shape miette renders.
@@ -67,17 +67,6 @@ impl MietteDiagnostic for Located<'_> {
         self.source.as_ref()?;
         let label = LabeledSpan::new(self.diagnostic.label.clone(), span.start, span.len());
         Some(Box::new(std::iter::once(label)))
-    }
-}
-
-/// `file:line:col` of a problem (just `file` when it has no position).
-pub fn location(source: Option<&Source>, name: &str, diagnostic: &Diagnostic) -> String {
-    match (source, diagnostic.span) {
-        (Some(source), Some(span)) => {
-            let (line, col) = source.line_col(span.start);
-            format!("{name}:{line}:{col}")
-        }
-        _ => name.to_owned(),
     }
 }
 

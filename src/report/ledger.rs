@@ -13,25 +13,7 @@ pub fn dollars(cents: i64) -> String {
     format!("{sign}${}.{:02}", abs / 100, abs % 100)
 }
 
-/// `text` with its control characters escaped (`\u{1b}`, `\n`): names
-/// that came over the API are printed as they are stored, and a ledger
-/// written before the API refused control characters may hold some; a raw
-/// ESC would reach the terminal.
-fn shown(text: &str) -> std::borrow::Cow<'_, str> {
-    if !text.chars().any(char::is_control) {
-        return std::borrow::Cow::Borrowed(text);
-    }
-    text.chars()
-        .map(|c| {
-            if c.is_control() {
-                c.escape_default().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect::<String>()
-        .into()
-}
+use crate::text::escape_controls as shown;
 
 /// The text of `gameplan ledger show`.
 pub fn show(view: &LedgerView, path: &std::path::Path) -> String {

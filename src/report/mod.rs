@@ -94,14 +94,14 @@ mod tests {
     use super::{paint, plural};
 
     #[test]
-    fn issue10_counts_agree_in_number() {
+    fn counts_agree_in_number() {
         assert_eq!(plural(0, "step"), "0 steps");
         assert_eq!(plural(1, "step"), "1 step");
         assert_eq!(plural(2, "distinct finding"), "2 distinct findings");
     }
 
     #[test]
-    fn issue10_paint_is_plain_without_colour() {
+    fn paint_is_plain_without_colour() {
         assert_eq!(paint(false, "31", "FAILED"), "FAILED");
         assert_eq!(paint(true, "31", "FAILED"), "\x1b[31mFAILED\x1b[0m");
     }

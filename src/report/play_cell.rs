@@ -4,10 +4,25 @@
 //! disk renders the same as a fresh one.
 
 use std::fmt::Write;
+use std::path::Path;
 
+use crate::play::cell::{CellResult, PlayError};
 use crate::play::cell_report::{CellReport, CellState, NotPlayed};
 use crate::play::trace::QuitReason;
 
+/// Writes the cell's `report.md` into `out_dir` beside the files the cell
+/// wrote, and lists it among them.
+pub fn write_markdown(out_dir: &Path, result: &mut CellResult) -> Result<(), PlayError> {
+    let path = out_dir.join("report.md");
+    std::fs::write(&path, markdown(&result.report)).map_err(|source| PlayError::Write {
+        path: path.display().to_string(),
+        source,
+    })?;
+    result.files.push(path);
+    Ok(())
+}
+
+/// A cell's `report.md`, from its report alone.
 pub fn markdown(report: &CellReport) -> String {
     let mut md = String::with_capacity(4096);
     let _ = writeln!(

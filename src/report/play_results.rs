@@ -78,7 +78,7 @@ fn seconds(d: Duration) -> String {
 }
 
 fn render_difference(text: &mut String, difference: &Difference) {
-    let cut = |s: &str| crate::play::episode::cut(s, 160);
+    let cut = |s: &str| crate::text::cut(s, 160);
     match difference {
         Difference::Text { expected, got } => {
             let _ = writeln!(text, "    text:");

@@ -742,7 +742,7 @@ mod tests {
             severity: "low".into(),
             title: format!(
                 "Nothing changed for 8 actions at \"{}\"",
-                crate::play::episode::cut(place, 80)
+                crate::text::cut(place, 80)
             ),
             location: crate::play::findings::normalize(place),
             found_by: vec!["kid/standard".into()],

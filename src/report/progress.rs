@@ -636,7 +636,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn issue16_a_refused_or_uncertain_step_says_why_in_its_line() {
+    fn a_refused_or_uncertain_step_says_why_in_its_line() {
         let progress = Progress::new(false, false, Redactor::default());
         let step = |state, message: &str| StepReport {
             id: "register".into(),
@@ -663,7 +663,7 @@ mod tests {
     }
 
     #[test]
-    fn issue10_durations_read_like_a_clock() {
+    fn durations_read_like_a_clock() {
         let cases = [
             (0, "0.00s"),
             (349, "0.34s"),
@@ -680,7 +680,7 @@ mod tests {
     }
 
     #[test]
-    fn issue10_every_running_step_has_a_line_up_to_a_screenful() {
+    fn every_running_step_has_a_line_up_to_a_screenful() {
         let since = Instant::now()
             .checked_sub(std::time::Duration::from_secs(65))
             .unwrap_or_else(Instant::now);

@@ -425,7 +425,7 @@ mod tests {
     }
 
     #[test]
-    fn issue17_the_summary_names_a_few_and_counts_the_rest() {
+    fn the_summary_names_a_few_and_counts_the_rest() {
         let text = summary(&review(20));
         assert!(text.starts_with("gate g: FIX FIRST\n"), "{text}");
         assert_eq!(
@@ -445,7 +445,7 @@ mod tests {
     }
 
     #[test]
-    fn issue17_the_coverage_matrix_stops_at_its_cap_and_says_how_many_it_left_out() {
+    fn the_coverage_matrix_stops_at_its_cap_and_says_how_many_it_left_out() {
         let md = markdown(&review(MATRIX_MAX_UNITS + 5));
         assert!(md.contains("| `u0000` | finding |"), "a row per unit");
         assert!(md.contains(&format!("| `u{:04}` |", MATRIX_MAX_UNITS - 1)));
@@ -456,7 +456,7 @@ mod tests {
     }
 
     #[test]
-    fn issue17_junit_cases_are_one_per_unit_failed_or_errored() {
+    fn junit_cases_are_one_per_unit_failed_or_errored() {
         let cases = junit_cases(&review(4));
         assert_eq!(cases.len(), 4);
         assert!(matches!(cases[0].outcome, CaseOutcome::Failed { .. }));

@@ -200,12 +200,60 @@ pub fn headline(message: &str, log: Option<&str>) -> String {
     }
 }
 
+/// The state directory a run is in (`<state>/runs/<id>`).
+pub fn state_dir(run: &crate::journal::run::RunDir) -> std::path::PathBuf {
+    run.dir
+        .parent()
+        .and_then(std::path::Path::parent)
+        .unwrap_or(&run.dir)
+        .to_path_buf()
+}
+
+/// How a message names a step's log: the command that prints it, with
+/// `--state-dir` when the run's is not the repo's `.gameplan`.
+pub fn log_label_in(
+    step: &str,
+    run: &crate::journal::run::RunDir,
+    root: &std::path::Path,
+) -> String {
+    let run_id = run
+        .dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let label = log_label(step, &run_id);
+    let state = state_dir(run);
+    if state == root.join(".gameplan") {
+        return label;
+    }
+    format!(
+        "{} --state-dir {}`",
+        label.trim_end_matches('`'),
+        state.display()
+    )
+}
+
+/// How a message names a step's log in the default state directory.
+pub fn log_label(step: &str, run_id: &str) -> String {
+    let plain = |s: &str| {
+        !s.is_empty()
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.,=:/@%+".contains(c))
+    };
+    let step = if plain(step) {
+        step.to_owned()
+    } else {
+        format!("'{}'", step.replace('\'', "'\\''"))
+    };
+    format!("`gameplan plan log {step} {run_id}`")
+}
+
 #[cfg(test)]
 mod tests {
     use super::headline;
 
     #[test]
-    fn issue10_a_headline_is_the_first_line_and_the_log() {
+    fn a_headline_is_the_first_line_and_the_log() {
         assert_eq!(
             headline(
                 "exited with code 3; last lines of /r/stdout.log:\n    a\n    b",

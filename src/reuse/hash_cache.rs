@@ -579,7 +579,7 @@ mod tests {
     /// Issue 8, item 4: same inode, same size, mtime put back, other bytes.
     /// The ctime moved, so the file is read again and the new bytes count.
     #[test]
-    fn issue8_item4_in_place_rewrite_with_mtime_put_back_is_read_again() {
+    fn in_place_rewrite_with_mtime_put_back_is_read_again() {
         let f = fixture();
         let file = f.root.path().join("a.txt");
         let old = an_hour_ago();
@@ -608,7 +608,7 @@ mod tests {
     /// Issue 8, item 4: a stat from another device (same inode number) is
     /// not the cached file's.
     #[test]
-    fn issue8_item4_another_device_or_ctime_is_not_trusted() {
+    fn another_device_or_ctime_is_not_trusted() {
         let stat = Stat {
             size: 4,
             mtime_ns: 1,
@@ -803,7 +803,7 @@ mod tests {
     /// took serves its hash (one system call, not two); the guard ends it,
     /// and a later hash takes its own stat and sees a rewrite.
     #[test]
-    fn issue19_a_shared_stat_serves_one_key_computation_and_no_later_hash() {
+    fn a_shared_stat_serves_one_key_computation_and_no_later_hash() {
         let f = fixture();
         let file = f.root.path().join("a.txt");
         write_old(&file, b"aaaa", an_hour_ago());

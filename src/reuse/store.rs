@@ -1845,7 +1845,7 @@ mod tests {
     /// use, a reuse recorded at the end of a run refreshes the use, and
     /// removing one leaves the others and `last/` alone.
     #[test]
-    fn issue10_entries_list_size_and_last_use_and_remove_one() {
+    fn entries_list_size_and_last_use_and_remove_one() {
         let f = built();
         let (old, new) = (key("make"), key("make -j4"));
         let old_digest = old.digest();
@@ -1912,7 +1912,7 @@ mod tests {
     /// Issue 8, item 5: an entry edited to name the step's script is
     /// refused whole; nothing is written over the script or anywhere else.
     #[test]
-    fn issue8_item5_an_entry_naming_a_path_outside_the_outputs_is_refused() {
+    fn an_entry_naming_a_path_outside_the_outputs_is_refused() {
         let f = built();
         write_file(f.root.path(), "step.sh", "echo the real step\n");
         let mut entry = f
@@ -1960,7 +1960,7 @@ mod tests {
     /// too; a restore leaves them as they are in the working tree (a hand
     /// edit to the plan is not reverted).
     #[test]
-    fn issue8_item5_a_restore_never_writes_over_an_input_or_the_plan() {
+    fn a_restore_never_writes_over_an_input_or_the_plan() {
         let f = fixture(&[
             ("plan.toml", "# the plan\n"),
             ("src/in.txt", "input"),
@@ -2025,7 +2025,7 @@ mod tests {
     /// of killed writes: an hour old, or a minute old with a dead writer;
     /// a live writer's recent one stays.
     #[test]
-    fn issue8_item16_the_first_put_sweeps_abandoned_temp_dirs() {
+    fn the_first_put_sweeps_abandoned_temp_dirs() {
         let f = built();
         let store_dir = f.state.path().join("store");
         let me = std::process::id();
@@ -2066,7 +2066,7 @@ mod tests {
     /// A step with small (or no) outputs creates no file: its entry is one
     /// line appended to the index.
     #[test]
-    fn issue19_a_step_with_small_outputs_writes_one_line_and_no_file() {
+    fn a_step_with_small_outputs_writes_one_line_and_no_file() {
         let f = fixture(&[("out/a", ""), ("out/b", "small")]);
         for (i, outputs) in [&["out/a", "out/b"][..], &[][..]].iter().enumerate() {
             f.store
@@ -2100,7 +2100,7 @@ mod tests {
     /// and restored, never rewritten: storing its key again keeps it, and
     /// only `gc` removes it.
     #[test]
-    fn issue19_an_old_layout_store_is_read_not_rewritten_and_gc_drops_it() {
+    fn an_old_layout_store_is_read_not_rewritten_and_gc_drops_it() {
         let f = built();
         let (old, new) = (key("make"), key("make -j4"));
         let written = write_old_entry(&f, &old, &OUTPUTS);
@@ -2154,7 +2154,7 @@ mod tests {
     /// A run killed in the middle of appending leaves a torn last line:
     /// it is no entry and no warning, and the next run's record is whole.
     #[test]
-    fn issue19_a_torn_index_tail_is_dropped_and_the_next_record_is_whole() {
+    fn a_torn_index_tail_is_dropped_and_the_next_record_is_whole() {
         let f = built();
         let (first, torn, next) = (key("one"), key("two"), key("three"));
         let entry = Store::open(f.state.path())
@@ -2198,7 +2198,7 @@ mod tests {
     /// A damaged record is skipped with a warning that names the log and
     /// the line; the entries around it serve, and it is never restored.
     #[test]
-    fn issue19_a_corrupt_record_is_skipped_with_a_warning_never_restored() {
+    fn a_corrupt_record_is_skipped_with_a_warning_never_restored() {
         let f = built();
         let keys = [key("a"), key("b"), key("c")];
         for k in &keys {
@@ -2228,7 +2228,7 @@ mod tests {
     /// removed entries' blobs deleted, blobs still named kept; while a run
     /// holds the log, a removal is a `drop` record instead.
     #[test]
-    fn issue19_gc_compacts_the_index_and_deletes_only_unreferenced_blobs() {
+    fn gc_compacts_the_index_and_deletes_only_unreferenced_blobs() {
         let f = built();
         let (a, b) = (key("a"), key("b"));
         let first_run = Store::open(f.state.path());
@@ -2317,7 +2317,7 @@ mod tests {
     /// a link out of the repo between runs is refused.
     #[cfg(unix)]
     #[test]
-    fn issue19_directories_resolved_by_an_earlier_run_are_resolved_again() {
+    fn directories_resolved_by_an_earlier_run_are_resolved_again() {
         use std::os::unix::fs::symlink;
         let f = built();
         let entry = f

@@ -128,7 +128,7 @@ mod tests {
     }
 
     #[test]
-    fn issue17_units_put_get_remove() {
+    fn units_put_get_remove() {
         let (dir, store) = store();
         let key = "ab12cd";
         assert_eq!(store.get(key).expect("valid key"), None);
@@ -150,7 +150,7 @@ mod tests {
     }
 
     #[test]
-    fn issue17_units_a_torn_or_corrupt_file_reads_as_absent() {
+    fn units_a_torn_or_corrupt_file_reads_as_absent() {
         let (_dir, store) = store();
         let key = "deadbeef";
         store.put(key, &json!({"verdict": "clear"})).expect("put");
@@ -174,7 +174,7 @@ mod tests {
     }
 
     #[test]
-    fn issue17_units_a_key_that_could_escape_the_folder_is_refused() {
+    fn units_a_key_that_could_escape_the_folder_is_refused() {
         let (dir, store) = store();
         let long = "a".repeat(MAX_KEY_LEN + 1);
         for key in [

@@ -366,7 +366,7 @@ mod tests {
     }
 
     #[test]
-    fn issue17_a_unit_the_answer_skips_or_garbles_is_missing() {
+    fn a_unit_the_answer_skips_or_garbles_is_missing() {
         let out = br#"{"verdicts":[
             {"unit":"a","verdict":"clear"},
             {"unit":"b","verdict":"maybe"},
@@ -396,7 +396,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn issue17_only_the_tail_of_a_lens_stderr_is_kept() {
+    async fn only_the_tail_of_a_lens_stderr_is_kept() {
         let dir = tempfile::tempdir().expect("tempdir");
         let env = BTreeMap::from([("PATH".to_owned(), "/usr/bin:/bin".to_owned())]);
         let program = Program::Shell(
@@ -435,7 +435,7 @@ mod tests {
     }
 
     #[test]
-    fn issue17_a_torn_answer_leaves_every_unit_missing() {
+    fn a_torn_answer_leaves_every_unit_missing() {
         let answers = parse(
             br#"{"verdicts":[{"unit":"a","verdict":"clear"}"#,
             &units(&["a", "b"]),

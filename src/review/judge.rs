@@ -915,7 +915,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn issue17_the_memo_lines_keep_any_unit_id() {
+    fn the_memo_lines_keep_any_unit_id() {
         let mut units = BTreeMap::new();
         for id in ["src/a.rs", "odd\tname\nwith \"quotes\"", "ünïcode/ß.rs"] {
             units.insert(
@@ -939,7 +939,7 @@ mod tests {
     }
 
     #[test]
-    fn issue17_the_whole_lens_digest_names_every_unit_and_its_order() {
+    fn the_whole_lens_digest_names_every_unit_and_its_order() {
         let unit = |id: &str, sha: &str| Unit::of_fields(id.into(), sha.into(), Map::new());
         let ab = [unit("a", "1"), unit("b", "2")];
         let digest = whole_digest("lens", "none", &ab);

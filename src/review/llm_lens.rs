@@ -330,7 +330,7 @@ pub fn parse_answer(text: &str) -> Answer {
         Ok(answer) => answer,
         Err(why) => Answer::Missing(format!(
             "the model's answer does not match the verdict schema ({why}); it began: {}",
-            crate::play::episode::cut(text.trim(), 160)
+            crate::text::cut(text.trim(), 160)
         )),
     }
 }
@@ -453,7 +453,7 @@ mod tests {
     }
 
     #[test]
-    fn issue17_llm_answers_in_the_verdict_schema_are_read_fenced_or_not() {
+    fn llm_answers_in_the_verdict_schema_are_read_fenced_or_not() {
         assert_eq!(
             parse_answer(r#"{"verdict": "clear", "findings": []}"#),
             Answer::Judged {
@@ -486,7 +486,7 @@ mod tests {
     }
 
     #[test]
-    fn issue17_llm_answers_outside_the_schema_are_missing_with_why() {
+    fn llm_answers_outside_the_schema_are_missing_with_why() {
         let cases = [
             ("Looks fine to me!", "not one JSON object"),
             ("[1, 2]", "not a JSON object"),
@@ -527,7 +527,7 @@ mod tests {
     }
 
     #[test]
-    fn issue17_llm_an_answer_with_too_many_findings_is_missing() {
+    fn llm_an_answer_with_too_many_findings_is_missing() {
         let many: Vec<Value> = (0..=MAX_FINDINGS)
             .map(|n| json!({"title": format!("t{n}"), "severity": "low"}))
             .collect();
@@ -559,7 +559,7 @@ mod tests {
     }
 
     #[test]
-    fn issue17_llm_the_prompt_holds_the_rendered_charter_the_unit_and_the_reviewer() {
+    fn llm_the_prompt_holds_the_rendered_charter_the_unit_and_the_reviewer() {
         let (redactor, budget) = (Redactor::default(), ModelBudget::new(None));
         let mut fields = Map::new();
         fields.insert("path".into(), json!("src/a.rs"));
@@ -592,7 +592,7 @@ mod tests {
     }
 
     #[test]
-    fn issue17_llm_a_unit_whose_prompt_passes_the_cap_is_not_sent() {
+    fn llm_a_unit_whose_prompt_passes_the_cap_is_not_sent() {
         let (redactor, budget) = (Redactor::default(), ModelBudget::new(None));
         let card = Card::Text("c".into());
         let lens = lens(&card, None, &redactor, &budget);

@@ -98,7 +98,7 @@ mod tests {
     }
 
     #[test]
-    fn issue17_true_is_a_finding_false_is_clear() {
+    fn true_is_a_finding_false_is_clear() {
         let t = templates();
         let unit = fields(&json!({"id": "a.rs", "text": "// TODO", "size": 7}));
         match judge(&t, "todo", "'TODO' in unit.text", &unit, None) {
@@ -118,7 +118,7 @@ mod tests {
     }
 
     #[test]
-    fn issue17_an_expression_failing_on_a_unit_leaves_it_missing_with_the_error() {
+    fn an_expression_failing_on_a_unit_leaves_it_missing_with_the_error() {
         let t = templates();
         let unit = fields(&json!({"id": "a.rs", "text": "x", "size": 1}));
         let Answer::Missing(why) = judge(&t, "l", "unit.category == 'crash'", &unit, None) else {
@@ -136,7 +136,7 @@ mod tests {
     }
 
     #[test]
-    fn issue17_a_reviewer_instance_reads_its_reviewer() {
+    fn a_reviewer_instance_reads_its_reviewer() {
         let t = templates();
         let unit = fields(&json!({"id": "a.rs", "text": "x"}));
         let reviewer = json!({"slug": "grumpy", "card": "hates x"});

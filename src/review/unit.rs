@@ -201,7 +201,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn issue17_a_files_unit_carries_the_fields_design_names() {
+    fn a_files_unit_carries_the_fields_design_names() {
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::create_dir_all(dir.path().join("src")).expect("mkdir");
         std::fs::write(dir.path().join("src/a.rs"), "fn a() {}\n").expect("write");
@@ -219,7 +219,7 @@ mod tests {
     }
 
     #[test]
-    fn issue17_a_file_over_the_text_cap_is_cut_and_says_so() {
+    fn a_file_over_the_text_cap_is_cut_and_says_so() {
         let dir = tempfile::tempdir().expect("tempdir");
         let big = "x".repeat(MAX_UNIT_TEXT_BYTES + 10);
         std::fs::write(dir.path().join("big.txt"), &big).expect("write");
@@ -240,7 +240,7 @@ mod tests {
     }
 
     #[test]
-    fn issue17_text_past_the_keep_budget_is_read_again_when_judged() {
+    fn text_past_the_keep_budget_is_read_again_when_judged() {
         let dir = tempfile::tempdir().expect("tempdir");
         for name in ["a", "b", "c"] {
             std::fs::write(
@@ -265,7 +265,7 @@ mod tests {
     }
 
     #[test]
-    fn issue17_findings_units_are_the_aggregates_distinct_findings() {
+    fn findings_units_are_the_aggregates_distinct_findings() {
         let dir = tempfile::tempdir().expect("tempdir");
         let a = dir.path().join("a.json");
         let b = dir.path().join("b.json");

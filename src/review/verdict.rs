@@ -355,7 +355,7 @@ mod tests {
     }
 
     #[test]
-    fn issue17_a_lens_status_follows_its_verdicts() {
+    fn a_lens_status_follows_its_verdicts() {
         assert_eq!(lens(vec![]).judge_status(), Status::SendReady);
         assert_eq!(
             lens(vec![
@@ -389,7 +389,7 @@ mod tests {
     }
 
     #[test]
-    fn issue17_statuses_and_verdicts_are_written_as_design_names_them() {
+    fn statuses_and_verdicts_are_written_as_design_names_them() {
         assert_eq!(serde_json::to_value(Status::FixFirst).unwrap(), "FIX FIRST");
         assert_eq!(
             serde_json::to_value(Status::SendReady).unwrap(),

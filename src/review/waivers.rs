@@ -1,5 +1,5 @@
 //! What judging asks of the dispositions beside the plan
-//! (`review::dispositions`): which finding a disposition discharges (or
+//! (`plan::dispositions`): which finding a disposition discharges (or
 //! would have, had it not lapsed), which went unused, and a digest of those
 //! in force for a lens, which enters every unit-reuse key (a new or expired
 //! disposition re-judges the lens's units). Today's date is taken once, when
@@ -8,8 +8,8 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use super::dispositions::{Date, Disposition, Dispositions, Match, beside};
 use super::verdict::DispositionRef;
+use crate::plan::dispositions::{Date, Disposition, Dispositions, Match, beside};
 
 /// How a disposition met a finding.
 #[derive(Debug, Clone, PartialEq, Eq)]

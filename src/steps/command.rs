@@ -12,7 +12,7 @@
 //! launcher reports and the engine journals (`journal::step_log`).
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use nix::sys::signal::{Signal, killpg};
@@ -97,7 +97,11 @@ impl Kind for Command {
                         segments: log.clone(),
                     }
                     .tail(LOG_TAIL_LINES);
-                    let shown = log_label_in(&cx.instance.id, &run_dir(&cx.step_dir), &cx.root);
+                    let shown = crate::report::run::log_label_in(
+                        &cx.instance.id,
+                        &run_dir(&cx.step_dir),
+                        &cx.root,
+                    );
                     let message = if tail.is_empty() {
                         format!("exited with code {code} while gameplan was not running")
                     } else {
@@ -332,50 +336,6 @@ fn run_dir(step_dir: &Path) -> RunDir {
     }
 }
 
-/// The state directory a run is in (`<state>/runs/<id>`).
-fn state_dir(run: &RunDir) -> PathBuf {
-    run.dir
-        .parent()
-        .and_then(Path::parent)
-        .unwrap_or(&run.dir)
-        .to_path_buf()
-}
-
-/// How a message names a step's log: the command that prints it, with
-/// `--state-dir` when the run's is not the repo's `.gameplan`.
-pub fn log_label_in(step: &str, run: &RunDir, root: &Path) -> String {
-    let run_id = run
-        .dir
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let label = log_label(step, &run_id);
-    let state = state_dir(run);
-    if state == root.join(".gameplan") {
-        return label;
-    }
-    format!(
-        "{} --state-dir {}`",
-        label.trim_end_matches('`'),
-        state.display()
-    )
-}
-
-/// How a message names a step's log in the default state directory.
-pub fn log_label(step: &str, run_id: &str) -> String {
-    let plain = |s: &str| {
-        !s.is_empty()
-            && s.chars()
-                .all(|c| c.is_ascii_alphanumeric() || "-_.,=:/@%+".contains(c))
-    };
-    let step = if plain(step) {
-        step.to_owned()
-    } else {
-        format!("'{}'", step.replace('\'', "'\\''"))
-    };
-    format!("`gameplan plan log {step} {run_id}`")
-}
-
 /// An attempt's name in the record of endings.
 pub fn attempt_name(step: &str, attempt: u32) -> String {
     format!("{step}#{attempt}")
@@ -445,7 +405,7 @@ async fn spawn_and_wait(
 ) -> Result<StepOutcome, StepError> {
     let p = params(&cx.step)?;
     let run = run_dir(&cx.step_dir);
-    let label = log_label_in(&cx.instance.id, &run, &cx.root);
+    let label = crate::report::run::log_label_in(&cx.instance.id, &run, &cx.root);
     let cwd = match p.cwd {
         Some(dir) => cx.root.join(dir),
         None => cx.root.clone(),
@@ -467,7 +427,7 @@ async fn spawn_and_wait(
                 cwd,
                 env,
                 log: run.steps_log(),
-                state_dir: state_dir(&run),
+                state_dir: crate::report::run::state_dir(&run),
                 locks: run.attempt_locks(),
                 claim: run.claim(&attempt),
                 exits: run.exits(),
@@ -675,7 +635,7 @@ mod tests {
 
     /// Issue 8, item 23: assignments and builtins go to the shell.
     #[test]
-    fn issue8_item23_assignments_and_builtins_go_to_the_shell() {
+    fn assignments_and_builtins_go_to_the_shell() {
         for line in [
             "FOO=bar env",
             "exit 0",

@@ -443,14 +443,6 @@ fn collect(dir: &Path, redactor: &Redactor) -> Result<Vec<File>, StepError> {
     Ok(files)
 }
 
-/// `text` cut to `max` characters, on a character boundary.
-fn cut(text: &str, max: usize) -> String {
-    match text.char_indices().nth(max) {
-        Some((end, _)) => text[..end].to_owned(),
-        None => text.to_owned(),
-    }
-}
-
 /// Where the cell's run ends, and why when it is not `succeeded`.
 fn end_of(report: &CellReport) -> (RunState, Option<String>) {
     match report.state {
@@ -505,7 +497,8 @@ fn complete_body(
     let (state, reason) = end_of(&report);
     Ok(CompleteRequest {
         state,
-        reason: reason.map(|r| cut(&redactor.redact(&r), MAX_REASON_CHARS)),
+        reason: reason
+            .map(|r| crate::text::prefix(&redactor.redact(&r), MAX_REASON_CHARS).to_owned()),
         actions_taken: i64::try_from(report.actions_taken).unwrap_or(i64::MAX),
         quit_reason: Some(report.quit_reason.name().to_owned()),
         report: value,

@@ -77,6 +77,10 @@ impl Kind for Estimate {
     fn uses_backend(&self) -> bool {
         true
     }
+
+    fn reads_cells_ahead(&self) -> bool {
+        true
+    }
 }
 
 /// What every refusal of this step says was charged.

@@ -435,6 +435,10 @@ impl Kind for Gate {
             .map(|r| crate::report::review::junit_cases(&r))
             .unwrap_or_default()
     }
+
+    fn judges(&self) -> bool {
+        true
+    }
 }
 
 #[cfg(test)]
@@ -446,7 +450,7 @@ mod tests {
     }
 
     #[test]
-    fn issue17_the_gate_keeps_its_last_reviews_and_reads_older_ones_from_disk() {
+    fn the_gate_keeps_its_last_reviews_and_reads_older_ones_from_disk() {
         let dir = tempfile::tempdir().expect("tempdir");
         let gate = Gate::default();
         let dirs: Vec<PathBuf> = (0..=KEPT_REVIEWS)

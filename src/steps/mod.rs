@@ -182,6 +182,33 @@ pub trait Kind: Send + Sync {
         Vec::new()
     }
 
+    /// Whether its steps read the play cells ahead of them
+    /// ([`StepIo::cells_ahead`]: what a run will play, and what it will
+    /// reuse), so the engine works them out before the run starts (the
+    /// estimate prices them).
+    fn reads_cells_ahead(&self) -> bool {
+        false
+    }
+
+    /// The persona and controller of a step of this kind that plays one
+    /// cell (a play cell), for the cells ahead; `None` for a kind whose
+    /// steps play no cell.
+    fn cell_of(
+        &self,
+        _plan: &Plan,
+        _step: &Step,
+        _instance: &Instance,
+    ) -> Option<(String, String)> {
+        None
+    }
+
+    /// Whether its steps judge the run's findings (a gate): a run whose
+    /// findings no such step judged says so, and a step of it that failed
+    /// stops what needs it as "did not pass" rather than as a failure.
+    fn judges(&self) -> bool {
+        false
+    }
+
     /// Whether its steps call the plan's backend (money and delivery): a
     /// run with such a step opens the backend before anything runs, and
     /// refuses (exit 3, nothing charged) when it cannot.

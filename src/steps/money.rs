@@ -128,7 +128,7 @@ pub fn run_of(io: &StepIo, cell: &str) -> Option<RunRef> {
 pub fn reason(io: &StepIo, text: &str) -> String {
     let max = crate::backend::ledger::runs::MAX_REASON_CHARS;
     // `cut` adds an ellipsis when it cuts: one character of the 400.
-    crate::play::episode::cut(&io.redact(text), max - 1)
+    crate::text::cut(&io.redact(text), max - 1)
 }
 
 /// What a backend's refusal of `call` means for the step: `doing` says what

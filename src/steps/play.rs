@@ -169,6 +169,12 @@ impl Kind for Play {
     fn resource(&self, plan: &Plan) -> Option<&'static str> {
         game::resource(plan)
     }
+
+    fn cell_of(&self, plan: &Plan, step: &Step, instance: &Instance) -> Option<(String, String)> {
+        // A cell the plan cannot resolve is still a cell ahead (unnamed):
+        // its step fails when it runs, with the reason.
+        Some(persona_and_controller(plan, step, instance).unwrap_or_default())
+    }
 }
 
 /// Plays the cell `spec` describes as the step's attempt: free, or paid
@@ -189,6 +195,7 @@ pub(crate) async fn run_cell(cx: &StepContext, io: &StepIo, spec: &CellSpec) -> 
     let bought = io.backend().zip(super::money::run_of(io, &cx.instance.id));
     let Some((conn, run)) = bought else {
         let result = play_cell(spec, &cx.step_dir, cx.cancel.clone()).await;
+        let result = with_markdown(&cx.step_dir, result);
         return outcome_of(&result, spec, io);
     };
     let mut paid = match PaidCell::start(io, conn, run).await {
@@ -196,8 +203,19 @@ pub(crate) async fn run_cell(cx: &StepContext, io: &StepIo, spec: &CellSpec) -> 
         Err(outcome) => return outcome,
     };
     let result = play_cell_watched(spec, &cx.step_dir, cx.cancel.clone(), &mut paid).await;
+    let result = with_markdown(&cx.step_dir, result);
     let free = outcome_of(&result, spec, io);
     paid.end(&result, free).await
+}
+
+/// A played cell with its `report.md` written beside its other files.
+fn with_markdown(
+    dir: &Path,
+    result: Result<crate::play::CellResult, crate::play::PlayError>,
+) -> Result<crate::play::CellResult, crate::play::PlayError> {
+    let mut result = result?;
+    crate::report::play_cell::write_markdown(dir, &mut result)?;
+    Ok(result)
 }
 
 /// The step's outcome for how a cell ended (a paid cell's backend run may
@@ -286,7 +304,7 @@ fn player_outcome(report: &crate::play::CellReport) -> StepOutcome {
 
 /// The persona slug and controller name a play cell plays with, as its run
 /// resolves them (what `estimate` prices and `register` buys per cell).
-pub fn persona_and_controller(
+fn persona_and_controller(
     plan: &Plan,
     step: &Step,
     instance: &Instance,
@@ -599,7 +617,7 @@ needs = ["build", "register"]
     }
 
     #[test]
-    fn issue17_a_budget_stopped_cell_still_feeds_what_needs_it() {
+    fn a_budget_stopped_cell_still_feeds_what_needs_it() {
         // `deliver` uploads an incomplete cell's report and `aggregate`
         // merges it: unlike a gate's, a cell's partial results are results.
         assert!(Play::new(Redactor::default()).partial_results_are_results());

@@ -321,7 +321,7 @@ async fn heard(ledger: &Ledger, run: &RunRef, actions: i64) {
 }
 
 #[test]
-fn issue16_play_a_paid_cell_moves_its_run_to_reporting_with_its_actions_heard() {
+fn play_a_paid_cell_moves_its_run_to_reporting_with_its_actions_heard() {
     let paid = Paid::new("0", 25, false, RunLength::Standard);
     assert_eq!(paid.view().state, RunState::Queued);
     let outcome = paid.play(true, nothing);
@@ -343,7 +343,7 @@ fn issue16_play_a_paid_cell_moves_its_run_to_reporting_with_its_actions_heard() 
 }
 
 #[test]
-fn issue16_play_a_free_cell_beside_a_bought_job_sends_nothing() {
+fn play_a_free_cell_beside_a_bought_job_sends_nothing() {
     let paid = Paid::new("0", 5, false, RunLength::Standard);
     assert_eq!(paid.play(false, nothing), StepOutcome::Succeeded);
     assert_eq!(
@@ -354,7 +354,7 @@ fn issue16_play_a_free_cell_beside_a_bought_job_sends_nothing() {
 }
 
 #[test]
-fn issue16_play_a_cell_that_cannot_start_fails_its_run_with_a_reason_and_finish_refunds_it() {
+fn play_a_cell_that_cannot_start_fails_its_run_with_a_reason_and_finish_refunds_it() {
     let mut paid = Paid::new("0", 25, true, RunLength::Standard);
     // The game's stderr says it; the backend never hears the secret.
     paid.secret = Some("level 1");
@@ -387,7 +387,7 @@ fn issue16_play_a_cell_that_cannot_start_fails_its_run_with_a_reason_and_finish_
 }
 
 #[test]
-fn issue16_play_cancel_requested_stops_the_cell_after_its_turn_and_cancels_the_run() {
+fn play_cancel_requested_stops_the_cell_after_its_turn_and_cancels_the_run() {
     let paid = Paid::new("0.01", 400, false, RunLength::Long);
     let outcome = paid.play(true, |ledger, run, stop| {
         Box::pin(async move {
@@ -431,7 +431,7 @@ fn issue16_play_cancel_requested_stops_the_cell_after_its_turn_and_cancels_the_r
 }
 
 #[test]
-fn issue16_play_ctrl_c_marks_the_run_interrupted_and_a_resume_plays_it_to_reporting() {
+fn play_ctrl_c_marks_the_run_interrupted_and_a_resume_plays_it_to_reporting() {
     let paid = Paid::new("0.01", 60, false, RunLength::Standard);
     let outcome = paid.play(true, |ledger, run, stop| {
         Box::pin(async move {
@@ -464,7 +464,7 @@ fn issue16_play_ctrl_c_marks_the_run_interrupted_and_a_resume_plays_it_to_report
 }
 
 #[test]
-fn issue16_play_a_run_left_playing_by_a_dead_gameplan_is_played_again() {
+fn play_a_run_left_playing_by_a_dead_gameplan_is_played_again() {
     let paid = Paid::new("0", 12, false, RunLength::Standard);
     paid.move_to(RunState::Launching);
     paid.move_to(RunState::Playing);
@@ -480,7 +480,7 @@ fn issue16_play_a_run_left_playing_by_a_dead_gameplan_is_played_again() {
 }
 
 #[test]
-fn issue16_play_the_run_lengths_allowance_stops_the_cell_as_budget_exceeded() {
+fn play_the_run_lengths_allowance_stops_the_cell_as_budget_exceeded() {
     // A short run allows 100 actions; the persona would take 300.
     let paid = Paid::new("0", 300, false, RunLength::Short);
     let outcome = paid.play(true, nothing);

@@ -1,57 +1,17 @@
-//! Integration tests: the real binary against plans in temp repos.
+//! Integration tests: the real binary against plans in temp repos, filed
+//! by the capability they test (`cargo test --test integration web::` runs
+//! the browser's). Where a new test goes: docs/contributing.md.
 
 mod support;
 
-mod engine_resume;
-mod engine_reuse;
-mod engine_run;
-mod findings_confirm;
-mod hostile;
-mod issue10_check;
-mod issue10_daily;
-mod issue10_output;
-mod issue15_bridge;
-mod issue15_findings;
-mod issue15_gaps;
-mod issue15_search;
-mod issue15_verdict;
-mod issue16_aggregate;
-mod issue16_deliver;
-mod issue16_estimate;
-mod issue16_ledger;
-mod issue16_money;
-mod issue16_play;
-mod issue16_register;
-mod issue16_seam;
-mod issue16_serve;
-mod issue17_clippy_lens;
-mod issue17_discharge;
-mod issue17_dispositions;
-mod issue17_findings;
-mod issue17_gates;
-mod issue17_junit;
-mod issue17_limits;
-mod issue17_llm_lens;
-mod issue17_patches;
-mod issue17_reuse;
-mod issue17_reviewers;
-mod issue18_browser;
-mod issue18_llm;
-mod issue19_logs;
-mod issue8;
-mod maze;
-mod plan_check;
-mod plan_explain;
-mod plan_part;
-mod plan_play;
+mod cli;
+mod engine;
+mod house;
+mod llm;
+mod money;
+mod plan;
 mod play;
-mod play_explorer;
-mod play_maze;
-mod program_check;
-mod program_env;
-mod program_limits;
-mod schemas;
-mod serve_security;
-mod shell;
-mod snapshots;
-mod web_real;
+mod reuse;
+mod review;
+mod serve;
+mod web;

@@ -333,7 +333,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn issue18_a_missing_chromedriver_names_its_debian_package() {
+    fn a_missing_chromedriver_names_its_debian_package() {
         let dir = std::env::temp_dir().join(format!("gameplan-nodriver-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("dir");
         let env = BTreeMap::from([("PATH".to_owned(), dir.display().to_string())]);
@@ -348,7 +348,7 @@ mod tests {
     }
 
     #[test]
-    fn issue18_a_missing_chromium_names_its_debian_package() {
+    fn a_missing_chromium_names_its_debian_package() {
         use std::os::unix::fs::PermissionsExt;
         let dir = std::env::temp_dir().join(format!("gameplan-nochromium-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("dir");

@@ -57,10 +57,22 @@
 //! browser is killed, not asked to quit (its profile is thrown away).
 //! `bench/browser.sh` measures the rest.
 
+mod capabilities;
 mod chromedriver;
+mod page_view;
 mod scope;
 mod static_files;
 
+#[allow(
+    clippy::wildcard_imports,
+    reason = "the session's parts, in files of their own"
+)]
+use capabilities::*;
+#[allow(
+    clippy::wildcard_imports,
+    reason = "the session's parts, in files of their own"
+)]
+use page_view::*;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -854,182 +866,6 @@ fn first_line(text: &str) -> String {
     text.lines().next().unwrap_or("").trim().to_owned()
 }
 
-/// An action in the driver's syntax.
-#[derive(Debug, Clone, PartialEq)]
-enum Action {
-    Click(String),
-    Key(char),
-    Type(String),
-    Wait,
-}
-
-impl Action {
-    fn parse(action: &str) -> Result<Action, Refusal> {
-        let refuse = |error: String| Refusal { error };
-        if action == "wait" {
-            return Ok(Action::Wait);
-        }
-        let Some((verb, rest)) = action.split_once(':') else {
-            return Err(refuse(format!(
-                "`{action}` is not an action of the webdriver driver (click:LABEL, key:NAME, \
-                 type:TEXT, wait)"
-            )));
-        };
-        match verb {
-            "click" if !rest.is_empty() => Ok(Action::Click(rest.to_owned())),
-            "type" => Ok(Action::Type(rest.to_owned())),
-            "key" => key(rest).map(Action::Key).ok_or_else(|| {
-                refuse(format!(
-                    "`{rest}` is not a key this driver presses (Enter, Escape, Tab, Space, \
-                     Backspace, ArrowUp, ArrowDown, ArrowLeft, ArrowRight, or one character)"
-                ))
-            }),
-            _ => Err(refuse(format!(
-                "`{action}` is not an action of the webdriver driver (click:LABEL, key:NAME, \
-                 type:TEXT, wait)"
-            ))),
-        }
-    }
-}
-
-/// The WebDriver key code of a key name (W3C WebDriver §17.4.2).
-fn key(name: &str) -> Option<char> {
-    Some(match name {
-        "Enter" => '\u{E007}',
-        "Escape" => '\u{E00C}',
-        "Tab" => '\u{E004}',
-        "Space" => ' ',
-        "Backspace" => '\u{E003}',
-        "ArrowLeft" => '\u{E012}',
-        "ArrowUp" => '\u{E013}',
-        "ArrowRight" => '\u{E014}',
-        "ArrowDown" => '\u{E015}',
-        other => {
-            let mut chars = other.chars();
-            let c = chars.next()?;
-            if chars.next().is_some() {
-                return None;
-            }
-            c
-        }
-    })
-}
-
-/// Where the page is after a command, and whether it loaded.
-#[derive(Debug, Clone)]
-struct Load {
-    href: String,
-    in_scope: bool,
-    /// The browser showed its error page for `href`.
-    unreachable: bool,
-    /// The main document's HTTP status (0 when the browser does not say:
-    /// a `file://` page, a page that changed its URL by script).
-    status: u16,
-}
-
-impl Load {
-    /// Why the page did not load, if it did not: the browser's error page
-    /// (a refused connection, an unknown host, a missing file) or an HTTP
-    /// error status.
-    fn failed(&self) -> Option<String> {
-        if self.unreachable {
-            return Some(format!(
-                "the browser showed its error page for {} (a network error: nothing answered, or no such file)",
-                self.href
-            ));
-        }
-        if self.href.starts_with("chrome-error://") {
-            return Some(format!(
-                "the browser showed its error page (a network error: nothing answered, or no such file) for {}",
-                self.href
-            ));
-        }
-        (self.status >= 400).then(|| format!("{} answered HTTP {}", self.href, self.status))
-    }
-}
-
-/// What `page.js` reads from a page.
-#[derive(Debug, Clone, Deserialize)]
-struct PageView {
-    title: String,
-    page: String,
-    #[serde(default)]
-    href: String,
-    #[serde(default = "yes", rename = "inScope")]
-    in_scope: bool,
-    #[serde(default)]
-    status: u16,
-    /// Resources out of scope that failed to load (offline CI: a badge, a
-    /// font from a CDN): listed in the report, not findings.
-    #[serde(default)]
-    offline: Vec<String>,
-    text: String,
-    elements: Vec<ElementView>,
-    input: bool,
-    keys: Option<Vec<String>>,
-    done: bool,
-    score: f64,
-    errors: Vec<String>,
-    /// The W3C reference of each of `elements`, in order (never part of
-    /// the observation: it changes with every load).
-    #[serde(default)]
-    refs: Vec<Value>,
-}
-
-/// A control as the observation lists it: what a person sees of it and
-/// its state, never its box (a CSS animation or a resized window moves
-/// boxes without changing the game; the hash must not see that).
-#[derive(Debug, Clone, Deserialize, serde::Serialize)]
-struct ElementView {
-    label: String,
-    #[serde(default)]
-    role: String,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    states: Vec<String>,
-}
-
-fn yes() -> bool {
-    true
-}
-
-/// The observation of a page (see the module doc): what the player reads
-/// and the hash covers.
-fn observation(view: &PageView, game_keys: &[String]) -> Value {
-    let mut text: String = view.text.chars().take(MAX_TEXT).collect();
-    if view.text.chars().nth(MAX_TEXT).is_some() {
-        text.push_str("\n… (the page's text is cut here)");
-    }
-    let elements = &view.elements[..view.elements.len().min(MAX_ELEMENTS)];
-    let mut actions: Vec<String> = elements
-        .iter()
-        .map(|e| format!("click:{}", e.label))
-        .collect();
-    if view.input {
-        actions.push(format!("type:{SAMPLE_TEXT}"));
-    }
-    // Enter and Escape on every page, then `game.keys`, then the page's
-    // own `window.gameplan.keys`, each once.
-    let page_keys = view.keys.iter().flatten();
-    let mut keys: Vec<&str> = vec!["Enter", "Escape"];
-    for k in game_keys.iter().chain(page_keys) {
-        if key(k).is_some() && !keys.contains(&k.as_str()) {
-            keys.push(k);
-        }
-    }
-    actions.extend(keys.iter().map(|k| format!("key:{k}")));
-    actions.push("wait".to_owned());
-    json!({
-        "text": text.trim(),
-        "actions": actions,
-        "state": {
-            "title": view.title,
-            "page": view.page,
-            "elements": elements,
-        },
-        "score": view.score,
-    })
-}
-
 /// The page to load: a URL as given, or a repo-relative path as a
 /// `file://` URL (which must exist).
 fn page_url(url: &str, root: &Path) -> Result<String, SpawnError> {
@@ -1045,127 +881,6 @@ fn page_url(url: &str, root: &Path) -> Result<String, SpawnError> {
         ))
     })?;
     Ok(format!("file://{}", absolute.display()))
-}
-
-/// Headless Chromium that reaches nothing but the page: the flags DESIGN
-/// names, a fixed window, and `--user-data-dir` when gameplan owns the
-/// browser (a WebDriver server of the plan's makes its own profile).
-fn chromium_args(profile: Option<&Path>, (w, h): (u32, u32)) -> Vec<String> {
-    let mut args: Vec<String> = [
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--disable-dev-shm-usage",
-        // A file:// page's own scripts count as another origin without it,
-        // and Chromium then hides their errors as "Script error.".
-        "--allow-file-access-from-files",
-    ]
-    .map(str::to_owned)
-    .into();
-    if let Some(profile) = profile {
-        args.push(format!("--user-data-dir={}", profile.display()));
-    }
-    args.push(format!("--window-size={w},{h}"));
-    args
-}
-
-/// The capabilities of a browser gameplan starts: its Chromium binary,
-/// the flags of [`chromium_args`] with a fresh profile, the game's timeouts.
-fn chromium_capabilities(
-    browser: &Path,
-    profile: &Path,
-    timeout: Duration,
-    viewport: (u32, u32),
-) -> Capabilities {
-    let mut caps = common_capabilities(timeout);
-    caps.insert("browserName".into(), json!("chrome"));
-    caps.insert(
-        "goog:chromeOptions".into(),
-        json!({ "binary": browser.display().to_string(), "args": chromium_args(Some(profile), viewport) }),
-    );
-    caps
-}
-
-/// What the plan's own WebDriver server is asked for: the game's timeouts
-/// and the same Chromium flags (headless, offline; a chromedriver started
-/// by hand in CI, as root and without a display, cannot start Chromium
-/// without them). No browser name: a server that is not chromedriver
-/// ignores `goog:` options and runs what it runs.
-fn external_capabilities(timeout: Duration, viewport: (u32, u32)) -> Capabilities {
-    let mut caps = common_capabilities(timeout);
-    caps.insert(
-        "goog:chromeOptions".into(),
-        json!({ "args": chromium_args(None, viewport) }),
-    );
-    caps
-}
-
-/// What any session asks for: the game's timeouts, and dialogs (`alert`)
-/// accepted rather than blocking every command.
-fn common_capabilities(timeout: Duration) -> Capabilities {
-    let ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
-    let mut caps = Capabilities::new();
-    caps.insert(
-        "timeouts".into(),
-        json!({ "script": ms, "pageLoad": ms, "implicit": 0 }),
-    );
-    caps.insert("unhandledPromptBehavior".into(), json!("accept"));
-    caps
-}
-
-/// A Chrome DevTools command through chromedriver's `goog/cdp/execute`.
-#[derive(Debug)]
-struct ChromeCdp {
-    cmd: &'static str,
-    params: Value,
-}
-
-impl WebDriverCompatibleCommand for ChromeCdp {
-    fn endpoint(
-        &self,
-        base_url: &url::Url,
-        session_id: Option<&str>,
-    ) -> Result<url::Url, url::ParseError> {
-        base_url.join(&format!(
-            "session/{}/goog/cdp/execute",
-            session_id.unwrap_or_default()
-        ))
-    }
-
-    fn method_and_body(&self, _request_url: &url::Url) -> (http::Method, Option<String>) {
-        (
-            http::Method::POST,
-            Some(json!({ "cmd": self.cmd, "params": self.params }).to_string()),
-        )
-    }
-}
-
-/// W3C Navigate To (`POST /session/{id}/url`).
-#[derive(Debug)]
-struct W3cNavigate {
-    url: String,
-}
-
-impl WebDriverCompatibleCommand for W3cNavigate {
-    fn endpoint(
-        &self,
-        base_url: &url::Url,
-        session_id: Option<&str>,
-    ) -> Result<url::Url, url::ParseError> {
-        base_url.join(&format!("session/{}/url", session_id.unwrap_or_default()))
-    }
-
-    fn method_and_body(&self, _request_url: &url::Url) -> (http::Method, Option<String>) {
-        (
-            http::Method::POST,
-            Some(json!({ "url": self.url }).to_string()),
-        )
-    }
 }
 
 #[cfg(test)]
@@ -1198,7 +913,7 @@ mod tests {
     }
 
     #[test]
-    fn issue18_the_text_is_cut_at_max_text_and_says_so() {
+    fn the_text_is_cut_at_max_text_and_says_so() {
         let long = "x".repeat(MAX_TEXT + 10);
         let obs = observation(&view(&long, 0), &[]);
         let text = obs["text"].as_str().expect("text");
@@ -1215,7 +930,7 @@ mod tests {
     }
 
     #[test]
-    fn issue18_elements_are_capped_and_listed_as_click_actions() {
+    fn elements_are_capped_and_listed_as_click_actions() {
         let obs = observation(&view("", MAX_ELEMENTS + 5), &[]);
         let actions = obs["actions"].as_array().expect("actions");
         let clicks = actions
@@ -1283,7 +998,7 @@ mod tests {
     }
 
     #[test]
-    fn issue18_the_action_syntax_parses_and_refuses_with_the_syntax() {
+    fn the_action_syntax_parses_and_refuses_with_the_syntax() {
         assert_eq!(
             Action::parse("click:Start"),
             Ok(Action::Click("Start".into()))
@@ -1300,7 +1015,7 @@ mod tests {
     }
 
     #[test]
-    fn issue18_a_repo_path_page_becomes_a_file_url_and_a_missing_one_is_named() {
+    fn a_repo_path_page_becomes_a_file_url_and_a_missing_one_is_named() {
         let root = std::env::temp_dir();
         assert_eq!(
             page_url("http://127.0.0.1:1/x", &root).expect("url"),

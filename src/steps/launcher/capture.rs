@@ -442,7 +442,7 @@ mod tests {
 
     /// Issue 8, item 17: a secret is replaced wherever the reads split it.
     #[test]
-    fn issue8_item17_a_secret_split_across_writes_is_redacted() {
+    fn a_secret_split_across_writes_is_redacted() {
         let secrets = Arc::new(vec![b"hunter22".to_vec(), b"tok".to_vec()]);
         let text = b"a hunter22 b hunter22hunter22 tok hunt c";
         for split in 0..text.len() {

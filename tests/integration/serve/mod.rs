@@ -1,0 +1,5 @@
+//! `gameplan serve` on loopback: its HTTP API (the conformance suite the
+//! embedded ledger passes too) and what it refuses.
+
+mod api;
+mod security;

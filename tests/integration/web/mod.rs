@@ -1,0 +1,5 @@
+//! Web games in headless Chromium over chromedriver: the example page,
+//! published-like pages, scope, load failures, and nothing left behind.
+
+mod browser;
+mod real_pages;
