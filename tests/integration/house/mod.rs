@@ -3,3 +3,4 @@
 //! whose links resolve and whose commands parse.
 
 mod layout;
+mod manual;
