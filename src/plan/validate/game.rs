@@ -1,0 +1,387 @@
+//! The `[game]` table: its driver, command or page, served directory,
+//! keys, window, limits and environment, and the program it names.
+
+#[allow(
+    clippy::wildcard_imports,
+    reason = "a part of the validator, split by the tables it checks"
+)]
+use super::*;
+
+impl Validator<'_> {
+    pub(super) fn game(&mut self, raw: &RawPlan, plays: Option<Span>) -> Option<Game> {
+        let Some(g) = &raw.game else {
+            if let (Some(span), false) = (plays, raw.unreadable.contains(&"game")) {
+                // A plan without `steps` gets the default paid pipeline,
+                // which plays: a review-only plan written from its lenses
+                // and gates alone meets this first, so say how to opt out.
+                let help = if raw.steps.is_none() && !raw.gates.is_empty() {
+                    "without `steps` a plan runs the default pipeline, which plays the game: add a [game] table with `id` and `command`, or, for a review-only plan, list its gate steps (`[[steps]]` with `id`, `kind = \"gate\"`, `gate = \"NAME\"`)"
+                } else {
+                    "add a [game] table with `id` and `command` (or `driver = \"webdriver\"` and `url`)"
+                };
+                self.push(
+                    Diagnostic::new(
+                        "plan::missing_game",
+                        "this plan plays a game but has no [game] table",
+                    )
+                    .at(span)
+                    .label("plays the game")
+                    .help(help),
+                );
+            }
+            return None;
+        };
+        let g = &g.value;
+        let driver = g.driver.as_ref().map_or(Driver::Stdio, |d| d.value);
+        let command = match (driver, &g.command) {
+            (Driver::Stdio, None) => {
+                self.push(
+                    Diagnostic::new("plan::missing_key", "[game] with the stdio driver needs a `command`")
+                        .at(g.id.span)
+                        .help("add `command = [\"./build/game\", \"--bridge\"]`, or [\"builtin:maze\"] for the built-in game"),
+                );
+                Vec::new()
+            }
+            (Driver::Stdio, Some(c)) if c.value.is_empty() => {
+                self.push(
+                    Diagnostic::new("plan::empty_list", "`command` is empty")
+                        .at(c.span)
+                        .label("no program"),
+                );
+                Vec::new()
+            }
+            (Driver::Stdio, Some(c)) => {
+                self.game_program(c, g.env.get("PATH"));
+                c.value.clone()
+            }
+            (_, Some(c)) => c.value.clone(),
+            (Driver::Webdriver, None) => Vec::new(),
+        };
+        if driver == Driver::Webdriver && g.url.is_none() {
+            self.push(
+                Diagnostic::new(
+                    "plan::missing_key",
+                    "[game] with the webdriver driver needs a `url`",
+                )
+                .at(g.id.span)
+                .help("add `url = \"http://127.0.0.1:8080/\"`"),
+            );
+        }
+        if let Some(w) = &g.webdriver_url {
+            if driver != Driver::Webdriver {
+                self.push(
+                    Diagnostic::new(
+                        "plan::unused_key",
+                        "`webdriver_url` is only for the webdriver driver",
+                    )
+                    .at(w.span)
+                    .label("a stdio game has no browser")
+                    .help("remove it, or set `driver = \"webdriver\"` and `url`"),
+                );
+            } else if !w.value.starts_with("http://") {
+                self.push(
+                    Diagnostic::new(
+                        "plan::invalid_value",
+                        "`webdriver_url` must be an http:// URL of a WebDriver server",
+                    )
+                    .at(w.span)
+                    .label("not http://")
+                    .help("e.g. `webdriver_url = \"http://127.0.0.1:4444\"`, or remove it to let gameplan start chromedriver"),
+                );
+            }
+        }
+        let viewport = self.browser_keys(g, driver);
+        for input in &g.inputs {
+            if self.repo_path(input, "input") && self.warn_unmatched_inputs {
+                self.unmatched_input(input);
+            }
+        }
+        Some(Game {
+            id: g.id.value.clone(),
+            driver,
+            command,
+            url: g.url.as_ref().map(|u| u.value.clone()),
+            webdriver_url: g.webdriver_url.as_ref().map(|u| u.value.clone()),
+            serve: g.serve.as_ref().map(|d| d.value.clone()),
+            allow: g.allow.iter().map(|a| a.value.clone()).collect(),
+            keys: g.keys.iter().map(|k| k.value.clone()).collect(),
+            viewport,
+            inputs: g.inputs.iter().map(|i| i.value.clone()).collect(),
+            action_timeout_secs: g.action_timeout.as_ref().map_or(10, |t| t.value),
+            stuck_after: g.stuck_after.as_ref().map_or(8, |t| t.value),
+            env: g.env.clone(),
+            limits: self.game_limits(g, driver),
+        })
+    }
+
+    /// `[game] limits`, checked (a stdio game's only; sane minimums) and
+    /// with the defaults filled in.
+    pub(super) fn game_limits(
+        &mut self,
+        g: &crate::plan::raw::RawGame,
+        driver: Driver,
+    ) -> crate::plan::model::GameLimits {
+        use crate::plan::raw::Limit;
+        let mut limits = crate::plan::model::GameLimits::default();
+        let Some(raw) = &g.limits else {
+            return limits;
+        };
+        if driver != Driver::Stdio {
+            self.push(
+                Diagnostic::new("plan::unused_key", "`limits` is only for the stdio driver")
+                    .at(raw.span)
+                    .label("a browser game's limits are the browser's")
+                    .help("remove it"),
+            );
+            return limits;
+        }
+        let fields = [
+            (
+                &raw.value.memory,
+                &mut limits.memory,
+                16 << 20,
+                "memory",
+                "16 MiB",
+            ),
+            (
+                &raw.value.processes,
+                &mut limits.processes,
+                8,
+                "processes",
+                "8",
+            ),
+            (
+                &raw.value.open_files,
+                &mut limits.open_files,
+                16,
+                "open_files",
+                "16",
+            ),
+        ];
+        for (given, slot, least, key, least_text) in fields {
+            let Some(given) = given else { continue };
+            match given.value {
+                Limit::Unlimited => *slot = None,
+                Limit::At(n) if n >= least => *slot = Some(n),
+                Limit::At(_) => self.push(
+                    Diagnostic::new(
+                        "plan::invalid_value",
+                        format!("`limits.{key}` is below {least_text}"),
+                    )
+                    .at(given.span)
+                    .label("too small for any game to start")
+                    .help(format!(
+                        "give at least {least_text}, or \"none\" to lift the limit"
+                    )),
+                ),
+            }
+        }
+        limits
+    }
+
+    /// A stdio game's program resolves as the game's start will resolve
+    /// it: `builtin:NAME` is a game shipped in gameplan; a path with a `/`
+    /// is an executable file under the repo root (or absolute); a bare name
+    /// is an executable on `PATH`. Found here, before anything runs or is
+    /// charged, rather than as a failed cell.
+    pub(super) fn game_program(
+        &mut self,
+        command: &Spanned<Vec<String>>,
+        game_path: Option<&String>,
+    ) {
+        use std::os::unix::fs::PermissionsExt;
+        let Some(program) = command.value.first() else {
+            return;
+        };
+        let executable = |p: &Path| {
+            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        };
+        let problem = if let Some(name) = program.strip_prefix("builtin:") {
+            crate::games::find(name).is_none().then(|| {
+                (
+                    format!("there is no built-in game `{name}`"),
+                    format!(
+                        "the built-in games: {}",
+                        crate::games::BUILTINS
+                            .iter()
+                            .map(|b| b.name)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                )
+            })
+        } else if program.contains('/') {
+            let path = self.root.join(program);
+            (!executable(&path)).then(|| {
+                let why = if path.exists() {
+                    "is not executable"
+                } else {
+                    "does not exist"
+                };
+                (
+                    format!("the game's program `{program}` {why}"),
+                    format!(
+                        "a path in `command` is relative to the repo root {} (build the game first, or `chmod +x` it)",
+                        self.root.display()
+                    ),
+                )
+            })
+        } else {
+            // The game's PATH: `game.env`'s, else the one gameplan runs with
+            // (a loader given no environment cannot tell: it does not judge).
+            let Some(path) = game_path.or_else(|| self.templates.env().get("PATH")) else {
+                return;
+            };
+            let found = std::env::split_paths(path).any(|dir| executable(&dir.join(program)));
+            (!found).then(|| {
+                (
+                    format!("the game's program `{program}` is not on PATH"),
+                    "install it, or give its path (`./build/game`, relative to the repo root)"
+                        .to_owned(),
+                )
+            })
+        };
+        if let Some((message, help)) = problem {
+            self.push(
+                Diagnostic::new("plan::missing_program", message)
+                    .at(command.span)
+                    .label("cannot be started")
+                    .help(help),
+            );
+        }
+    }
+
+    /// `serve` names a directory of the repo, and `url` a file in it; a
+    /// repo-file `url` without `serve` exists.
+    pub(super) fn served_page(&mut self, g: &crate::plan::raw::RawGame) {
+        if let Some(dir) = &g.serve
+            && self.repo_path(dir, "serve")
+        {
+            let path = self.root.join(dir.value.as_str());
+            if !path.is_dir() {
+                self.push(
+                    Diagnostic::new(
+                        "plan::missing_file",
+                        format!("the directory to serve, `{}`, does not exist", dir.value),
+                    )
+                    .at(dir.span)
+                    .label("no such directory")
+                    .help(format!(
+                        "`serve` names a directory of the repo ({}) holding the built game, e.g. `serve = \"web/dist\"`; build it first",
+                        self.root.display()
+                    )),
+                );
+            } else if let Some(url) = &g.url
+                && !url.value.contains("://")
+                && !path.join(url.value.as_str()).is_file()
+            {
+                self.push(
+                    Diagnostic::new(
+                        "plan::missing_file",
+                        format!("`{}` is not a file of the served directory `{}`", url.value, dir.value),
+                    )
+                    .at(url.span)
+                    .label("no such file")
+                    .help("with `serve`, `url` is a path inside the served directory (e.g. `index.html`)"),
+                );
+            }
+        } else if g.serve.is_none()
+            && let Some(url) = &g.url
+            && !url.value.contains("://")
+            && !url.value.starts_with("about:")
+            && !url.value.starts_with("data:")
+        {
+            self.repo_file(url, "the page");
+        }
+    }
+
+    /// The webdriver-only keys (`serve`, `allow`, `keys`, `viewport`):
+    /// refused on a stdio game, each checked; the window to use.
+    pub(super) fn browser_keys(
+        &mut self,
+        g: &crate::plan::raw::RawGame,
+        driver: Driver,
+    ) -> (u32, u32) {
+        let spans = [
+            g.serve.as_ref().map(|s| ("serve", s.span)),
+            g.allow.first().map(|a| ("allow", a.span)),
+            g.keys.first().map(|k| ("keys", k.span)),
+            g.viewport.as_ref().map(|v| ("viewport", v.span)),
+        ];
+        if driver != Driver::Webdriver {
+            for (key, span) in spans.into_iter().flatten() {
+                self.push(
+                    Diagnostic::new(
+                        "plan::unused_key",
+                        format!("`{key}` is only for the webdriver driver"),
+                    )
+                    .at(span)
+                    .label("a stdio game has no browser")
+                    .help("remove it, or set `driver = \"webdriver\"` and `url`"),
+                );
+            }
+            return crate::plan::model::DEFAULT_VIEWPORT;
+        }
+        self.served_page(g);
+        for pattern in &g.allow {
+            let ok = ["http://", "https://", "file://"]
+                .iter()
+                .any(|scheme| pattern.value.starts_with(scheme));
+            if !ok {
+                self.push(
+                    Diagnostic::new(
+                        "plan::invalid_value",
+                        format!("`allow` pattern `{}` is not a URL pattern", pattern.value),
+                    )
+                    .at(pattern.span)
+                    .label("no http://, https:// or file://")
+                    .help("e.g. `allow = [\"https://cdn.example/**\"]` (`*` within a path part, `**` across parts)"),
+                );
+            }
+        }
+        for key in &g.keys {
+            let mut chars = key.value.chars();
+            let one_char = chars.next().is_some() && chars.next().is_none();
+            if !one_char && !crate::plan::model::KEY_NAMES.contains(&key.value.as_str()) {
+                self.push(
+                    Diagnostic::new(
+                        "plan::invalid_value",
+                        format!("`{}` is not a key gameplan presses", key.value),
+                    )
+                    .at(key.span)
+                    .label("unknown key")
+                    .help(format!(
+                        "a key is one character or one of {}",
+                        crate::plan::model::KEY_NAMES.join(", ")
+                    )),
+                );
+            }
+        }
+        let Some(viewport) = &g.viewport else {
+            return crate::plan::model::DEFAULT_VIEWPORT;
+        };
+        let range = crate::plan::model::VIEWPORT_RANGE;
+        match viewport.value[..] {
+            [w, h] if range.contains(&w) && range.contains(&h) => (
+                u32::try_from(w).unwrap_or(u32::MAX),
+                u32::try_from(h).unwrap_or(u32::MAX),
+            ),
+            _ => {
+                self.push(
+                    Diagnostic::new(
+                        "plan::invalid_value",
+                        "`viewport` is [WIDTH, HEIGHT] in pixels",
+                    )
+                    .at(viewport.span)
+                    .label(format!(
+                        "each side from {} to {}",
+                        range.start(),
+                        range.end()
+                    ))
+                    .help("e.g. `viewport = [1280, 800]` (the default)"),
+                );
+                crate::plan::model::DEFAULT_VIEWPORT
+            }
+        }
+    }
+}
