@@ -6,11 +6,8 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+use super::layout::repo;
 use crate::support::BIN;
-
-fn repo() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
 
 /// README.md and every page under docs/.
 fn pages() -> Vec<PathBuf> {
