@@ -4,7 +4,7 @@
 //! binary knows.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use super::layout::repo;
 use crate::support::BIN;
