@@ -103,7 +103,7 @@ for d in range(100):
 EOF
 
 cat >lens.py <<'EOF'
-# A command lens (README "Review"): a finding for each line over 120 characters.
+# A command lens (docs/review.md, "Lens kinds"): a finding for each line over 120 characters.
 import json, sys
 units = json.load(sys.stdin)["units"]
 verdicts = []

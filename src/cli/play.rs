@@ -304,7 +304,9 @@ pub fn play_cell(cx: &Context, args: &CellArgs) -> u8 {
     };
     let mut game = GameSpec::new(args.command.clone(), repo_root(), &cx.env);
     if let Some(url) = &args.url {
-        game.browser = Some(crate::play::driver::BrowserGame::at(page_from_cwd(url)));
+        game.target = crate::play::driver::GameTarget::Browser(
+            crate::play::driver::BrowserGame::at(page_from_cwd(url)),
+        );
     }
     game.action_timeout = Duration::from_secs_f64(args.action_timeout.max(0.01));
     game.stuck_after = args.stuck_after;

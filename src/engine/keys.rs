@@ -77,6 +77,7 @@ impl KeyMaker<'_> {
         let cx = KeyContext {
             root: self.root,
             plan: self.plan,
+            pipeline: self.pipeline,
             step,
             instance,
             upstream: &upstream,

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 
 use super::{ExpandError, Pipeline};
 use crate::plan::LoadedPlan;
+use crate::plan::kinds::command::CommandParams;
 use crate::plan::model::{Params, Program, Step};
 use crate::template::Templates;
 
@@ -39,12 +40,12 @@ pub fn expand_loaded(loaded: &LoadedPlan) -> Result<Pipeline, ExpandError> {
 /// Every string of a step that may read `matrix`, for reading or rewriting.
 fn strings_mut(step: &mut Step) -> Vec<&mut String> {
     let mut out: Vec<&mut String> = step.env.values_mut().collect();
-    if let Params::Command {
+    if let Params::Command(CommandParams {
         program,
         inputs,
         outputs,
         cwd,
-    } = &mut step.params
+    }) = &mut step.params
     {
         match program {
             Program::Shell(line) => out.push(line),

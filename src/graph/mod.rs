@@ -21,6 +21,7 @@ use petgraph::Direction;
 use petgraph::graph::{DiGraph, NodeIndex};
 use serde::Serialize;
 
+use crate::plan::kinds::gate::GateParams;
 use crate::plan::model::{Axis, Params, Plan, Step, StepKind};
 use crate::plan::validate::MAX_EXPANDED_STEPS;
 
@@ -43,7 +44,7 @@ pub struct Instance {
 }
 
 /// The expanded plan.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Pipeline {
     /// The plan's steps, or the default pipeline's when the plan has none.
     pub steps: Vec<Step>,
@@ -101,7 +102,7 @@ pub fn default_steps(plan: &Plan) -> Vec<Step> {
         retries: 0,
         reuse: true,
         env: BTreeMap::new(),
-        params: Params::None,
+        params: Params::empty(kind),
     };
     let mut steps = vec![
         step("estimate", StepKind::Estimate, vec![]),
@@ -122,11 +123,6 @@ pub fn default_steps(plan: &Plan) -> Vec<Step> {
                 },
             ],
             pool: Some("play".into()),
-            params: Params::Play {
-                persona: None,
-                controller: None,
-                seed: None,
-            },
             ..step("play", StepKind::Play, vec!["register".into()])
         },
         Step {
@@ -139,9 +135,9 @@ pub fn default_steps(plan: &Plan) -> Vec<Step> {
     for gate in &plan.gates {
         let id = format!("gate[{}]", gate.name);
         steps.push(Step {
-            params: Params::Gate {
+            params: Params::Gate(GateParams {
                 gate: gate.name.clone(),
-            },
+            }),
             ..step(&id, StepKind::Gate, vec![last.clone()])
         });
         last = id;

@@ -10,7 +10,8 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-pub use super::raw::{BackendKind, Driver, LensKind, LensOver, StepKind};
+pub use super::kinds::{Params, StepKind};
+pub use super::raw::{BackendKind, Driver, LensKind, LensOver};
 pub use crate::finding_class::{Category, Severity};
 
 /// The built-in action controllers (DESIGN §7).
@@ -340,34 +341,6 @@ pub struct Step {
 pub struct Axis {
     pub name: String,
     pub values: Vec<String>,
-}
-
-/// A step kind's own settings.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Params {
-    Command {
-        program: Program,
-        inputs: Vec<String>,
-        outputs: Vec<String>,
-        cwd: Option<String>,
-    },
-    Play {
-        persona: Option<String>,
-        controller: Option<Controller>,
-        seed: Option<i64>,
-    },
-    Gate {
-        gate: String,
-    },
-    Simulate {
-        games: u64,
-        strategies: Vec<String>,
-        workers: u64,
-        max_steps: u64,
-        seed: Option<i64>,
-    },
-    None,
 }
 
 impl Plan {

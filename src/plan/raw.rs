@@ -11,6 +11,7 @@ use schemars::JsonSchema;
 
 use super::decode::{Decode, Spanned, TableReader, decode_word, wrong_type};
 use super::diagnostic::{Diagnostic, Diagnostics};
+pub use super::kinds::{RawParams, StepKind};
 use super::node::{Node, Value};
 
 /// A gameplan plan file (TOML or YAML; every key means the same in both).
@@ -834,49 +835,6 @@ impl Decode for RawGate {
     }
 }
 
-/// The step kinds of DESIGN §3.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema, serde::Serialize,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum StepKind {
-    Command,
-    Estimate,
-    Register,
-    Play,
-    Deliver,
-    Aggregate,
-    Gate,
-    Finish,
-    Simulate,
-}
-
-impl StepKind {
-    pub const ALL: [(&'static str, StepKind); 9] = [
-        ("command", StepKind::Command),
-        ("estimate", StepKind::Estimate),
-        ("register", StepKind::Register),
-        ("play", StepKind::Play),
-        ("deliver", StepKind::Deliver),
-        ("aggregate", StepKind::Aggregate),
-        ("gate", StepKind::Gate),
-        ("finish", StepKind::Finish),
-        ("simulate", StepKind::Simulate),
-    ];
-
-    pub fn name(self) -> &'static str {
-        Self::ALL
-            .iter()
-            .find(|(_, k)| *k == self)
-            .map_or("?", |(n, _)| n)
-    }
-
-    /// Steps that move money: never retried, because a retry could charge twice.
-    pub fn moves_money(self) -> bool {
-        super::kinds::row(self).moves_money
-    }
-}
-
 /// One matrix axis: `"*"` (every persona / controller) or an explicit list.
 #[derive(Debug, Clone, PartialEq)]
 pub enum RawAxis {
@@ -886,35 +844,6 @@ pub enum RawAxis {
 
 /// Axis name → values, in the order written.
 pub type RawMatrix = Spanned<Vec<(Spanned<String>, RawAxis)>>;
-
-/// A step's own keys, by kind.
-#[derive(Debug, Clone, PartialEq)]
-pub enum RawParams {
-    Command {
-        run: Option<Spanned<String>>,
-        argv: Option<Spanned<Vec<String>>>,
-        inputs: Vec<Spanned<String>>,
-        outputs: Vec<Spanned<String>>,
-        cwd: Option<Spanned<String>>,
-    },
-    Play {
-        persona: Option<Spanned<String>>,
-        controller: Option<Spanned<String>>,
-        seed: Option<i64>,
-    },
-    Gate {
-        gate: Option<Spanned<String>>,
-    },
-    Simulate {
-        games: Option<u64>,
-        strategies: Vec<Spanned<String>>,
-        workers: Option<Spanned<u64>>,
-        max_steps: Option<Spanned<u64>>,
-        seed: Option<i64>,
-    },
-    /// estimate, register, deliver, aggregate, finish: no keys of their own.
-    None,
-}
 
 /// One step of the plan (before matrix expansion).
 #[derive(Debug, Clone, PartialEq)]
@@ -1017,24 +946,6 @@ fn decode_needs(t: &mut TableReader<'_>, diags: &mut Diagnostics) -> Option<Vec<
     }
 }
 
-/// A command step's `run`, pointing a list at `argv`.
-fn decode_run(t: &mut TableReader<'_>, diags: &mut Diagnostics) -> Option<Spanned<String>> {
-    match t.entry("run") {
-        Some(e) if matches!(e.value.value, Value::Array(_)) => {
-            diags.push(
-                Diagnostic::new("plan::wrong_type", "expected a string, found an array")
-                    .at(e.value.span)
-                    .label("`run` is one shell line")
-                    .help("for a program and its arguments as a list, write `argv = [..]` instead of `run`"),
-            );
-            // A stand-in (the error keeps the plan from being built), so
-            // the step is not also said to have nothing to run.
-            Some(Spanned::new(String::new(), e.value.span))
-        }
-        _ => t.optional("run", diags),
-    }
-}
-
 impl Decode for RawStep {
     fn decode(node: &Node, diags: &mut Diagnostics) -> Option<Self> {
         let mut t = TableReader::new(node, "a step", diags)?;
@@ -1043,7 +954,7 @@ impl Decode for RawStep {
             t.describe(format!("step `{}`", id.value));
         }
         let kind = t.required::<Node>("kind", diags).and_then(|k| {
-            decode_word(&k, &StepKind::ALL, "step kind", diags).map(|v| Spanned::new(v, k.span))
+            decode_word(&k, StepKind::ALL, "step kind", diags).map(|v| Spanned::new(v, k.span))
         });
         let needs = decode_needs(&mut t, diags);
         let matrix = t.entry("matrix").and_then(|e| {
@@ -1074,37 +985,14 @@ impl Decode for RawStep {
         let retries = t.optional("retries", diags);
         let reuse = t.optional("reuse", diags);
         let env = t.optional("env", diags);
-        let params = match kind.as_ref().map(|k| k.value) {
-            Some(StepKind::Command) => RawParams::Command {
-                run: decode_run(&mut t, diags),
-                argv: t.optional("argv", diags),
-                inputs: t.optional("inputs", diags).unwrap_or_default(),
-                outputs: t.optional("outputs", diags).unwrap_or_default(),
-                cwd: t.optional("cwd", diags),
-            },
-            Some(StepKind::Play) => RawParams::Play {
-                persona: t.optional("persona", diags),
-                controller: t.optional("controller", diags),
-                seed: t.optional("seed", diags),
-            },
-            Some(StepKind::Gate) => RawParams::Gate {
-                gate: t.optional("gate", diags),
-            },
-            Some(StepKind::Simulate) => RawParams::Simulate {
-                games: t.optional("games", diags),
-                strategies: t.optional("strategies", diags).unwrap_or_default(),
-                workers: t.optional("workers", diags),
-                max_steps: t.optional("max_steps", diags),
-                seed: t.optional("seed", diags),
-            },
-            Some(_) => RawParams::None,
+        let params = if let Some(kind) = &kind {
+            Some(RawParams::decode(kind.value, &mut t, diags))
+        } else {
             // Unknown kind: already reported; don't pile "unknown key" on top.
-            None => {
-                for key in super::kinds::every_own_key() {
-                    t.entry(key);
-                }
-                RawParams::None
+            for key in super::kinds::every_own_key() {
+                t.entry(key);
             }
+            None
         };
         let span = t.span();
         t.finish(diags);
@@ -1124,7 +1012,7 @@ impl Decode for RawStep {
             retries,
             reuse: reuse.unwrap_or(true),
             env: env.unwrap_or_default(),
-            params,
+            params: params?,
             span,
         })
     }

@@ -107,7 +107,7 @@ impl JsonSchema for RawStep {
         });
         let own = |kind: StepKind| -> Value {
             let mut keys = Map::new();
-            for key in super::kinds::row(kind).keys {
+            for key in kind.row().keys {
                 let mut schema: Value =
                     serde_json::from_str(key.schema).unwrap_or_else(|_| json!({}));
                 if let Value::Object(fields) = &mut schema {
@@ -128,7 +128,7 @@ impl JsonSchema for RawStep {
                 }
                 json!({
                     "title": format!("{name} step"),
-                    "description": super::kinds::row(*kind).doc,
+                    "description": kind.row().doc,
                     "type": "object",
                     "properties": properties,
                     "required": ["id", "kind"],

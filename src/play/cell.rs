@@ -233,7 +233,7 @@ pub async fn play_cell_watched(
         player: spec.player.kind().to_owned(),
         seed: spec.seed,
         game: GameInfo {
-            command: spec.game.command.clone(),
+            command: spec.game.target.command().to_vec(),
             name: hello.name,
             version: hello.version,
         },

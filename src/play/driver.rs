@@ -31,12 +31,50 @@ use super::webdriver::BrowserSession;
 /// it sees is declared (DESIGN §7).
 pub const KEPT_ENV: [&str; 4] = ["PATH", "HOME", "LANG", "TMPDIR"];
 
+/// Which driver plays a game and what it starts: said once, here. A new
+/// driver is a variant, and the compiler points at every place that must
+/// tell the drivers apart.
+#[derive(Debug, Clone, PartialEq)]
+pub enum GameTarget {
+    /// A process on the JSON-lines stdio bridge. The argv: a program on
+    /// `PATH`, a repo-relative path, an absolute path, or `builtin:NAME`
+    /// (this gameplan as `gameplan game NAME`).
+    Stdio { command: Vec<String> },
+    /// A page in a browser over WebDriver (`driver = "webdriver"`).
+    Browser(BrowserGame),
+}
+
+impl GameTarget {
+    /// The driver's name, as plans and traces write it.
+    pub fn driver_name(&self) -> &'static str {
+        match self {
+            GameTarget::Stdio { .. } => "stdio",
+            GameTarget::Browser(_) => "webdriver",
+        }
+    }
+
+    /// A stdio game's argv; a page has none.
+    pub fn command(&self) -> &[String] {
+        match self {
+            GameTarget::Stdio { command } => command,
+            GameTarget::Browser(_) => &[],
+        }
+    }
+
+    /// The page a browser game opens.
+    pub fn browser(&self) -> Option<&BrowserGame> {
+        match self {
+            GameTarget::Stdio { .. } => None,
+            GameTarget::Browser(page) => Some(page),
+        }
+    }
+}
+
 /// How to start a game.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GameSpec {
-    /// The argv: a program on `PATH`, a repo-relative path, an absolute path,
-    /// or `builtin:NAME` (this gameplan as `gameplan game NAME`).
-    pub command: Vec<String>,
+    /// A process or a page.
+    pub target: GameTarget,
     /// The game's whole environment (cleared, then this). [`GameSpec::new`]
     /// fills in [`KEPT_ENV`] from the caller's; add `game.env` to it.
     pub env: BTreeMap<String, String>,
@@ -50,10 +88,8 @@ pub struct GameSpec {
     /// `builtin:NAME` runs `gameplan game NAME`: both re-run the current
     /// executable, so a caller that is not gameplan (a unit test's harness)
     /// uses [`ResourceLimits::NONE`] and no builtin.
+    /// A browser game has no process of its own to limit: unused there.
     pub limits: ResourceLimits,
-    /// A page in a browser instead of a process on stdio (`driver =
-    /// "webdriver"`); `command` is then empty and `limits` unused.
-    pub browser: Option<BrowserGame>,
     /// Names in `env` whose values are secrets: a trace records them by
     /// name only, and a replay reads them again from its environment.
     pub secret_env: std::collections::BTreeSet<String>,
@@ -94,7 +130,7 @@ impl BrowserGame {
 }
 
 impl GameSpec {
-    /// A spec with the defaults of DESIGN §2 (`action_timeout` 10 s,
+    /// A stdio game's spec with the defaults of DESIGN §2 (`action_timeout` 10 s,
     /// `stuck_after` 8), the default limits, and the kept variables of
     /// `parent_env` (the caller's environment, as captured in its context).
     pub fn new(command: Vec<String>, root: PathBuf, parent_env: &BTreeMap<String, String>) -> Self {
@@ -103,13 +139,12 @@ impl GameSpec {
             .filter_map(|k| Some(((*k).to_owned(), parent_env.get(*k)?.clone())))
             .collect();
         GameSpec {
-            command,
+            target: GameTarget::Stdio { command },
             env,
             root,
             action_timeout: Duration::from_secs(10),
             stuck_after: 8,
             limits: ResourceLimits::default(),
-            browser: None,
             secret_env: std::collections::BTreeSet::new(),
         }
     }
@@ -117,19 +152,15 @@ impl GameSpec {
     /// The command as written in traces (`builtin:NAME` stays as is); a
     /// browser game's page.
     pub fn command_text(&self) -> String {
-        match &self.browser {
-            Some(browser) => browser.url.clone(),
-            None => self.command.join(" "),
+        match &self.target {
+            GameTarget::Stdio { command } => command.join(" "),
+            GameTarget::Browser(browser) => browser.url.clone(),
         }
     }
 
     /// The driver's name, as plans and traces write it.
     pub fn driver_name(&self) -> &'static str {
-        if self.browser.is_some() {
-            "webdriver"
-        } else {
-            "stdio"
-        }
+        self.target.driver_name()
     }
 }
 
@@ -456,9 +487,9 @@ impl Session {
     }
 
     pub async fn start(spec: &GameSpec, artifacts: Option<&Path>) -> Result<Session, SpawnError> {
-        match &spec.browser {
-            None => GameProcess::spawn(spec).map(Session::Stdio),
-            Some(browser) => BrowserSession::start(spec, browser, artifacts)
+        match &spec.target {
+            GameTarget::Stdio { .. } => GameProcess::spawn(spec).map(Session::Stdio),
+            GameTarget::Browser(browser) => BrowserSession::start(spec, browser, artifacts)
                 .await
                 .map(|b| Session::Browser(Box::new(b))),
         }

@@ -45,7 +45,7 @@ pub mod webdriver;
 pub use cell::{CellResult, CellSpec, PlayError, play_cell};
 pub use cell_report::{CellReport, CellState};
 pub use controllers::ControllerKind;
-pub use driver::{BrowserGame, Driver, GameSpec, ResourceLimits, Session};
+pub use driver::{BrowserGame, Driver, GameSpec, GameTarget, ResourceLimits, Session};
 pub use findings::{Category, Finding};
 pub use players::PlayerSpec;
 pub use replay::{ReplayOptions, ReplayOutcome, replay};

@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::cell::{PlayError, open, quit_for};
-use super::driver::{BrowserGame, Driver, Failure, GameSpec, ResourceLimits, Session};
+use super::driver::{BrowserGame, Driver, Failure, GameSpec, GameTarget, ResourceLimits, Session};
 use super::episode::{Episode, Stepped};
 use super::protocol::observation_hash;
 use super::trace::{Input, QuitReason, Trace, TraceReset, TraceStep};
@@ -111,7 +111,7 @@ impl ReplayOptions {
         }
         if let Some(url) = &trace.header.game.url {
             let header = &trace.header.game;
-            game.browser = Some(BrowserGame {
+            game.target = GameTarget::Browser(BrowserGame {
                 url: url.clone(),
                 webdriver_url: header.webdriver_url.clone(),
                 serve: header.serve.clone(),

@@ -228,14 +228,18 @@ fn resolve_program(program: &str, spec: &GameSpec) -> Result<PathBuf, SpawnError
 
 /// The argv that actually starts the game: builtins and limits resolved.
 fn argv(spec: &GameSpec) -> Result<Vec<std::ffi::OsString>, SpawnError> {
-    let (first, rest) = spec.command.split_first().ok_or(SpawnError::Empty)?;
+    let (first, rest) = spec
+        .target
+        .command()
+        .split_first()
+        .ok_or(SpawnError::Empty)?;
     let exe = || {
         std::env::current_exe().map_err(|source| SpawnError::Start {
             command: spec.command_text(),
             source,
         })
     };
-    let mut game: Vec<std::ffi::OsString> = Vec::with_capacity(spec.command.len() + 2);
+    let mut game: Vec<std::ffi::OsString> = Vec::with_capacity(spec.target.command().len() + 2);
     if let Some(name) = first.strip_prefix("builtin:") {
         game.push(exe()?.into_os_string());
         game.push("game".into());

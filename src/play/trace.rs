@@ -235,12 +235,12 @@ impl Trace {
     /// The header for the game `game` (a process started from the repo
     /// root, or a page).
     pub fn header(game: &GameSpec, seed: i64, persona: &str, controller: &str) -> TraceHeader {
-        let browser = game.browser.as_ref();
+        let browser = game.target.browser();
         TraceHeader {
             trace: 1,
             game: TraceGame {
                 driver: game.driver_name().to_owned(),
-                command: game.command.clone(),
+                command: game.target.command().to_vec(),
                 url: browser.map(|b| b.url.clone()),
                 webdriver_url: browser.and_then(|b| b.webdriver_url.clone()),
                 serve: browser.and_then(|b| b.serve.clone()),
@@ -261,7 +261,7 @@ impl Trace {
                     let d = super::driver::ResourceLimits::default();
                     let same = (l.address_space, l.processes, l.open_files)
                         == (d.address_space, d.processes, d.open_files);
-                    (game.browser.is_none() && !same).then_some(TraceLimits {
+                    (browser.is_none() && !same).then_some(TraceLimits {
                         memory: l.address_space,
                         processes: l.processes,
                         open_files: l.open_files,

@@ -32,6 +32,7 @@ use super::{
 };
 use crate::backend::api::{AggregateCompleteRequest, FileDigest, JobRef, UploadRequest};
 use crate::backend::{Connection, UploadTarget};
+use crate::graph::Pipeline;
 use crate::journal::run::file_name;
 use crate::plan::model::{Card, Plan, StepKind};
 use crate::play::{CellReport, SimulateSummary};
@@ -53,8 +54,7 @@ struct Read {
 
 /// The play cells and simulations `id` needs, directly or not, in the
 /// plan's order.
-fn reads(plan: &Plan, id: &str) -> Result<Vec<Read>, StepError> {
-    let pipeline = crate::graph::expand(plan).map_err(|e| StepError(e.to_string()))?;
+fn reads(pipeline: &Pipeline, id: &str) -> Result<Vec<Read>, StepError> {
     let Some(start) = pipeline.find(id) else {
         return Err(StepError(format!("step `{id}` is not in the plan's graph")));
     };
@@ -109,7 +109,7 @@ impl Kind for Aggregate {
                     .collect::<Vec<_>>(),
             }),
         );
-        for read in reads(cx.plan, &cx.instance.id)? {
+        for read in reads(cx.pipeline, &cx.instance.id)? {
             let Some(upstream) = cx.upstream.iter().find(|u| u.id == read.id) else {
                 return Ok(Reuse::Never(format!(
                     "it reads `{}` through the steps it needs, whose outputs do not show that \
@@ -354,7 +354,7 @@ fn write(cx: &StepContext) -> Result<Written, StepError> {
         .ok_or_else(|| StepError("the step's directory has no parent".into()))?;
     let mut cells = Vec::new();
     let mut simulations = Vec::new();
-    for read in reads(&cx.plan, &cx.instance.id)? {
+    for read in reads(&cx.pipeline, &cx.instance.id)? {
         let dir_name = file_name(&read.id);
         let dir = steps_dir.join(&dir_name);
         let rel = |name: &str| format!("steps/{dir_name}/{name}");

@@ -26,6 +26,7 @@ use super::{
 };
 use crate::journal::run::RunDir;
 use crate::journal::step_log::StepLog;
+use crate::plan::kinds::command::CommandParams;
 use crate::plan::model::{Params, Program, Step, StepKind};
 use crate::process_table::group_alive;
 use crate::reuse::{RestoreScope, ReuseKey};
@@ -82,7 +83,7 @@ impl Kind for Command {
         let keep = expand(&cx.root, &patterns)?
             .into_iter()
             .chain(cx.plan_file.clone());
-        RestoreScope::new(p.outputs, keep).map_err(|e| StepError(e.to_string()))
+        RestoreScope::new(&p.outputs, keep).map_err(|e| StepError(e.to_string()))
     }
 
     fn left_running<'a>(&'a self, cx: &'a StepContext, attempt: u32) -> BoxFuture<'a, LeftRunning> {
@@ -167,26 +168,9 @@ fn kill_all_groups() {
     }
 }
 
-struct CommandParams<'a> {
-    program: &'a Program,
-    inputs: &'a [String],
-    outputs: &'a [String],
-    cwd: Option<&'a str>,
-}
-
-fn params(step: &Step) -> Result<CommandParams<'_>, StepError> {
+fn params(step: &Step) -> Result<&CommandParams, StepError> {
     match &step.params {
-        Params::Command {
-            program,
-            inputs,
-            outputs,
-            cwd,
-        } => Ok(CommandParams {
-            program,
-            inputs,
-            outputs,
-            cwd: cwd.as_deref(),
-        }),
+        Params::Command(p) => Ok(p),
         _ => Err(StepError(format!(
             "step `{}` is not a command step",
             step.id
@@ -260,7 +244,7 @@ fn reuse_key(cx: &KeyContext<'_>) -> Result<Reuse, StepError> {
 fn outputs(cx: &StepContext) -> Result<Outputs, StepError> {
     let p = params(&cx.step)?;
     let mut all = Vec::new();
-    for pattern in p.outputs {
+    for pattern in &p.outputs {
         let found = expand(&cx.root, std::slice::from_ref(pattern))?;
         if found.is_empty() {
             return Err(StepError(format!(
@@ -378,7 +362,7 @@ async fn leftover(cx: &StepContext, attempt: u32) -> super::launcher::Leftover {
     super::launcher::leftover(&attempt, &wait, &cx.cancel).await
 }
 
-/// The variables that name one attempt (README lists them). Every process
+/// The variables that name one attempt (docs/plans.md lists them). Every process
 /// of the attempt carries them (children inherit them): how a resume finds
 /// the attempt when its launcher died before it wrote its process group
 /// down.
@@ -406,7 +390,7 @@ async fn spawn_and_wait(
     let p = params(&cx.step)?;
     let run = run_dir(&cx.step_dir);
     let label = crate::report::run::log_label_in(&cx.instance.id, &run, &cx.root);
-    let cwd = match p.cwd {
+    let cwd = match p.cwd.as_deref() {
         Some(dir) => cx.root.join(dir),
         None => cx.root.clone(),
     };
@@ -423,7 +407,7 @@ async fn spawn_and_wait(
         .submit(
             Request {
                 token: 0,
-                argv: argv(p.program),
+                argv: argv(&p.program),
                 cwd,
                 env,
                 log: run.steps_log(),

@@ -364,7 +364,7 @@ fn completed_earlier(io: &StepIo) -> Option<String> {
 /// The play cell this delivery follows: the one play step among those it
 /// needs (`per = "play"` gives it exactly one).
 fn play_cell(cx: &StepContext, io: &StepIo) -> Result<String, StepError> {
-    let pipeline = crate::graph::expand(&cx.plan).map_err(|e| StepError(e.to_string()))?;
+    let pipeline = &cx.pipeline;
     let cells: Vec<String> = io
         .upstream_ids()
         .into_iter()

@@ -327,6 +327,7 @@ impl Fixture {
             run_id: "r1".into(),
             step_dir: self.steps_dir().join(crate::journal::run::file_name(id)),
             plan: Arc::clone(&self.plan),
+            pipeline: Arc::new(self.pipeline.clone()),
             step: self.pipeline.steps[instance.step].clone(),
             instance,
             attempt: 1,

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use super::{KeyContext, Reuse, StepContext, StepError, Upstream, expand};
 use crate::plan::model::{Driver, Game, Plan};
-use crate::play::{BrowserGame, GameSpec};
+use crate::play::{BrowserGame, GameSpec, GameTarget};
 use crate::reuse::ReuseKey;
 
 /// The plan's game, or why a playing step cannot run without one.
@@ -33,7 +33,7 @@ pub fn spec(cx: &StepContext) -> Result<GameSpec, StepError> {
         let url = game.url.clone().ok_or_else(|| {
             StepError("[game] with the webdriver driver needs a `url` (the page to open)".into())
         })?;
-        spec.browser = Some(BrowserGame {
+        spec.target = GameTarget::Browser(BrowserGame {
             url,
             webdriver_url: game.webdriver_url.clone(),
             serve: game.serve.clone(),
@@ -87,7 +87,7 @@ pub fn reuse(cx: &KeyContext<'_>, kind: &str, settings: &Value) -> Result<Reuse,
     let upstream: Vec<&Upstream> = cx
         .upstream
         .iter()
-        .filter(|u| !crate::plan::kinds::row(u.kind).moves_money)
+        .filter(|u| !u.kind.moves_money())
         .collect();
     if let Some(pending) = upstream.iter().find(|u| u.outputs.is_none()) {
         return Ok(Reuse::AfterUpstream(format!(

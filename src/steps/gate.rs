@@ -66,7 +66,7 @@ impl Gate {
 /// The gate a step judges.
 fn gate_of<'p>(plan: &'p Plan, params: &Params, id: &str) -> Result<&'p PlanGate, StepError> {
     let name = match params {
-        Params::Gate { gate } => gate.as_str(),
+        Params::Gate(p) => p.gate.as_str(),
         _ => id,
     };
     plan.gates

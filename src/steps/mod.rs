@@ -9,10 +9,12 @@
 //!
 //! # Adding a kind
 //!
-//! A kind is one file here implementing [`Kind`], listed once in
-//! [`Kinds::for_run`], plus its row in the plan's keys table
-//! (`plan::kinds::KIND_KEYS`), which the decoder, the validator and the schema
-//! generator all read. Nothing in `engine/` changes: it asks the registry.
+//! A kind is two files and a registry line: its plan side
+//! (`plan/kinds/<kind>.rs`: its keys, schema, decoding and checks, listed
+//! once in `plan::kinds`' `registry!`) and its run side here, implementing
+//! [`Kind`]. The compiler then points at the one match that builds its
+//! runner ([`Kinds::for_run`]). Nothing in `engine/` changes: it asks the
+//! registry.
 //!
 //! # Design
 //!
@@ -282,6 +284,9 @@ pub enum LeftRunning {
 pub struct KeyContext<'a> {
     pub root: &'a Path,
     pub plan: &'a Plan,
+    /// The run's own steps and cells (the part of the plan it runs): a
+    /// kind finds the cells it reads here, never by expanding the plan.
+    pub pipeline: &'a crate::graph::Pipeline,
     pub step: &'a Step,
     pub instance: &'a Instance,
     pub upstream: &'a [Upstream],
@@ -305,6 +310,8 @@ pub struct StepContext {
     /// `runs/<run-id>/steps/<step>/`: logs and artifacts.
     pub step_dir: PathBuf,
     pub plan: Arc<Plan>,
+    /// The run's own steps and cells: see [`KeyContext::pipeline`].
+    pub pipeline: Arc<crate::graph::Pipeline>,
     pub step: Step,
     pub instance: Instance,
     pub attempt: u32,
@@ -402,18 +409,26 @@ impl Kinds {
             concurrency,
             redactor,
         } = settings;
+        // Exhaustive: a kind added to the plan's registry
+        // (`plan::kinds`) does not compile until it is given a runner here.
+        let runner = |kind: StepKind| -> Box<dyn Kind> {
+            match kind {
+                StepKind::Command => Box::new(command::Command::new(concurrency, redactor.clone())),
+                StepKind::Estimate => Box::new(estimate::Estimate),
+                StepKind::Register => Box::new(register::Register),
+                StepKind::Play => Box::new(play::Play::new(redactor.clone())),
+                StepKind::Deliver => Box::new(deliver::Deliver::new(redactor.clone())),
+                StepKind::Aggregate => Box::new(aggregate::Aggregate),
+                StepKind::Gate => Box::new(gate::Gate::default()),
+                StepKind::Finish => Box::new(finish::Finish),
+                StepKind::Simulate => Box::new(simulate::Simulate),
+            }
+        };
         Kinds {
-            kinds: vec![
-                Box::new(deliver::Deliver::new(redactor.clone())),
-                Box::new(command::Command::new(concurrency, redactor.clone())),
-                Box::new(play::Play::new(redactor)),
-                Box::new(simulate::Simulate),
-                Box::new(aggregate::Aggregate),
-                Box::new(gate::Gate::default()),
-                Box::new(estimate::Estimate),
-                Box::new(register::Register),
-                Box::new(finish::Finish),
-            ],
+            kinds: StepKind::ALL
+                .iter()
+                .map(|(_, kind)| runner(*kind))
+                .collect(),
         }
     }
 

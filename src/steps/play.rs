@@ -348,11 +348,7 @@ impl<'p> Cell<'p> {
                 .map(|(_, value)| value.as_str())
         };
         let (persona, controller, seed) = match &step.params {
-            Params::Play {
-                persona,
-                controller,
-                seed,
-            } => (persona.as_deref(), *controller, *seed),
+            Params::Play(p) => (p.persona.as_deref(), p.controller, p.seed),
             _ => (None, None, None),
         };
         let slug = match axis("persona").or(persona) {
@@ -585,6 +581,7 @@ needs = ["build", "register"]
         let cx = KeyContext {
             root: &loaded.root,
             plan: &loaded.plan,
+            pipeline: &pipeline,
             step: &pipeline.steps[instance.step],
             instance,
             upstream: &upstream,

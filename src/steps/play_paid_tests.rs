@@ -234,6 +234,7 @@ needs = ["register"]
             run_id: "test-run".into(),
             step_dir: self.step_dir(),
             plan: Arc::new(loaded.plan.clone()),
+            pipeline: Arc::new(pipeline.clone()),
             step: pipeline.steps[instance.step].clone(),
             instance,
             attempt: 1,

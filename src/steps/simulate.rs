@@ -39,18 +39,12 @@ struct Settings {
 
 fn settings(step: &Step) -> Result<Settings, StepError> {
     match &step.params {
-        Params::Simulate {
-            games,
-            strategies,
-            workers,
-            max_steps,
-            seed,
-        } => Ok(Settings {
-            games: *games,
-            strategies: strategies.clone(),
-            workers: *workers,
-            max_steps: *max_steps,
-            seed: seed.unwrap_or(0),
+        Params::Simulate(p) => Ok(Settings {
+            games: p.games,
+            strategies: p.strategies.clone(),
+            workers: p.workers,
+            max_steps: p.max_steps,
+            seed: p.seed.unwrap_or(0),
         }),
         _ => Err(StepError(format!(
             "step `{}` is not a simulate step",

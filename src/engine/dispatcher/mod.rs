@@ -783,6 +783,7 @@ impl Run {
             run_id: self.shared.run_id.clone(),
             step_dir: self.shared.run_dir.step(&instance.id),
             plan: Arc::clone(&self.shared.plan),
+            pipeline: Arc::clone(&self.pipeline),
             step,
             instance,
             attempt: 0,

@@ -21,7 +21,8 @@ use super::model::{
 use super::raw::{RawAxis, RawLens, RawMatrix, RawParams, RawPersona, RawPlan, RawPlayer, RawStep};
 use super::source::{Source, Span};
 use crate::template::Templates;
-use steps::{Refs, upstream};
+pub(in crate::plan) use steps::Refs;
+use steps::upstream;
 
 /// The most steps a plan may expand to. Checked by arithmetic on the matrix
 /// sizes, before anything is allocated.
@@ -61,7 +62,7 @@ pub struct Validator<'a> {
 }
 
 impl Validator<'_> {
-    fn push(&mut self, d: Diagnostic) {
+    pub(in crate::plan) fn push(&mut self, d: Diagnostic) {
         self.diags.push(d);
     }
 
@@ -100,7 +101,7 @@ impl Validator<'_> {
         }
     }
 
-    fn reference(
+    pub(in crate::plan) fn reference(
         &mut self,
         name: &Spanned<String>,
         known: &[&str],
@@ -136,7 +137,7 @@ impl Validator<'_> {
     }
 
     /// A repo-relative path (or glob) that must stay inside the repo.
-    fn repo_path(&mut self, path: &Spanned<String>, what: &str) -> bool {
+    pub(in crate::plan) fn repo_path(&mut self, path: &Spanned<String>, what: &str) -> bool {
         let p = Path::new(path.value.as_str());
         let mut depth: i64 = 0;
         let mut escapes = p.is_absolute() || path.value.starts_with('~');
@@ -173,7 +174,12 @@ impl Validator<'_> {
     /// its `outputs`. Otherwise the run would fail at that step, after the
     /// steps before it ran (issue 10). A per-cell `cwd` is checked per cell
     /// when it runs.
-    fn cwd_exists(&mut self, cwd: &Spanned<String>, step: &RawStep, all: &[RawStep]) {
+    pub(in crate::plan) fn cwd_exists(
+        &mut self,
+        cwd: &Spanned<String>,
+        step: &RawStep,
+        all: &[RawStep],
+    ) {
         if Templates::is_template(&cwd.value) {
             return;
         }
@@ -195,7 +201,7 @@ impl Validator<'_> {
             return;
         }
         if upstream(step, all).any(|up| match &up.params {
-            RawParams::Command { outputs, .. } => outputs.iter().any(|o| {
+            RawParams::Command(c) => c.outputs.iter().any(|o| {
                 let o = o.value.trim_start_matches("./");
                 o == dir
                     || o.strip_prefix(dir)
@@ -403,7 +409,7 @@ impl Validator<'_> {
                 steps
                     .value
                     .iter()
-                    .find(|s| super::kinds::row(s.kind.value).plays)
+                    .find(|s| s.kind.value.row().plays)
                     .map(|s| s.kind.span)
             },
         );
@@ -469,8 +475,7 @@ impl Validator<'_> {
     fn unrun_gates(&mut self, raw: &RawPlan, steps: &[RawStep]) {
         for gate in &raw.gates {
             let run = steps.iter().any(|s| match &s.params {
-                RawParams::Gate { gate: Some(g) } => g.value == gate.name.value,
-                RawParams::Gate { gate: None } => s.id.value == gate.name.value,
+                RawParams::Gate(g) => g.judges(&s.id.value, &gate.name.value),
                 _ => false,
             });
             if !run {

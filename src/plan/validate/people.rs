@@ -321,7 +321,7 @@ impl Validator<'_> {
         }
     }
 
-    pub(super) fn program(
+    pub(in crate::plan) fn program(
         &mut self,
         run: Option<&Spanned<String>>,
         argv: Option<&Spanned<Vec<String>>>,

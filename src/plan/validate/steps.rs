@@ -6,6 +6,7 @@
     reason = "a part of the validator, split by the tables it checks"
 )]
 use super::*;
+use crate::plan::kinds::StepCheck;
 
 /// The steps `step` needs, directly or through others, each once.
 pub(super) fn upstream<'a>(
@@ -27,17 +28,17 @@ pub(super) fn upstream<'a>(
     found.into_iter()
 }
 
-pub(super) struct Refs<'r> {
-    pub(super) personas: &'r [&'r str],
-    pub(super) controllers: &'r [Controller],
-    pub(super) gates: &'r [&'r str],
+pub(in crate::plan) struct Refs<'r> {
+    pub(in crate::plan) personas: &'r [&'r str],
+    pub(in crate::plan) controllers: &'r [Controller],
+    pub(in crate::plan) gates: &'r [&'r str],
     pub(super) pools: &'r BTreeMap<String, u32>,
     /// Sections that could not be read: references into them are not checked.
     pub(super) unreadable: &'r [&'static str],
 }
 
 impl Refs<'_> {
-    pub(super) fn readable(&self, section: &str) -> bool {
+    pub(in crate::plan) fn readable(&self, section: &str) -> bool {
         !self.unreadable.contains(&section)
     }
 }
@@ -73,7 +74,6 @@ impl Validator<'_> {
         steps
     }
 
-    #[expect(clippy::too_many_lines, reason = "one check per key, in key order")]
     pub(super) fn step(
         &mut self,
         s: &RawStep,
@@ -139,143 +139,22 @@ impl Validator<'_> {
             }
         }
 
-        let params = match &s.params {
-            RawParams::Command {
-                run,
-                argv,
-                inputs,
-                outputs,
-                cwd,
-            } => {
-                for path in inputs {
-                    self.repo_path(path, "input");
-                }
-                for path in outputs {
-                    self.repo_path(path, "output");
-                }
-                if let Some(cwd) = cwd
-                    && self.repo_path(cwd, "cwd")
-                {
-                    self.cwd_exists(cwd, s, all);
-                }
-                let program = self.program(
-                    run.as_ref(),
-                    argv.as_ref(),
-                    s.id.span,
-                    &format!("command step `{}`", s.id.value),
-                );
-                Params::Command {
-                    program: program.unwrap_or(Program::Argv(Vec::new())),
-                    inputs: inputs.iter().map(|i| i.value.clone()).collect(),
-                    outputs: outputs.iter().map(|o| o.value.clone()).collect(),
-                    cwd: cwd.as_ref().map(|c| c.value.clone()),
-                }
-            }
-            RawParams::Play {
-                persona,
-                controller,
-                seed,
-            } => {
-                if let (Some(p), true) = (persona, refs.readable("personas")) {
-                    self.reference(p, refs.personas, "plan::unknown_persona", "persona");
-                }
-                let controller = controller.as_ref().and_then(|c| self.controller(c, refs));
-                Params::Play {
-                    persona: persona.as_ref().map(|p| p.value.clone()),
-                    controller,
-                    seed: *seed,
-                }
-            }
-            RawParams::Gate { gate } => {
-                let gate = match gate {
-                    Some(g) => {
-                        if refs.readable("gates") {
-                            self.reference(g, refs.gates, "plan::unknown_gate", "gate");
-                        }
-                        g.value.clone()
-                    }
-                    None if refs.gates.contains(&s.id.value.as_str())
-                        || !refs.readable("gates") =>
-                    {
-                        s.id.value.clone()
-                    }
-                    None => {
-                        self.push(
-                            Diagnostic::new(
-                                "plan::missing_key",
-                                format!(
-                                    "gate step `{}` does not say which gate it judges",
-                                    s.id.value
-                                ),
-                            )
-                            .at(s.kind.span)
-                            .help(format!(
-                                "add `gate = \"NAME\"`; the plan's gates are {}",
-                                one_of(refs.gates)
-                            )),
-                        );
-                        String::new()
-                    }
-                };
-                Params::Gate { gate }
-            }
-            RawParams::Simulate {
-                games,
-                strategies,
-                workers,
-                max_steps,
-                seed,
-            } => {
-                for (key, value) in [("workers", workers), ("max_steps", max_steps)] {
-                    if let Some(v) = value.as_ref().filter(|v| v.value == 0) {
-                        self.push(
-                            Diagnostic::new(
-                                "plan::invalid_value",
-                                format!("`{key}` must be at least 1"),
-                            )
-                            .at(v.span)
-                            .label("zero"),
-                        );
-                    }
-                }
-                for strategy in strategies {
-                    if !matches!(strategy.value.as_str(), "random" | "explorer") {
-                        self.push(
-                            Diagnostic::new("plan::invalid_value", format!("unknown strategy `{}`", strategy.value))
-                                .at(strategy.span)
-                                .label("not a strategy")
-                                .help("simulate plays with player kinds that need no model: `random` or `explorer`"),
-                        );
-                    }
-                }
-                if *games == Some(0) {
-                    self.push(
-                        Diagnostic::new("plan::invalid_value", "`games` must be at least 1")
-                            .at(s.kind.span)
-                            .label("simulates nothing"),
-                    );
-                }
-                Params::Simulate {
-                    games: games.unwrap_or(100),
-                    strategies: if strategies.is_empty() {
-                        vec!["random".to_owned()]
-                    } else {
-                        strategies.iter().map(|x| x.value.clone()).collect()
-                    },
-                    workers: workers.as_ref().map_or(2, |w| w.value),
-                    max_steps: max_steps.as_ref().map_or(50, |m| m.value),
-                    seed: *seed,
-                }
-            }
-            RawParams::None => Params::None,
-        };
+        let params = Params::check(
+            &s.params,
+            &mut StepCheck {
+                v: self,
+                step: s,
+                all,
+                refs,
+            },
+        );
         Step {
             id: s.id.value.clone(),
             kind,
             needs: s.needs.iter().map(|n| n.value.clone()).collect(),
             matrix,
             per: s.per.as_ref().map(|p| p.value.clone()),
-            always: s.always || crate::plan::kinds::row(kind).always,
+            always: s.always || kind.row().always,
             pool: s.pool.as_ref().map(|p| p.value.clone()),
             timeout_secs: s.timeout.as_ref().map(|t| t.value),
             retries,
@@ -285,7 +164,7 @@ impl Validator<'_> {
         }
     }
 
-    pub(super) fn controller(
+    pub(in crate::plan) fn controller(
         &mut self,
         name: &Spanned<String>,
         refs: &Refs<'_>,

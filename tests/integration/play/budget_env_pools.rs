@@ -1,4 +1,4 @@
-//! What README says of play that no test held before:
+//! What the manual (docs/play.md) says of play that no test held before:
 //! a cell ending on its budget, what reaches the game's environment,
 //! `[pools] play` bounding game processes, simulate failing on a hang, a
 //! plan's `action_timeout` and `stuck_after`, the `no_actions` and
