@@ -2,11 +2,14 @@
 //! left open for a resume), its report, summary and `JUnit` cases built,
 //! and what the next runs reuse kept, on a thread of its own.
 
-#[allow(
-    clippy::wildcard_imports,
-    reason = "the dispatcher's run, split in two files"
-)]
-use super::*;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use super::{
+    Cancelled, Event, JournalWriter, KeysFingerprint, Kinds, NodeIndex, Pipeline, ReuseKey, Run,
+    RunDir, RunOutcome, RunReport, Shared, StepReport, StepState, elapsed_ms, now,
+};
 
 /// What one leg of a run (its start or a resume) brings to its close.
 pub(super) struct Leg {

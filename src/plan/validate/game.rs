@@ -1,11 +1,9 @@
 //! The `[game]` table: its driver, command or page, served directory,
 //! keys, window, limits and environment, and the program it names.
 
-#[allow(
-    clippy::wildcard_imports,
-    reason = "a part of the validator, split by the tables it checks"
-)]
-use super::*;
+use std::path::Path;
+
+use super::{Diagnostic, Driver, Game, RawPlan, Span, Spanned, Validator};
 
 impl Validator<'_> {
     pub(super) fn game(&mut self, raw: &RawPlan, plays: Option<Span>) -> Option<Game> {

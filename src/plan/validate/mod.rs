@@ -9,7 +9,7 @@ mod game;
 mod people;
 mod steps;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Component, Path};
 
 use super::decode::Spanned;

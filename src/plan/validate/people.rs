@@ -1,11 +1,10 @@
 //! Personas, their players (the llm player's model and price), lenses
 //! and their charters, and the programs a lens or player runs.
 
-#[allow(
-    clippy::wildcard_imports,
-    reason = "a part of the validator, split by the tables it checks"
-)]
-use super::*;
+use super::{
+    Budget, Card, Diagnostic, Judge, Lens, LensKind, LensOver, Persona, Player, Program, RawLens,
+    RawPersona, RawPlayer, Span, Spanned, Validator,
+};
 
 impl Validator<'_> {
     pub(super) fn persona(&mut self, p: &RawPersona, budget: Option<&Budget>) -> Option<Persona> {

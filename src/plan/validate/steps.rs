@@ -1,11 +1,12 @@
 //! `[[steps]]`: each step's kind and parameters, its `needs`, matrix and
 //! references, the graph's cycles and the plan's expanded size.
 
-#[allow(
-    clippy::wildcard_imports,
-    reason = "a part of the validator, split by the tables it checks"
-)]
-use super::*;
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use super::{
+    Axis, BUILTIN_POOLS, Controller, Diagnostic, MAX_EXPANDED_STEPS, Params, RawAxis, RawMatrix,
+    RawStep, Span, Spanned, Step, Validator,
+};
 use crate::plan::kinds::StepCheck;
 
 /// The steps `step` needs, directly or through others, each once.

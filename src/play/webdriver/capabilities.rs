@@ -3,8 +3,12 @@
 //! gameplan starts or of the plan's own WebDriver server, and the two
 //! commands fantoccini does not carry (a DevTools call, a plain navigate).
 
-#[allow(clippy::wildcard_imports, reason = "a part of the session's module")]
-use super::*;
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::{Capabilities, WebDriverCompatibleCommand};
 
 /// Headless Chromium that reaches nothing but the page: the flags DESIGN
 /// names, a fixed window, and `--user-data-dir` when gameplan owns the

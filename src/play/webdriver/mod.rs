@@ -81,7 +81,6 @@ use fantoccini::elements::Element;
 use fantoccini::error::{CmdError, ErrorStatus};
 use fantoccini::wd::{Capabilities, WebDriverCompatibleCommand};
 use fantoccini::{Client, ClientBuilder};
-use serde::Deserialize;
 use serde_json::{Value, json};
 
 pub use chromedriver::{

@@ -2,8 +2,10 @@
 //! `key:<name>`, `wait`), a load's outcome, and the observation built from
 //! what `page.js` read of the page (its text, offered elements, errors).
 
-#[allow(clippy::wildcard_imports, reason = "a part of the session's module")]
-use super::*;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{MAX_ELEMENTS, MAX_TEXT, Refusal, SAMPLE_TEXT};
 
 /// An action in the driver's syntax.
 #[derive(Debug, Clone, PartialEq)]

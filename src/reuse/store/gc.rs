@@ -3,11 +3,16 @@
 //! entry names any more, and sweeping temporary directories a dead writer
 //! left.
 
-#[allow(
-    clippy::wildcard_imports,
-    reason = "a part of the store, split by what gc needs"
-)]
-use super::*;
+use std::collections::{BTreeSet, HashMap};
+use std::fs;
+use std::sync::PoisonError;
+use std::time::{Duration, SystemTime};
+
+use super::{
+    BLOBS_DIR, DEAD_WRITER_TEMP_AGE, ENTRY_FILE, Indexed, ReuseError, STALE_TEMP_AGE, SWEEP_MAX,
+    Store, StoredEntry, TEMP_PREFIX, dir_size, index, io_error, is_sha256_hex, remove_any,
+    writer_is_dead,
+};
 
 impl Store {
     /// Every stored entry (indexed and old layout) with its size on disk and
