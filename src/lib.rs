@@ -23,6 +23,7 @@ pub mod report;
 pub mod reuse;
 pub mod review;
 pub mod server;
+pub mod shard;
 pub mod state_dir;
 pub mod steps;
 pub mod suggest;

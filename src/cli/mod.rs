@@ -11,6 +11,7 @@ mod plan_explain;
 mod plan_graph;
 mod plan_run;
 mod plan_runs;
+mod plan_shard;
 mod play;
 mod schema;
 mod serve;
@@ -313,6 +314,14 @@ pub enum PlanCommand {
         /// Run only these steps (a step id, or one cell: `play[kid,jev]`) and what they need.
         #[arg(value_name = "STEP")]
         steps: Vec<String>,
+        /// Play only the K-th of N slices of the plan's cells (chosen by a
+        /// hash of each cell's id) and the free steps they need, into a
+        /// bundle for `plan merge`. Free plans only.
+        #[arg(long, value_name = "K/N", value_parser = parse_shard, conflicts_with = "steps")]
+        shard: Option<crate::shard::ShardSpec>,
+        /// Where --shard writes its bundle (default: <state dir>/shards/K-N).
+        #[arg(long, value_name = "DIR", requires = "shard")]
+        bundle: Option<PathBuf>,
         #[command(flatten)]
         load: LoadArgs,
         #[command(flatten)]
@@ -326,6 +335,21 @@ pub enum PlanCommand {
         /// With --new: start it even beside an unfinished run holding a request whose answer never came (it may have been charged; `plan resume` finishes it).
         #[arg(long, requires = "new")]
         abandon_unsettled: bool,
+    },
+    /// Merge the bundles of a sharded run: check them (same plan, same
+    /// gameplan, every cell exactly once), then run the rest of the plan
+    /// (aggregate, gates) once over every cell, playing none again.
+    Merge {
+        /// The plan file the shards ran.
+        #[arg(value_name = "PLAN")]
+        plan: PathBuf,
+        /// The bundle directories the shards wrote.
+        #[arg(value_name = "BUNDLE", required = true)]
+        bundles: Vec<PathBuf>,
+        #[command(flatten)]
+        load: LoadArgs,
+        #[command(flatten)]
+        run: RunArgs,
     },
     /// Resume an interrupted run (the newest unfinished one without RUN_ID).
     Resume {
@@ -497,6 +521,10 @@ pub struct RunArgs {
     pub fail_on: Vec<crate::plan::model::FailOn>,
 }
 
+fn parse_shard(text: &str) -> Result<crate::shard::ShardSpec, String> {
+    crate::shard::ShardSpec::parse(text)
+}
+
 fn parse_fail_on(text: &str) -> Result<crate::plan::model::FailOn, String> {
     crate::plan::model::FailOn::parse(text)
 }
@@ -635,54 +663,7 @@ pub fn expand_failure(plan: &std::path::Path, e: &crate::graph::ExpandError) -> 
 
 pub fn dispatch(cli: Cli, cx: &Context) -> u8 {
     match cli.command {
-        Command::Plan(PlanCommand::Check { plans, load, json }) => {
-            plan_check::run(cx, &plans, &load, json)
-        }
-        Command::Plan(PlanCommand::Graph { plan, load, format }) => {
-            plan_graph::run(cx, &plan, &load, format)
-        }
-        Command::Plan(PlanCommand::Explain {
-            plan,
-            steps,
-            load,
-            json,
-            state_dir,
-        }) => plan_explain::run(cx, &plan, &steps, &load, json, state_dir.as_deref()),
-        Command::Plan(PlanCommand::Run {
-            plan,
-            steps,
-            load,
-            run,
-            resume,
-            new,
-            abandon_unsettled,
-        }) => plan_run::run(
-            cx,
-            &plan,
-            &steps,
-            &load,
-            &run,
-            plan_run::Choice::from_flags(resume, new, abandon_unsettled),
-        ),
-        Command::Plan(PlanCommand::Resume { run_id, run }) => {
-            plan_run::resume(cx, run_id.as_deref(), &run)
-        }
-        Command::Plan(PlanCommand::Status {
-            run_id,
-            json,
-            state_dir,
-        }) => plan_runs::status(cx, run_id.as_deref(), json, state_dir.as_deref()),
-        Command::Plan(PlanCommand::Log {
-            step,
-            run_id,
-            state_dir,
-        }) => plan_runs::log(cx, &step, run_id.as_deref(), state_dir.as_deref()),
-        Command::Plan(PlanCommand::Runs { json, state_dir }) => {
-            plan_runs::list(cx, json, state_dir.as_deref())
-        }
-        Command::Plan(PlanCommand::Stop { run_id, state_dir }) => {
-            plan_runs::stop(cx, &run_id, state_dir.as_deref())
-        }
+        Command::Plan(command) => plan(command, cx),
         Command::Gc {
             keep_runs,
             max_store,
@@ -728,6 +709,66 @@ pub fn dispatch(cli: Cli, cx: &Context) -> u8 {
         | Command::GameExec { .. }
         | Command::PlayCell { .. }
         | Command::Simulate { .. }) => play::dispatch(cx, command),
+    }
+}
+
+/// `gameplan plan …`.
+fn plan(command: PlanCommand, cx: &Context) -> u8 {
+    match command {
+        PlanCommand::Check { plans, load, json } => plan_check::run(cx, &plans, &load, json),
+        PlanCommand::Graph { plan, load, format } => plan_graph::run(cx, &plan, &load, format),
+        PlanCommand::Explain {
+            plan,
+            steps,
+            load,
+            json,
+            state_dir,
+        } => plan_explain::run(cx, &plan, &steps, &load, json, state_dir.as_deref()),
+        PlanCommand::Run {
+            plan,
+            steps,
+            shard,
+            bundle,
+            load,
+            run,
+            resume,
+            new,
+            abandon_unsettled,
+        } => match shard {
+            Some(spec) => {
+                let choice = plan_run::Choice::from_flags(resume, new, abandon_unsettled);
+                plan_shard::run(cx, &plan, &load, &run, choice, spec, bundle.as_deref())
+            }
+            None => plan_run::run(
+                cx,
+                &plan,
+                &steps,
+                &load,
+                &run,
+                plan_run::Choice::from_flags(resume, new, abandon_unsettled),
+            ),
+        },
+        PlanCommand::Merge {
+            plan,
+            bundles,
+            load,
+            run,
+        } => plan_shard::merge(cx, &plan, &bundles, &load, &run),
+        PlanCommand::Resume { run_id, run } => plan_run::resume(cx, run_id.as_deref(), &run),
+        PlanCommand::Status {
+            run_id,
+            json,
+            state_dir,
+        } => plan_runs::status(cx, run_id.as_deref(), json, state_dir.as_deref()),
+        PlanCommand::Log {
+            step,
+            run_id,
+            state_dir,
+        } => plan_runs::log(cx, &step, run_id.as_deref(), state_dir.as_deref()),
+        PlanCommand::Runs { json, state_dir } => plan_runs::list(cx, json, state_dir.as_deref()),
+        PlanCommand::Stop { run_id, state_dir } => {
+            plan_runs::stop(cx, &run_id, state_dir.as_deref())
+        }
     }
 }
 

@@ -61,52 +61,97 @@ pub fn run(
         Err(code) => return code,
     };
     let state_dir = engine::state_dir(&loaded.root, args.state_dir.as_deref());
-    execute(
+    let part = Part {
+        steps: steps.to_vec(),
+        ..Part::default()
+    };
+    finish(
         cx,
-        loaded,
-        &state_dir,
-        load.vars.clone(),
-        steps,
         args,
-        |hash| {
-            let Some(history) = unfinished_run(cx, &state_dir, hash, choice)? else {
-                return Ok(Start::New(engine::new_run_id()));
-            };
-            let (done, total) = engine::progress_of(&history);
-            let resume = match choice {
-                Choice::Resume => true,
-                Choice::New | Choice::NewAbandoningUnsettled => false,
-                Choice::Ask if std::io::stdin().is_terminal() => ask(
-                    &format!(
-                        "run {} of this plan is unfinished ({done} of {} done). Resume it (y), or start a new run (n)? [Y/n] ",
-                        history.run_id,
-                        crate::report::plural(total, "step")
-                    ),
-                    true,
-                ),
-                Choice::Ask => {
-                    return Err(StartError::ResumeChoiceNeeded {
-                        run_id: history.run_id,
-                        done,
-                        total,
-                    });
-                }
-            };
-            // A new run beside a request that may have been charged buys
-            // again under a new key: only when the person says so.
-            if !resume
-                && choice != Choice::NewAbandoningUnsettled
-                && let Some(refusal) = engine::unsettled_refusal(&history)
-            {
-                return Err(refusal);
-            }
-            if resume {
-                Ok(Start::Resume(history.run_id))
-            } else {
-                Ok(Start::New(engine::new_run_id()))
-            }
-        },
+        execute(
+            cx,
+            loaded,
+            &state_dir,
+            load.vars.clone(),
+            &part,
+            args,
+            |hash| decide_start(cx, &state_dir, hash, choice),
+        ),
     )
+}
+
+/// How a run of the plan whose hash is `hash` starts, beside an unfinished
+/// run of it: resumed or new, as `choice` and the person at the terminal say.
+pub(super) fn decide_start(
+    cx: &Context,
+    state_dir: &Path,
+    hash: &str,
+    choice: Choice,
+) -> Result<Start, StartError> {
+    let Some(history) = unfinished_run(cx, state_dir, hash, choice)? else {
+        return Ok(Start::New(engine::new_run_id()));
+    };
+    let (done, total) = engine::progress_of(&history);
+    let resume = match choice {
+        Choice::Resume => true,
+        Choice::New | Choice::NewAbandoningUnsettled => false,
+        Choice::Ask if std::io::stdin().is_terminal() => ask(
+            &format!(
+                "run {} of this plan is unfinished ({done} of {} done). Resume it (y), or start a new run (n)? [Y/n] ",
+                history.run_id,
+                crate::report::plural(total, "step")
+            ),
+            true,
+        ),
+        Choice::Ask => {
+            return Err(StartError::ResumeChoiceNeeded {
+                run_id: history.run_id,
+                done,
+                total,
+            });
+        }
+    };
+    // A new run beside a request that may have been charged buys
+    // again under a new key: only when the person says so.
+    if !resume
+        && choice != Choice::NewAbandoningUnsettled
+        && let Some(refusal) = engine::unsettled_refusal(&history)
+    {
+        return Err(refusal);
+    }
+    if resume {
+        Ok(Start::Resume(history.run_id))
+    } else {
+        Ok(Start::New(engine::new_run_id()))
+    }
+}
+
+/// The part of the plan a run is for, and what it must reuse.
+#[derive(Debug, Default)]
+pub(super) struct Part {
+    /// `plan run PLAN STEP...`: these steps and what they need; empty for all.
+    pub steps: Vec<String>,
+    /// `plan merge`: cells that must be reused, never played.
+    pub reuse_only: Vec<String>,
+    /// `--shard K/N` and its bundle directory, recorded so a resume writes
+    /// the bundle too.
+    pub shard: Option<(String, std::path::PathBuf)>,
+}
+
+/// Prints a finished run's report, or passes on the code of one that could
+/// not start.
+pub(super) fn finish(cx: &Context, args: &RunArgs, ran: Result<Ran, u8>) -> u8 {
+    match ran {
+        Ok(ran) => publish(cx, &ran.report, args, &ran.redactor),
+        Err(code) => code,
+    }
+}
+
+/// A run that ran (whatever its outcome).
+pub(super) struct Ran {
+    pub report: engine::RunReport,
+    pub redactor: crate::template::Redactor,
+    pub state_dir: std::path::PathBuf,
 }
 
 /// The unfinished run of this plan to resume or replace. A damaged journal
@@ -228,12 +273,35 @@ pub fn resume(cx: &Context, run_id: Option<&str>, args: &RunArgs) -> u8 {
         return exit_code::PLAN_ERROR;
     }
     let vars = history.vars.clone();
-    let steps = history.options.steps.clone();
+    let part = Part {
+        steps: history.options.steps.clone(),
+        reuse_only: history.options.reuse_only.clone(),
+        shard: history
+            .options
+            .shard
+            .clone()
+            .zip(history.options.bundle.clone().map(std::path::PathBuf::from)),
+    };
+    let shard = part.shard.clone();
+    let (plan_name, plan_hash) = (history.plan.clone(), history.plan_hash.clone());
     // The journal is read again under the lock (another process may have
     // resumed or finished it meanwhile); this read only found the plan.
-    execute(cx, loaded, &state_dir, vars, &steps, args, move |_| {
+    let ran = execute(cx, loaded, &state_dir, vars, &part, args, move |_| {
         Ok(Start::Resume(history.run_id))
-    })
+    });
+    match shard {
+        Some((shard, bundle)) => super::plan_shard::bundle_written(
+            cx,
+            args,
+            ran,
+            &shard,
+            &bundle,
+            &plan_name,
+            &plan_hash,
+            &part.steps,
+        ),
+        None => finish(cx, args, ran),
+    }
 }
 
 /// The newest unfinished run of any plan, for `plan resume` without an id.
@@ -317,31 +385,34 @@ fn progress(cx: &Context, args: &RunArgs, loaded: &LoadedPlan) -> Progress {
     )
 }
 
-/// Locks the plan, decides how to start, runs, and reports.
-fn execute(
+/// Locks the plan, decides how to start, and runs `part` of it; the
+/// report is printed by the caller ([`finish`]). `Err`: the exit code of a
+/// run that could not start (said on stderr).
+pub(super) fn execute(
     cx: &Context,
     loaded: LoadedPlan,
     state_dir: &Path,
     vars: Vec<(String, String)>,
-    steps: &[String],
+    part: &Part,
     args: &RunArgs,
     decide: impl FnOnce(&str) -> Result<Start, StartError>,
-) -> u8 {
+) -> Result<Ran, u8> {
+    let steps = part.steps.as_slice();
     let pipeline = match crate::graph::expand_loaded(&loaded) {
         Ok(p) => p,
-        Err(e) => return refuse(cx, &StartError::Expand(e)),
+        Err(e) => return Err(refuse(cx, &StartError::Expand(e))),
     };
     let pipeline = match crate::graph::select(pipeline, steps) {
         Ok(part) => part,
-        Err(e) => return refuse(cx, &StartError::UnknownStep(e)),
+        Err(e) => return Err(refuse(cx, &StartError::UnknownStep(e))),
     };
     if let Some(failure) = unset_secrets(&loaded, &pipeline) {
         cx.report_failure(&failure);
-        return exit_code::PLAN_ERROR;
+        return Err(exit_code::PLAN_ERROR);
     }
     if let Some(Err(message)) = args.junit.as_deref().map(junit_writable) {
         cx.console.err(&message);
-        return exit_code::PLAN_ERROR;
+        return Err(exit_code::PLAN_ERROR);
     }
     let options = RunOptions {
         no_reuse: args.no_reuse,
@@ -352,29 +423,35 @@ fn execute(
         dry_upload: args.dry_upload,
         steps: steps.to_vec(),
         fail_on: args.fail_on.clone(),
+        reuse_only: part.reuse_only.clone(),
+        shard: part.shard.as_ref().map(|(s, _)| s.clone()),
+        bundle: part
+            .shard
+            .as_ref()
+            .map(|(_, dir)| dir.display().to_string()),
     };
     let kinds = Arc::new(Kinds::for_run(RunSettings {
         concurrency: options.effective_concurrency(),
         redactor: loaded.redactor.clone(),
     }));
     if let Err(e) = engine::check_runnable(&pipeline, &kinds) {
-        return refuse(cx, &e);
+        return Err(refuse(cx, &e));
     }
     let hash = engine::plan_hash(&loaded);
     // Lock first: deciding to resume a run must not race a live one.
     let mut lock = match engine::lock(state_dir, &hash, &engine::new_run_id()) {
         Ok(lock) => lock,
-        Err(e) => return refuse(cx, &e),
+        Err(e) => return Err(refuse(cx, &e)),
     };
     let start = match decide(&hash) {
         Ok(start) => start,
-        Err(e) => return refuse(cx, &e),
+        Err(e) => return Err(refuse(cx, &e)),
     };
     // The lock was taken under a placeholder id; name the run that really
     // runs, or `plan stop`, `plan status`, `plan runs` and a refused second
     // run would all name (or fail to find) a run that does not exist.
     if let Err(e) = lock.set_holder(&engine::holder(start.run_id())) {
-        return refuse(cx, &StartError::Lock(e.to_string()));
+        return Err(refuse(cx, &StartError::Lock(e.to_string())));
     }
     let mut resume_hint = format!("gameplan plan resume {}", start.run_id());
     if let Some(dir) = &args.state_dir {
@@ -398,11 +475,15 @@ fn execute(
         Ok(report) => report,
         Err(e) => {
             progress.finish();
-            return refuse(cx, &e);
+            return Err(refuse(cx, &e));
         }
     };
     progress.finish();
-    publish(cx, &report, args, &redactor)
+    Ok(Ran {
+        report,
+        redactor,
+        state_dir: state_dir.to_path_buf(),
+    })
 }
 
 /// Writes the run's report where it was asked for (`--junit`, the GitHub

@@ -94,6 +94,15 @@ pub struct RunOptions {
     /// `--fail-on`: findings that fail the run; empty when not given (the
     /// plan's `fail_on` then judges).
     pub fail_on: Vec<crate::plan::model::FailOn>,
+    /// Cells (instance ids) that must come from the store and are never
+    /// played: `plan merge` imports the shards' cells and runs the rest,
+    /// and a cell whose key here differs from the shard's fails instead of
+    /// playing again.
+    pub reuse_only: Vec<String>,
+    /// `--shard K/N` and its bundle directory: not read by the engine,
+    /// recorded so a resume of a shard writes its bundle too.
+    pub shard: Option<String>,
+    pub bundle: Option<String>,
 }
 
 impl RunOptions {

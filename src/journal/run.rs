@@ -144,6 +144,14 @@ pub struct RecordedOptions {
     /// `--fail-on`: what the run was started to fail on.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub fail_on: Vec<String>,
+    /// `plan merge`: the cells that must be reused, never played.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reuse_only: Vec<String>,
+    /// `--shard K/N` and where its bundle goes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bundle: Option<String>,
 }
 
 /// One journal record.

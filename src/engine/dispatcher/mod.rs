@@ -67,6 +67,8 @@ struct Shared {
     cells_ahead: Arc<Vec<crate::steps::CellAhead>>,
     /// The state directory's unit store, handed to every step.
     units: crate::reuse::UnitStore,
+    /// See [`super::RunOptions::reuse_only`].
+    reuse_only: std::collections::BTreeSet<String>,
 }
 
 /// The plan's backend, opened when a step of the run is of a kind that uses
@@ -134,6 +136,9 @@ fn open_journal(
                     fail_fast: options.fail_fast,
                     dry_upload: options.dry_upload,
                     steps: options.steps.clone(),
+                    reuse_only: options.reuse_only.clone(),
+                    shard: options.shard.clone(),
+                    bundle: options.bundle.clone(),
                     fail_on: options
                         .fail_on
                         .iter()
@@ -211,12 +216,8 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
     } = request;
     let pipeline = carry_over(history.as_ref(), &loaded, pipeline, &mut options)?;
     let resumed = history.is_some();
-    progress.run_started(
-        &run_id,
-        &loaded.plan.name,
-        pipeline.graph.node_count(),
-        resumed,
-    );
+    let steps = pipeline.graph.node_count();
+    progress.run_started(&run_id, &loaded.plan.name, steps, resumed);
     progress.align_ids(pipeline.graph.node_weights().map(|step| step.id.as_str()));
 
     let concurrency = options.effective_concurrency();
@@ -241,6 +242,7 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
     let shared = Shared {
         cells_ahead: cells_ahead(&loaded, &pipeline, &state_dir, &options, &env, &kinds),
         units: unit_store(&state_dir, options.no_reuse),
+        reuse_only: options.reuse_only.iter().cloned().collect(),
         root: loaded.root.clone(),
         plan_file: plan_file(&loaded),
         run_id: run_id.clone(),
@@ -314,6 +316,9 @@ fn carry_over(
     options.no_reuse |= history.options.no_reuse;
     options.fail_fast |= history.options.fail_fast;
     options.dry_upload |= history.options.dry_upload;
+    options
+        .reuse_only
+        .extend(history.options.reuse_only.iter().cloned());
     // `--fail-on` given now judges this resume; without it, the run's.
     if options.fail_on.is_empty() {
         options.fail_on = history
@@ -422,10 +427,8 @@ async fn dispatch(
                 continue;
             };
             let left_running = run.left_running[node.index()];
-            let (key, asked) = match keys.remove(&node) {
-                Some(key) => (key, true),
-                None => (run.key(node), false),
-            };
+            let asked = keys.contains_key(&node);
+            let key = keys.remove(&node).unwrap_or_else(|| run.key(node));
             let mut key = match key {
                 Ok(key) => key,
                 Err(message) => {
@@ -440,6 +443,10 @@ async fn dispatch(
                     attempts::try_reuse(node, &cx, kind, &mut key, &shared.keeper)
             {
                 run.finish(finished);
+                continue;
+            }
+            if shared.reuse_only.contains(&cx.instance.id) {
+                run.finish(not_merged(node));
                 continue;
             }
             // Slots are handed out here, in declared order, and only after the
@@ -513,6 +520,17 @@ fn failed_at_once(node: NodeIndex, message: &str) -> Finished {
     finished.state = StepState::Failed;
     finished.message = Some(message.to_owned());
     finished
+}
+
+/// A cell `plan merge` must reuse whose key found nothing in the store:
+/// failed, never played again.
+fn not_merged(node: NodeIndex) -> Finished {
+    failed_at_once(
+        node,
+        "this cell is not among the merged cells under the key it has here: its build, \
+         settings or upstream outputs differ from the shard's. It was not played again; \
+         `gameplan plan explain` shows why its key differs",
+    )
 }
 
 /// Which play cells will be reused, decided ahead by `plan explain`'s

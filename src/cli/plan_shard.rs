@@ -1,0 +1,315 @@
+//! `gameplan plan run PLAN --shard K/N` and `gameplan plan merge PLAN
+//! BUNDLE...`: one plan's cells played on several machines, then judged
+//! once.
+//!
+//! A shard is an ordinary run of a part of the plan (its slice of the cells
+//! and the free steps they need), followed by its bundle; a merge is an
+//! ordinary run of the whole plan in which every cell must come from the
+//! bundles (imported into the reuse store) and none is played. Sharding is
+//! for free plans: a plan that moves money is refused before anything runs,
+//! since each shard would buy its own job.
+
+use std::path::{Path, PathBuf};
+
+use super::plan_run::{self, Choice, Part, Ran};
+use super::{Context, LoadArgs, RunArgs};
+use crate::engine::{self, Start};
+use crate::exit_code;
+use crate::graph::Pipeline;
+use crate::journal::run::StepState;
+use crate::plan::LoadedPlan;
+use crate::reuse::Store;
+use crate::shard::bundle::{Played, UnplayedCell};
+use crate::shard::{Bundle, ShardSpec, cells, merge};
+
+/// The money-moving steps of `pipeline`, by step id, each once.
+fn money_steps(pipeline: &Pipeline) -> Vec<String> {
+    let mut ids: Vec<String> = Vec::new();
+    for &node in &pipeline.order {
+        let instance = pipeline.instance(node);
+        let step = &pipeline.steps[instance.step].id;
+        if instance.kind.moves_money() && !ids.contains(step) {
+            ids.push(step.clone());
+        }
+    }
+    ids
+}
+
+fn refuse_paid(cx: &Context, loaded: &LoadedPlan, money: &[String], what: &str) -> u8 {
+    cx.console.err(&format!(
+        "error: plan `{}` moves money (steps {}): {what} runs free plans only, because each shard \
+         would buy a job of its own. Nothing was run or charged; run the plan whole with \
+         `gameplan plan run {}`\n",
+        loaded.plan.name,
+        money
+            .iter()
+            .map(|s| format!("`{s}`"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        loaded.source.path.display()
+    ));
+    exit_code::PLAN_ERROR
+}
+
+/// `plan run PLAN --shard K/N [--bundle DIR]`.
+pub fn run(
+    cx: &Context,
+    plan: &Path,
+    load: &LoadArgs,
+    args: &RunArgs,
+    choice: Choice,
+    spec: ShardSpec,
+    bundle: Option<&Path>,
+) -> u8 {
+    let loaded = match cx.load(plan, load) {
+        Ok(loaded) => loaded,
+        Err(code) => return code,
+    };
+    let shard = match spec {
+        ShardSpec::Slice(shard) => shard,
+        ShardSpec::Prepare => {
+            cx.console.err(
+                "error: `--shard prepare` (buying a paid plan's job once for its shards) is not \
+                 built in this gameplan: sharding runs free plans only. Nothing was run or \
+                 charged; run a paid plan whole\n",
+            );
+            return exit_code::PLAN_ERROR;
+        }
+    };
+    let whole = match crate::graph::expand_loaded(&loaded) {
+        Ok(pipeline) => pipeline,
+        Err(e) => {
+            cx.console.err(&format!("error: {e}\n"));
+            return exit_code::PLAN_ERROR;
+        }
+    };
+    let money = money_steps(&whole);
+    if !money.is_empty() {
+        return refuse_paid(cx, &loaded, &money, "`--shard`");
+    }
+    let slice: Vec<String> = cells(&whole)
+        .into_iter()
+        .map(|n| whole.instance(n).id.clone())
+        .filter(|id| shard.holds(id))
+        .collect();
+    let all = cells(&whole).len();
+    let state_dir = engine::state_dir(&loaded.root, args.state_dir.as_deref());
+    let bundle = absolute(bundle.map_or_else(
+        || state_dir.join("shards").join(shard.dir_name()),
+        Path::to_path_buf,
+    ));
+    let hash = engine::plan_hash(&loaded);
+    if slice.is_empty() {
+        // Nothing of this slice to play (more shards than cells): an empty
+        // bundle, so the merge still gets one bundle per shard.
+        let played = Played {
+            plan: &loaded.plan.name,
+            plan_hash: &hash,
+            shard: shard.to_string(),
+            cells: Vec::new(),
+        };
+        return match Bundle::write(&bundle, played, &Store::open(&state_dir)) {
+            Ok(_) => {
+                cx.console.err(&format!(
+                    "shard {shard} holds none of the plan's {all} cells; wrote an empty bundle to {}\n",
+                    bundle.display()
+                ));
+                exit_code::SUCCESS
+            }
+            Err(e) => {
+                cx.console.err(&format!("error: {e}\n"));
+                exit_code::FAILED
+            }
+        };
+    }
+    cx.console.err(&format!(
+        "shard {shard}: {} of the plan's {all} cells, into {}\n",
+        slice.len(),
+        bundle.display()
+    ));
+    let part = Part {
+        steps: slice,
+        reuse_only: Vec::new(),
+        shard: Some((shard.to_string(), bundle.clone())),
+    };
+    let name = loaded.plan.name.clone();
+    let ran = plan_run::execute(
+        cx,
+        loaded,
+        &state_dir,
+        load.vars.clone(),
+        &part,
+        args,
+        |plan_hash| plan_run::decide_start(cx, &state_dir, plan_hash, choice),
+    );
+    bundle_written(
+        cx,
+        args,
+        ran,
+        &shard.to_string(),
+        &bundle,
+        &name,
+        &hash,
+        &part.steps,
+    )
+}
+
+fn absolute(path: PathBuf) -> PathBuf {
+    if path.is_absolute() {
+        return path;
+    }
+    std::env::current_dir().map_or(path.clone(), |cwd| cwd.join(path))
+}
+
+/// After a shard's run (or its resume): writes its bundle, then prints the
+/// run's report.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "what a bundle names, passed through once"
+)]
+pub(super) fn bundle_written(
+    cx: &Context,
+    args: &RunArgs,
+    ran: Result<Ran, u8>,
+    shard: &str,
+    bundle: &Path,
+    plan: &str,
+    plan_hash: &str,
+    slice: &[String],
+) -> u8 {
+    let ran = match ran {
+        Ok(ran) => ran,
+        Err(code) => return code,
+    };
+    let cells = slice
+        .iter()
+        .map(|id| {
+            let step = ran.report.steps.iter().find(|s| s.id == *id);
+            let state = step.map_or(StepState::Pending, |s| s.state);
+            let digest = step
+                .filter(|s| matches!(s.state, StepState::Succeeded | StepState::Reused))
+                .and_then(|s| s.key.clone());
+            let unplayed = UnplayedCell {
+                id: id.clone(),
+                state: serde_json::to_value(state)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_else(|| format!("{state:?}").to_lowercase()),
+                message: step.and_then(|s| s.message.clone()),
+            };
+            (id.clone(), digest, unplayed)
+        })
+        .collect();
+    let played = Played {
+        plan,
+        plan_hash,
+        shard: shard.to_owned(),
+        cells,
+    };
+    let written = Bundle::write(bundle, played, &Store::open(&ran.state_dir));
+    let code = plan_run::finish(cx, args, Ok(ran));
+    match written {
+        Ok(written) => {
+            let m = &written.manifest;
+            let unplayed = if m.unplayed.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; {} without a result: {}",
+                    crate::report::plural(m.unplayed.len(), "cell"),
+                    m.unplayed
+                        .iter()
+                        .map(|u| format!("{} ({})", u.id, u.state))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            };
+            cx.console.err(&format!(
+                "bundle of shard {shard}: {} in {}{unplayed}\n",
+                crate::report::plural(m.cells.len(), "cell"),
+                bundle.display()
+            ));
+            code
+        }
+        Err(e) => {
+            cx.console
+                .err(&format!("error: the shard's bundle was not written: {e}\n"));
+            code.max(exit_code::FAILED)
+        }
+    }
+}
+
+/// `plan merge PLAN BUNDLE...`.
+pub fn merge(
+    cx: &Context,
+    plan: &Path,
+    bundles: &[PathBuf],
+    load: &LoadArgs,
+    args: &RunArgs,
+) -> u8 {
+    let loaded = match cx.load(plan, load) {
+        Ok(loaded) => loaded,
+        Err(code) => return code,
+    };
+    let whole = match crate::graph::expand_loaded(&loaded) {
+        Ok(pipeline) => pipeline,
+        Err(e) => {
+            cx.console.err(&format!("error: {e}\n"));
+            return exit_code::PLAN_ERROR;
+        }
+    };
+    let money = money_steps(&whole);
+    if !money.is_empty() {
+        return refuse_paid(cx, &loaded, &money, "`plan merge`");
+    }
+    let expected: Vec<String> = cells(&whole)
+        .into_iter()
+        .map(|n| whole.instance(n).id.clone())
+        .collect();
+    let mut read = Vec::with_capacity(bundles.len());
+    for dir in bundles {
+        match Bundle::read(dir) {
+            Ok(bundle) => read.push(bundle),
+            Err(e) => {
+                cx.console
+                    .err(&format!("error: {e}. Nothing was run or charged\n"));
+                return exit_code::PLAN_ERROR;
+            }
+        }
+    }
+    let hash = engine::plan_hash(&loaded);
+    if let Err(e) = merge::check(&read, &hash, &expected) {
+        cx.console
+            .err(&format!("error: {e}. Nothing was run or charged\n"));
+        return exit_code::PLAN_ERROR;
+    }
+    let state_dir = engine::state_dir(&loaded.root, args.state_dir.as_deref());
+    let imported = match merge::import(&read, &Store::open(&state_dir)) {
+        Ok(n) => n,
+        Err(e) => {
+            cx.console
+                .err(&format!("error: {e}. Nothing was run or charged\n"));
+            return exit_code::FAILED;
+        }
+    };
+    cx.console.err(&format!(
+        "merging {} from {}\n",
+        crate::report::plural(imported, "cell"),
+        crate::report::plural(read.len(), "bundle")
+    ));
+    let part = Part {
+        steps: Vec::new(),
+        reuse_only: expected,
+        shard: None,
+    };
+    let ran = plan_run::execute(
+        cx,
+        loaded,
+        &state_dir,
+        load.vars.clone(),
+        &part,
+        args,
+        |_| Ok(Start::New(engine::new_run_id())),
+    );
+    plan_run::finish(cx, args, ran)
+}
