@@ -6,6 +6,7 @@
 //! the store. Only steps that must run get a task (and a pool slot).
 
 mod closing;
+mod opening;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -33,11 +34,8 @@ use crate::plan::model::Plan;
 use crate::report::progress::Progress;
 use crate::reuse::{FileHashCache, KeysFingerprint, ReuseKey, Store};
 use crate::steps::{CheckpointBook, Confirm, Kinds, Reuse, StepContext, StepIo};
-#[allow(
-    clippy::wildcard_imports,
-    reason = "the run's close, in a file of its own"
-)]
-use closing::*;
+use closing::{Leg, close};
+use opening::{carry_over, connect, open_journal};
 
 /// What step tasks share.
 #[derive(Clone)]
@@ -69,123 +67,6 @@ struct Shared {
     units: crate::reuse::UnitStore,
     /// See [`super::RunOptions::reuse_only`].
     reuse_only: std::collections::BTreeSet<String>,
-}
-
-/// The plan's backend, opened when a step of the run is of a kind that uses
-/// it ([`crate::steps::Kind::uses_backend`]); a free plan opens none (and
-/// creates no ledger).
-fn connect(request: &RunRequest) -> Result<Option<Connection>, StartError> {
-    let pipeline = &request.pipeline;
-    let uses = pipeline.order.iter().any(|&node| {
-        request
-            .kinds
-            .get(pipeline.instance(node).kind)
-            .is_some_and(crate::steps::Kind::uses_backend)
-    });
-    if !uses {
-        return Ok(None);
-    }
-    let config = &request.loaded.plan.backend;
-    Connection::of_plan(config, &request.state_dir)
-        .map(Some)
-        .map_err(|e| StartError::Backend {
-            kind: config.kind.name().to_owned(),
-            message: e.message,
-        })
-}
-
-/// Opens (or creates) the run's journal under the lock and reads what it
-/// holds: the history a resume continues from is the one read here, never
-/// one read before the lock was taken.
-fn open_journal(
-    request: &RunRequest,
-    run_dir: &RunDir,
-) -> Result<(Journal, Option<RunHistory>), StartError> {
-    let journal_error = |e: crate::journal::JournalError| StartError::Journal(e.to_string());
-    let RunRequest {
-        loaded,
-        pipeline,
-        plan_hash,
-        options,
-        start,
-        ..
-    } = request;
-    match start {
-        Start::New(run_id) => {
-            let mut journal = Journal::create(&run_dir.journal()).map_err(journal_error)?;
-            let plan_path = std::path::absolute(&loaded.source.path)
-                .ok()
-                .and_then(|p| {
-                    p.strip_prefix(&loaded.root)
-                        .ok()
-                        .map(|r| r.display().to_string())
-                })
-                .unwrap_or_else(|| loaded.source.path.display().to_string());
-            let first = journal.append_durable(&Event::RunStarted {
-                events_version: EVENTS_VERSION,
-                run_id: run_id.clone(),
-                plan: loaded.plan.name.clone(),
-                plan_hash: plan_hash.clone(),
-                plan_path,
-                vars: options.vars.clone(),
-                started_at: now(),
-                gameplan: env!("CARGO_PKG_VERSION").to_owned(),
-                steps: planned_steps(pipeline),
-                options: RecordedOptions {
-                    no_reuse: options.no_reuse,
-                    fail_fast: options.fail_fast,
-                    dry_upload: options.dry_upload,
-                    steps: options.steps.clone(),
-                    reuse_only: options.reuse_only.clone(),
-                    shard: options.shard.clone(),
-                    bundle: options.bundle.clone(),
-                    fail_on: options
-                        .fail_on
-                        .iter()
-                        .map(|f| f.name().to_owned())
-                        .collect(),
-                },
-            });
-            if let Err(e) = first {
-                // A journal without its first record is no run: leave
-                // nothing for `plan runs` to list as unreadable (issue 8,
-                // item 13).
-                drop(journal);
-                let _ = std::fs::remove_file(run_dir.journal());
-                let _ = std::fs::remove_dir(&run_dir.dir);
-                return Err(StartError::Journal(format!(
-                    "cannot start run {run_id}: {}. Nothing was run or charged; free space (or mend the state directory) and run again",
-                    super::journal_writer::plain_words(&e)
-                )));
-            }
-            Ok((journal, None))
-        }
-        Start::Resume(run_id) => {
-            let path = run_dir.journal();
-            let (mut journal, replay) = Journal::open::<Event>(&path).map_err(journal_error)?;
-            let history =
-                RunHistory::from_events(&path, replay.records, replay.torn_tail.is_some())
-                    .map_err(|e| StartError::Journal(e.to_string()))?;
-            if history.plan_hash != *plan_hash {
-                return Err(StartError::Journal(format!(
-                    "run {run_id} is of another version of this plan (plan hash {} → {plan_hash}); a resume would mix two plans. Nothing was run or charged; start a new run with `--new`",
-                    history.plan_hash
-                )));
-            }
-            if history.is_finished() {
-                return Err(StartError::Journal(format!(
-                    "run {run_id} finished while this command waited for it; nothing to resume. `gameplan plan status {run_id}` shows it"
-                )));
-            }
-            journal
-                .append_durable(&Event::RunResumed {
-                    at: now(),
-                    pid: std::process::id(),
-                })
-                .map_err(journal_error)?;
-            Ok((journal, Some(history)))
-        }
-    }
 }
 
 /// Runs the request to its end: opens (or resumes) the journal, sets the
@@ -297,45 +178,6 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
             resume_hint,
         },
     ))
-}
-
-/// A resume does what the run was started to do: its recorded options
-/// (a flag given now can add to them, never take them away) and the part
-/// of the plan it was started for.
-fn carry_over(
-    history: Option<&RunHistory>,
-    loaded: &crate::plan::LoadedPlan,
-    mut pipeline: Pipeline,
-    options: &mut super::RunOptions,
-) -> Result<Pipeline, StartError> {
-    let Some(history) = history else {
-        return Ok(pipeline);
-    };
-    // A resume does what the run was started to do; a flag given now
-    // can add to that, never take it away.
-    options.no_reuse |= history.options.no_reuse;
-    options.fail_fast |= history.options.fail_fast;
-    options.dry_upload |= history.options.dry_upload;
-    options
-        .reuse_only
-        .extend(history.options.reuse_only.iter().cloned());
-    // `--fail-on` given now judges this resume; without it, the run's.
-    if options.fail_on.is_empty() {
-        options.fail_on = history
-            .options
-            .fail_on
-            .iter()
-            .filter_map(|name| crate::plan::model::FailOn::parse(name).ok())
-            .collect();
-    }
-    // A resume runs the part of the plan the run was started for,
-    // whatever part this command named.
-    if history.options.steps != options.steps {
-        let whole = crate::graph::expand_loaded(loaded)?;
-        pipeline = crate::graph::select(whole, &history.options.steps)?;
-        options.steps.clone_from(&history.options.steps);
-    }
-    Ok(pipeline)
 }
 
 /// The plan's `[pools]` as semaphores; a pool wider than the run's
@@ -586,22 +428,6 @@ fn ancestors(pipeline: &Pipeline, node: NodeIndex) -> std::collections::BTreeSet
         }
     }
     seen
-}
-
-fn planned_steps(pipeline: &Pipeline) -> Vec<PlannedStep> {
-    pipeline
-        .order
-        .iter()
-        .map(|&i| PlannedStep {
-            id: pipeline.graph[i].id.clone(),
-            kind: pipeline.graph[i].kind.name().to_owned(),
-            needs: pipeline
-                .needs(i)
-                .into_iter()
-                .map(|n| pipeline.graph[n].id.clone())
-                .collect(),
-        })
-        .collect()
 }
 
 /// The run's state: reports, scheduling, the root cause.
