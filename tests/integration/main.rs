@@ -14,4 +14,5 @@ mod play;
 mod reuse;
 mod review;
 mod serve;
+mod shard;
 mod web;
