@@ -320,7 +320,9 @@ pub enum PlanCommand {
         #[arg(long, value_name = "K/N", value_parser = parse_shard, conflicts_with = "steps")]
         shard: Option<crate::shard::ShardSpec>,
         /// Where --shard writes its bundle (default: <state dir>/shards/K-N).
-        #[arg(long, value_name = "DIR", requires = "shard")]
+        /// With STEP... instead of --shard: the named cells' bundle (how a
+        /// cluster node plays a batch of cells).
+        #[arg(long, value_name = "DIR")]
         bundle: Option<PathBuf>,
         #[command(flatten)]
         load: LoadArgs,
@@ -734,12 +736,18 @@ fn plan(command: PlanCommand, cx: &Context) -> u8 {
             resume,
             new,
             abandon_unsettled,
-        } => match shard {
-            Some(spec) => {
+        } => match (shard, bundle) {
+            (Some(spec), bundle) => {
                 let choice = plan_run::Choice::from_flags(resume, new, abandon_unsettled);
-                plan_shard::run(cx, &plan, &load, &run, choice, spec, bundle.as_deref())
+                let pick = plan_shard::Pick::Shard(spec);
+                plan_shard::run(cx, &plan, &load, &run, choice, pick, bundle.as_deref())
             }
-            None => plan_run::run(
+            (None, Some(bundle)) => {
+                let choice = plan_run::Choice::from_flags(resume, new, abandon_unsettled);
+                let pick = plan_shard::Pick::Cells(steps);
+                plan_shard::run(cx, &plan, &load, &run, choice, pick, Some(&bundle))
+            }
+            (None, None) => plan_run::run(
                 cx,
                 &plan,
                 &steps,

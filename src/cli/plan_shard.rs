@@ -51,23 +51,34 @@ fn refuse_paid(cx: &Context, loaded: &LoadedPlan, money: &[String], what: &str) 
     exit_code::PLAN_ERROR
 }
 
-/// `plan run PLAN --shard K/N [--bundle DIR]`.
+/// Which cells a bundle-writing run plays.
+pub enum Pick {
+    /// `--shard K/N`: a slice of every cell.
+    Shard(ShardSpec),
+    /// `STEP... --bundle DIR`: the cells these names select (a step id
+    /// names all of its cells), as a cluster node plays a batch.
+    Cells(Vec<String>),
+}
+
+/// `plan run PLAN --shard K/N [--bundle DIR]`, or `plan run PLAN STEP...
+/// --bundle DIR`.
 pub fn run(
     cx: &Context,
     plan: &Path,
     load: &LoadArgs,
     args: &RunArgs,
     choice: Choice,
-    spec: ShardSpec,
+    pick: Pick,
     bundle: Option<&Path>,
 ) -> u8 {
     let loaded = match cx.load(plan, load) {
         Ok(loaded) => loaded,
         Err(code) => return code,
     };
-    let shard = match spec {
-        ShardSpec::Slice(shard) => shard,
-        ShardSpec::Prepare => {
+    let (shard, pick_names) = match pick {
+        Pick::Shard(ShardSpec::Slice(shard)) => (Some(shard), None),
+        Pick::Cells(names) => (None, Some(names)),
+        Pick::Shard(ShardSpec::Prepare) => {
             cx.console.err(
                 "error: `--shard prepare` (buying a paid plan's job once for its shards) is not \
                  built in this gameplan: sharding runs free plans only. Nothing was run or \
@@ -87,17 +98,31 @@ pub fn run(
     if !money.is_empty() {
         return refuse_paid(cx, &loaded, &money, "`--shard`");
     }
-    let slice: Vec<String> = cells(&whole)
-        .into_iter()
-        .map(|n| whole.instance(n).id.clone())
-        .filter(|id| shard.holds(id))
-        .collect();
     let all = cells(&whole).len();
     let state_dir = engine::state_dir(&loaded.root, args.state_dir.as_deref());
-    let bundle = absolute(bundle.map_or_else(
-        || state_dir.join("shards").join(shard.dir_name()),
-        Path::to_path_buf,
-    ));
+    let (slice, default_dir, shard) = if let Some(shard) = shard {
+        let slice: Vec<String> = cells(&whole)
+            .into_iter()
+            .map(|n| whole.instance(n).id.clone())
+            .filter(|id| shard.holds(id))
+            .collect();
+        let dir = state_dir.join("shards").join(shard.dir_name());
+        (slice, dir, shard.to_string())
+    } else {
+        let names = pick_names.unwrap_or_default();
+        match picked_cells(whole, &names) {
+            Ok(slice) => (
+                slice,
+                state_dir.join("shards").join("cells"),
+                "cells".to_owned(),
+            ),
+            Err(message) => {
+                cx.console.err(&format!("error: {message}\n"));
+                return exit_code::PLAN_ERROR;
+            }
+        }
+    };
+    let bundle = absolute(bundle.map_or(default_dir, Path::to_path_buf));
     let hash = engine::plan_hash(&loaded);
     if slice.is_empty() {
         // Nothing of this slice to play (more shards than cells): an empty
@@ -105,7 +130,7 @@ pub fn run(
         let played = Played {
             plan: &loaded.plan.name,
             plan_hash: &hash,
-            shard: shard.to_string(),
+            shard: shard.clone(),
             cells: Vec::new(),
         };
         return match Bundle::write(&bundle, played, &Store::open(&state_dir)) {
@@ -123,14 +148,15 @@ pub fn run(
         };
     }
     cx.console.err(&format!(
-        "shard {shard}: {} of the plan's {all} cells, into {}\n",
+        "{}: {} of the plan's {all} cells, into {}\n",
+        shown(&shard),
         slice.len(),
         bundle.display()
     ));
     let part = Part {
         steps: slice,
         reuse_only: Vec::new(),
-        shard: Some((shard.to_string(), bundle.clone())),
+        shard: Some((shard.clone(), bundle.clone())),
     };
     let name = loaded.plan.name.clone();
     let ran = plan_run::execute(
@@ -142,16 +168,39 @@ pub fn run(
         args,
         |plan_hash| plan_run::decide_start(cx, &state_dir, plan_hash, choice),
     );
-    bundle_written(
-        cx,
-        args,
-        ran,
-        &shard.to_string(),
-        &bundle,
-        &name,
-        &hash,
-        &part.steps,
-    )
+    bundle_written(cx, args, ran, &shard, &bundle, &name, &hash, &part.steps)
+}
+
+/// How a bundle's maker is named in what gameplan prints.
+fn shown(shard: &str) -> String {
+    if shard.contains('/') {
+        format!("shard {shard}")
+    } else {
+        "the named cells".to_owned()
+    }
+}
+
+/// The cells `names` select: a cell's id, or a step id for all its cells.
+fn picked_cells(whole: Pipeline, names: &[String]) -> Result<Vec<String>, String> {
+    let part = crate::graph::select(whole, names).map_err(|e| e.to_string())?;
+    let picked: Vec<String> = cells(&part)
+        .into_iter()
+        .map(|n| part.instance(n))
+        .filter(|i| {
+            names
+                .iter()
+                .any(|n| *n == i.id || *n == part.steps[i.step].id)
+        })
+        .map(|i| i.id.clone())
+        .collect();
+    if picked.is_empty() {
+        return Err(
+            "`--bundle` holds cells, and none of the steps named is a cell (a play or simulate \
+             instance): name cells such as `play[kid,jev]`, or use --shard K/N"
+                .to_owned(),
+        );
+    }
+    Ok(picked)
 }
 
 fn absolute(path: PathBuf) -> PathBuf {
@@ -225,7 +274,8 @@ pub(super) fn bundle_written(
                 )
             };
             cx.console.err(&format!(
-                "bundle of shard {shard}: {} in {}{unplayed}\n",
+                "bundle of {}: {} in {}{unplayed}\n",
+                shown(shard),
                 crate::report::plural(m.cells.len(), "cell"),
                 bundle.display()
             ));

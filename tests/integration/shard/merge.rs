@@ -267,3 +267,28 @@ needs = ["play"]
         "a cell was played at merge:\n{merged}"
     );
 }
+
+#[test]
+fn named_cells_make_a_bundle_of_exactly_those_cells_and_a_step_that_is_no_cell_is_refused() {
+    let t = maze();
+    let wanted = ["play[speedrunner,jev,1]", "play[curious-kid,standard,2]"];
+    t.run(&[
+        "plan",
+        "run",
+        "plan.toml",
+        wanted[0],
+        wanted[1],
+        "--bundle",
+        "batch",
+    ])
+    .code(0)
+    .stderr_has("bundle of the named cells: 2 cells");
+    let mut held = cells_of(&t, "batch");
+    held.sort();
+    let mut expected: Vec<String> = wanted.iter().map(|s| (*s).to_owned()).collect();
+    expected.sort();
+    assert_eq!(held, expected);
+    t.run(&["plan", "run", "plan.toml", "aggregate", "--bundle", "nope"])
+        .code(3)
+        .stderr_has("none of the steps named is a cell");
+}
