@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 pub use super::kinds::{Params, StepKind};
-pub use super::raw::{BackendKind, Driver, LensKind, LensOver};
+pub use super::raw::{BackendKind, Driver, ExecutorKind, LensKind, LensOver};
 pub use crate::finding_class::{Category, Severity};
 
 /// The built-in action controllers (DESIGN §7).
@@ -53,6 +53,10 @@ pub struct Plan {
     pub controllers: Vec<Controller>,
     pub vars: serde_json::Map<String, serde_json::Value>,
     pub backend: Backend,
+    /// Where cells run; `None`: here, in this process. Left out of the
+    /// model's JSON when absent, so plans without it keep their hash.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub executor: Option<Executor>,
     pub game: Option<Game>,
     pub budget: Budget,
     pub pools: BTreeMap<String, u32>,
@@ -167,6 +171,23 @@ pub struct Backend {
     #[serde(skip)]
     pub token: Option<String>,
 }
+
+/// `[executor]`, checked.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Executor {
+    pub kind: ExecutorKind,
+    /// ray: the dashboard's URL.
+    pub address: Option<String>,
+    /// Absolute; `None` (local only): `<state dir>/executor`.
+    pub shared_dir: Option<String>,
+    /// Cells per job.
+    pub batch: u32,
+}
+
+/// Cells a job plays unless `[executor] batch` says otherwise: enough to
+/// spread a job's start-up over several cells, few enough to keep nodes
+/// busy.
+pub const DEFAULT_BATCH: u32 = 8;
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Game {

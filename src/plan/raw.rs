@@ -29,6 +29,8 @@ pub struct RawPlan {
     #[schemars(with = "BTreeMap<String, serde_json::Value>", default)]
     pub vars: Vec<(String, serde_json::Value)>,
     pub backend: Option<RawBackend>,
+    /// Where cells run: here (default), or elsewhere.
+    pub executor: Option<RawExecutor>,
     pub game: Option<Spanned<RawGame>>,
     pub budget: Option<RawBudget>,
     /// Concurrency per resource pool (`play`, `browser`, `llm`, or your own).
@@ -118,6 +120,7 @@ impl RawPlan {
             _ => Vec::new(),
         });
         let backend = t.optional("backend", diags);
+        let executor = t.optional("executor", diags);
         let game = t.optional("game", diags);
         let budget = t.optional("budget", diags);
         let pools = t.optional("pools", diags);
@@ -175,6 +178,7 @@ impl RawPlan {
             controllers,
             vars: vars.unwrap_or_default(),
             backend,
+            executor,
             game,
             budget,
             pools: pools.unwrap_or_default(),
@@ -234,6 +238,56 @@ impl Decode for RawBackend {
         let token = t.optional("token", diags);
         t.finish(diags);
         Some(RawBackend { kind, url, token })
+    }
+}
+
+/// Where the plan's cells run.
+#[derive(Debug, Clone, PartialEq, JsonSchema)]
+#[schemars(deny_unknown_fields, rename = "Executor")]
+pub struct RawExecutor {
+    /// `local`: each batch of cells in a gameplan process of its own on this
+    /// machine; `ray`: each batch as a job on a Ray cluster.
+    pub kind: Spanned<ExecutorKind>,
+    /// ray: the Ray dashboard's URL (`http://ray-head:8265`).
+    pub address: Option<Spanned<String>>,
+    /// A directory every node sees at this absolute path: each batch's
+    /// bundle and state. local: default `<state dir>/executor`.
+    pub shared_dir: Option<Spanned<String>>,
+    /// Cells per job (default 8; an llm-played cell always goes alone).
+    pub batch: Option<Spanned<u64>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, JsonSchema, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ExecutorKind {
+    /// Batches as gameplan processes on this machine.
+    Local,
+    /// Batches as Ray jobs, through the Ray Jobs REST API.
+    Ray,
+}
+
+impl Decode for RawExecutor {
+    fn decode(node: &Node, diags: &mut Diagnostics) -> Option<Self> {
+        let mut t = TableReader::new(node, "[executor]", diags)?;
+        let kind = t.required::<Node>("kind", diags).and_then(|k| {
+            decode_word(
+                &k,
+                &[("local", ExecutorKind::Local), ("ray", ExecutorKind::Ray)],
+                "executor kind",
+                diags,
+            )
+            .map(|v| Spanned::new(v, k.span))
+        });
+        let address = t.optional("address", diags);
+        let shared_dir = t.optional("shared_dir", diags);
+        let batch = t.optional("batch", diags);
+        t.finish(diags);
+        Some(RawExecutor {
+            kind: kind?,
+            address,
+            shared_dir,
+            batch,
+        })
     }
 }
 

@@ -15,8 +15,9 @@ use std::path::{Component, Path};
 use super::decode::Spanned;
 use super::diagnostic::{Diagnostic, Diagnostics, did_you_mean, one_of};
 use super::model::{
-    Axis, Backend, BackendKind, Budget, Card, Controller, Driver, FailOn, Game, Gate, Judge, Lens,
-    LensKind, LensOver, Params, Persona, Plan, Player, Program, Step,
+    Axis, Backend, BackendKind, Budget, Card, Controller, DEFAULT_BATCH, Driver, Executor,
+    ExecutorKind, FailOn, Game, Gate, Judge, Lens, LensKind, LensOver, Params, Persona, Plan,
+    Player, Program, Step,
 };
 use super::raw::{RawAxis, RawLens, RawMatrix, RawParams, RawPersona, RawPlan, RawPlayer, RawStep};
 use super::source::{Source, Span};
@@ -319,6 +320,7 @@ impl Validator<'_> {
 
         let controllers = self.controllers(raw);
         let backend = self.backend(raw);
+        let executor = self.executor(raw);
         let budget = raw.budget.as_ref().map(|b| Budget {
             max_cents: b.max_cents,
             max_actions: b.max_actions,
@@ -429,6 +431,7 @@ impl Validator<'_> {
             controllers,
             vars: raw.vars.iter().cloned().collect(),
             backend,
+            executor,
             game,
             budget: budget.unwrap_or_default(),
             pools,
@@ -545,6 +548,72 @@ impl Validator<'_> {
             );
         }
         seen
+    }
+
+    fn executor(&mut self, raw: &RawPlan) -> Option<Executor> {
+        let e = raw.executor.as_ref()?;
+        let kind = e.kind.value;
+        if let Some(batch) = e.batch.as_ref().filter(|b| b.value == 0) {
+            self.push(
+                Diagnostic::new("plan::invalid_value", "`batch` must be at least 1")
+                    .at(batch.span)
+                    .label("zero cells per job"),
+            );
+        }
+        let absolute = |dir: &Spanned<String>| Path::new(&dir.value).is_absolute();
+        match (kind, &e.address, &e.shared_dir) {
+            (ExecutorKind::Ray, None, _) => self.push(
+                Diagnostic::new(
+                    "plan::missing_key",
+                    "[executor] of kind `ray` needs an `address`",
+                )
+                .at(e.kind.span)
+                .help("add `address = \"http://HEAD:8265\"`: the Ray dashboard's URL"),
+            ),
+            (ExecutorKind::Ray, Some(a), _)
+                if !(a.value.starts_with("http://") || a.value.starts_with("https://")) =>
+            {
+                self.push(
+                    Diagnostic::new(
+                        "plan::invalid_value",
+                        format!("`{}` is not an http(s) URL", a.value),
+                    )
+                    .at(a.span)
+                    .help("the Ray dashboard's URL, e.g. `http://ray-head:8265`"),
+                );
+            }
+            (ExecutorKind::Local, Some(a), _) => self.push(
+                Diagnostic::new(
+                    "plan::unused_key",
+                    "`address` is only for the `ray` executor",
+                )
+                .at(a.span)
+                .help("remove it, or set `kind = \"ray\"`"),
+            ),
+            _ => {}
+        }
+        match (kind, &e.shared_dir) {
+            (ExecutorKind::Ray, None) => self.push(
+                Diagnostic::new("plan::missing_key", "[executor] of kind `ray` needs a `shared_dir`")
+                    .at(e.kind.span)
+                    .help("add `shared_dir = \"/mnt/playtests\"`: an absolute path every node sees, where each job leaves its cells"),
+            ),
+            (_, Some(dir)) if !absolute(dir) => self.push(
+                Diagnostic::new("plan::invalid_value", format!("`shared_dir` `{}` is not an absolute path", dir.value))
+                    .at(dir.span)
+                    .label("relative")
+                    .help("every node must find it at the same path: write it from `/`"),
+            ),
+            _ => {}
+        }
+        Some(Executor {
+            kind,
+            address: e.address.as_ref().map(|a| a.value.clone()),
+            shared_dir: e.shared_dir.as_ref().map(|d| d.value.clone()),
+            batch: e.batch.as_ref().map_or(DEFAULT_BATCH, |b| {
+                u32::try_from(b.value).unwrap_or(u32::MAX)
+            }),
+        })
     }
 
     fn backend(&mut self, raw: &RawPlan) -> Backend {

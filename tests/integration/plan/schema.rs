@@ -12,6 +12,10 @@ fn plan_files(dir: &Path, out: &mut Vec<PathBuf>) {
     };
     for entry in entries.flatten() {
         let path = entry.path();
+        // examples/ci/ holds CI workflows, not plans.
+        if path.ends_with("examples/ci") {
+            continue;
+        }
         if path.is_dir() {
             plan_files(&path, out);
         } else if path
