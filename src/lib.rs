@@ -10,6 +10,7 @@
 pub mod backend;
 pub mod cli;
 pub mod engine;
+pub mod executor;
 pub mod exit_code;
 pub mod finding_class;
 pub mod games;

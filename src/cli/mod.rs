@@ -7,6 +7,7 @@ mod game;
 mod gc;
 mod ledger;
 mod plan_check;
+mod plan_elsewhere;
 mod plan_explain;
 mod plan_graph;
 mod plan_run;

@@ -60,6 +60,9 @@ pub fn run(
         Ok(loaded) => loaded,
         Err(code) => return code,
     };
+    if loaded.plan.executor.is_some() {
+        return super::plan_elsewhere::run(cx, loaded, load, args, steps, choice);
+    }
     let state_dir = engine::state_dir(&loaded.root, args.state_dir.as_deref());
     let part = Part {
         steps: steps.to_vec(),

@@ -23,7 +23,7 @@ use crate::shard::bundle::{Played, UnplayedCell};
 use crate::shard::{Bundle, ShardSpec, cells, merge};
 
 /// The money-moving steps of `pipeline`, by step id, each once.
-fn money_steps(pipeline: &Pipeline) -> Vec<String> {
+pub(super) fn money_steps(pipeline: &Pipeline) -> Vec<String> {
     let mut ids: Vec<String> = Vec::new();
     for &node in &pipeline.order {
         let instance = pipeline.instance(node);
@@ -35,7 +35,7 @@ fn money_steps(pipeline: &Pipeline) -> Vec<String> {
     ids
 }
 
-fn refuse_paid(cx: &Context, loaded: &LoadedPlan, money: &[String], what: &str) -> u8 {
+pub(super) fn refuse_paid(cx: &Context, loaded: &LoadedPlan, money: &[String], what: &str) -> u8 {
     cx.console.err(&format!(
         "error: plan `{}` moves money (steps {}): {what} runs free plans only, because each shard \
          would buy a job of its own. Nothing was run or charged; run the plan whole with \

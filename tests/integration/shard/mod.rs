@@ -4,4 +4,5 @@
 //! refused before anything runs, naming what is wrong.
 
 mod bundles;
+mod executor;
 mod merge;

@@ -1,0 +1,218 @@
+//! `gameplan plan run PLAN` for a plan with an `[executor]`: its cells are
+//! played as jobs elsewhere (each a batch, played by gameplan on a node
+//! into a bundle), then the run goes on here as a merge does: every cell
+//! reused from its bundle, never played here, and the rest of the plan
+//! (aggregate, gates) run once.
+//!
+//! Run again after a kill, it re-attaches to the jobs it submitted
+//! (`executor::coordinator`). Like shards, it runs free plans only.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::plan_run::{self, Choice, Part};
+use super::plan_shard::{money_steps, refuse_paid};
+use super::{Context, LoadArgs, RunArgs};
+use crate::engine;
+use crate::executor::coordinator::{self, Collected, Halt, Work};
+use crate::executor::{Executor, local::Local};
+use crate::exit_code;
+use crate::plan::LoadedPlan;
+use crate::plan::model::{ExecutorKind, Player};
+use crate::reuse::Store;
+use crate::shard::{cells, merge};
+
+pub fn run(
+    cx: &Context,
+    loaded: LoadedPlan,
+    load: &LoadArgs,
+    args: &RunArgs,
+    steps: &[String],
+    choice: Choice,
+) -> u8 {
+    let Some(settings) = loaded.plan.executor.clone() else {
+        return exit_code::PLAN_ERROR;
+    };
+    let whole = match crate::graph::expand_loaded(&loaded) {
+        Ok(pipeline) => pipeline,
+        Err(e) => {
+            cx.console.err(&format!("error: {e}\n"));
+            return exit_code::PLAN_ERROR;
+        }
+    };
+    let money = money_steps(&whole);
+    if !money.is_empty() {
+        return refuse_paid(cx, &loaded, &money, "an `[executor]`");
+    }
+    let part = match crate::graph::select(whole, steps) {
+        Ok(part) => part,
+        Err(e) => {
+            cx.console.err(&format!("error: {e}\n"));
+            return exit_code::PLAN_ERROR;
+        }
+    };
+    let executor: Box<dyn Executor> = match settings.kind {
+        ExecutorKind::Local => Box::new(Local),
+        ExecutorKind::Ray => {
+            cx.console.err(
+                "error: the `ray` executor is not built in this gameplan yet; nothing was run \
+                 or charged. Use `kind = \"local\"`, or shard the plan across CI machines \
+                 (`plan run PLAN --shard K/N`, then `plan merge`)\n",
+            );
+            return exit_code::PLAN_ERROR;
+        }
+    };
+    let state_dir = engine::state_dir(&loaded.root, args.state_dir.as_deref());
+    let (cell_list, all_cells) = cells_to_send(cx, &loaded, &part, &state_dir, args);
+    let hash = engine::plan_hash(&loaded);
+    let shared = settings
+        .shared_dir
+        .as_ref()
+        .map_or_else(|| state_dir.join("executor"), PathBuf::from);
+    let plan_file = loaded
+        .source
+        .path
+        .strip_prefix(&loaded.root)
+        .unwrap_or(&loaded.source.path)
+        .display()
+        .to_string();
+    let work = Work {
+        root: loaded.root.clone(),
+        plan_file,
+        plan_hash: hash.clone(),
+        vars: load.vars.clone(),
+        cells: cell_list.clone(),
+        batch: settings.batch,
+        shared_dir: coordinator::jobs_dir(&shared, &hash),
+        exe: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("gameplan")),
+        state_dir: state_dir.clone(),
+        poll: Duration::from_millis(200),
+    };
+    let collected = match play_remote(cx, executor.as_ref(), &work) {
+        Ok(collected) => collected,
+        Err(code) => return code,
+    };
+    for (cell, why) in &collected.missing {
+        cx.console
+            .err(&format!("cell `{cell}` has no result: {why}\n"));
+    }
+    let imported = match merge::import(&collected.bundles, &Store::open(&state_dir)) {
+        Ok(n) => n,
+        Err(e) => {
+            cx.console.err(&format!("error: {e}\n"));
+            return exit_code::FAILED;
+        }
+    };
+    if collected.bundles.is_empty() && collected.missing.is_empty() {
+        cx.console.err(&format!(
+            "all {} are stored here: no job sent\n",
+            crate::report::plural(all_cells.len(), "cell")
+        ));
+    } else {
+        cx.console.err(&format!(
+            "{} came back from {}; the rest of the plan runs here\n",
+            crate::report::plural(imported, "cell"),
+            crate::report::plural(collected.bundles.len(), "job")
+        ));
+    }
+    let part = Part {
+        steps: steps.to_vec(),
+        reuse_only: all_cells,
+        shard: None,
+    };
+    let ran = plan_run::execute(
+        cx,
+        loaded,
+        &state_dir,
+        load.vars.clone(),
+        &part,
+        args,
+        |plan_hash| plan_run::decide_start(cx, &state_dir, plan_hash, choice),
+    );
+    plan_run::finish(cx, args, ran)
+}
+
+/// The cells to send (each with whether it goes alone: an llm-played
+/// cell), and every cell of the part: cells whose result is stored here
+/// already are reused, not sent.
+fn cells_to_send(
+    cx: &Context,
+    loaded: &LoadedPlan,
+    part: &crate::graph::Pipeline,
+    state_dir: &std::path::Path,
+    args: &RunArgs,
+) -> (Vec<(String, bool)>, Vec<String>) {
+    let kinds = crate::steps::Kinds::for_run(crate::steps::RunSettings {
+        concurrency: 1,
+        redactor: loaded.redactor.clone(),
+    });
+    let llm_persona = |slug: &str| {
+        loaded
+            .plan
+            .persona(slug)
+            .is_some_and(|p| matches!(p.player, Player::Llm { .. }))
+    };
+    let stored: Vec<String> = if args.no_reuse {
+        Vec::new()
+    } else {
+        engine::preview::cells_ahead(loaded, part, state_dir, false, &cx.env, &kinds)
+            .into_iter()
+            .filter(|c| c.reused)
+            .map(|c| c.id)
+            .collect()
+    };
+    let all_cells: Vec<String> = cells(part)
+        .into_iter()
+        .map(|n| part.instance(n).id.clone())
+        .collect();
+    let cell_list: Vec<(String, bool)> = cells(part)
+        .into_iter()
+        .filter(|&n| !stored.contains(&part.instance(n).id))
+        .map(|n| {
+            let instance = part.instance(n);
+            let alone = instance
+                .cell
+                .iter()
+                .any(|(axis, value)| axis == "persona" && llm_persona(value));
+            (instance.id.clone(), alone)
+        })
+        .collect();
+    (cell_list, all_cells)
+}
+
+/// Plays the cells through `executor`; `Err`: the exit code, said.
+fn play_remote(cx: &Context, executor: &dyn Executor, work: &Work) -> Result<Collected, u8> {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            cx.console
+                .err(&format!("error: cannot start the scheduler: {e}\n"));
+            return Err(exit_code::FAILED);
+        }
+    };
+    let say = |text: &str| cx.console.err(text);
+    let collected = match runtime.block_on(coordinator::play(executor, work, &say)) {
+        Ok(collected) => collected,
+        Err(Halt::Interrupted { stopped }) => {
+            cx.console.err(&format!(
+                "interrupted: {} stopped; nothing was charged. Run the same command again to \
+                 submit them again (cells whose bundles are whole are not played again)\n",
+                crate::report::plural(stopped, "job")
+            ));
+            return Err(exit_code::CANCELED);
+        }
+        Err(Halt::Failed(message)) => {
+            cx.console.err(&format!(
+                "error: the {} executor failed: {message}. Nothing was charged; run the same \
+                 command again to re-attach to the jobs already submitted\n",
+                executor.name()
+            ));
+            return Err(exit_code::FAILED);
+        }
+    };
+    drop(runtime);
+    Ok(collected)
+}
