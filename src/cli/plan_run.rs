@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use super::{Context, LoadArgs, OutputMode, RunArgs};
 use crate::engine::{self, RunOptions, RunRequest, Start, StartError};
+use crate::executor::coordinator;
 use crate::exit_code;
 use crate::journal::JournalError;
 use crate::journal::run::{HistoryError, RunDir, RunHistory, Scanned};
@@ -226,7 +227,22 @@ pub fn resume(cx: &Context, run_id: Option<&str>, args: &RunArgs) -> u8 {
                 damaged => engine::damaged_run(&dir, id, &damaged).to_string(),
             })
         }
-        None => newest_unfinished(&state_dir),
+        None => match newest_unfinished(&state_dir) {
+            // No run to resume, but jobs a killed gameplan was waiting for:
+            // wait for them again, then run the rest.
+            Err(_) if let Some((plan_file, vars)) = coordinator::unfinished(&state_dir) => {
+                let load = super::LoadArgs { vars };
+                let loaded = match cx.load(&root.join(&plan_file), &load) {
+                    Ok(loaded) => loaded,
+                    Err(code) => return code,
+                };
+                cx.console.err(&format!(
+                    "resuming the jobs of {plan_file}, played elsewhere\n"
+                ));
+                return super::plan_elsewhere::run(cx, loaded, &load, args, &[], Choice::Resume);
+            }
+            found => found,
+        },
     };
     let history = match history {
         Ok(h) => h,

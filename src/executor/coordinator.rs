@@ -72,6 +72,11 @@ pub enum Halt {
 enum Event {
     Begun {
         coordinator: String,
+        /// The plan file and `--var`s, for `plan resume`.
+        #[serde(default)]
+        plan_file: String,
+        #[serde(default)]
+        vars: Vec<(String, String)>,
     },
     Submitted {
         submission_id: String,
@@ -113,6 +118,29 @@ impl Journal {
         }
         events
     }
+}
+
+/// The plan file and `--var`s of the newest coordination in `state_dir`
+/// that did not collect its jobs (a gameplan killed while its jobs ran),
+/// for `plan resume`.
+pub fn unfinished(state_dir: &Path) -> Option<(String, Vec<(String, String)>)> {
+    let dir = state_dir.join("executor");
+    let mut journals: Vec<(std::time::SystemTime, PathBuf)> = fs::read_dir(&dir)
+        .ok()?
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "jsonl"))
+        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
+        .collect();
+    journals.sort();
+    journals.into_iter().rev().find_map(|(_, path)| {
+        let events = Journal { path }.unfinished();
+        events.into_iter().find_map(|e| match e {
+            Event::Begun {
+                plan_file, vars, ..
+            } if !plan_file.is_empty() => Some((plan_file, vars)),
+            _ => None,
+        })
+    })
 }
 
 /// The batches of `cells`: an alone cell by itself, the others `batch` at
@@ -211,7 +239,7 @@ pub async fn play(
     let coordinator = earlier
         .iter()
         .find_map(|e| match e {
-            Event::Begun { coordinator } => Some(coordinator.clone()),
+            Event::Begun { coordinator, .. } => Some(coordinator.clone()),
             _ => None,
         })
         .unwrap_or_else(new_coordinator_id);
@@ -220,6 +248,8 @@ pub async fn play(
         journal
             .append(&Event::Begun {
                 coordinator: coordinator.clone(),
+                plan_file: work.plan_file.clone(),
+                vars: work.vars.clone(),
             })
             .map_err(Halt::Failed)?;
     }

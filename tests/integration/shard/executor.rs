@@ -118,9 +118,10 @@ fn a_killed_gameplan_reattaches_to_its_running_jobs_without_submitting_again() {
     });
     first.kill9();
     assert_eq!(jobs(&t).len(), 4);
-    let again = t.run(&["plan", "run", "plan.toml"]);
+    let again = t.run(&["plan", "resume"]);
     again
         .code(0)
+        .stderr_has("resuming the jobs of plan.toml, played elsewhere")
         .stderr_has("(0 submitted, 4 found from an earlier run)")
         .stdout_has("4 cells (0 played, 4 reused)");
     assert_eq!(jobs(&t).len(), 4, "a job was submitted again");
