@@ -20,6 +20,7 @@ pub mod llm;
 pub mod plan;
 pub mod play;
 pub mod process_table;
+pub mod ray;
 pub mod report;
 pub mod reuse;
 pub mod review;
