@@ -51,16 +51,9 @@ pub fn run(
             return exit_code::PLAN_ERROR;
         }
     };
-    let executor: Box<dyn Executor> = match settings.kind {
-        ExecutorKind::Local => Box::new(Local),
-        ExecutorKind::Ray => {
-            cx.console.err(
-                "error: the `ray` executor is not built in this gameplan yet; nothing was run \
-                 or charged. Use `kind = \"local\"`, or shard the plan across CI machines \
-                 (`plan run PLAN --shard K/N`, then `plan merge`)\n",
-            );
-            return exit_code::PLAN_ERROR;
-        }
+    let executor = match executor_of(cx, &settings) {
+        Ok(executor) => executor,
+        Err(code) => return code,
     };
     let state_dir = engine::state_dir(&loaded.root, args.state_dir.as_deref());
     let (cell_list, all_cells) = cells_to_send(cx, &loaded, &part, &state_dir, args);
@@ -86,7 +79,11 @@ pub fn run(
         shared_dir: coordinator::jobs_dir(&shared, &hash),
         exe: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("gameplan")),
         state_dir: state_dir.clone(),
-        poll: Duration::from_millis(200),
+        // A local job's state is a file; a Ray job's, a request to the head.
+        poll: Duration::from_millis(match settings.kind {
+            ExecutorKind::Local => 200,
+            ExecutorKind::Ray => 500,
+        }),
     };
     let collected = match play_remote(cx, executor.as_ref(), &work) {
         Ok(collected) => collected,
@@ -215,4 +212,26 @@ fn play_remote(cx: &Context, executor: &dyn Executor, work: &Work) -> Result<Col
     };
     drop(runtime);
     Ok(collected)
+}
+
+/// The executor `[executor]` names; `Err`: the exit code, said.
+fn executor_of(
+    cx: &Context,
+    settings: &crate::plan::model::Executor,
+) -> Result<Box<dyn Executor>, u8> {
+    Ok(match settings.kind {
+        ExecutorKind::Local => Box::new(Local),
+        ExecutorKind::Ray => {
+            let address = settings.address.clone().unwrap_or_default();
+            match crate::executor::ray::Ray::new(&address) {
+                Ok(ray) => Box::new(ray),
+                Err(e) => {
+                    cx.console.err(&format!(
+                        "error: [executor] address `{address}`: {e}; nothing was run or charged\n"
+                    ));
+                    return Err(exit_code::PLAN_ERROR);
+                }
+            }
+        }
+    })
 }

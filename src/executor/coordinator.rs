@@ -444,7 +444,7 @@ async fn wait(
             if let Ok(log) = executor.logs(spec).await {
                 let new = log.get(shown[i]..).unwrap_or_default();
                 if let Some(end) = new.rfind('\n') {
-                    for line in new[..=end].lines() {
+                    for line in new[..=end].lines().filter(|l| is_event(l)) {
                         say(&format!("[job {}/{}] {line}\n", i + 1, jobs.len()));
                     }
                     shown[i] += end + 1;
@@ -478,6 +478,14 @@ async fn wait(
             _ = signals.terminate.recv() => return Err(stop_all(executor, jobs, &over).await),
         }
     }
+}
+
+/// A job's log line worth passing on: one of gameplan's event lines
+/// (`[   0.05s] play[kid,jev]: succeeded in 0.04s`), not the job's whole
+/// summary (the run here prints the merged one) nor the executor's own
+/// chatter.
+fn is_event(line: &str) -> bool {
+    line.starts_with('[') && line.contains("s] ")
 }
 
 async fn stop_all(executor: &dyn Executor, jobs: &[JobSpec], over: &[bool]) -> Halt {

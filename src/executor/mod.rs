@@ -4,8 +4,9 @@
 //! node by gameplan itself (`gameplan plan run PLAN CELL... --bundle DIR`)
 //! into a bundle under a directory the node and this machine share. The
 //! seam is five verbs (submit, status, logs, cancel, and the bundle's path);
-//! [`local`] runs jobs as gameplan processes on this machine, and the Ray
-//! executor (not built yet) will run them as Ray jobs. [`coordinator`] owns
+//! [`local`] runs jobs as gameplan processes on this machine, [`ray`] as
+//! jobs on a Ray cluster (DESIGN names Kubernetes Indexed Jobs and Slurm
+//! as the next ones). [`coordinator`] owns
 //! what does not depend on where: cutting the cells into batches, naming
 //! each job (its submission id, journaled before it is submitted, so a
 //! killed gameplan re-attaches instead of submitting again), waiting,
@@ -15,6 +16,7 @@
 
 pub mod coordinator;
 pub mod local;
+pub mod ray;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
