@@ -7,16 +7,13 @@ use std::time::{Duration, Instant};
 
 use gameplan::ray::{JobStatus, LogTail, RayError, SubmitRequest};
 
-use super::{
-    alone, assert_succeeded, client, cluster_sh, fresh_id, node_offering, runtime, shared,
-    wait_ended, wait_for,
-};
+use super::{alone, assert_succeeded, fresh_id, runtime, shared, wait_ended, wait_for};
 
 #[test]
 fn a_job_runs_under_its_id_with_its_env_and_its_log_holds_what_it_printed() {
-    let _cluster = shared();
+    let cluster = shared();
     runtime().block_on(async {
-        let client = client();
+        let client = cluster.client();
         let version = client.version().await.expect("version");
         assert_eq!(version.ray_version, "2.60.0");
 
@@ -65,9 +62,9 @@ fn a_job_runs_under_its_id_with_its_env_and_its_log_holds_what_it_printed() {
 
 #[test]
 fn a_second_submit_of_an_id_is_already_exists_and_leaves_the_first_job_alone() {
-    let _cluster = shared();
+    let cluster = shared();
     runtime().block_on(async {
-        let client = client();
+        let client = cluster.client();
         let id = fresh_id("twice");
         client
             .submit(&SubmitRequest::new(id.clone(), "echo first"))
@@ -94,9 +91,9 @@ fn a_second_submit_of_an_id_is_already_exists_and_leaves_the_first_job_alone() {
 
 #[test]
 fn a_job_pinned_to_node_b_runs_on_the_worker_and_one_pinned_to_node_a_on_the_head() {
-    let _cluster = shared();
+    let cluster = shared();
     runtime().block_on(async {
-        let client = client();
+        let client = cluster.client();
         let mut ids = Vec::new();
         for node in ["node_a", "node_b"] {
             let id = fresh_id(node);
@@ -114,7 +111,7 @@ fn a_job_pinned_to_node_b_runs_on_the_worker_and_one_pinned_to_node_a_on_the_hea
             // Ray's word: the node whose raylet ran the entrypoint.
             assert_eq!(
                 job.driver_node_id.as_deref(),
-                Some(node_offering(node).await.as_str()),
+                Some(cluster.node_offering(node).await.as_str()),
                 "{node}"
             );
         }
@@ -123,9 +120,9 @@ fn a_job_pinned_to_node_b_runs_on_the_worker_and_one_pinned_to_node_a_on_the_hea
 
 #[test]
 fn stop_ends_a_running_job_as_stopped() {
-    let _cluster = shared();
+    let cluster = shared();
     runtime().block_on(async {
-        let client = client();
+        let client = cluster.client();
         let id = fresh_id("sleeper");
         client
             .submit(&SubmitRequest::new(
@@ -156,9 +153,9 @@ fn stop_ends_a_running_job_as_stopped() {
 
 #[test]
 fn an_unknown_id_is_not_found_for_every_call_about_a_job() {
-    let _cluster = shared();
+    let cluster = shared();
     runtime().block_on(async {
-        let client = client();
+        let client = cluster.client();
         let id = fresh_id("never-submitted");
         let errors = [
             client.status(&id).await.map(|_| ()).unwrap_err(),
@@ -179,7 +176,7 @@ fn an_unknown_id_is_not_found_for_every_call_about_a_job() {
 fn a_restarted_head_has_forgotten_its_jobs_and_takes_the_same_id_again() {
     let mut cluster = alone();
     runtime().block_on(async {
-        let client = client();
+        let client = cluster.client();
         let id = fresh_id("before-restart");
         let mut request = SubmitRequest::new(id.clone(), "echo \"attempt on $GAMEPLAN_RAY_NODE\"");
         request.entrypoint_resources.insert("node_a".into(), 1.0);
@@ -188,7 +185,8 @@ fn a_restarted_head_has_forgotten_its_jobs_and_takes_the_same_id_again() {
         let before = client.version().await.expect("version").session_name;
 
         cluster.damaged = true;
-        cluster_sh(&["restart-head", cluster.dir()]);
+        let dir = cluster.dir().to_owned();
+        cluster.run(&["restart-head", &dir]);
 
         let after = client.version().await.expect("version").session_name;
         assert_ne!(before, after, "the head did not restart");

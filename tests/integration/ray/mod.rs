@@ -3,7 +3,9 @@
 //! 127.0.0.3), no mock: jobs run, are pinned to a node, stop, clash on an
 //! id, and are forgotten by a restarted head.
 //!
-//! The cluster is started once per test binary ([`shared`]) and stopped
+//! The cluster is started once per test binary ([`shared`]), on free
+//! ports (another cluster, a developer's or a second checkout's tests, may
+//! run beside it on Ray's default ones), and stopped
 //! when the binary exits, however it exits: a watchdog the fixture starts
 //! waits for the end of a pipe only this process holds, then runs
 //! `cluster.sh stop`. The tests share it; the one that restarts the head
@@ -22,12 +24,11 @@ use std::time::{Duration, Instant};
 
 use gameplan::ray::{JobDetails, JobStatus, JobsClient, SubmissionId};
 
-/// The head's dashboard, as `cluster.sh` starts it.
-pub const DASHBOARD: &str = "http://127.0.0.2:8265";
-
 /// The running cluster the tests share.
 pub struct Cluster {
     dir: PathBuf,
+    /// `cluster.sh`'s port variables, as this cluster was started with.
+    ports: Vec<(&'static str, u16)>,
     /// The head was restarted: the worker is gone and the jobs forgotten.
     pub damaged: bool,
     /// Its stdin is the pipe whose end tells the watchdog to stop the
@@ -48,11 +49,20 @@ fn venv() -> PathBuf {
     std::env::var_os("RAY_VENV").map_or_else(|| repo().join("target/ray-venv"), PathBuf::from)
 }
 
+/// A TCP port nothing listens on now, on any address.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("0.0.0.0:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
 /// Runs `cluster.sh ARGS`, failing the test with its output if it fails.
-pub fn cluster_sh(args: &[&str]) {
+fn cluster_sh(ports: &[(&str, u16)], args: &[&str]) {
     let out = Command::new("bash")
         .arg(script())
         .args(args)
+        .envs(ports.iter().map(|(k, v)| (*k, v.to_string())))
         .stdin(Stdio::null())
         .output()
         .expect("run bash tests/ray/cluster.sh");
@@ -95,12 +105,20 @@ impl Cluster {
             .stderr(Stdio::null())
             .spawn()
             .expect("start the cluster's watchdog (setsid, bash)");
+        let ports = vec![
+            ("RAY_GCS_PORT", free_port()),
+            ("RAY_DASHBOARD_PORT", free_port()),
+            ("RAY_CLIENT_PORT", free_port()),
+            ("RAY_HEAD_AGENT_PORT", free_port()),
+            ("RAY_WORKER_AGENT_PORT", free_port()),
+        ];
         let cluster = Cluster {
             dir,
+            ports,
             damaged: false,
             _watchdog: watchdog,
         };
-        cluster_sh(&["start", &dir_arg]);
+        cluster.run(&["start", &dir_arg]);
         cluster
     }
 
@@ -108,12 +126,53 @@ impl Cluster {
         self.dir.to_str().expect("UTF-8")
     }
 
+    /// Runs `cluster.sh ARGS` on this cluster's ports.
+    pub fn run(&self, args: &[&str]) {
+        cluster_sh(&self.ports, args);
+    }
+
+    /// The head's dashboard.
+    pub fn dashboard(&self) -> String {
+        let port = self
+            .ports
+            .iter()
+            .find(|(k, _)| *k == "RAY_DASHBOARD_PORT")
+            .map(|(_, p)| *p)
+            .expect("a dashboard port");
+        format!("http://127.0.0.2:{port}")
+    }
+
+    pub fn client(&self) -> JobsClient {
+        JobsClient::new(&self.dashboard()).expect("a client of the dashboard")
+    }
+
+    /// The id of the alive node offering the custom resource `name`, from
+    /// the dashboard's state API (not the Jobs API the client speaks).
+    pub async fn node_offering(&self, name: &str) -> String {
+        let url = format!("{}/api/v0/nodes?limit=100", self.dashboard());
+        let body: serde_json::Value = reqwest::get(url)
+            .await
+            .expect("GET /api/v0/nodes")
+            .json()
+            .await
+            .expect("JSON nodes");
+        let nodes = body["data"]["result"]["result"]
+            .as_array()
+            .expect("a list of nodes");
+        nodes
+            .iter()
+            .find(|n| n["state"] == "ALIVE" && n["resources_total"].get(name).is_some())
+            .and_then(|n| n["node_id"].as_str())
+            .unwrap_or_else(|| panic!("no alive node offers {name}: {body}"))
+            .to_owned()
+    }
+
     /// A cluster whose head was restarted, whole again: stopped and
     /// started in the same directory.
     fn restore(&mut self) {
         let dir = self.dir().to_owned();
-        cluster_sh(&["stop", &dir]);
-        cluster_sh(&["start", &dir]);
+        self.run(&["stop", &dir]);
+        self.run(&["start", &dir]);
         self.damaged = false;
     }
 }
@@ -148,10 +207,6 @@ pub fn alone() -> RwLockWriteGuard<'static, Cluster> {
         cluster.restore();
     }
     cluster
-}
-
-pub fn client() -> JobsClient {
-    JobsClient::new(DASHBOARD).expect("a client of the dashboard")
 }
 
 pub fn runtime() -> tokio::runtime::Runtime {
@@ -197,26 +252,6 @@ pub async fn wait_ended(client: &JobsClient, id: &SubmissionId) -> JobDetails {
         job.status.is_terminal()
     })
     .await
-}
-
-/// The id of the alive node offering the custom resource `name`, from
-/// the dashboard's state API (not the Jobs API the client speaks).
-pub async fn node_offering(name: &str) -> String {
-    let body: serde_json::Value = reqwest::get(format!("{DASHBOARD}/api/v0/nodes?limit=100"))
-        .await
-        .expect("GET /api/v0/nodes")
-        .json()
-        .await
-        .expect("JSON nodes");
-    let nodes = body["data"]["result"]["result"]
-        .as_array()
-        .expect("a list of nodes");
-    nodes
-        .iter()
-        .find(|n| n["state"] == "ALIVE" && n["resources_total"].get(name).is_some())
-        .and_then(|n| n["node_id"].as_str())
-        .unwrap_or_else(|| panic!("no alive node offers {name}: {body}"))
-        .to_owned()
 }
 
 /// Asserts the job succeeded.
