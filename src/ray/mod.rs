@@ -165,6 +165,11 @@ impl JobsClient {
         let mut builder = reqwest::Client::builder()
             .timeout(options.timeout)
             .connect_timeout(options.connect_timeout)
+            // No idle connection is kept: after a head restart the first
+            // request on a kept one fails ("connection closed before message
+            // completed") though the new head answers. A connection a call
+            // costs nothing next to a job's start-up.
+            .pool_max_idle_per_host(0)
             .user_agent(concat!("gameplan/", env!("CARGO_PKG_VERSION")));
         if is_loopback(&base) {
             // A proxy from the environment must not stand between gameplan

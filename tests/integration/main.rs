@@ -11,6 +11,7 @@ mod llm;
 mod money;
 mod plan;
 mod play;
+mod ray;
 mod reuse;
 mod review;
 mod serve;

@@ -7,7 +7,12 @@
 #   cluster.sh stop DIR           stop every process start and restart-head started; verify none is left
 #   cluster.sh restart-head DIR   kill the head (as a crash would) and start a fresh one
 #
-# The venv is $RAY_VENV, or target/ray-venv under the repo.
+# The venv is $RAY_VENV, or target/ray-venv under the repo. The ports are
+# Ray's defaults unless set: RAY_GCS_PORT (6379), RAY_DASHBOARD_PORT (8265),
+# RAY_CLIENT_PORT (10001), RAY_HEAD_AGENT_PORT (52365), RAY_WORKER_AGENT_PORT
+# (52366); other ports are Ray's random ones. Two clusters on other ports
+# can run side by side (the tests pick free ones). start keeps the ports
+# in DIR/ports for restart-head.
 #
 # Why it looks the way it does (each found on Ray 2.60 here):
 # - Ray turns 127.0.0.1 into the host's address, so the nodes live on two
@@ -43,6 +48,7 @@ head_ip=127.0.0.2
 worker_ip=127.0.0.3
 gcs_port=${RAY_GCS_PORT:-6379}
 dashboard_port=${RAY_DASHBOARD_PORT:-8265}
+client_port=${RAY_CLIENT_PORT:-10001}
 head_agent_port=${RAY_HEAD_AGENT_PORT:-52365}
 worker_agent_port=${RAY_WORKER_AGENT_PORT:-52366}
 cpus=${RAY_NODE_CPUS:-2}
@@ -93,7 +99,7 @@ start_node() {
 start_head() {
   start_node node_a --head --node-ip-address="$head_ip" --port="$gcs_port" \
     --include-dashboard=true --dashboard-host="$head_ip" --dashboard-port="$dashboard_port" \
-    --dashboard-agent-listen-port="$head_agent_port"
+    --ray-client-server-port="$client_port" --dashboard-agent-listen-port="$head_agent_port"
 }
 
 start_worker() {
@@ -190,6 +196,8 @@ cmd_start() {
     die "something already listens on $head_ip:$dashboard_port (another Ray cluster?)"
   fi
   local t0=$SECONDS
+  printf '%s\n' "gcs_port=$gcs_port" "dashboard_port=$dashboard_port" "client_port=$client_port" \
+    "head_agent_port=$head_agent_port" "worker_agent_port=$worker_agent_port" >"$dir/ports"
   start_head
   start_worker
   wait_alive node_a node_b
@@ -207,6 +215,8 @@ cmd_restart-head() {
   need_venv
   need_dir "${1:-}"
   [ -s "$dir/node_a.sid" ] || die "no head was started from $dir"
+  # shellcheck source=/dev/null
+  . "$dir/ports"
   local pids
   pids=$(session_tree "$dir/node_a.sid")
   # shellcheck disable=SC2086
