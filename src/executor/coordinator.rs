@@ -454,6 +454,27 @@ async fn wait(
                 .status(spec)
                 .await
                 .map_err(|e| Halt::Failed(e.to_string()))?;
+            if state == JobState::Unknown {
+                // Forgotten while it ran (a Ray head that restarted): its
+                // cells, unless its bundle came back whole, go again under
+                // the same id.
+                if complete(spec).is_some() {
+                    over[i] = true;
+                } else {
+                    say(&format!(
+                        "[job {}/{}] {}: the executor no longer knows it; submitted again under the same id\n",
+                        i + 1,
+                        jobs.len(),
+                        spec.submission_id
+                    ));
+                    executor
+                        .submit(spec)
+                        .await
+                        .map_err(|e| Halt::Failed(e.to_string()))?;
+                    shown[i] = 0;
+                }
+                continue;
+            }
             if state.is_over() {
                 over[i] = true;
                 say(&format!(

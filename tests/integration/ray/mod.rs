@@ -15,6 +15,7 @@
 //! Without the venv (`tests/ray/cluster.sh venv`, which `.ci/run` runs)
 //! these tests fail, naming the command: a skipped test would look green.
 
+mod executor;
 mod jobs;
 
 use std::path::{Path, PathBuf};
