@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # executor: cells per minute for a 24-cell free playtest (the maze: two
-# personas x two controllers x six seeds) played in-process, through the
-# local executor, and through the Ray executor on a two-node Ray cluster on
-# this machine; and a one-cell Ray job against a bare Ray job doing nothing.
+# personas x two controllers x six seeds) and for 24 browser cells (the
+# example web game in headless Chromium, 24 seeds) played in-process,
+# through the local executor, and through the Ray executor on a two-node
+# Ray cluster on this machine; and a one-cell Ray job against a bare Ray
+# job doing nothing.
 #
 # What it measures:
 # - the wall time of `gameplan plan run` from process start to exit, in a
@@ -58,7 +60,7 @@ time_run() { # plan -> seconds
   (cd "$repo" && "$bin" plan run "$1" --state-dir "$state" >/dev/null 2>"$work/last.err") \
     || { echo "run of $1 failed:" >&2; tail -20 "$work/last.err" >&2; exit 1; }
   end=$(date +%s.%N)
-  grep -q "24 cells" "$work/last.err" || [ "$1" = inprocess.toml ] || { echo "$1 did not send 24 cells" >&2; exit 1; }
+  case "$1" in inprocess.toml|web.toml) ;; *) grep -q "24 cells" "$work/last.err" || { echo "$1 did not send 24 cells" >&2; exit 1; } ;; esac
   rm -rf "$state" "$work/shared8" "$work/shared1"
   echo "$end - $start" | bc -l
 }
@@ -70,6 +72,22 @@ for variant in inprocess local ray8 ray1; do
   secs[$variant]=$(for _ in $(seq "$runs"); do time_run "$variant.toml"; done | median)
   printf '  %-10s %6.2f s   %6.1f cells/min   %5.2fx in-process time\n' "$variant" "${secs[$variant]}" \
     "$(echo "24 * 60 / ${secs[$variant]}" | bc -l)" "$(echo "${secs[$variant]} / ${secs[inprocess]}" | bc -l)"
+done
+
+# 24 browser cells: the example web game, one Chromium at a time per
+# gameplan (`[pools] browser = 1`), as examples/web.toml plays it.
+mkdir -p "$repo/examples/games"
+cp -r examples/games/web "$repo/examples/games/web"
+seeds=$(seq -s, 1 24)
+sed "s/seed = \[1\]/seed = [$seeds]/" examples/web.toml > "$repo/web.toml"
+grep -q "seed = \[1,2,3" "$repo/web.toml"
+printf '\n[executor]\nkind = "local"\nbatch = 8\n' | cat "$repo/web.toml" - > "$repo/web-local.toml"
+printf '\n[executor]\nkind = "ray"\naddress = "%s"\nshared_dir = "%s"\nbatch = 8\n' "$address" "$work/shared8" | cat "$repo/web.toml" - > "$repo/web-ray8.toml"
+echo "24 browser cells, 1 run each"
+for variant in web web-local web-ray8; do
+  secs[$variant]=$(time_run "$variant.toml")
+  printf '  %-10s %6.2f s   %6.1f cells/min   %5.2fx in-process time\n' "$variant" "${secs[$variant]}" \
+    "$(echo "24 * 60 / ${secs[$variant]}" | bc -l)" "$(echo "${secs[$variant]} / ${secs[web]}" | bc -l)"
 done
 
 # One job at a time: Ray's bare start-up against a one-cell gameplan job.

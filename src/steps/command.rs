@@ -510,7 +510,10 @@ async fn kill_and_wait(pgid: Pid) {
     if killpg(pgid, Signal::SIGKILL).is_err() {
         return;
     }
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
+    // A killed process ends within milliseconds on an idle machine, but a
+    // loaded one can take seconds to schedule it: a retry must not start
+    // beside it, so wait as long as that may take.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while group_alive(pgid.as_raw()) && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
