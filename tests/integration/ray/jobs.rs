@@ -147,7 +147,12 @@ fn stop_ends_a_running_job_as_stopped() {
             "the stop took {:?}",
             asked.elapsed()
         );
-        assert!(!client.stop(&id).await.expect("second stop"));
+        // A second stop is harmless: Ray answers `stopped: false` for an
+        // ended job, though right after a stop under load it was seen
+        // answering true; either way the job stays stopped.
+        client.stop(&id).await.expect("second stop");
+        let again = client.status(&id).await.expect("status");
+        assert_eq!(again.status, JobStatus::Stopped);
     });
 }
 

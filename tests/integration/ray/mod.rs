@@ -20,6 +20,7 @@ mod jobs;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{OnceLock, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
@@ -183,14 +184,63 @@ fn lock() -> &'static RwLock<Cluster> {
     CLUSTER.get_or_init(|| RwLock::new(Cluster::start()))
 }
 
+/// Ray tests using the cluster right now.
+static USERS: AtomicUsize = AtomicUsize::new(0);
+
+/// How long the cluster may stand idle before it is stopped: long enough
+/// to bridge the gap between two Ray tests, short enough that the tests
+/// after them (browser cells above all) do not share the machine with an
+/// idle Ray (its raylets, GCS and dashboard keep a core busy).
+const IDLE_STOP: Duration = Duration::from_secs(5);
+
+/// A cluster in use; when the last user lets go and none comes within
+/// [`IDLE_STOP`], the cluster is stopped (the next user starts it again).
+pub struct Using<G> {
+    guard: G,
+}
+
+impl<G: std::ops::Deref<Target = Cluster>> std::ops::Deref for Using<G> {
+    type Target = Cluster;
+    fn deref(&self) -> &Cluster {
+        &self.guard
+    }
+}
+
+impl std::ops::DerefMut for Using<RwLockWriteGuard<'static, Cluster>> {
+    fn deref_mut(&mut self) -> &mut Cluster {
+        &mut self.guard
+    }
+}
+
+impl<G> Drop for Using<G> {
+    fn drop(&mut self) {
+        if USERS.fetch_sub(1, Ordering::SeqCst) == 1 {
+            std::thread::spawn(|| {
+                std::thread::sleep(IDLE_STOP);
+                if USERS.load(Ordering::SeqCst) > 0 {
+                    return;
+                }
+                let mut cluster = lock().write().unwrap_or_else(PoisonError::into_inner);
+                if USERS.load(Ordering::SeqCst) == 0 && !cluster.damaged {
+                    let dir = cluster.dir().to_owned();
+                    cluster.run(&["stop", &dir]);
+                    // Started again (stopped first, harmlessly) by the next user.
+                    cluster.damaged = true;
+                }
+            });
+        }
+    }
+}
+
 /// The shared cluster, whole (both nodes alive), for as long as the
 /// guard lives.
-pub fn shared() -> RwLockReadGuard<'static, Cluster> {
+pub fn shared() -> Using<RwLockReadGuard<'static, Cluster>> {
+    USERS.fetch_add(1, Ordering::SeqCst);
     loop {
         {
             let cluster = lock().read().unwrap_or_else(PoisonError::into_inner);
             if !cluster.damaged {
-                return cluster;
+                return Using { guard: cluster };
             }
         }
         let mut cluster = lock().write().unwrap_or_else(PoisonError::into_inner);
@@ -202,12 +252,13 @@ pub fn shared() -> RwLockReadGuard<'static, Cluster> {
 
 /// The shared cluster with no other test using it, for a test that
 /// breaks it (and sets `damaged`).
-pub fn alone() -> RwLockWriteGuard<'static, Cluster> {
+pub fn alone() -> Using<RwLockWriteGuard<'static, Cluster>> {
+    USERS.fetch_add(1, Ordering::SeqCst);
     let mut cluster = lock().write().unwrap_or_else(PoisonError::into_inner);
     if cluster.damaged {
         cluster.restore();
     }
-    cluster
+    Using { guard: cluster }
 }
 
 pub fn runtime() -> tokio::runtime::Runtime {
