@@ -1,6 +1,8 @@
 //! The state directory itself (`.gameplan/`, or `--state-dir`): what every
 //! writer does before the first file goes in. What lives inside it belongs
-//! to `journal` (runs, locks) and `reuse` (store, hash cache).
+//! to `journal` (runs, locks), `reuse` (store, units, hash cache), the
+//! `local` backend (`ledger.sqlite`) and `plan run --shard` (`shards/`, where
+//! a shard's bundle goes unless told).
 
 use std::fs;
 use std::io;

@@ -1,7 +1,7 @@
 //! The typed API every backend speaks (DESIGN §6): one request and one
 //! response type per call, and the error body. `local` passes these values
-//! to the ledger directly; `gameplan serve` and the `http` backend will move
-//! the same types as JSON, so both backends give the same answers.
+//! to the ledger directly; `gameplan serve` and the `http` backend move the
+//! same types as JSON, so both backends give the same answers.
 //!
 //! Field names are the wire names. Money is always integer cents (`i64`).
 //!
@@ -30,7 +30,8 @@
 //! | `idempotency_mismatch` | 422 | register: this Idempotency-Key was used with another body | `differs` (top-level fields) |
 //! | `upload_unverified` | 422 | complete / aggregate complete: a manifest file was not uploaded, or its size or sha256 differ | `missing` (paths) |
 //! | `digest_mismatch` | 422 | upload: the body's sha256 is not `x-content-sha256` | |
-//! | `body_timeout` | 408 | `gameplan serve`: the body did not arrive within 30 seconds | |
+//! | `body_timeout` | 408 | `gameplan serve`: the body did not arrive within the idle timeout (30 seconds unless `serve --idle-timeout`) | |
+//! | `method_not_allowed` | 405 | `gameplan serve`: the path does not take that method | |
 //! | `ledger_unavailable` | 503 | the ledger file cannot be opened or written (disk, permissions, a lock held too long) | |
 //!
 //! Scopes per call: `whoami` needs only a valid token; `estimate`, `transition`,

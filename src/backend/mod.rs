@@ -3,8 +3,10 @@
 //! Owns the [`Backend`] trait that money and delivery steps call through
 //! [`crate::steps::StepIo::backend`], the typed API it speaks ([`api`]), the
 //! ledger that holds every money rule ([`ledger`]), the `local` backend
-//! over it ([`local`]) and the `http` backend to a server ([`http`]). It
-//! knows nothing of scheduling or playing. Every call takes the bearer token and answers the API's types or an
+//! over it ([`local`]), the `http` backend to a server ([`http`]), and the
+//! crash points where the kill -9 tests stop a money call
+//! ([`crash_points`]). It knows nothing of scheduling or playing. Every call
+//! takes the bearer token and answers the API's types or an
 //! [`api::ApiError`], whichever backend answers.
 
 pub mod api;

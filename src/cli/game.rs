@@ -6,10 +6,11 @@
 //! [`start_game_before_cli`] recognizes the argvs that start a game and
 //! starts it before any of that: `gameplan game NAME`, and the wrapper
 //! gameplan itself spawns to set rlimits (`gameplan __game-exec [--as N]
-//! [--cpu N] [--nofile N] -- PROGRAM ARGS`), which serves a built-in game in
-//! process when PROGRAM is this executable and execs any other program (a
-//! user's game) at once. Any other argv, a misspelled game included, goes
-//! through clap as before, so errors and `--help` are unchanged.
+//! [--cpu N] [--nofile N] [--nproc N] -- PROGRAM ARGS`), which serves a
+//! built-in game in process when PROGRAM is this executable and execs any
+//! other program (a user's game) at once. Any other argv, a misspelled game
+//! included, goes through clap as before, so errors and `--help` are
+//! unchanged.
 
 use std::ffi::OsString;
 use std::path::Path;

@@ -22,7 +22,7 @@
 //! - `units/`, the small values step kinds keep under keys of their own
 //!   ([`crate::reuse::UnitStore`]): a few hundred bytes per key, one more
 //!   only when a unit's content changes, not per run; `--max-store` counts
-//!   only `store/` (trimming `units/` waits for the kind that fills it).
+//!   only `store/`, and `gc` never trims `units/`.
 //!
 //! The store is trimmed least recently used first (a run records the
 //! entries it reused in the store's index; an old-layout entry's

@@ -1,4 +1,7 @@
-//! The command line: clap types (no logic here) and one file per subcommand.
+//! The command line: the clap types, the [`Context`] every subcommand runs
+//! with (the environment, read once; a plan loaded with its problems
+//! printed), and the dispatch to one file per subcommand, which does its
+//! work.
 // clap turns these doc comments into `--help` text, where markdown backticks
 // around RUN_ID or JUnit would show literally.
 #![expect(clippy::doc_markdown, reason = "doc comments are --help text")]

@@ -1,5 +1,6 @@
-//! `gameplan replay`, `gameplan shrink`, and the hidden `__game-exec` and
-//! `__simulate` commands of the play subsystem.
+//! `gameplan replay`, `gameplan shrink`, `gameplan play` (one cell, no
+//! plan), and the hidden `__game-exec` and `__simulate` commands of the
+//! play subsystem.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

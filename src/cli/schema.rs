@@ -1,4 +1,5 @@
-//! `gameplan schema [plan|dispositions|run|bridge|report|aggregate|api]`, and the test that keeps `schemas/` current.
+//! `gameplan schema [plan|dispositions|run|bridge|report|aggregate|api|review]`,
+//! and the test that keeps `schemas/` current.
 
 use clap::ValueEnum;
 

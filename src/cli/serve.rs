@@ -1,6 +1,6 @@
-//! `gameplan serve [--addr A] [--db FILE] [--demo] [--max-cells N]`: the
-//! ledger's API over HTTP (the routes are `server`'s), with one log line
-//! per request on stderr.
+//! `gameplan serve [--addr A] [--db FILE] [--demo] [--max-cells N]
+//! [--idle-timeout SECONDS]`: the ledger's API over HTTP (the routes are
+//! `server`'s), with one log line per request on stderr.
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -11,12 +11,13 @@
 //!
 //! - **One owner of run state.** The dispatcher alone holds step states, the
 //!   ready set and the journal's step transitions; step tasks report back by
-//!   their join handles. The journal is behind a mutex only so a task can
-//!   write `step_started` right before it spawns a process: a step is in the
-//!   journal before it can have an effect.
+//!   their join handles. A task appends to the journal (through the shared
+//!   [`journal_writer::JournalWriter`]) only its own `step_started`, right
+//!   before it runs, and its kind's checkpoints: a step is in the journal
+//!   before it can have an effect.
 //! - **Resume decides from the journal alone.** A finished step (succeeded,
-//!   reused, failed, skipped) is never replayed. A step that was running when
-//!   gameplan died is first asked how it ended (its kind's
+//!   reused, failed, skipped, incomplete) is never replayed. A step that was
+//!   running when gameplan died is first asked how it ended (its kind's
 //!   [`crate::steps::Kind::left_running`]): a process it left behind may have
 //!   finished it meanwhile. The history a resume acts on is read under the
 //!   run lock, never before it.
@@ -37,7 +38,11 @@
 //! - **The dispatcher hands out the permits** (`--concurrency`, pools) when
 //!   it starts a step, so steps start in declared order and a finished
 //!   step's slot is reused only after the dispatcher has seen how it ended
-//!   (fail-fast starts nothing after a failure).
+//!   (fail-fast starts nothing after a failure). The exception: a kind that
+//!   queues ahead ([`crate::steps::Kind::queues_ahead`], the command kind's
+//!   launcher) may be handed as many steps again as run at once, and starts
+//!   a queued one the moment a slot frees; under `--fail-fast` nothing is
+//!   queued ahead.
 //! - **Results are stored only after success**, and a step is reported done
 //!   only after its result is stored (or storing it failed, which is a
 //!   warning: the step did succeed, it only runs again next time).

@@ -1,6 +1,7 @@
-//! Ctrl-C, SIGTERM and `plan stop`: the first asks the run to stop cleanly,
-//! a second Ctrl-C (or SIGTERM) ends gameplan at once. Signals within
-//! [`SAME_REQUEST`] of the first are that same request.
+//! Ctrl-C, SIGTERM, SIGHUP (a closed terminal) and `plan stop`: the first
+//! asks the run to stop cleanly, a second Ctrl-C (or SIGTERM, never a
+//! SIGHUP) ends gameplan at once. Signals within [`SAME_REQUEST`] of the
+//! first are that same request.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -3,9 +3,9 @@
 //! Owns the game side of bridge protocol v1 (one JSON object per line each
 //! way on stdin/stdout, every reply echoing its request's `id`) and the
 //! registry of built-in games by name. It does not own the driver side
-//! (spawning, deadlines, findings): that lives with the `play` steps, which
-//! start a built-in game as `gameplan game NAME` so that it crosses the same
-//! process boundary as a game written by anyone else.
+//! (spawning, deadlines, findings): that is `crate::play`'s, which starts a
+//! built-in game (`builtin:NAME`) as `gameplan game NAME` so that it crosses
+//! the same process boundary as a game written by anyone else.
 //!
 //! # Design
 //!

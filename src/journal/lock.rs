@@ -1,5 +1,6 @@
 //! One live run per plan hash, held by an OS file lock on
-//! `locks/<plan-hash>.lock`.
+//! `locks/<plan-hash>.lock`, and which process `plan stop` may signal from
+//! what that file says ([`SignalRefusal`]: it is only a message).
 
 use std::fs::{self, File, OpenOptions, TryLockError};
 use std::io;

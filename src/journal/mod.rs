@@ -13,20 +13,24 @@
 //!   `{"format":1,"crc32c":N,"event":EVENT}` and `N` is the CRC32C of the
 //!   exact bytes of `EVENT` in that line, so a record is verified without
 //!   re-serializing anything. A record is at most [`MAX_RECORD_BYTES`].
+//!   A record synced on its own before it was acknowledged (an idempotency
+//!   key) carries `"durable":true` before its event.
 //! - **A record counts only once its line is complete.** Each append hands
 //!   the whole line to the kernel in one `write_all`, so a killed process
 //!   leaves nothing half-buffered in user space; after a crash of the machine, the last line
 //!   may still be torn. A torn last line (no newline, unparsable, or a bad
 //!   checksum) was never acknowledged as durable: readers drop it and
-//!   [`Journal::open`] cuts it off before appending.
+//!   [`Journal::open`] cuts it off before appending. A complete line marked
+//!   durable is never dropped: its damage is corruption.
 //! - **Damage anywhere else is corruption**, never repaired silently: the
 //!   error names the file and line, and the file is left exactly as found.
 //!   An unknown format version is refused on its own terms.
 //! - **Group commit.** [`Journal::append`] does not wait for the disk;
-//!   [`Journal::commit`] syncs everything since the last sync with one fsync.
-//!   A record whose loss would repeat an effect in the outside world (an
-//!   idempotency key before a money request) goes through
-//!   [`Journal::append_durable`], which syncs before returning.
+//!   [`Journal::commit`] syncs everything since the last sync with one fsync
+//!   ([`Journal::begin_commit`] hands that fsync to another thread, so
+//!   appends go on while it runs). A record whose loss would repeat an effect
+//!   in the outside world (an idempotency key before a money request) goes
+//!   through [`Journal::append_durable`], which syncs before returning.
 //! - **After a failed write or sync, a journal stops appending.** A partial
 //!   write is cut back; if that fails, or an fsync fails, what is on disk is
 //!   unknown and only a fresh [`Journal::open`] can say.

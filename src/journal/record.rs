@@ -1,6 +1,8 @@
 //! The journal's line format: one JSON object per line,
 //! `{"format":1,"crc32c":N,"event":EVENT}`, where `N` is the CRC32C of the
-//! exact bytes of `EVENT` as they stand in the line.
+//! exact bytes of `EVENT` as they stand in the line; a record synced before
+//! it was acknowledged carries `"durable":true` before its event, so its
+//! damage reads as corruption, never as a torn tail.
 
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;

@@ -4,9 +4,11 @@
 //! runs` and resume all read them and nothing else (the `summary.json` beside
 //! a finished journal is only an index for listing runs fast). A step's last
 //! event decides its fate on resume: a finished step (succeeded, reused,
-//! failed, skipped) is never run again; a step that was running or was
-//! interrupted runs again, after the engine has checked whether a process it
-//! left behind completed it meanwhile.
+//! failed, skipped, incomplete: [`StepState::is_final`]) is never run
+//! again; any other runs again (declined, unauthorized, unreachable,
+//! refused and uncertain ones once the person agrees or the environment is
+//! mended), and one that was running only after the engine has checked
+//! whether a process it left behind completed it meanwhile.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -1,6 +1,6 @@
-//! The one OpenAI-compatible chat client: the `llm` player, the `jev` and
-//! `rune` selectors over it, and the `llm` review lens all talk to a model
-//! through [`Client::chat`].
+//! The one OpenAI-compatible chat client: the `llm` player (its proposals,
+//! `jev`'s selector call, the "How it felt" paragraph) and the `llm` review
+//! lens all talk to a model through [`Client::chat`].
 //!
 //! Owns the wire (`POST {base_url}/chat/completions`, the bearer key, JSON),
 //! timeouts, retries, the size of an answer it reads, usage and cost, and

@@ -3,7 +3,8 @@
 //! The stages, each of which reports every problem it finds: read the bytes
 //! (size, UTF-8 and NUL checks come first, so a hostile file never reaches a
 //! parser), parse TOML or YAML into the spanned tree, render templates (vars
-//! first, then every other string), decode the raw plan, validate it.
+//! first, then every other string), decode the raw plan, validate it, then
+//! read the `dispositions.toml` beside it against the plan's lenses.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;

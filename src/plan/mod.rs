@@ -2,7 +2,7 @@
 //!
 //! Owns everything from a plan file's bytes to [`model::Plan`], and the
 //! `dispositions.toml` beside it ([`dispositions`]); knows nothing of
-//! running steps or money. Entry point: [`load`].
+//! running steps or money. Entry point: [`load()`].
 
 pub mod decode;
 pub mod diagnostic;

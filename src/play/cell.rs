@@ -1,18 +1,21 @@
 //! One play cell: a persona plays a fresh game process with one controller,
 //! until the game is done, patience or budget runs out, the game fails, or
-//! a signal stops it; then the cell's four files are written.
+//! a signal stops it; then the cell's files are written.
 //!
 //! Owns the cell's bounds (patience, `budget.max_actions`,
 //! `max_wall_seconds`: all count the actions of the whole cell, every
-//! episode), the reset rule (after a `stuck` finding a `random` or
-//! `explorer` player's episode ends and, while the bounds allow another
-//! action, the game is reset with the cell's seed and play goes on, so one
-//! trap does not hide the rest of the game), the interrupt rule (the turn
-//! in flight finishes, then the cell ends `interrupted`), and the
-//! artifacts: `report.json`,
-//! `report.md`, `transcript.jsonl` (every observation and action),
-//! `trace.jsonl` (what replay needs). Does not own reuse or the journal:
-//! the `play` step kind decides whether a cell runs at all.
+//! episode), the reset rule (after a `stuck` finding the episode of any
+//! player but `scripted` ends and, while the bounds allow another action,
+//! the game is reset with the cell's seed and play goes on, so one trap
+//! does not hide the rest of the game), the interrupt rule (the turn in
+//! flight finishes, then the cell ends `interrupted`), the confirmation of
+//! a crash or hang (its inputs replayed once in a fresh game; one that
+//! does not happen again is `unconfirmed`, low severity), and the
+//! artifacts: `report.json`, `transcript.jsonl` (every observation and
+//! action), `trace.jsonl` (what replay needs). `report.md` is rendered
+//! from the report by `crate::report::play_cell`, called by whoever played
+//! the cell. Does not own reuse or the journal: the `play` step kind
+//! decides whether a cell runs at all.
 //!
 //! Also owns the opening: `hello`, then `reset` twice with the cell's seed.
 //! A game that fails there never played: the cell is `not_played` (no

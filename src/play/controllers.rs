@@ -6,7 +6,8 @@
 //! own when it has one (an `llm` player asks its model in a separate call,
 //! when there are two or more alternatives to choose among); otherwise it
 //! is deterministic: the alternative least tried from the current
-//! observation, seeded ties, so a `jev` cell replays from its seed. That
+//! observation, one that led into a trap last, seeded ties, so a `jev`
+//! cell replays from its seed. That
 //! selector draws from its own random stream, apart from the player's.
 //! Every call a player makes (proposals, votes, the selection) is its own,
 //! so an `llm` player counts each against its budget.

@@ -1,13 +1,13 @@
 //! One play of a game: from `reset` to its end, every action recorded,
 //! and the resets that start a new episode in the same play.
 //!
-//! Owns turning the driver's answers into what a play keeps: the trace
-//! steps and resets, the history players read, and the findings (crash,
-//! hang, error, refused, stuck) with their evidence. Used alike by a cell,
-//! a simulated game, replay and shrink, so a finding means the same
-//! everywhere. It does not choose actions (players, controllers), decide
-//! when to reset (the cell), or own the process's lifetime (the caller
-//! starts and ends it).
+//! Owns turning the driver's answers into what a play keeps: the trace steps
+//! and resets, the history players read, and the findings (crash, hang,
+//! error, refused, stuck, and a page's `console` errors) with their evidence.
+//! Used alike by a cell, a simulated game, replay and shrink, so a finding
+//! means the same everywhere. It does not choose actions (players,
+//! controllers), decide when to reset (the cell), or own the process's
+//! lifetime (the caller starts and ends it).
 //!
 //! Across a [`Episode::reset`] the history and the findings stay (the
 //! explorer remembers what it tried; one bug met twice is one finding);

@@ -11,8 +11,9 @@
 //! # Entry points
 //!
 //! - [`play_cell`]`(&CellSpec, out_dir, cancel) -> Result<CellResult, PlayError>`:
-//!   one cell in a fresh game process; writes `report.json`, `report.md`,
-//!   `transcript.jsonl`, `trace.jsonl` into `out_dir`.
+//!   one cell in a fresh game process; writes `report.json`,
+//!   `transcript.jsonl`, `trace.jsonl` into `out_dir` (`report.md` is
+//!   rendered from the report by `crate::report::play_cell`).
 //! - [`simulate()`]`(&SimulateSpec, progress, cancel) -> Result<SimulateSummary, PlayError>`:
 //!   many seeded games on `workers` game processes; traces of failed games.
 //! - [`replay()`]`(&Trace, &ReplayOptions) -> Result<ReplayOutcome, PlayError>`

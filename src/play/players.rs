@@ -49,8 +49,9 @@ impl PlayerSpec {
     }
 
     /// Whether a cell resets the game after a `stuck` finding and plays on.
-    /// `random` and `explorer` do (they search); a script is a script: it
-    /// plays on as written after `stuck`, and the cell ends when it does.
+    /// `random`, `explorer` and `llm` do (they search); a script is a
+    /// script: it plays on as written after `stuck`, and the cell ends when
+    /// it does.
     pub fn resets_after_stuck(&self) -> bool {
         !matches!(self, PlayerSpec::Scripted { .. })
     }

@@ -5,13 +5,15 @@
 //! Owns what "the same" means (hash by hash, step by step; the first
 //! difference is the answer), what a divergence shows (the fields that
 //! differ between the expected and the actual observation), and how a
-//! trace's game is started again (its command, from the repo root, with the
-//! kept environment and the trace's own `action_timeout` and
+//! trace's game is started again (its command or page, from the repo root,
+//! with the trace's own `game.env`, limits, `action_timeout` and
 //! `stuck_after`). `gameplan replay TRACE` prints the outcome (exit 0 / 1).
 //!
-//! A trace records no environment: replay runs the game with the kept
-//! variables only (PATH, HOME, LANG, TMPDIR). A game whose observations
-//! depend on `game.env` replays only where that holds without it.
+//! A trace records the game's environment beyond the variables every game
+//! inherits (PATH, HOME, LANG, TMPDIR, taken from the replaying
+//! environment), but a secret by name only: replay reads its value again
+//! from its own environment, so a game whose observations depend on a
+//! secret replays only where that secret is set.
 //!
 //! # Expected observations
 //!

@@ -21,7 +21,10 @@
 //! cell's report counts them. The header's `action_timeout` (seconds) and
 //! `stuck_after` are the game's settings when it was played, so replay and
 //! shrink judge a hang as the cell did; traces written before they were
-//! recorded lack both, and still read.
+//! recorded lack both, and still read. The header also keeps the game's
+//! `env` beyond the inherited variables (a secret by name, its value
+//! `null`) and a stdio game's `limits` when not the defaults, so a replay
+//! starts the game as it was played.
 
 use std::collections::BTreeMap;
 

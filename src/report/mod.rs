@@ -1,4 +1,6 @@
-//! Everything gameplan prints: diagnostics, explain and graph views, JSON documents.
+//! Everything gameplan prints or renders: diagnostics, progress, explain and
+//! graph views, the end-of-run summary, JSON documents, the markdown reports
+//! (a cell's, the aggregate's, a gate's) and `JUnit`.
 //!
 //! The only module that writes to the terminal. Other modules return data;
 //! this one decides how it looks (colour on a terminal, plain in CI, JSON on

@@ -1,4 +1,5 @@
-//! What `gameplan replay`, `gameplan shrink` and `gameplan __simulate` print.
+//! What `gameplan replay`, `gameplan shrink`, `gameplan play` and
+//! `gameplan __simulate` print.
 
 use std::fmt::Write;
 use std::path::Path;

@@ -1,3 +1,7 @@
+//! [`ReuseError`]: what can go wrong keying, hashing, storing or restoring,
+//! each message naming the path or pattern and what to do. A damaged cache
+//! or store entry is none of them: it is a miss.
+
 use std::io;
 use std::path::Path;
 

@@ -1,3 +1,8 @@
+//! The [`ReuseKey`]: every input of a step's result, its canonical JSON and
+//! its digest, and [`why_not_reused`], the difference between two keys in
+//! words (setting names only, never their values). Also the sha256 helpers
+//! keys and outputs are digested with ([`sha256_hex`], [`outputs_digest`]).
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 

@@ -6,17 +6,18 @@
 //! `inputs` globs into repo files ([`expand_inputs`]), the content-hash cache
 //! of those files ([`FileHashCache`]), the result [`Store`] under
 //! `<state>/store/`, and the [`UnitStore`] under `<state>/units/`, where a
-//! kind keeps small values under keys of its own (unit-level reuse). It does not decide which settings of a step kind belong in
-//! a key (each step kind does), run steps, schedule, lock plans or print
-//! anything. All I/O is synchronous `std::fs`; the caller owns threading.
+//! kind keeps small values under keys of its own (unit-level reuse). It does
+//! not decide which settings of a step kind belong in a key (each step kind
+//! does), run steps, schedule, lock plans or print anything. All I/O is
+//! synchronous `std::fs`; the caller owns threading.
 //!
 //! # Design
 //!
 //! - **A key names every input, and nothing else.** Kind, resolved settings,
-//!   input content hashes by repo-relative `/` path, upstream keys, and
-//!   [`KEY_VERSION`] (gameplan's step semantics, not its build). No mtimes, no
-//!   absolute paths, no plan comments: the same inputs give the same digest on
-//!   any machine and in any checkout location.
+//!   input content hashes by repo-relative `/` path, the output digests of the
+//!   steps it needs, and [`KEY_VERSION`] (gameplan's step semantics, not its
+//!   build). No mtimes, no absolute paths, no plan comments: the same inputs
+//!   give the same digest on any machine and in any checkout location.
 //! - **Canonical means byte-for-byte reproducible.** Object keys are sorted by
 //!   their UTF-8 bytes at every depth and there is no whitespace, whatever the
 //!   insertion order of the maps (the crate enables `serde_json`'s
@@ -24,13 +25,14 @@
 //!   sha256 hex of that text, and the text itself is stored in the entry's
 //!   record so a later run can say why it was not reused.
 //! - **Content counts, stat only saves work.** The hash cache trusts an entry
-//!   only while size, mtime (ns) and inode are unchanged *and* the mtime is at
-//!   least [`RACY_MARGIN`] older than the moment the file was hashed; a newer
-//!   file is "racily clean" (git's term) and is read again, because a write in
-//!   the same timestamp tick as the hash would otherwise go unseen. Touching a
-//!   file costs one re-read and changes no key. A damaged cache is an empty
-//!   cache. Within one key computation ([`share_stats`]) the stat an input's
-//!   expansion took is the one its hash is checked against.
+//!   only while size, mtime and ctime (ns), inode and device are unchanged
+//!   *and* the mtime is at least [`RACY_MARGIN`] older than the moment the
+//!   file was hashed; a newer file is "racily clean" (git's term) and is read
+//!   again, because a write in the same timestamp tick as the hash would
+//!   otherwise go unseen. Touching a file costs one re-read and changes no
+//!   key. A damaged cache is an empty cache. Within one key computation
+//!   ([`share_stats`]) the stat an input's expansion took is the one its hash
+//!   is checked against.
 //! - **One index per store, read once per run.** Entries' metadata is one
 //!   checksummed line each in `store/index.log` (see `index.rs`), appended
 //!   with a single write; outputs over [`INLINE_MAX`] bytes are blobs named by

@@ -4,7 +4,7 @@
 //!
 //! - [`patches`]: a `git format-patch` series read into units (one per file
 //!   per patch, with its hunks).
-//! - [`unit`]: units from each `over`, with ids and content sha256s.
+//! - [`mod@unit`]: units from each `over`, with ids and content sha256s.
 //! - [`rule`], [`command`]: the lens kinds that judge locally.
 //! - [`llm_lens`]: the lens kind that asks a chat model.
 //! - [`judge`]: a lens over its units (unit reuse, dispositions applied),

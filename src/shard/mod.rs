@@ -3,11 +3,12 @@
 //! `plan merge PLAN BUNDLE...` checks the bundles and runs the rest of the
 //! plan (aggregate, gates) once over every cell.
 //!
-//! Owns which cells a slice holds ([`slice`]), what a bundle is and how it is
-//! checked ([`bundle`]), and how bundles become one run's cells ([`merge`]):
-//! each cell goes into the reuse store under the key the shard played it
-//! with, and the merge run must reuse it, never play it again (the engine's
-//! `reuse_only`). The scheduling is the engine's; nothing here runs a step.
+//! Owns which cells a slice holds ([`mod@slice`]), what a bundle is and how
+//! it is checked ([`bundle`]), and how bundles become one run's cells
+//! ([`merge`]): each cell goes into the reuse store under the key the shard
+//! played it with, and the merge run must reuse it, never play it again (the
+//! engine's `reuse_only`). The scheduling is the engine's; nothing here runs
+//! a step.
 
 pub mod bundle;
 pub mod merge;

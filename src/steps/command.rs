@@ -1,14 +1,14 @@
 //! The `command` step: a shell line or an argv, run as its own process group.
 //!
-//! The process itself is started by the run's launcher (`launcher.rs`), which
-//! outlives gameplan if it is killed and records how each attempt ended, so a
-//! resume never runs a finished step twice. Each step leads its own process
-//! group; a timeout, `plan stop`, Ctrl-C or fail-fast sends the group SIGTERM,
-//! then SIGKILL after a grace period, so no orphan survives; what a failed
-//! step left in its group is killed before a retry starts. A failed step
-//! reports the last lines of its log (which the launcher redacts when the
-//! plan has secrets, and caps). A command step has no directory: its output
-//! goes to the run's one `steps.log`, found again by the segments the
+//! The process itself is started by the run's launcher (`steps::launcher`),
+//! which outlives gameplan if it is killed and records how each attempt
+//! ended, so a resume never runs a finished step twice. Each step leads its
+//! own process group; a timeout, `plan stop`, Ctrl-C or fail-fast sends the
+//! group SIGTERM, then SIGKILL after a grace period, so no orphan survives;
+//! what a failed step left in its group is killed before a retry starts. A
+//! failed step reports the last lines of its log (which the launcher redacts
+//! when the plan has secrets, and caps). A command step has no directory: its
+//! output goes to the run's one `steps.log`, found again by the segments the
 //! launcher reports and the engine journals (`journal::step_log`).
 
 use std::collections::BTreeMap;

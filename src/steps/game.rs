@@ -6,8 +6,11 @@
 //! The build hash is everything that decides how the game behaves: the
 //! content of `game.inputs`, the command, any repo file the command names
 //! (`python3 examples/games/coins.py` keys on the script even when `inputs`
-//! forgets it), the game's environment and timeouts, and for a built-in game
-//! its version and gameplan's.
+//! forgets it), the game's environment, limits and timeouts, for a browser
+//! game its page, its settings and every file of its `serve` directory, and
+//! for a built-in game its version and gameplan's. The output digests of the
+//! steps it needs enter the key too, except the money steps': a paid cell
+//! keys on what it plays, not on the purchase before it.
 
 use std::time::Duration;
 

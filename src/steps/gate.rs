@@ -11,8 +11,10 @@
 //!   did not pass).
 //! - **Units**: `files` from the lens's globs; `findings` from every
 //!   `aggregate.json` among the steps the gate needs (directly or not);
-//!   `runs` from every play cell `report.json` among them. A lens over
-//!   findings with no aggregate to read is INCOMPLETE, never a pass.
+//!   `runs` from every play cell `report.json` among them; `patches` from
+//!   the lens's patch series (`review::patches`). A lens with nothing to
+//!   judge (globs that match no file, no aggregate, no play report) is
+//!   INCOMPLETE, never a pass.
 //! - **Reuse**: per unit, not per step: the step runs every time and
 //!   judges only the units whose clean verdict is not stored (see
 //!   `review::judge`). `plan explain` shows, per lens, how many units it

@@ -1,11 +1,10 @@
 //! Step kinds: what each kind of step does, what its result depends on, and
 //! which files it produces.
 //!
-//! The one place where the engine meets the outside world (processes today;
-//! money, play and review as their kinds land). The engine owns scheduling,
-//! the journal and the store and names no kind; a kind owns its reuse key,
-//! its run, its outputs, and what a resume does with an attempt that was
-//! running when gameplan died.
+//! The one place where the engine meets the outside world (processes, money,
+//! play and review). The engine owns scheduling, the journal and the store
+//! and names no kind; a kind owns its reuse key, its run, its outputs, and
+//! what a resume does with an attempt that was running when gameplan died.
 //!
 //! # Adding a kind
 //!

@@ -3,8 +3,12 @@
 //! Owns: strict undefined (a typo is an error, never an empty string), the
 //! `secret()` function and the [`Redactor`] its values are registered with,
 //! and the caps that keep a hostile template from hanging or filling memory
-//! (fuel for loops, a size cap on rendered output). Templates are rendered
-//! once, at load; nothing renders later with more context than the plan had.
+//! (fuel for loops, a size cap on rendered output). Plan strings are rendered
+//! at load, but for one that reads `matrix`, rendered per cell after
+//! expansion (`graph::cells`). What renders later (a player's prompt, an
+//! `llm` lens's charter, a rule lens's `when`) goes through the same caps
+//! with what it plays or judges in scope; a prompt gets no `env` and no
+//! `secret()`, since it goes to a model.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
@@ -303,7 +307,7 @@ impl Templates {
             .map_err(|e| expression_syntax_error(&e))
     }
 
-    /// Evaluates an expression (rule lenses) with the caps of [`render`].
+    /// Evaluates an expression (rule lenses) with the caps of [`Self::render`].
     pub fn eval(&self, expr: &str, ctx: Value) -> Result<Value, TemplateError> {
         let compiled = self
             .jinja

@@ -1,6 +1,6 @@
 //! The ledger: every money rule, over one `SQLite` file (DESIGN §6). The
-//! `local` backend calls it directly; `gameplan serve` will put thin HTTP
-//! routes in front of the same methods, so both answer alike.
+//! `local` backend calls it directly; `gameplan serve` (`crate::server`)
+//! puts thin HTTP routes in front of the same methods, so both answer alike.
 //!
 //! It knows nothing of plans, steps or playing: it holds accounts and their
 //! balances, bearer tokens (sha256 only), a price list, jobs, runs,

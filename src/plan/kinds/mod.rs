@@ -4,7 +4,7 @@
 //! a game, always runs).
 //!
 //! A kind's plan side is one file here implementing [`PlanKind`]; its run
-//! side is one file under `steps/`. The [`registry!`] line below lists every
+//! side is one file under `steps/`. The `registry!` line below lists every
 //! kind once and generates from it [`StepKind`], the raw keys
 //! ([`RawParams`]), the checked settings ([`Params`]) and the dispatch
 //! between them, so every `match` on a kind is exhaustive and the compiler

@@ -12,18 +12,22 @@
 //! # The page as a game
 //!
 //! - `hello` answers from the session just opened (the browser answered
-//!   it); `reset` (re)loads `game.url` with the page's storage cleared; the
-//!   page gets no seed, so a page that uses randomness replays only if it
-//!   seeds itself.
-//! - The observation: `text` = the page's visible text (cut at
-//!   [`MAX_TEXT`] characters; its first line names the place where a
-//!   player got stuck, so a page's heading makes a good first line); `actions` = `click:LABEL` per
+//!   it); `reset` (re)loads `game.url` with the page's storage cleared and,
+//!   through chromedriver, the page's `Math.random` and
+//!   `crypto.getRandomValues` seeded with the cell's seed (`listener.js`),
+//!   so a page that draws at random replays; on another WebDriver server
+//!   the page is not seeded.
+//! - The observation: `text` = the page's visible text (cut at [`MAX_TEXT`]
+//!   characters; its first line names the place where a player got stuck, so
+//!   a page's heading makes a good first line); `actions` = `click:LABEL` per
 //!   visible enabled clickable element (a repeated label gets ` #2`, …),
 //!   `type:hello` when a text field is visible, `key:Enter`, `key:Escape`
-//!   (or the page's own `window.gameplan.keys`), and `wait`; `state` = the
-//!   title, the page's file name and fragment, and each element's label and
-//!   box; `score` = `window.gameplan.score`. A page may end the game by
-//!   setting `window.gameplan.done = true`.
+//!   (then `game.keys` and the page's own `window.gameplan.keys`), and
+//!   `wait`; `state` = the title, the page's file name, query and fragment,
+//!   and each element's label, role and states (checked, selected, …), never
+//!   its box (an animation moves boxes, not the game); `score` =
+//!   `window.gameplan.score`. A page may end the game by setting
+//!   `window.gameplan.done = true`.
 //! - Actions accepted: `click:LABEL`, `key:NAME` (Enter, Escape, Tab,
 //!   Space, Backspace, ArrowUp/Down/Left/Right, or one character),
 //!   `type:TEXT` (into the focused text field, else the first visible one),

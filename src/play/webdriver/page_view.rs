@@ -1,6 +1,7 @@
 //! What a page is to a player: the action syntax (`click:<label>`,
-//! `key:<name>`, `wait`), a load's outcome, and the observation built from
-//! what `page.js` read of the page (its text, offered elements, errors).
+//! `key:<name>`, `type:<text>`, `wait`), a load's outcome, and the
+//! observation built from what `page.js` read of the page (its text, offered
+//! elements, errors).
 
 use serde::Deserialize;
 use serde_json::{Value, json};

@@ -39,9 +39,9 @@
 //! stopping run cancels, or that is still queued when gameplan dies, never
 //! starts.
 //!
-//! It ignores Ctrl-C and SIGTERM (gameplan decides what stops), stops taking
-//! work when its stdin closes (gameplan exited or died) and exits once its
-//! running steps have finished and their endings are written. A resumed
+//! It ignores Ctrl-C, SIGTERM and SIGHUP (gameplan decides what stops), stops
+//! taking work when its stdin closes (gameplan exited or died) and exits once
+//! its running steps have finished and their endings are written. A resumed
 //! gameplan (or a new run of the plan, before it starts anything) takes the
 //! lock of an attempt it found running, saying that it waits and for how
 //! long at most, and looks up its ending: a code means the step ended (its
