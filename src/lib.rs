@@ -19,7 +19,7 @@ pub mod journal;
 pub mod llm;
 pub mod plan;
 pub mod play;
-pub mod process_table;
+pub mod process;
 pub mod ray;
 pub mod report;
 pub mod reuse;

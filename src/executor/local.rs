@@ -8,16 +8,12 @@
 //! instead of starting them again.
 
 use std::fs;
-use std::os::unix::process::CommandExt as _;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
-
 use super::{ExecError, Executor, JobSpec, JobState};
-use crate::process_table::group_alive;
+use crate::process::{Group, SpawnInGroup as _};
 use crate::steps::BoxFuture;
 
 const PID_FILE: &str = "pid";
@@ -49,7 +45,7 @@ fn start(job: &JobSpec) -> Result<(), ExecError> {
     // The shell writes the exit code only once the command ended, through a
     // rename, so a reader sees no code or the whole code.
     let script = "exec >\"$0/log\" 2>&1; \"$@\"; code=$?; echo $code > \"$0/exit.tmp\" && mv \"$0/exit.tmp\" \"$0/exit\"";
-    let child = Command::new("sh")
+    let (child, _) = Command::new("sh")
         .arg("-c")
         .arg(script)
         .arg(&job.dir)
@@ -59,8 +55,7 @@ fn start(job: &JobSpec) -> Result<(), ExecError> {
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
-        .process_group(0)
-        .spawn()
+        .spawn_in_group()
         .map_err(|e| ExecError(format!("cannot start job {}: {e}", job.submission_id)))?;
     let pid_path = job.dir.join(PID_FILE);
     fs::write(&pid_path, child.id().to_string()).map_err(io("write", &pid_path))?;
@@ -81,7 +76,7 @@ fn state(job: &JobSpec) -> JobState {
         };
     }
     match pid_of(job) {
-        Some(pid) if group_alive(pid) => JobState::Running,
+        Some(pid) if Group::led_by(pid).is_alive() => JobState::Running,
         Some(_) => JobState::Failed("its process died without an exit code".to_owned()),
         None if job.dir.exists() => JobState::Pending,
         None => JobState::Unknown,
@@ -127,13 +122,10 @@ impl Executor for Local {
             }
             let stopped = job.dir.join(STOPPED_FILE);
             fs::write(&stopped, "").map_err(io("write", &stopped))?;
-            let group = Pid::from_raw(pid);
-            let _ = killpg(group, Signal::SIGTERM);
-            let deadline = tokio::time::Instant::now() + GRACE;
-            while group_alive(pid) && tokio::time::Instant::now() < deadline {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            let _ = killpg(group, Signal::SIGKILL);
+            let group = Group::led_by(pid);
+            group
+                .stop(GRACE, group.emptied(Duration::from_millis(50)))
+                .await;
             Ok(())
         })
     }

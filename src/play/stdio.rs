@@ -32,19 +32,19 @@
 //!   the request reports a hang exactly as the timer would have.
 
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{Signal, killpg};
 use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
-use nix::unistd::Pid;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout};
 
 use serde_json::value::RawValue;
+
+use crate::process::{Group, SpawnInGroup as _, Tail};
 
 use super::protocol::{
     self, Event, MAX_LINE, Observation, Op, PROTOCOL, RequestArg, observation_hash,
@@ -169,9 +169,9 @@ static NEXT_GAME: AtomicU64 = AtomicU64::new(0);
 /// One running game.
 pub struct GameProcess {
     child: Child,
-    pid: Pid,
+    group: Group,
     pipes: Pipes,
-    stderr: Arc<Mutex<Vec<u8>>>,
+    stderr: Tail,
     stderr_task: Option<tokio::task::JoinHandle<()>>,
     timeout: Duration,
     marker: String,
@@ -193,7 +193,7 @@ impl Drop for GameProcess {
     /// group id is still ours.
     fn drop(&mut self) {
         if !self.finished {
-            let _ = killpg(self.pid, Signal::SIGKILL);
+            self.group.kill();
         }
     }
 }
@@ -201,13 +201,9 @@ impl Drop for GameProcess {
 /// Where a program name leads: a repo path, an absolute path, or the first
 /// executable of that name on the game's `PATH`.
 fn resolve_program(program: &str, spec: &GameSpec) -> Result<PathBuf, SpawnError> {
-    use std::os::unix::fs::PermissionsExt;
-    let executable = |p: &Path| {
-        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-    };
     if program.contains('/') {
         let path = spec.root.join(program);
-        return if executable(&path) {
+        return if crate::process::is_executable(&path) {
             Ok(path)
         } else {
             Err(SpawnError::NotFound {
@@ -217,13 +213,10 @@ fn resolve_program(program: &str, spec: &GameSpec) -> Result<PathBuf, SpawnError
         };
     }
     let path_var = spec.env.get("PATH").map_or("", String::as_str);
-    std::env::split_paths(path_var)
-        .map(|dir| spec.root.join(dir).join(program))
-        .find(|p| executable(p))
-        .ok_or_else(|| SpawnError::NotFound {
-            program: program.to_owned(),
-            looked: format!("not on the game's PATH {path_var:?}"),
-        })
+    crate::process::on_path(program, path_var, &spec.root).map_err(|missing| SpawnError::NotFound {
+        program: missing.program,
+        looked: format!("not on the game's PATH {:?}", missing.path),
+    })
 }
 
 /// The argv that actually starts the game: builtins and limits resolved.
@@ -317,7 +310,7 @@ impl BlockingPipes {
         &mut self,
         request: &[u8],
         line: &mut Vec<u8>,
-        group: Pid,
+        group: Group,
         timeout: Duration,
     ) -> Result<Result<(), LineError>, ()> {
         self.watchdog.arm(group, timeout);
@@ -405,8 +398,8 @@ impl WatchdogState {
         u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
 
-    fn arm(&self, group: Pid, timeout: Duration) {
-        self.group.store(group.as_raw(), Ordering::Relaxed);
+    fn arm(&self, group: Group, timeout: Duration) {
+        self.group.store(group.id(), Ordering::Relaxed);
         let timeout = u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX);
         self.due
             .store(self.now().saturating_add(timeout).max(1), Ordering::Release);
@@ -440,8 +433,7 @@ impl Watchdog {
                             .compare_exchange(due, 0, Ordering::AcqRel, Ordering::Acquire)
                             .is_ok()
                     {
-                        let group = Pid::from_raw(state.group.load(Ordering::Relaxed));
-                        let _ = killpg(group, Signal::SIGKILL);
+                        Group::led_by(state.group.load(Ordering::Relaxed)).kill();
                     }
                     std::thread::park_timeout(WATCHDOG_TICK);
                 }
@@ -485,43 +477,24 @@ impl GameProcess {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .process_group(0)
             .kill_on_drop(true);
-        let mut child = command.spawn().map_err(|source| SpawnError::Start {
-            command: spec.command_text(),
-            source,
-        })?;
+        let (mut child, group) = command
+            .spawn_in_group()
+            .map_err(|source| SpawnError::Start {
+                command: spec.command_text(),
+                source,
+            })?;
         let start_error = |what: &str| SpawnError::Start {
             command: spec.command_text(),
             source: std::io::Error::other(format!("the game has no {what}")),
         };
-        let pid = child
-            .id()
-            .and_then(|id| i32::try_from(id).ok())
-            .ok_or_else(|| start_error("pid"))?;
         let stdin = child.stdin.take().ok_or_else(|| start_error("stdin"))?;
         let stdout = child.stdout.take().ok_or_else(|| start_error("stdout"))?;
-        let stderr_pipe = child.stderr.take().ok_or_else(|| start_error("stderr"))?;
-        let stderr: Arc<Mutex<Vec<u8>>> = Arc::default();
-        let tail = Arc::clone(&stderr);
-        let stderr_task = tokio::spawn(async move {
-            let mut pipe = stderr_pipe;
-            let mut chunk = vec![0u8; 4096];
-            while let Ok(n) = pipe.read(&mut chunk).await {
-                if n == 0 {
-                    break;
-                }
-                let mut tail = tail.lock().unwrap_or_else(PoisonError::into_inner);
-                tail.extend_from_slice(&chunk[..n]);
-                if tail.len() > STDERR_TAIL {
-                    let excess = tail.len() - STDERR_TAIL;
-                    tail.drain(..excess);
-                }
-            }
-        });
+        let stderr = Tail::new(STDERR_TAIL);
+        let stderr_task = stderr.keep(child.stderr.take().ok_or_else(|| start_error("stderr"))?);
         Ok(GameProcess {
             child,
-            pid: Pid::from_raw(pid),
+            group,
             pipes: Pipes::Async {
                 stdin,
                 stdout: BufReader::with_capacity(64 * 1024, stdout),
@@ -541,7 +514,7 @@ impl GameProcess {
 
     /// The game's process id (and process group id).
     pub fn pid(&self) -> i32 {
-        self.pid.as_raw()
+        self.group.id()
     }
 
     /// From now on, requests block the calling thread: one `write` and one
@@ -586,8 +559,7 @@ impl GameProcess {
 
     /// The last bytes the game wrote to stderr, as text.
     pub fn stderr_tail(&self) -> String {
-        let tail = self.stderr.lock().unwrap_or_else(PoisonError::into_inner);
-        String::from_utf8_lossy(&tail).into_owned()
+        self.stderr.text()
     }
 
     /// `hello`: checks the game speaks protocol 1.
@@ -701,7 +673,9 @@ impl GameProcess {
                 .await
                 .map_err(|_| ())
             }
-            Pipes::Blocking(pipes) => pipes.exchange(&self.out, &mut self.line, self.pid, timeout),
+            Pipes::Blocking(pipes) => {
+                pipes.exchange(&self.out, &mut self.line, self.group, timeout)
+            }
             Pipes::Switching => Ok(Err(LineError::Broken)),
         };
         match exchanged {
@@ -771,7 +745,7 @@ impl GameProcess {
     /// `None` while it lives.
     fn leader_status(&self) -> Option<String> {
         let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
-        match waitid(Id::Pid(self.pid), flags) {
+        match waitid(Id::Pid(self.group.leader()), flags) {
             Ok(WaitStatus::Exited(_, code)) => Some(format!("exited with code {code}")),
             Ok(WaitStatus::Signaled(_, signal, _)) => Some(format!("was killed by {signal}")),
             Ok(_) => None,
@@ -790,9 +764,7 @@ impl GameProcess {
             let _ = self.request(Op::Close, RequestArg::None).await;
             self.wait_leader(GRACE).await;
         }
-        let _ = killpg(self.pid, Signal::SIGTERM);
-        self.wait_leader(GRACE).await;
-        let _ = killpg(self.pid, Signal::SIGKILL);
+        self.group.stop(GRACE, self.wait_leader(GRACE)).await;
         let _ = self.child.wait().await;
         self.finished = true;
         if let Some(task) = self.stderr_task.take() {
@@ -906,16 +878,11 @@ pub fn kill_games_of_this_process() -> Vec<Leaked> {
 /// Kills every live process whose environment block contains `needle`.
 fn kill_carrying(needle: &str) -> Vec<Leaked> {
     let needle = needle.as_bytes();
-    crate::process_table::carrying(|environ| environ.windows(needle.len()).any(|w| w == needle))
+    crate::process::carrying(|environ| environ.windows(needle.len()).any(|w| w == needle))
         .into_iter()
-        .map(|found| {
-            // Named before it is killed: a dead process has no command line.
-            let command = crate::process_table::command_line(found.pid);
-            let _ = nix::sys::signal::kill(Pid::from_raw(found.pid), Signal::SIGKILL);
-            Leaked {
-                pid: found.pid,
-                command,
-            }
+        .map(|found| Leaked {
+            pid: found.pid,
+            command: found.kill(),
         })
         .collect()
 }

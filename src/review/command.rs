@@ -28,6 +28,7 @@ use tokio::sync::watch;
 use super::judge::{Answer, RawFinding};
 use super::verdict::Verdict;
 use crate::plan::model::Program;
+use crate::process::{SpawnInGroup as _, Tail};
 
 /// Units sent in one call.
 pub const MAX_UNITS_PER_CALL: usize = 256;
@@ -89,7 +90,6 @@ impl Call<'_> {
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
-            .process_group(0)
             .kill_on_drop(true);
         command
     }
@@ -107,22 +107,13 @@ impl Call<'_> {
                 .map(|(id, _)| (id.clone(), Answer::Missing(why.to_owned())))
                 .collect()
         };
-        let mut child = match self.command().spawn() {
-            Ok(child) => child,
+        let (mut child, group) = match self.command().spawn_in_group() {
+            Ok(spawned) => spawned,
             Err(e) => {
                 return Called {
                     answers: all_missing(&format!("the lens program could not start: {e}")),
                     stderr_tail: String::new(),
                 };
-            }
-        };
-        let group = child.id().and_then(|id| i32::try_from(id).ok());
-        let kill_group = || {
-            if let Some(pgid) = group {
-                let _ = nix::sys::signal::killpg(
-                    nix::unistd::Pid::from_raw(pgid),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
             }
         };
         let mut doc = json!({
@@ -137,7 +128,8 @@ impl Call<'_> {
             serde_json::to_vec(&doc).unwrap_or_default(),
         );
         let mut reader = tokio::spawn(read_capped(child.stdout.take()));
-        let err_reader = tokio::spawn(stderr_tail(child.stderr.take()));
+        let stderr = Tail::new(STDERR_TAIL_BYTES);
+        let err_reader = child.stderr.take().map(|pipe| stderr.keep(pipe));
         let end = tokio::select! {
             read = &mut reader => End::Read(read.unwrap_or_default()),
             () = tokio::time::sleep(self.timeout) => End::TimedOut,
@@ -163,17 +155,20 @@ impl Call<'_> {
         };
         reader.abort();
         // Whatever it left behind (a child holding the pipe) goes with it.
-        kill_group();
+        group.kill();
         let _ = child.wait().await;
         writer.abort();
-        let tail = tokio::time::timeout(Duration::from_secs(2), err_reader)
-            .await
-            .ok()
-            .and_then(Result::ok)
-            .unwrap_or_default();
+        // The tail is told only once its pipe closed: one a process that
+        // left the group still holds open within 2 s gives none.
+        let read = match err_reader {
+            Some(reader) => tokio::time::timeout(Duration::from_secs(2), reader)
+                .await
+                .is_ok_and(|ended| ended.is_ok()),
+            None => true,
+        };
         Called {
             answers,
-            stderr_tail: tail,
+            stderr_tail: if read { stderr.text() } else { String::new() },
         }
     }
 }
@@ -206,25 +201,6 @@ async fn read_capped(stdout: Option<tokio::process::ChildStdout>) -> (Vec<u8>, b
             Ok(n) => out.extend_from_slice(&buf[..n]),
         }
     }
-}
-
-/// The last [`STDERR_TAIL_BYTES`] of stderr.
-async fn stderr_tail(stderr: Option<tokio::process::ChildStderr>) -> String {
-    let mut tail: Vec<u8> = Vec::new();
-    if let Some(mut stderr) = stderr {
-        let mut buf = vec![0u8; 8192];
-        while let Ok(n) = stderr.read(&mut buf).await {
-            if n == 0 {
-                break;
-            }
-            tail.extend_from_slice(&buf[..n]);
-            if tail.len() > 2 * STDERR_TAIL_BYTES {
-                tail.drain(..tail.len() - STDERR_TAIL_BYTES);
-            }
-        }
-    }
-    let start = tail.len().saturating_sub(STDERR_TAIL_BYTES);
-    String::from_utf8_lossy(&tail[start..]).into_owned()
 }
 
 /// The answers in a call's stdout, one per unit sent.

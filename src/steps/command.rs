@@ -15,8 +15,6 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
 use serde_json::json;
 
 use super::launcher::{DISK_FULL, Ended, LazyLauncher, Leftover, Request, Written};
@@ -28,7 +26,7 @@ use crate::journal::run::RunDir;
 use crate::journal::step_log::StepLog;
 use crate::plan::kinds::command::CommandParams;
 use crate::plan::model::{Params, Program, Step, StepKind};
-use crate::process_table::group_alive;
+use crate::process::Group;
 use crate::reuse::{RestoreScope, ReuseKey};
 
 /// The `command` kind, holding the run's process launcher (started by the
@@ -164,7 +162,7 @@ fn running_groups() -> std::sync::MutexGuard<'static, std::collections::BTreeSet
 /// SIGKILLs every step process group still running.
 fn kill_all_groups() {
     for &pgid in running_groups().iter() {
-        let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+        Group::led_by(pgid).kill();
     }
 }
 
@@ -437,14 +435,14 @@ async fn spawn_and_wait(
             launcher.cancel(submitted.token).await;
             if let Ok(Ok(late)) = started.await {
                 // It started just before the cancel arrived: stop it.
-                stop_group(Pid::from_raw(i32::try_from(late).unwrap_or(i32::MAX)), &mut exit).await;
+                stop_group(Group::led_by(i32::try_from(late).unwrap_or(i32::MAX)), &mut exit).await;
             }
             return Ok(StepOutcome::Interrupted { message: "stopped before it started".into() });
         }
     };
     step_io.mark_started();
-    let group = Pid::from_raw(i32::try_from(pid).unwrap_or(i32::MAX));
-    running_groups().insert(group.as_raw());
+    let group = Group::led_by(i32::try_from(pid).unwrap_or(i32::MAX));
+    running_groups().insert(group.id());
 
     let timeout = cx.step.timeout_secs.map(Duration::from_secs);
     let deadline = async {
@@ -488,7 +486,7 @@ async fn spawn_and_wait(
             StepOutcome::Interrupted { message: "stopped before it finished".into() }
         }
     };
-    running_groups().remove(&group.as_raw());
+    running_groups().remove(&group.id());
     Ok(outcome)
 }
 
@@ -506,35 +504,38 @@ async fn stopped(cancel: &mut tokio::sync::watch::Receiver<bool>) {
 
 /// SIGKILLs what is left of a group and waits (briefly: SIGKILL cannot be
 /// resisted) until none of it runs.
-async fn kill_and_wait(pgid: Pid) {
-    if killpg(pgid, Signal::SIGKILL).is_err() {
+async fn kill_and_wait(pgid: Group) {
+    if !pgid.kill() {
         return;
     }
     // A killed process ends within milliseconds on an idle machine, but a
     // loaded one can take seconds to schedule it: a retry must not start
     // beside it, so wait as long as that may take.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while group_alive(pgid.as_raw()) && tokio::time::Instant::now() < deadline {
+    while pgid.is_alive() && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 
 /// SIGTERM to the whole group, SIGKILL after the grace period: every process
 /// of the step (not only its leader) gets the grace to clean up.
-async fn stop_group(pgid: Pid, exit: &mut tokio::sync::oneshot::Receiver<Ended>) -> Option<Ended> {
+async fn stop_group(
+    pgid: Group,
+    exit: &mut tokio::sync::oneshot::Receiver<Ended>,
+) -> Option<Ended> {
     let deadline = tokio::time::Instant::now() + KILL_GRACE;
-    let _ = killpg(pgid, Signal::SIGTERM);
+    pgid.terminate();
     let mut ended = match tokio::time::timeout_at(deadline, &mut *exit).await {
         Ok(ended) => Some(ended.ok()),
         Err(_) => None,
     };
     // The leader is gone (or out of time); wait for the rest of its group
     // (its zombies aside: where nobody reaps orphans they never go).
-    while group_alive(pgid.as_raw()) && tokio::time::Instant::now() < deadline {
+    while pgid.is_alive() && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    if group_alive(pgid.as_raw()) {
-        let _ = killpg(pgid, Signal::SIGKILL);
+    if pgid.is_alive() {
+        pgid.kill();
     }
     if ended.is_none() {
         ended = tokio::time::timeout(KILL_GRACE, exit)

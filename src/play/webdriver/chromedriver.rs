@@ -11,16 +11,13 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
-use tokio::io::AsyncReadExt;
 use tokio::process::Child;
 
 use crate::play::driver::SpawnError;
 use crate::play::stdio::{MARKER_ENV, kill_marked};
+use crate::process::{Group, SpawnInGroup as _, Tail};
 
 /// How long chromedriver gets to listen on its port.
 const LISTEN_WITHIN: Duration = Duration::from_secs(10);
@@ -34,16 +31,11 @@ const BROWSERS: [&str; 3] = ["chromium", "chromium-browser", "google-chrome"];
 pub const BROWSER_PACKAGE: &str = "chromium";
 pub const DRIVER_PACKAGE: &str = "chromium-driver";
 
-/// The first executable called `name` on `path` (a `PATH` value).
-pub fn on_path(name: &str, path: Option<&str>) -> Option<PathBuf> {
-    use std::os::unix::fs::PermissionsExt;
-    path?
-        .split(':')
-        .filter(|dir| !dir.is_empty())
-        .map(|dir| Path::new(dir).join(name))
-        .find(|p| {
-            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        })
+/// The first executable called `name` on `path` (a `PATH` value), a
+/// relative directory taken from gameplan's working directory, which is
+/// chromedriver's.
+fn on_path(name: &str, path: Option<&str>) -> Option<PathBuf> {
+    crate::process::on_path(name, path?, Path::new(".")).ok()
 }
 
 /// chromedriver and Chromium on the game's `PATH`, or which package to install.
@@ -70,10 +62,10 @@ pub fn find_programs(env: &BTreeMap<String, String>) -> Result<(PathBuf, PathBuf
 pub struct ChromeDriver {
     /// `None` once [`ChromeDriver::stop`] handed it to its reaper.
     child: Option<Child>,
-    pid: Pid,
+    group: Group,
     port: u16,
     marker: String,
-    output: Arc<Mutex<Vec<u8>>>,
+    output: Tail,
     /// The browser's profile directory, removed with the browser.
     profile: Option<PathBuf>,
     finished: bool,
@@ -106,10 +98,9 @@ impl ChromeDriver {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .process_group(0)
             .kill_on_drop(true);
-        let mut child = match command.spawn() {
-            Ok(child) => child,
+        let (mut child, group) = match command.spawn_in_group() {
+            Ok(spawned) => spawned,
             Err(e) => {
                 let _ = std::fs::remove_dir_all(&profile);
                 return Err(SpawnError::Browser(format!(
@@ -118,29 +109,16 @@ impl ChromeDriver {
                 )));
             }
         };
-        let pid = child
-            .id()
-            .and_then(|id| i32::try_from(id).ok())
-            .ok_or_else(|| SpawnError::Browser("chromedriver has no pid".into()))?;
-        let output: Arc<Mutex<Vec<u8>>> = Arc::default();
-        for pipe in [
-            child
-                .stdout
-                .take()
-                .map(|p| Box::new(p) as Box<dyn tokio::io::AsyncRead + Send + Unpin>),
-            child
-                .stderr
-                .take()
-                .map(|p| Box::new(p) as Box<dyn tokio::io::AsyncRead + Send + Unpin>),
-        ]
-        .into_iter()
-        .flatten()
-        {
-            tokio::spawn(keep_tail(pipe, Arc::clone(&output)));
+        let output = Tail::new(OUTPUT_TAIL);
+        if let Some(stdout) = child.stdout.take() {
+            output.keep(stdout);
+        }
+        if let Some(stderr) = child.stderr.take() {
+            output.keep(stderr);
         }
         let mut driver = ChromeDriver {
             child: Some(child),
-            pid: Pid::from_raw(pid),
+            group,
             port,
             marker: marker.to_owned(),
             output,
@@ -158,8 +136,7 @@ impl ChromeDriver {
 
     /// The end of what chromedriver printed.
     pub fn output_tail(&self) -> String {
-        let tail = self.output.lock().unwrap_or_else(PoisonError::into_inner);
-        String::from_utf8_lossy(&tail).trim().to_owned()
+        self.output.text().trim().to_owned()
     }
 
     async fn wait_listening(&mut self) -> Result<(), SpawnError> {
@@ -200,7 +177,7 @@ impl ChromeDriver {
     /// what the cell does next (a reap cut short by the runtime's end
     /// leaves the child to tokio's orphan reaping: it is dead either way).
     pub async fn stop(mut self) {
-        let _ = killpg(self.pid, Signal::SIGKILL);
+        self.group.kill();
         self.finished = true;
         let marker = self.marker.clone();
         let profile = self.profile.take();
@@ -224,7 +201,7 @@ impl Drop for ChromeDriver {
     /// still leaves no browser behind.
     fn drop(&mut self) {
         if !self.finished {
-            let _ = killpg(self.pid, Signal::SIGKILL);
+            self.group.kill();
             kill_browser(&self.marker);
             if let Some(profile) = self.profile.take() {
                 remove_profile(&self.marker, &profile);
@@ -279,11 +256,10 @@ pub fn kill_browsers_of_this_process() {
 fn kill_naming(needle: &str) {
     let needle = needle.as_bytes();
     let mut profiles = std::collections::BTreeSet::new();
-    for found in crate::process_table::running_with(|cmdline| {
-        cmdline.windows(needle.len()).any(|w| w == needle)
-    }) {
-        let cmdline = crate::process_table::command_line(found.pid);
-        let _ = nix::sys::signal::kill(Pid::from_raw(found.pid), Signal::SIGKILL);
+    for found in
+        crate::process::running_with(|cmdline| cmdline.windows(needle.len()).any(|w| w == needle))
+    {
+        let cmdline = found.kill();
         profiles.extend(
             cmdline
                 .split(' ')
@@ -308,24 +284,6 @@ fn free_port() -> Result<u16, SpawnError> {
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .map_err(|e| SpawnError::Browser(format!("no free loopback port: {e}")))
-}
-
-async fn keep_tail(
-    mut pipe: Box<dyn tokio::io::AsyncRead + Send + Unpin>,
-    tail: Arc<Mutex<Vec<u8>>>,
-) {
-    let mut chunk = vec![0u8; 4096];
-    while let Ok(n) = pipe.read(&mut chunk).await {
-        if n == 0 {
-            break;
-        }
-        let mut tail = tail.lock().unwrap_or_else(PoisonError::into_inner);
-        tail.extend_from_slice(&chunk[..n]);
-        if tail.len() > OUTPUT_TAIL {
-            let excess = tail.len() - OUTPUT_TAIL;
-            tail.drain(..excess);
-        }
-    }
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@ use std::path::Path;
 
 use super::{Entry, attempt_lock};
 use crate::journal::step_log::Segment;
+use crate::process::Group;
 
 /// How a resumed run finds an attempt that a dead gameplan left behind.
 #[derive(Debug, PartialEq, Eq)]
@@ -83,7 +84,6 @@ pub async fn leftover(
     wait: &Wait<'_>,
     cancel: &tokio::sync::watch::Receiver<bool>,
 ) -> Leftover {
-    use nix::sys::signal::{Signal, killpg};
     // The step may never have started (no lock file yet); the claim must
     // still be left, so make room for it.
     if let Some(dir) = attempt.claim.parent() {
@@ -108,11 +108,10 @@ pub async fn leftover(
         // group on record: its processes are found by their environment
         // (once: a scan reads every process's environment).
         if recorded_pid.is_none() && found_group.is_none() {
-            found_group = crate::process_table::carrying(|env| {
-                crate::process_table::has_entries(env, attempt.marks)
-            })
-            .first()
-            .map(|found| found.group);
+            found_group =
+                crate::process::carrying(|env| crate::process::has_entries(env, attempt.marks))
+                    .first()
+                    .map(|found| found.group);
         }
         let pid = recorded_pid.or(found_group);
         if locked {
@@ -122,7 +121,7 @@ pub async fn leftover(
             {
                 return Leftover::Finished(code, log);
             }
-            if !pid.is_some_and(crate::process_table::group_alive) {
+            if !pid.is_some_and(|p| Group::led_by(p).is_alive()) {
                 let _ = File::create(attempt.claim);
                 // Closing the lock file gives the lock back.
                 drop(locks);
@@ -154,13 +153,13 @@ pub async fn leftover(
                     humantime::format_duration(wait.bound)
                 ));
                 if let Some(p) = pid {
-                    let _ = killpg(nix::unistd::Pid::from_raw(p), Signal::SIGTERM);
+                    Group::led_by(p).terminate();
                 }
                 stopping = Some(tokio::time::Instant::now());
             }
             Some(since) if since.elapsed() >= wait.grace => {
                 if let Some(p) = pid {
-                    let _ = killpg(nix::unistd::Pid::from_raw(p), Signal::SIGKILL);
+                    Group::led_by(p).kill();
                 }
             }
             _ => {}

@@ -73,6 +73,7 @@ pub use capture::{DISK_FULL, LOG_CAP, LOG_HEAD, LOG_TAIL, Written};
 pub use leftover::{Attempt, Leftover, Wait, leftover};
 
 use crate::journal::step_log::{LiveLog, Segment};
+use crate::process::SpawnInGroup as _;
 
 /// One step attempt to start.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -468,7 +469,6 @@ fn resolve(
     request: &Request,
     cache: &mut HashMap<(String, String), PathBuf>,
 ) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt;
     if program.contains('/') {
         return PathBuf::from(program);
     }
@@ -482,18 +482,12 @@ fn resolve(
     if let Some(found) = cache.get(&key) {
         return found.clone();
     }
-    let found = std::env::split_paths(&key.0)
-        .map(|dir| request.cwd.join(dir).join(program))
-        .find(|candidate| {
-            std::fs::metadata(candidate)
-                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        });
-    match found {
-        Some(found) => {
+    match crate::process::on_path(program, &key.0, &request.cwd) {
+        Ok(found) => {
             cache.insert(key, found.clone());
             found
         }
-        None => PathBuf::from(program),
+        Err(_) => PathBuf::from(program),
     }
 }
 
@@ -557,10 +551,9 @@ fn launch(request: &Request, spawn: &mut Spawn<'_>) -> Result<Launched, String> 
         .stdin(stdin)
         .stdout(Stdio::from(writer))
         .stderr(Stdio::from(err))
-        .process_group(0)
         .kill_on_drop(false);
-    let child = match command.spawn() {
-        Ok(child) => child,
+    let child = match command.spawn_in_group() {
+        Ok((child, _)) => child,
         Err(e) => {
             return refuse(format!(
                 "cannot start `{}` in {}: {e}",

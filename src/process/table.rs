@@ -3,10 +3,9 @@
 //! marker in their environment (one that left its group, or one whose
 //! group was never written down).
 //!
-//! Owned here, not by a step kind, because command steps (the launcher's
-//! leftovers) and game processes (`play::stdio`) both judge liveness this
-//! way. Only processes of the same user can be read, which is all gameplan
-//! starts.
+//! Command steps (the launcher's leftovers), jobs and game processes all
+//! judge liveness this way. Only processes of the same user can be read,
+//! which is all gameplan starts.
 
 /// A live process found in `/proc`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -16,10 +15,23 @@ pub struct Found {
     pub group: i32,
 }
 
+impl Found {
+    /// SIGKILLs this process (one that left its group, found by a marker)
+    /// and returns its command line, read first: a dead process has none.
+    pub fn kill(self) -> String {
+        let command = command_line(self.pid);
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        command
+    }
+}
+
 /// Whether process group `pgid` has a live process. A zombie holds nothing
 /// (where nobody reaps orphans, as under some container inits, zombies of a
 /// step's children stay for good): only processes that still run count.
-pub fn group_alive(pgid: i32) -> bool {
+pub(super) fn group_alive(pgid: i32) -> bool {
     use nix::sys::signal::killpg;
     if pgid <= 1 || killpg(nix::unistd::Pid::from_raw(pgid), None).is_err() {
         return false;
@@ -121,14 +133,13 @@ mod tests {
     }
 
     #[test]
-    fn a_child_is_found_by_its_environment_and_its_group() {
-        use std::os::unix::process::CommandExt;
+    fn a_child_is_found_by_its_environment_and_its_group_and_killed_by_name() {
+        use crate::process::SpawnInGroup as _;
         let marker = format!("GAMEPLAN_TEST_MARK={}", std::process::id());
-        let mut child = std::process::Command::new("sleep")
+        let (mut child, _) = std::process::Command::new("sleep")
             .arg("30")
             .env("GAMEPLAN_TEST_MARK", std::process::id().to_string())
-            .process_group(0)
-            .spawn()
+            .spawn_in_group()
             .expect("spawn sleep");
         let pid = i32::try_from(child.id()).expect("pid");
         let find = || carrying(|env| has_entries(env, std::slice::from_ref(&marker)));
@@ -147,7 +158,7 @@ mod tests {
         );
         assert!(group_alive(pid));
         assert!(command_line(pid).starts_with("sleep 30"));
-        child.kill().expect("kill");
+        assert_eq!(found[0].kill(), "sleep 30", "named before it died");
         child.wait().expect("reap");
         assert!(!group_alive(pid), "a reaped group is gone");
         assert!(carrying(|env| has_entries(env, std::slice::from_ref(&marker))).is_empty());
