@@ -34,10 +34,9 @@
 //! | `method_not_allowed` | 405 | `gameplan serve`: the path does not take that method | |
 //! | `ledger_unavailable` | 503 | the ledger file cannot be opened or written (disk, permissions, a lock held too long) | |
 //!
-//! Scopes per call: `whoami` needs only a valid token; `estimate`, `transition`,
-//! `heartbeat`, `finish` and the reads need `playtest:write`; `register` needs
-//! `playtest:write` and `playtest:model`; `upload`, `complete` and
-//! `aggregate complete` need `playtest:upload`.
+//! The scopes each call needs, with its method and path, are the table in
+//! [`super::endpoint`]. A request type's doc names its path too: it is
+//! the description `gameplan schema api` publishes.
 
 use std::fmt;
 

@@ -1,8 +1,9 @@
 //! The `http` backend: the API of DESIGN §6 over HTTP (reqwest with rustls
 //! and ring), to `gameplan serve` or any server speaking it.
 //!
-//! It owns the wire: paths, the bearer token, JSON, timeouts, and what a
-//! failed attempt means. It holds no money rule; the server does.
+//! It owns the wire: the bearer token, JSON, timeouts, and what a failed
+//! attempt means; its paths are [`super::endpoint`]'s. It holds no money
+//! rule; the server does.
 //!
 //! # Design: when an attempt is repeated
 //!
@@ -31,7 +32,7 @@
 
 use std::time::Duration;
 
-use reqwest::{Method, StatusCode, Url};
+use reqwest::{StatusCode, Url};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -41,12 +42,10 @@ use super::api::{
     Registered, RunRef, RunView, Token, TransitionRequest, Transitioned, UploadRequest, Uploaded,
     Whoami,
 };
+use super::endpoint::{
+    self, CONTENT_SHA256, Endpoint, IDEMPOTENCY_KEY, job_ids, run_ids, target_ids,
+};
 use super::{Backend, Call, UploadTarget};
-
-/// The header a register's key travels in.
-pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
-/// The header an upload's sha256 travels in.
-pub const CONTENT_SHA256: &str = "x-content-sha256";
 
 /// How failed attempts are repeated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -95,20 +94,51 @@ pub struct HttpBackend {
     options: HttpOptions,
 }
 
-/// A request body, serialized once so every attempt sends the same bytes.
-enum Body {
-    Empty,
-    Json(Vec<u8>),
-    Raw(Vec<u8>),
-}
-
-/// One request of the API.
+/// One request of the API: its endpoint and the ids its path takes.
 struct Request<'a> {
-    method: Method,
-    path: Vec<&'a str>,
+    endpoint: Endpoint,
+    ids: Vec<&'a str>,
     token: &'a Token,
     headers: Vec<(&'static str, String)>,
-    body: Body,
+    /// Serialized once, so every attempt sends the same bytes; sent as
+    /// the endpoint's [`endpoint::Body`] says.
+    body: Vec<u8>,
+}
+
+impl<'a> Request<'a> {
+    fn new(endpoint: Endpoint, ids: &[&'a str], token: &'a Token) -> Request<'a> {
+        Request {
+            endpoint,
+            ids: ids.to_vec(),
+            token,
+            headers: Vec::new(),
+            body: Vec::new(),
+        }
+    }
+
+    fn json(mut self, body: &impl Serialize) -> Request<'a> {
+        // The API's types always serialize.
+        self.body = serde_json::to_vec(body).unwrap_or_default();
+        self
+    }
+
+    fn file(mut self, bytes: &[u8]) -> Request<'a> {
+        self.body = bytes.to_vec();
+        self
+    }
+
+    fn header(mut self, name: &'static str, value: &str) -> Request<'a> {
+        self.headers.push((name, value.to_owned()));
+        self
+    }
+
+    fn method(&self) -> reqwest::Method {
+        match self.endpoint.method() {
+            endpoint::Method::Get => reqwest::Method::GET,
+            endpoint::Method::Post => reqwest::Method::POST,
+            endpoint::Method::Put => reqwest::Method::PUT,
+        }
+    }
 }
 
 /// What one attempt came to.
@@ -174,20 +204,22 @@ impl HttpBackend {
         &self.base
     }
 
-    fn url_of(&self, path: &[&str]) -> Url {
+    fn url_of(&self, request: &Request<'_>) -> Url {
         let mut url = self.base.clone();
         if let Ok(mut segments) = url.path_segments_mut() {
             // Each piece is one percent-encoded segment, so an id cannot
             // reach another path.
-            segments.pop_if_empty().push("v1").extend(path);
+            segments
+                .pop_if_empty()
+                .extend(request.endpoint.segments(&request.ids));
         }
         url
     }
 
     /// Sends `request`, repeating it by the table in the module doc.
     async fn send<T: DeserializeOwned>(&self, request: Request<'_>) -> Result<T, ApiError> {
-        let url = self.url_of(&request.path);
-        let what = format!("{} {}", request.method, url.path());
+        let url = self.url_of(&request);
+        let what = format!("{} {}", request.method(), url.path());
         let retry = self.options.retry;
         let mut uncertain = false;
         let mut attempt = 1;
@@ -208,19 +240,19 @@ impl HttpBackend {
     async fn attempt<T: DeserializeOwned>(&self, request: &Request<'_>, url: &Url) -> Attempt<T> {
         let mut builder = self
             .client
-            .request(request.method.clone(), url.clone())
+            .request(request.method(), url.clone())
             .bearer_auth(&request.token.0);
         for (name, value) in &request.headers {
             builder = builder.header(*name, value);
         }
-        builder = match &request.body {
-            Body::Empty => builder,
-            Body::Json(bytes) => builder
+        builder = match request.endpoint.body() {
+            endpoint::Body::Empty => builder,
+            endpoint::Body::Json => builder
                 .header(reqwest::header::CONTENT_TYPE, "application/json")
-                .body(bytes.clone()),
-            Body::Raw(bytes) => builder
+                .body(request.body.clone()),
+            endpoint::Body::File => builder
                 .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
-                .body(bytes.clone()),
+                .body(request.body.clone()),
         };
         let response = match builder.send().await {
             Ok(response) => response,
@@ -334,40 +366,6 @@ impl HttpBackend {
         error.message = format!("{why}: {} ({} {})", error.message, error.status, error.code);
         error
     }
-
-    fn json<'a>(
-        method: Method,
-        path: Vec<&'a str>,
-        token: &'a Token,
-        body: &impl Serialize,
-    ) -> Request<'a> {
-        Request {
-            method,
-            path,
-            token,
-            headers: Vec::new(),
-            // The API's types always serialize.
-            body: Body::Json(serde_json::to_vec(body).unwrap_or_default()),
-        }
-    }
-
-    fn empty<'a>(method: Method, path: Vec<&'a str>, token: &'a Token) -> Request<'a> {
-        Request {
-            method,
-            path,
-            token,
-            headers: Vec::new(),
-            body: Body::Empty,
-        }
-    }
-}
-
-fn run_path(run: &RunRef) -> Vec<&str> {
-    vec!["games", &run.game, "jobs", &run.job, "runs", &run.run]
-}
-
-fn job_path(job: &JobRef) -> Vec<&str> {
-    vec!["games", &job.game, "jobs", &job.job]
 }
 
 fn is_loopback(url: &Url) -> bool {
@@ -466,7 +464,7 @@ impl Backend for HttpBackend {
     }
 
     fn whoami<'a>(&'a self, token: &'a Token) -> Call<'a, Whoami> {
-        Box::pin(self.send(HttpBackend::empty(Method::GET, vec!["whoami"], token)))
+        Box::pin(self.send(Request::new(Endpoint::Whoami, &[], token)))
     }
 
     fn estimate<'a>(
@@ -475,8 +473,7 @@ impl Backend for HttpBackend {
         game: &'a str,
         request: &'a EstimateRequest,
     ) -> Call<'a, Estimate> {
-        let path = vec!["games", game, "estimate"];
-        Box::pin(self.send(HttpBackend::json(Method::POST, path, token, request)))
+        Box::pin(self.send(Request::new(Endpoint::Estimate, &[game], token).json(request)))
     }
 
     fn register<'a>(
@@ -486,9 +483,9 @@ impl Backend for HttpBackend {
         key: &'a str,
         request: &'a RegisterRequest,
     ) -> Call<'a, Registered> {
-        let mut request =
-            HttpBackend::json(Method::POST, vec!["games", game, "jobs"], token, request);
-        request.headers.push((IDEMPOTENCY_KEY, key.to_owned()));
+        let request = Request::new(Endpoint::Register, &[game], token)
+            .json(request)
+            .header(IDEMPOTENCY_KEY, key);
         Box::pin(self.send(request))
     }
 
@@ -498,9 +495,8 @@ impl Backend for HttpBackend {
         run: &'a RunRef,
         request: &'a TransitionRequest,
     ) -> Call<'a, Transitioned> {
-        let mut path = run_path(run);
-        path.push("transition");
-        Box::pin(self.send(HttpBackend::json(Method::POST, path, token, request)))
+        let request = Request::new(Endpoint::Transition, &run_ids(run), token).json(request);
+        Box::pin(self.send(request))
     }
 
     fn heartbeat<'a>(
@@ -509,9 +505,8 @@ impl Backend for HttpBackend {
         run: &'a RunRef,
         request: &'a HeartbeatRequest,
     ) -> Call<'a, Heartbeat> {
-        let mut path = run_path(run);
-        path.push("heartbeat");
-        Box::pin(self.send(HttpBackend::json(Method::POST, path, token, request)))
+        let request = Request::new(Endpoint::Heartbeat, &run_ids(run), token).json(request);
+        Box::pin(self.send(request))
     }
 
     fn upload<'a>(
@@ -520,19 +515,12 @@ impl Backend for HttpBackend {
         target: &'a UploadTarget,
         request: &'a UploadRequest,
     ) -> Call<'a, Uploaded> {
-        let mut path = match target {
-            UploadTarget::Run(run) => run_path(run),
-            UploadTarget::Job(job) => job_path(job),
-        };
-        path.push("files");
-        path.extend(request.name.split('/'));
-        Box::pin(self.send(Request {
-            method: Method::PUT,
-            path,
-            token,
-            headers: vec![(CONTENT_SHA256, request.sha256.clone())],
-            body: Body::Raw(request.body.clone()),
-        }))
+        let mut ids = target_ids(target);
+        ids.push(&request.name);
+        let upload = Request::new(Endpoint::upload(target), &ids, token)
+            .header(CONTENT_SHA256, &request.sha256)
+            .file(&request.body);
+        Box::pin(self.send(upload))
     }
 
     fn complete<'a>(
@@ -541,9 +529,8 @@ impl Backend for HttpBackend {
         run: &'a RunRef,
         request: &'a CompleteRequest,
     ) -> Call<'a, Completed> {
-        let mut path = run_path(run);
-        path.push("complete");
-        Box::pin(self.send(HttpBackend::json(Method::POST, path, token, request)))
+        let request = Request::new(Endpoint::Complete, &run_ids(run), token).json(request);
+        Box::pin(self.send(request))
     }
 
     fn aggregate_complete<'a>(
@@ -552,28 +539,26 @@ impl Backend for HttpBackend {
         job: &'a JobRef,
         request: &'a AggregateCompleteRequest,
     ) -> Call<'a, AggregatePublished> {
-        let mut path = job_path(job);
-        path.extend(["aggregate", "complete"]);
-        Box::pin(self.send(HttpBackend::json(Method::POST, path, token, request)))
+        let request = Request::new(Endpoint::AggregateComplete, &job_ids(job), token).json(request);
+        Box::pin(self.send(request))
     }
 
     fn finish<'a>(&'a self, token: &'a Token, job: &'a JobRef) -> Call<'a, Finished> {
-        let mut path = job_path(job);
-        path.push("finish");
-        Box::pin(self.send(HttpBackend::empty(Method::POST, path, token)))
+        Box::pin(self.send(Request::new(Endpoint::Finish, &job_ids(job), token)))
     }
 
     fn get_job<'a>(&'a self, token: &'a Token, job: &'a JobRef) -> Call<'a, JobView> {
-        Box::pin(self.send(HttpBackend::empty(Method::GET, job_path(job), token)))
+        Box::pin(self.send(Request::new(Endpoint::GetJob, &job_ids(job), token)))
     }
 
     fn get_run<'a>(&'a self, token: &'a Token, run: &'a RunRef) -> Call<'a, RunView> {
-        Box::pin(self.send(HttpBackend::empty(Method::GET, run_path(run), token)))
+        Box::pin(self.send(Request::new(Endpoint::GetRun, &run_ids(run), token)))
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeSet;
     use std::sync::Arc;
 
     use super::{HttpBackend, HttpOptions, Retry};
@@ -582,27 +567,41 @@ mod tests {
         HeartbeatRequest, JobRef, RegisterRequest, RunLength, RunRef, RunState, SCOPES, Token,
         TransitionRequest, UploadRequest,
     };
+    use crate::backend::endpoint::Endpoint;
     use crate::backend::ledger::sha256_hex;
     use crate::backend::ledger::{DEMO_TOKEN, Ledger};
     use crate::backend::local::LocalBackend;
     use crate::backend::{Backend, UploadTarget};
+    use crate::server::RequestLine;
 
     /// `gameplan serve`'s routes over a fresh ledger in `dir`, on a free
     /// loopback port: their URL and the ledger.
     pub(crate) async fn serve(dir: &std::path::Path) -> (String, Arc<Ledger>) {
+        let (url, ledger, _) = serve_logged(dir).await;
+        (url, ledger)
+    }
+
+    /// [`serve`], and the log lines of the requests it answered.
+    async fn serve_logged(dir: &std::path::Path) -> (String, Arc<Ledger>, Arc<Log>) {
         let ledger = Arc::new(Ledger::open(&dir.join("ledger.sqlite")).expect("ledger"));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
         let addr = listener.local_addr().expect("addr");
+        let log: Arc<Log> = Arc::default();
+        let sink = Arc::clone(&log);
         tokio::spawn(crate::server::serve(
             listener,
             Arc::clone(&ledger),
-            Arc::new(|_: &crate::server::RequestLine| {}),
+            Arc::new(move |line: &RequestLine| {
+                sink.lock().expect("log").push(line.clone());
+            }),
             std::future::pending(),
         ));
-        (format!("http://{addr}"), ledger)
+        (format!("http://{addr}"), ledger, log)
     }
+
+    type Log = std::sync::Mutex<Vec<RequestLine>>;
 
     /// A token of the demo account with every scope: the server refuses
     /// the public demo token.
@@ -613,13 +612,32 @@ mod tests {
             .token
     }
 
+    /// The suite calls every endpoint and succeeds at each once at least:
+    /// a 2xx comes only from a route's handler, so the client's URL of
+    /// each endpoint is one the server routes.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn the_conformance_suite_passes_over_http_against_the_server() {
+    async fn the_conformance_suite_passes_over_http_through_every_endpoint() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let (url, ledger) = serve(dir.path()).await;
+        let (url, ledger, log) = serve_logged(dir.path()).await;
         let backend = HttpBackend::new(&url).expect("backend");
         crate::backend::conformance::one_job(&backend, &studio_token(&ledger), "conformance-http")
             .await;
+        let lines = log.lock().expect("log").clone();
+        let strays: Vec<&RequestLine> = lines
+            .iter()
+            .filter(|l| Endpoint::of(&l.method, &l.path).is_none())
+            .collect();
+        assert!(strays.is_empty(), "no endpoint of the table: {strays:?}");
+        let answered: BTreeSet<Endpoint> = lines
+            .iter()
+            .filter(|l| (200..300).contains(&l.status))
+            .filter_map(|l| Endpoint::of(&l.method, &l.path))
+            .collect();
+        let missed: Vec<Endpoint> = Endpoint::ALL
+            .into_iter()
+            .filter(|e| !answered.contains(e))
+            .collect();
+        assert!(missed.is_empty(), "never answered with a 2xx: {missed:?}");
     }
 
     /// One valid request for every call, on a job and run that do not exist.

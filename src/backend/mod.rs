@@ -1,8 +1,8 @@
 //! Backends: where money and uploads go (DESIGN §6).
 //!
 //! Owns the [`Backend`] trait that money and delivery steps call through
-//! [`crate::steps::StepIo::backend`], the typed API it speaks ([`api`]), the
-//! ledger that holds every money rule ([`ledger`]), the `local` backend
+//! [`crate::steps::StepIo::backend`], the typed API it speaks ([`api`]) and
+//! its endpoints (method, path, scopes: [`endpoint`]), the ledger that holds every money rule ([`ledger`]), the `local` backend
 //! over it ([`local`]), the `http` backend to a server ([`http`]), and the
 //! crash points where the kill -9 tests stop a money call
 //! ([`crash_points`]). It knows nothing of scheduling or playing. Every call
@@ -13,6 +13,7 @@ pub mod api;
 #[cfg(test)]
 pub(crate) mod conformance;
 pub mod crash_points;
+pub mod endpoint;
 pub mod http;
 pub mod ledger;
 pub mod local;
@@ -28,20 +29,23 @@ use api::{
     Registered, RunRef, RunView, Token, TransitionRequest, Transitioned, UploadRequest, Uploaded,
     Whoami,
 };
+#[cfg(doc)]
+use endpoint::Endpoint;
 pub use ledger::runs::UploadTarget;
 
 /// A backend call in flight (the `http` backend's are network requests).
 pub type Call<'a, T> = Pin<Box<dyn Future<Output = Result<T, ApiError>> + Send + 'a>>;
 
-/// One backend a run talks to: one method per call of DESIGN §6.
+/// One backend a run talks to: one method per call of DESIGN §6 (per
+/// [`Endpoint`]: a test holds the `http` backend to calling each).
 pub trait Backend: Send + Sync {
     /// `local` or `http`, for messages.
     fn name(&self) -> &str;
 
-    /// `GET /v1/whoami`: the account and scopes of `token`.
+    /// [`Endpoint::Whoami`]: the account and scopes of `token`.
     fn whoami<'a>(&'a self, token: &'a Token) -> Call<'a, Whoami>;
 
-    /// `POST /v1/games/{game}/estimate`.
+    /// [`Endpoint::Estimate`].
     fn estimate<'a>(
         &'a self,
         token: &'a Token,
@@ -49,7 +53,7 @@ pub trait Backend: Send + Sync {
         request: &'a EstimateRequest,
     ) -> Call<'a, Estimate>;
 
-    /// `POST /v1/games/{game}/jobs` with `Idempotency-Key: key`.
+    /// [`Endpoint::Register`], with `key` its Idempotency-Key.
     fn register<'a>(
         &'a self,
         token: &'a Token,
@@ -58,7 +62,7 @@ pub trait Backend: Send + Sync {
         request: &'a RegisterRequest,
     ) -> Call<'a, Registered>;
 
-    /// `POST …/runs/{run}/transition`.
+    /// [`Endpoint::Transition`].
     fn transition<'a>(
         &'a self,
         token: &'a Token,
@@ -66,7 +70,7 @@ pub trait Backend: Send + Sync {
         request: &'a TransitionRequest,
     ) -> Call<'a, Transitioned>;
 
-    /// `POST …/runs/{run}/heartbeat`.
+    /// [`Endpoint::Heartbeat`].
     fn heartbeat<'a>(
         &'a self,
         token: &'a Token,
@@ -74,7 +78,7 @@ pub trait Backend: Send + Sync {
         request: &'a HeartbeatRequest,
     ) -> Call<'a, Heartbeat>;
 
-    /// `PUT …/files/{name}` with `x-content-sha256`.
+    /// [`Endpoint::UploadRunFile`] or [`Endpoint::UploadJobFile`], by `target`.
     fn upload<'a>(
         &'a self,
         token: &'a Token,
@@ -82,7 +86,7 @@ pub trait Backend: Send + Sync {
         request: &'a UploadRequest,
     ) -> Call<'a, Uploaded>;
 
-    /// `POST …/runs/{run}/complete`.
+    /// [`Endpoint::Complete`].
     fn complete<'a>(
         &'a self,
         token: &'a Token,
@@ -90,7 +94,7 @@ pub trait Backend: Send + Sync {
         request: &'a CompleteRequest,
     ) -> Call<'a, Completed>;
 
-    /// `POST …/jobs/{job}/aggregate/complete`.
+    /// [`Endpoint::AggregateComplete`].
     fn aggregate_complete<'a>(
         &'a self,
         token: &'a Token,
@@ -98,13 +102,13 @@ pub trait Backend: Send + Sync {
         request: &'a AggregateCompleteRequest,
     ) -> Call<'a, AggregatePublished>;
 
-    /// `POST …/jobs/{job}/finish`.
+    /// [`Endpoint::Finish`].
     fn finish<'a>(&'a self, token: &'a Token, job: &'a JobRef) -> Call<'a, Finished>;
 
-    /// `GET …/jobs/{job}`.
+    /// [`Endpoint::GetJob`].
     fn get_job<'a>(&'a self, token: &'a Token, job: &'a JobRef) -> Call<'a, JobView>;
 
-    /// `GET …/runs/{run}`.
+    /// [`Endpoint::GetRun`].
     fn get_run<'a>(&'a self, token: &'a Token, run: &'a RunRef) -> Call<'a, RunView>;
 }
 

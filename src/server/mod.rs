@@ -1,8 +1,9 @@
 //! `gameplan serve`: the API of DESIGN §6 over HTTP (axum), in front of the
 //! same [`Ledger`] methods the `local` backend calls.
 //!
-//! It owns the routes only: paths, the bearer token, the scopes each route
-//! needs, JSON in and out, and one log line per request. It holds no money
+//! It owns serving the routes of [`crate::backend::endpoint`]'s table, one
+//! per endpoint: the bearer token, the scopes the table lists, JSON in and
+//! out, and one log line per request. It holds no money
 //! rule: every charge, refund, replay and refusal is the ledger's, so a
 //! server and the embedded backend answer alike (the conformance suite runs
 //! against both). It runs no plans.
@@ -15,8 +16,8 @@
 //!   learn the API from body errors nor make the server buffer anything.
 //!   The body is then read up to its route's cap ([`MAX_JSON_BYTES`] for
 //!   JSON, the ledger's upload limit for files; 413 past it) within the
-//!   idle timeout ([`IDLE_WITHIN`] by default; 408). The ledger checks the scopes again inside its
-//!   transaction; a unit test holds both tables to the same answers.
+//!   idle timeout ([`IDLE_WITHIN`] by default; 408). The ledger checks the
+//!   same scopes again inside its transaction.
 //! - **The demo token is not a credential here.** Every embedded ledger
 //!   holds the public `gp_demo_local_ledger` token; `serve` answers it 401
 //!   and its log line says why (a ledger `serve` creates has no demo
@@ -47,15 +48,13 @@ use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post, put};
+use axum::routing::{MethodFilter, MethodRouter, on};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::backend::UploadTarget;
-use crate::backend::api::{
-    ApiError, JobRef, RunRef, SCOPE_MODEL, SCOPE_UPLOAD, SCOPE_WRITE, Token, UploadRequest,
-};
-use crate::backend::http::{CONTENT_SHA256, IDEMPOTENCY_KEY};
+use crate::backend::api::{ApiError, JobRef, RunRef, Token, UploadRequest, Uploaded};
+use crate::backend::endpoint::{self, CONTENT_SHA256, Endpoint, IDEMPOTENCY_KEY};
 use crate::backend::ledger::runs::MAX_UPLOAD_BYTES;
 use crate::backend::ledger::{DEMO_TOKEN, Ledger};
 
@@ -94,31 +93,14 @@ struct App {
     idle: Duration,
 }
 
-/// The scopes each route needs (DESIGN §6; the table in `api`).
-const WRITE: &[&str] = &[SCOPE_WRITE];
-const REGISTER: &[&str] = &[SCOPE_WRITE, SCOPE_MODEL];
-const UPLOAD: &[&str] = &[SCOPE_UPLOAD];
-
-/// The API's routes over `ledger`, logging each request to `log`; a body
-/// must arrive within `idle`.
+/// The API's routes over `ledger`, one per [`Endpoint`], logging each
+/// request to `log`; a body must arrive within `idle`.
 pub fn router(ledger: Arc<Ledger>, log: LogSink, idle: Duration) -> Router {
-    const RUN: &str = "/v1/games/{game}/jobs/{job}/runs/{run}";
-    Router::new()
-        .route("/v1/whoami", get(whoami))
-        .route("/v1/games/{game}/estimate", post(estimate))
-        .route("/v1/games/{game}/jobs", post(register))
-        .route("/v1/games/{game}/jobs/{job}", get(get_job))
-        .route("/v1/games/{game}/jobs/{job}/finish", post(finish))
-        .route(
-            "/v1/games/{game}/jobs/{job}/aggregate/complete",
-            post(aggregate_complete),
-        )
-        .route("/v1/games/{game}/jobs/{job}/files/{*name}", put(upload_job))
-        .route(RUN, get(get_run))
-        .route(&format!("{RUN}/transition"), post(transition))
-        .route(&format!("{RUN}/heartbeat"), post(heartbeat))
-        .route(&format!("{RUN}/complete"), post(complete))
-        .route(&format!("{RUN}/files/{{*name}}"), put(upload_run))
+    Endpoint::ALL
+        .into_iter()
+        .fold(Router::new(), |router, endpoint| {
+            router.route(endpoint.path(), route(endpoint))
+        })
         .fallback(unknown_path)
         .method_not_allowed_fallback(wrong_method)
         .layer(middleware::from_fn(move |request, next| {
@@ -269,14 +251,12 @@ fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     })
 }
 
-/// A request's body, not read yet, and the most of it a route takes.
-struct Unread(Body, usize);
-
 /// Reads `body` up to `limit` bytes within `idle`: 413 past the limit
 /// (before reading when `Content-Length` says so), 408 too slow.
 async fn read_body(
     headers: &HeaderMap,
-    Unread(body, limit): Unread,
+    body: Body,
+    limit: usize,
     idle: Duration,
 ) -> Result<Bytes, ApiError> {
     let too_large = || {
@@ -317,18 +297,30 @@ async fn read_body(
     }
 }
 
+/// The most of a body `endpoint` takes; `None` when it reads none.
+fn body_limit(endpoint: Endpoint) -> Option<usize> {
+    match endpoint.body() {
+        endpoint::Body::Empty => None,
+        endpoint::Body::Json => Some(MAX_JSON_BYTES),
+        // One byte over the ledger's own limit, so the ledger's refusal
+        // (which names the file and the limit) is what a too-large upload
+        // gets.
+        endpoint::Body::File => Some(MAX_UPLOAD_BYTES + 1),
+    }
+}
+
 impl App {
-    /// Authenticates the caller from the headers and checks `scopes`, then
-    /// reads the body (if the route has one) and runs `call` with it; the
-    /// ledger calls run on the blocking pool.
+    /// Authenticates the caller from the headers and checks the scopes
+    /// `endpoint` needs, then reads the body (if it takes one) and runs
+    /// `call` with it; the ledger calls run on the blocking pool.
     async fn answer<T: Serialize + Send + 'static>(
         &self,
-        headers: &HeaderMap,
-        scopes: &'static [&'static str],
-        body: Option<Unread>,
-        call: impl FnOnce(&Ledger, &Token, &[u8]) -> Result<T, ApiError> + Send + 'static,
+        endpoint: Endpoint,
+        headers: HeaderMap,
+        body: Body,
+        call: impl FnOnce(&Ledger, &Token, &HeaderMap, &[u8]) -> Result<T, ApiError> + Send + 'static,
     ) -> Response {
-        let token = bearer(headers);
+        let token = bearer(&headers);
         if token.0 == DEMO_TOKEN {
             let mut response = Refusal(ApiError::new(
                 401,
@@ -344,30 +336,21 @@ impl App {
         }
         let ledger = Arc::clone(&self.ledger);
         let who = token.clone();
-        let allowed = tokio::task::spawn_blocking(move || {
-            let caller = ledger.whoami(&who)?;
-            match scopes
-                .iter()
-                .find(|s| !caller.scopes.iter().any(|h| h == *s))
-            {
-                Some(missing) => Err(ApiError::missing_scope(missing)),
-                None => Ok(()),
-            }
-        })
-        .await
-        .unwrap_or_else(|e| Err(stopped(&e)));
+        let allowed = tokio::task::spawn_blocking(move || ledger.authorize(&who, endpoint))
+            .await
+            .unwrap_or_else(|e| Err(stopped(&e)));
         if let Err(e) = allowed {
             return Refusal(e).into_response();
         }
-        let bytes = match body {
-            Some(unread) => match read_body(headers, unread, self.idle).await {
+        let bytes = match body_limit(endpoint) {
+            Some(limit) => match read_body(&headers, body, limit, self.idle).await {
                 Ok(bytes) => bytes,
                 Err(e) => return Refusal(e).into_response(),
             },
             None => Bytes::new(),
         };
         let ledger = Arc::clone(&self.ledger);
-        let answer = tokio::task::spawn_blocking(move || call(&ledger, &token, &bytes))
+        let answer = tokio::task::spawn_blocking(move || call(&ledger, &token, &headers, &bytes))
             .await
             .unwrap_or_else(|e| Err(stopped(&e)));
         match answer {
@@ -381,187 +364,130 @@ fn stopped(e: &tokio::task::JoinError) -> ApiError {
     ApiError::unavailable(format!("the ledger call stopped before it answered: {e}"))
 }
 
-/// A JSON body, capped at [`MAX_JSON_BYTES`].
-fn json(body: Body) -> Unread {
-    Unread(body, MAX_JSON_BYTES)
+/// A ledger call behind a route: the ledger, the caller's token, what the
+/// route took from the path (`()` or [`Ids`]), the headers and the body.
+type LedgerCall<P, T> = fn(&Ledger, &Token, P, &HeaderMap, &[u8]) -> Result<T, ApiError>;
+
+/// The route of `endpoint`: its method, and the ledger call it is. The
+/// match is exhaustive, so an endpoint added to the table without a route
+/// does not compile.
+fn route(endpoint: Endpoint) -> MethodRouter<App> {
+    match endpoint {
+        Endpoint::Whoami => serve_as(endpoint, |ledger, token, (), _, _| ledger.whoami(token)),
+        Endpoint::Estimate => serve_as(
+            endpoint,
+            |ledger, token, Ids(game): Ids<String>, _, body| {
+                ledger.estimate(token, &game, &parse(body)?)
+            },
+        ),
+        Endpoint::Register => serve_as(
+            endpoint,
+            |ledger, token, Ids(game): Ids<String>, headers, body| {
+                let key = header(headers, IDEMPOTENCY_KEY);
+                ledger.register(token, &game, &key, &parse(body)?)
+            },
+        ),
+        Endpoint::GetJob => serve_as(endpoint, |ledger, token, Ids((game, job)), _, _| {
+            ledger.get_job(token, &JobRef { game, job })
+        }),
+        Endpoint::Finish => serve_as(endpoint, |ledger, token, Ids((game, job)), _, _| {
+            ledger.finish(token, &JobRef { game, job })
+        }),
+        Endpoint::AggregateComplete => {
+            serve_as(endpoint, |ledger, token, Ids((game, job)), _, body| {
+                ledger.aggregate_complete(token, &JobRef { game, job }, &parse(body)?)
+            })
+        }
+        Endpoint::UploadJobFile => serve_as(
+            endpoint,
+            |ledger, token, Ids((game, job, name)), headers, body| {
+                upload(
+                    ledger,
+                    token,
+                    &UploadTarget::Job(JobRef { game, job }),
+                    name,
+                    headers,
+                    body,
+                )
+            },
+        ),
+        Endpoint::GetRun => serve_as(endpoint, |ledger, token, Ids((game, job, run)), _, _| {
+            ledger.get_run(token, &RunRef { game, job, run })
+        }),
+        Endpoint::Transition => {
+            serve_as(endpoint, |ledger, token, Ids((game, job, run)), _, body| {
+                ledger.transition(token, &RunRef { game, job, run }, &parse(body)?)
+            })
+        }
+        Endpoint::Heartbeat => {
+            serve_as(endpoint, |ledger, token, Ids((game, job, run)), _, body| {
+                ledger.heartbeat(token, &RunRef { game, job, run }, &parse(body)?)
+            })
+        }
+        Endpoint::Complete => {
+            serve_as(endpoint, |ledger, token, Ids((game, job, run)), _, body| {
+                ledger.complete(token, &RunRef { game, job, run }, &parse(body)?)
+            })
+        }
+        Endpoint::UploadRunFile => serve_as(
+            endpoint,
+            |ledger, token, Ids((game, job, run, name)), headers, body| {
+                upload(
+                    ledger,
+                    token,
+                    &UploadTarget::Run(RunRef { game, job, run }),
+                    name,
+                    headers,
+                    body,
+                )
+            },
+        ),
+    }
 }
 
-async fn whoami(State(app): State<App>, headers: HeaderMap) -> Response {
-    app.answer(&headers, &[], None, |ledger, token, _| ledger.whoami(token))
-        .await
-}
-
-async fn estimate(
-    State(app): State<App>,
-    Ids(game): Ids<String>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    app.answer(
-        &headers,
-        WRITE,
-        Some(json(body)),
-        move |ledger, token, body| ledger.estimate(token, &game, &parse(body)?),
+/// `endpoint`'s method routed to `call`: what the path holds is read
+/// first (a JSON 400 when it cannot be), then [`App::answer`] runs `call`.
+fn serve_as<P, T>(endpoint: Endpoint, call: LedgerCall<P, T>) -> MethodRouter<App>
+where
+    P: FromRequestParts<App> + Send + 'static,
+    P::Rejection: IntoResponse,
+    T: Serialize + Send + 'static,
+{
+    let method = match endpoint.method() {
+        endpoint::Method::Get => MethodFilter::GET,
+        endpoint::Method::Post => MethodFilter::POST,
+        endpoint::Method::Put => MethodFilter::PUT,
+    };
+    on(
+        method,
+        move |State(app): State<App>, ids: P, headers: HeaderMap, body: Body| async move {
+            app.answer(
+                endpoint,
+                headers,
+                body,
+                move |ledger, token, headers, bytes| call(ledger, token, ids, headers, bytes),
+            )
+            .await
+        },
     )
-    .await
 }
 
-async fn register(
-    State(app): State<App>,
-    Ids(game): Ids<String>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    let key = header(&headers, IDEMPOTENCY_KEY);
-    app.answer(
-        &headers,
-        REGISTER,
-        Some(json(body)),
-        move |ledger, token, body| ledger.register(token, &game, &key, &parse(body)?),
-    )
-    .await
-}
-
-async fn transition(
-    State(app): State<App>,
-    Ids((game, job, run)): Ids<(String, String, String)>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    let run = RunRef { game, job, run };
-    app.answer(
-        &headers,
-        WRITE,
-        Some(json(body)),
-        move |ledger, token, body| ledger.transition(token, &run, &parse(body)?),
-    )
-    .await
-}
-
-async fn heartbeat(
-    State(app): State<App>,
-    Ids((game, job, run)): Ids<(String, String, String)>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    let run = RunRef { game, job, run };
-    app.answer(
-        &headers,
-        WRITE,
-        Some(json(body)),
-        move |ledger, token, body| ledger.heartbeat(token, &run, &parse(body)?),
-    )
-    .await
-}
-
-async fn upload(
-    app: &App,
-    target: UploadTarget,
+/// An upload to `target`: the file's name from the path, its sha256 from
+/// its header.
+fn upload(
+    ledger: &Ledger,
+    token: &Token,
+    target: &UploadTarget,
     name: String,
     headers: &HeaderMap,
-    body: Body,
-) -> Response {
-    let sha256 = header(headers, CONTENT_SHA256);
-    // One byte over the ledger's own limit, so the ledger's refusal (which
-    // names the file and the limit) is what a too-large upload gets.
-    let unread = Some(Unread(body, MAX_UPLOAD_BYTES + 1));
-    app.answer(headers, UPLOAD, unread, move |ledger, token, body| {
-        let request = UploadRequest {
-            name,
-            sha256,
-            body: body.to_vec(),
-        };
-        ledger.upload(token, &target, &request)
-    })
-    .await
-}
-
-async fn upload_run(
-    State(app): State<App>,
-    Ids((game, job, run, name)): Ids<(String, String, String, String)>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    let target = UploadTarget::Run(RunRef { game, job, run });
-    upload(&app, target, name, &headers, body).await
-}
-
-async fn upload_job(
-    State(app): State<App>,
-    Ids((game, job, name)): Ids<(String, String, String)>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    let target = UploadTarget::Job(JobRef { game, job });
-    upload(&app, target, name, &headers, body).await
-}
-
-async fn complete(
-    State(app): State<App>,
-    Ids((game, job, run)): Ids<(String, String, String)>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    let run = RunRef { game, job, run };
-    app.answer(
-        &headers,
-        UPLOAD,
-        Some(json(body)),
-        move |ledger, token, body| ledger.complete(token, &run, &parse(body)?),
-    )
-    .await
-}
-
-async fn aggregate_complete(
-    State(app): State<App>,
-    Ids((game, job)): Ids<(String, String)>,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    let job = JobRef { game, job };
-    app.answer(
-        &headers,
-        UPLOAD,
-        Some(json(body)),
-        move |ledger, token, body| ledger.aggregate_complete(token, &job, &parse(body)?),
-    )
-    .await
-}
-
-async fn finish(
-    State(app): State<App>,
-    Ids((game, job)): Ids<(String, String)>,
-    headers: HeaderMap,
-) -> Response {
-    let job = JobRef { game, job };
-    app.answer(&headers, WRITE, None, move |ledger, token, _| {
-        ledger.finish(token, &job)
-    })
-    .await
-}
-
-async fn get_job(
-    State(app): State<App>,
-    Ids((game, job)): Ids<(String, String)>,
-    headers: HeaderMap,
-) -> Response {
-    let job = JobRef { game, job };
-    app.answer(&headers, WRITE, None, move |ledger, token, _| {
-        ledger.get_job(token, &job)
-    })
-    .await
-}
-
-async fn get_run(
-    State(app): State<App>,
-    Ids((game, job, run)): Ids<(String, String, String)>,
-    headers: HeaderMap,
-) -> Response {
-    let run = RunRef { game, job, run };
-    app.answer(&headers, WRITE, None, move |ledger, token, _| {
-        ledger.get_run(token, &run)
-    })
-    .await
+    body: &[u8],
+) -> Result<Uploaded, ApiError> {
+    let request = UploadRequest {
+        name,
+        sha256: header(headers, CONTENT_SHA256),
+        body: body.to_vec(),
+    };
+    ledger.upload(token, target, &request)
 }
 
 async fn unknown_path(request: Request) -> Refusal {

@@ -9,8 +9,9 @@ use super::{
 };
 use crate::backend::api::{
     ApiError, Estimate, EstimateRequest, Finished, JobRef, JobView, RegisterRequest, Registered,
-    RunState, RunView, SCOPE_MODEL, SCOPE_WRITE, Settlement, Token,
+    RunState, RunView, Settlement, Token,
 };
+use crate::backend::endpoint::Endpoint;
 
 /// `job-12` → 12; anything else names no job.
 pub(super) fn parse_id(prefix: &str, id: &str) -> Option<i64> {
@@ -189,7 +190,7 @@ fn differing_fields(a: &serde_json::Value, b: &serde_json::Value) -> Vec<String>
 }
 
 impl Ledger {
-    /// `POST /v1/games/{game}/estimate`: prices the cells. The quote holds
+    /// [`Endpoint::Estimate`]: prices the cells. The quote holds
     /// for [`QUOTE_SECONDS`] and is not stored: its id is signed (see
     /// `quotes`), so this is a read and leaves the file as it was.
     pub fn estimate(
@@ -202,7 +203,7 @@ impl Ledger {
         self.check_cells(&request.cells)?;
         self.read(|tx, now| {
             let caller = authenticate(tx, token)?;
-            caller.require(SCOPE_WRITE)?;
+            caller.may(Endpoint::Estimate)?;
             let priced = self.prices.price(request)?;
             let balance = balance_of(tx, &caller.account)?.unwrap_or(0);
             let expires_at = now + QUOTE_SECONDS;
@@ -224,7 +225,7 @@ impl Ledger {
         })
     }
 
-    /// `POST /v1/games/{game}/jobs` with `Idempotency-Key: key`: charges the
+    /// [`Endpoint::Register`] with `key` its Idempotency-Key: charges the
     /// quote once and creates one queued run per cell. See the module doc
     /// for the order of the checks.
     #[expect(
@@ -258,8 +259,7 @@ impl Ledger {
         };
         self.transact(rusqlite::TransactionBehavior::Immediate, busy, |tx, now| {
             let caller = authenticate(tx, token)?;
-            caller.require(SCOPE_WRITE)?;
-            caller.require(SCOPE_MODEL)?;
+            caller.may(Endpoint::Register)?;
             let stored: Option<(i64, String, String)> = tx
                 .query_row(
                     "SELECT id, body_sha256, body FROM jobs WHERE account = ?1 AND idempotency_key = ?2",
@@ -410,13 +410,13 @@ impl Ledger {
         })
     }
 
-    /// `POST …/jobs/{job}/finish`: settles once. Runs still open end
+    /// [`Endpoint::Finish`]: settles once. Runs still open end
     /// `canceled`; every run that never reached `playing` is refunded. A
     /// second call returns the first settlement and moves nothing.
     pub fn finish(&self, token: &Token, reference: &JobRef) -> Result<Finished, ApiError> {
         self.write(|tx, now| {
             let caller = authenticate(tx, token)?;
-            caller.require(SCOPE_WRITE)?;
+            caller.may(Endpoint::Finish)?;
             let (job, _) = owned_job(tx, &caller, reference)?;
             if let Some(settled) = settlement(tx, job)? {
                 return Ok(Finished {
@@ -479,11 +479,11 @@ impl Ledger {
         })
     }
 
-    /// `GET …/jobs/{job}`.
+    /// [`Endpoint::GetJob`].
     pub fn get_job(&self, token: &Token, reference: &JobRef) -> Result<JobView, ApiError> {
         self.read(|tx, _| {
             let caller = authenticate(tx, token)?;
-            caller.require(SCOPE_WRITE)?;
+            caller.may(Endpoint::GetJob)?;
             let (job, _) = owned_job(tx, &caller, reference)?;
             job_view(tx, job)
         })

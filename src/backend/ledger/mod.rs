@@ -58,6 +58,7 @@ use sha2::{Digest, Sha256};
 pub use prices::{DEMO_PRICES, PriceList};
 
 use super::api::{ApiError, SCOPES, Settlement, Token, Whoami};
+use super::endpoint::Endpoint;
 
 /// The account a new ledger starts with.
 pub const DEMO_ACCOUNT: &str = "demo";
@@ -142,11 +143,16 @@ struct Caller {
 }
 
 impl Caller {
-    fn require(&self, scope: &str) -> Result<(), ApiError> {
-        if self.scopes.iter().any(|s| s == scope) {
-            Ok(())
-        } else {
-            Err(ApiError::missing_scope(scope))
+    /// Whether the caller may call `endpoint`: the first scope it needs
+    /// and the caller lacks is refused (403, naming it).
+    fn may(&self, endpoint: Endpoint) -> Result<(), ApiError> {
+        match endpoint
+            .scopes()
+            .iter()
+            .find(|scope| !self.scopes.iter().any(|held| held == *scope))
+        {
+            Some(missing) => Err(ApiError::missing_scope(missing)),
+            None => Ok(()),
         }
     }
 }
@@ -306,7 +312,15 @@ impl Ledger {
         self.transact(TransactionBehavior::Deferred, busy_error, f)
     }
 
-    /// `GET /v1/whoami`.
+    /// Whether `token` may call `endpoint`: 401 for a token the ledger does
+    /// not know, 403 naming a scope it lacks. What `gameplan serve` asks
+    /// before it reads a request's body; each call asks again inside its
+    /// own transaction.
+    pub fn authorize(&self, token: &Token, endpoint: Endpoint) -> Result<(), ApiError> {
+        self.read(|tx, _| authenticate(tx, token)?.may(endpoint))
+    }
+
+    /// [`Endpoint::Whoami`].
     pub fn whoami(&self, token: &Token) -> Result<Whoami, ApiError> {
         self.read(|tx, _| {
             let caller = authenticate(tx, token)?;

@@ -7,9 +7,10 @@ use super::jobs::{owned_job, parse_id, run_view};
 use super::{Caller, Db as _, Ledger, UploadRow, authenticate, check_text, sha256_hex};
 use crate::backend::api::{
     AggregateCompleteRequest, AggregatePublished, ApiError, CompleteRequest, Completed, FileDigest,
-    Heartbeat, HeartbeatRequest, JobRef, ManifestEntry, RunRef, RunState, RunView, SCOPE_UPLOAD,
-    SCOPE_WRITE, Token, TransitionRequest, Transitioned, UploadRequest, Uploaded, Usage,
+    Heartbeat, HeartbeatRequest, JobRef, ManifestEntry, RunRef, RunState, RunView, Token,
+    TransitionRequest, Transitioned, UploadRequest, Uploaded, Usage,
 };
+use crate::backend::endpoint::Endpoint;
 
 /// The longest reason a run may carry (the client cuts it; we refuse more).
 pub const MAX_REASON_CHARS: usize = 400;
@@ -288,7 +289,7 @@ fn frozen(
 }
 
 impl Ledger {
-    /// `POST …/runs/{run}/transition`: one edge of the state machine (409
+    /// [`Endpoint::Transition`]: one edge of the state machine (409
     /// otherwise); moving to the state the run is in changes nothing.
     pub fn transition(
         &self,
@@ -300,7 +301,7 @@ impl Ledger {
         check_reason(to, reason)?;
         self.write(|tx, _| {
             let caller = authenticate(tx, token)?;
-            caller.require(SCOPE_WRITE)?;
+            caller.may(Endpoint::Transition)?;
             let (_, run, job_state) = owned_run(tx, &caller, reference)?;
             if job_state != "open" {
                 let already = run_view(tx, run)?.state == to;
@@ -319,7 +320,7 @@ impl Ledger {
         })
     }
 
-    /// `POST …/runs/{run}/heartbeat`: records progress (never backwards, so a
+    /// [`Endpoint::Heartbeat`]: records progress (never backwards, so a
     /// late retry is harmless) and says whether the run should stop.
     pub fn heartbeat(
         &self,
@@ -334,7 +335,7 @@ impl Ledger {
         }
         self.write(|tx, _| {
             let caller = authenticate(tx, token)?;
-            caller.require(SCOPE_WRITE)?;
+            caller.may(Endpoint::Heartbeat)?;
             let (job, run, job_state) = owned_run(tx, &caller, reference)?;
             let state = run_view(tx, run)?.state;
             if job_state == "open" && !state.is_terminal() {
@@ -367,7 +368,7 @@ impl Ledger {
         })
     }
 
-    /// `PUT …/files/{name}`: stores the body by its sha256, which must be
+    /// [`Endpoint::UploadRunFile`] or [`Endpoint::UploadJobFile`]: stores the body by its sha256, which must be
     /// the one the caller sent (422 `digest_mismatch`).
     pub fn upload(
         &self,
@@ -398,7 +399,7 @@ impl Ledger {
         let size = i64::try_from(request.body.len()).unwrap_or(i64::MAX);
         self.write(|tx, _| {
             let caller = authenticate(tx, token)?;
-            caller.require(SCOPE_UPLOAD)?;
+            caller.may(Endpoint::upload(target))?;
             let (job, run, frozen) = frozen(tx, &caller, target)?;
             let stored: Option<String> = tx
                 .query_row(
@@ -449,7 +450,7 @@ impl Ledger {
         })
     }
 
-    /// `POST …/runs/{run}/complete`: ends the run in `request.state` once
+    /// [`Endpoint::Complete`]: ends the run in `request.state` once
     /// every manifest file was uploaded with its size and sha256 (422
     /// `upload_unverified` naming the others). Completing again with the
     /// same state changes nothing.
@@ -477,7 +478,7 @@ impl Ledger {
         }
         self.write(|tx, now| {
             let caller = authenticate(tx, token)?;
-            caller.require(SCOPE_UPLOAD)?;
+            caller.may(Endpoint::Complete)?;
             let (job, run, job_state) = owned_run(tx, &caller, reference)?;
             let current = run_view(tx, run)?.state;
             let completed: Option<i64> = tx
@@ -531,7 +532,7 @@ impl Ledger {
         })
     }
 
-    /// `POST …/jobs/{job}/aggregate/complete`: publishes `aggregate.md` and
+    /// [`Endpoint::AggregateComplete`]: publishes `aggregate.md` and
     /// `aggregate.json`, uploaded to the job, verified by size and sha256.
     /// Free. The same digests again change nothing; other digests after
     /// publishing are refused (409 `aggregate_published`): the published
@@ -546,7 +547,7 @@ impl Ledger {
         check_sha256(&request.json.sha256)?;
         self.write(|tx, _| {
             let caller = authenticate(tx, token)?;
-            caller.require(SCOPE_UPLOAD)?;
+            caller.may(Endpoint::AggregateComplete)?;
             let (job, job_state) = owned_job(tx, &caller, reference)?;
             let stored: Option<(i64, String, i64, String)> = tx
                 .query_row(
@@ -608,11 +609,11 @@ impl Ledger {
         })
     }
 
-    /// `GET …/runs/{run}`.
+    /// [`Endpoint::GetRun`].
     pub fn get_run(&self, token: &Token, reference: &RunRef) -> Result<RunView, ApiError> {
         self.read(|tx, _| {
             let caller = authenticate(tx, token)?;
-            caller.require(SCOPE_WRITE)?;
+            caller.may(Endpoint::GetRun)?;
             let (_, run, _) = owned_run(tx, &caller, reference)?;
             run_view(tx, run)
         })
