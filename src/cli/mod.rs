@@ -13,6 +13,7 @@ mod plan_check;
 mod plan_elsewhere;
 mod plan_explain;
 mod plan_graph;
+mod plan_prepare;
 mod plan_run;
 mod plan_runs;
 mod plan_shard;
@@ -320,14 +321,21 @@ pub enum PlanCommand {
         steps: Vec<String>,
         /// Play only the K-th of N slices of the plan's cells (chosen by a
         /// hash of each cell's id) and the free steps they need, into a
-        /// bundle for `plan merge`. Free plans only.
+        /// bundle for `plan merge`. A paid plan's job is bought once first,
+        /// by `--shard prepare`.
         #[arg(long, value_name = "K/N", value_parser = parse_shard, conflicts_with = "steps")]
         shard: Option<crate::shard::ShardSpec>,
-        /// Where --shard writes its bundle (default: <state dir>/shards/K-N).
-        /// With STEP... instead of --shard: the named cells' bundle (how a
-        /// cluster node plays a batch of cells).
+        /// Where --shard writes its bundle (default: <state dir>/shards/K-N,
+        /// or shards/prepare for `--shard prepare`). With STEP... instead of
+        /// --shard: the named cells' bundle (how a cluster node plays a
+        /// batch of cells).
         #[arg(long, value_name = "DIR")]
         bundle: Option<PathBuf>,
+        /// A paid plan's shard: the directory `--shard prepare` wrote its
+        /// job into (default: <state dir>/shards/prepare). The shard buys
+        /// nothing; `plan merge` delivers its cells to that job.
+        #[arg(long, value_name = "DIR")]
+        prepared: Option<PathBuf>,
         #[command(flatten)]
         load: LoadArgs,
         #[command(flatten)]
@@ -344,12 +352,14 @@ pub enum PlanCommand {
     },
     /// Merge the bundles of a sharded run: check them (same plan, same
     /// gameplan, every cell exactly once), then run the rest of the plan
-    /// (aggregate, gates) once over every cell, playing none again.
+    /// (a paid plan's deliveries and settlement, aggregate, gates) once
+    /// over every cell, playing none again.
     Merge {
         /// The plan file the shards ran.
         #[arg(value_name = "PLAN")]
         plan: PathBuf,
-        /// The bundle directories the shards wrote.
+        /// The bundle directories the shards wrote (and a paid plan's
+        /// prepare bundle; default: <state dir>/shards/prepare).
         #[arg(value_name = "BUNDLE", required = true)]
         bundles: Vec<PathBuf>,
         #[command(flatten)]
@@ -735,6 +745,7 @@ fn plan(command: PlanCommand, cx: &Context) -> u8 {
             steps,
             shard,
             bundle,
+            prepared,
             load,
             run,
             resume,
@@ -744,12 +755,20 @@ fn plan(command: PlanCommand, cx: &Context) -> u8 {
             (Some(spec), bundle) => {
                 let choice = plan_run::Choice::from_flags(resume, new, abandon_unsettled);
                 let pick = plan_shard::Pick::Shard(spec);
-                plan_shard::run(cx, &plan, &load, &run, choice, pick, bundle.as_deref())
+                let dirs = plan_shard::Dirs {
+                    bundle: bundle.as_deref(),
+                    prepared: prepared.as_deref(),
+                };
+                plan_shard::run(cx, &plan, &load, &run, choice, pick, dirs)
             }
             (None, Some(bundle)) => {
                 let choice = plan_run::Choice::from_flags(resume, new, abandon_unsettled);
                 let pick = plan_shard::Pick::Cells(steps);
-                plan_shard::run(cx, &plan, &load, &run, choice, pick, Some(&bundle))
+                let dirs = plan_shard::Dirs {
+                    bundle: Some(&bundle),
+                    prepared: prepared.as_deref(),
+                };
+                plan_shard::run(cx, &plan, &load, &run, choice, pick, dirs)
             }
             (None, None) => plan_run::run(
                 cx,

@@ -115,7 +115,7 @@ pub fn run(
     let part = Part {
         steps: steps.to_vec(),
         reuse_only: all_cells,
-        shard: None,
+        ..Part::default()
     };
     let ran = plan_run::execute(
         cx,

@@ -140,6 +140,13 @@ pub(super) struct Part {
     /// `--shard K/N` and its bundle directory, recorded so a resume writes
     /// the bundle too.
     pub shard: Option<(String, std::path::PathBuf)>,
+    /// A paid plan's shard: the prepared job's directory, recorded so a
+    /// resume names the same job in its bundle.
+    pub prepared: Option<std::path::PathBuf>,
+    /// Steps done elsewhere (the prepared job's), never run here.
+    pub given: Vec<engine::Given>,
+    /// `--shard prepare`: price every cell of the plan.
+    pub prices_whole_plan: bool,
 }
 
 /// Prints a finished run's report, or passes on the code of one that could
@@ -292,15 +299,7 @@ pub fn resume(cx: &Context, run_id: Option<&str>, args: &RunArgs) -> u8 {
         return exit_code::PLAN_ERROR;
     }
     let vars = history.vars.clone();
-    let part = Part {
-        steps: history.options.steps.clone(),
-        reuse_only: history.options.reuse_only.clone(),
-        shard: history
-            .options
-            .shard
-            .clone()
-            .zip(history.options.bundle.clone().map(std::path::PathBuf::from)),
-    };
+    let part = part_of(&history);
     let shard = part.shard.clone();
     let (plan_name, plan_hash) = (history.plan.clone(), history.plan_hash.clone());
     // The journal is read again under the lock (another process may have
@@ -309,17 +308,40 @@ pub fn resume(cx: &Context, run_id: Option<&str>, args: &RunArgs) -> u8 {
         Ok(Start::Resume(history.run_id))
     });
     match shard {
+        Some((shard, dir)) if shard == "prepare" => {
+            super::plan_prepare::written(cx, args, ran, &dir, &part.steps)
+        }
         Some((shard, bundle)) => super::plan_shard::bundle_written(
             cx,
             args,
             ran,
-            &shard,
-            &bundle,
-            &plan_name,
-            &plan_hash,
+            &super::plan_shard::Made {
+                shard: &shard,
+                bundle: &bundle,
+                plan: &plan_name,
+                plan_hash: &plan_hash,
+                prepared: part.prepared.as_deref(),
+            },
             &part.steps,
         ),
         None => finish(cx, args, ran),
+    }
+}
+
+/// The part of the plan a resumed run is for, as its journal recorded it.
+fn part_of(history: &RunHistory) -> Part {
+    let options = &history.options;
+    Part {
+        steps: options.steps.clone(),
+        reuse_only: options.reuse_only.clone(),
+        shard: options
+            .shard
+            .clone()
+            .zip(options.bundle.clone().map(std::path::PathBuf::from)),
+        prepared: options.prepared.clone().map(std::path::PathBuf::from),
+        // Journaled in the run already.
+        given: Vec::new(),
+        prices_whole_plan: options.prices_whole_plan,
     }
 }
 
@@ -448,6 +470,9 @@ pub(super) fn execute(
             .shard
             .as_ref()
             .map(|(_, dir)| dir.display().to_string()),
+        prepared: part.prepared.as_ref().map(|d| d.display().to_string()),
+        given: part.given.clone(),
+        prices_whole_plan: part.prices_whole_plan,
     };
     let kinds = Arc::new(Kinds::for_run(RunSettings {
         concurrency: options.effective_concurrency(),

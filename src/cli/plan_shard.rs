@@ -5,9 +5,9 @@
 //! A shard is an ordinary run of a part of the plan (its slice of the cells
 //! and the free steps they need), followed by its bundle; a merge is an
 //! ordinary run of the whole plan in which every cell must come from the
-//! bundles (imported into the reuse store) and none is played. Sharding is
-//! for free plans: a plan that moves money is refused before anything runs,
-//! since each shard would buy its own job.
+//! bundles (imported into the reuse store) and none is played. A plan that
+//! moves money is sharded around one job bought first (`--shard prepare`,
+//! in [`super::plan_prepare`]).
 
 use std::path::{Path, PathBuf};
 
@@ -20,7 +20,7 @@ use crate::journal::run::StepState;
 use crate::plan::LoadedPlan;
 use crate::reuse::Store;
 use crate::shard::bundle::{Played, UnplayedCell};
-use crate::shard::{Bundle, ShardSpec, cells, merge};
+use crate::shard::{Bundle, Prepared, ShardSpec, cells, merge};
 
 /// The money-moving steps of `pipeline`, by step id, each once.
 pub(super) fn money_steps(pipeline: &Pipeline) -> Vec<String> {
@@ -60,8 +60,17 @@ pub enum Pick {
     Cells(Vec<String>),
 }
 
-/// `plan run PLAN --shard K/N [--bundle DIR]`, or `plan run PLAN STEP...
-/// --bundle DIR`.
+/// Where a bundle-writing run writes, and the prepared job it plays for.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Dirs<'a> {
+    /// `--bundle DIR`.
+    pub bundle: Option<&'a Path>,
+    /// `--prepared DIR` (a paid plan's shard).
+    pub prepared: Option<&'a Path>,
+}
+
+/// `plan run PLAN --shard K/N|prepare [--bundle DIR] [--prepared DIR]`, or
+/// `plan run PLAN STEP... --bundle DIR`.
 pub fn run(
     cx: &Context,
     plan: &Path,
@@ -69,7 +78,7 @@ pub fn run(
     args: &RunArgs,
     choice: Choice,
     pick: Pick,
-    bundle: Option<&Path>,
+    dirs: Dirs<'_>,
 ) -> u8 {
     let loaded = match cx.load(plan, load) {
         Ok(loaded) => loaded,
@@ -79,12 +88,7 @@ pub fn run(
         Pick::Shard(ShardSpec::Slice(shard)) => (Some(shard), None),
         Pick::Cells(names) => (None, Some(names)),
         Pick::Shard(ShardSpec::Prepare) => {
-            cx.console.err(
-                "error: `--shard prepare` (buying a paid plan's job once for its shards) is not \
-                 built in this gameplan: sharding runs free plans only. Nothing was run or \
-                 charged; run a paid plan whole\n",
-            );
-            return exit_code::PLAN_ERROR;
+            return super::plan_prepare::prepare(cx, loaded, load, args, choice, dirs.bundle);
         }
     };
     let whole = match crate::graph::expand_loaded(&loaded) {
@@ -94,12 +98,14 @@ pub fn run(
             return exit_code::PLAN_ERROR;
         }
     };
-    let money = money_steps(&whole);
-    if !money.is_empty() {
-        return refuse_paid(cx, &loaded, &money, "`--shard`");
-    }
     let all = cells(&whole).len();
     let state_dir = engine::state_dir(&loaded.root, args.state_dir.as_deref());
+    // A paid plan's shard plays for the job prepare bought, and buys none.
+    let prepared =
+        match super::plan_prepare::for_shard(cx, &loaded, &whole, &state_dir, dirs.prepared) {
+            Ok(prepared) => prepared,
+            Err(code) => return code,
+        };
     let (slice, default_dir, shard) = if let Some(shard) = shard {
         let slice: Vec<String> = cells(&whole)
             .into_iter()
@@ -122,7 +128,7 @@ pub fn run(
             }
         }
     };
-    let bundle = absolute(bundle.map_or(default_dir, Path::to_path_buf));
+    let bundle = absolute(dirs.bundle.map_or(default_dir, Path::to_path_buf));
     let hash = engine::plan_hash(&loaded);
     if slice.is_empty() {
         // Nothing of this slice to play (more shards than cells): an empty
@@ -132,20 +138,10 @@ pub fn run(
             plan_hash: &hash,
             shard: shard.clone(),
             cells: Vec::new(),
+            prepared: prepared.as_ref().map(|(p, _)| p.reference()),
         };
-        return match Bundle::write(&bundle, played, &Store::open(&state_dir)) {
-            Ok(_) => {
-                cx.console.err(&format!(
-                    "shard {shard} holds none of the plan's {all} cells; wrote an empty bundle to {}\n",
-                    bundle.display()
-                ));
-                exit_code::SUCCESS
-            }
-            Err(e) => {
-                cx.console.err(&format!("error: {e}\n"));
-                exit_code::FAILED
-            }
-        };
+        let note = format!("shard {shard} holds none of the plan's {all} cells");
+        return empty_bundle(cx, &bundle, played, &state_dir, &note);
     }
     cx.console.err(&format!(
         "{}: {} of the plan's {all} cells, into {}\n",
@@ -155,8 +151,13 @@ pub fn run(
     ));
     let part = Part {
         steps: slice,
-        reuse_only: Vec::new(),
         shard: Some((shard.clone(), bundle.clone())),
+        given: prepared
+            .as_ref()
+            .map(|(p, _)| super::plan_prepare::given_to_shard(p))
+            .unwrap_or_default(),
+        prepared: prepared.map(|(_, dir)| dir),
+        ..Part::default()
     };
     let name = loaded.plan.name.clone();
     let ran = plan_run::execute(
@@ -168,7 +169,37 @@ pub fn run(
         args,
         |plan_hash| plan_run::decide_start(cx, &state_dir, plan_hash, choice),
     );
-    bundle_written(cx, args, ran, &shard, &bundle, &name, &hash, &part.steps)
+    let made = Made {
+        shard: &shard,
+        bundle: &bundle,
+        plan: &name,
+        plan_hash: &hash,
+        prepared: part.prepared.as_deref(),
+    };
+    bundle_written(cx, args, ran, &made, &part.steps)
+}
+
+/// Writes the bundle of a shard with no cell to play.
+fn empty_bundle(
+    cx: &Context,
+    bundle: &Path,
+    played: Played<'_>,
+    state_dir: &Path,
+    note: &str,
+) -> u8 {
+    match Bundle::write(bundle, played, &Store::open(state_dir)) {
+        Ok(_) => {
+            cx.console.err(&format!(
+                "{note}; wrote an empty bundle to {}\n",
+                bundle.display()
+            ));
+            exit_code::SUCCESS
+        }
+        Err(e) => {
+            cx.console.err(&format!("error: {e}\n"));
+            exit_code::FAILED
+        }
+    }
 }
 
 /// How a bundle's maker is named in what gameplan prints.
@@ -203,29 +234,39 @@ fn picked_cells(whole: Pipeline, names: &[String]) -> Result<Vec<String>, String
     Ok(picked)
 }
 
-fn absolute(path: PathBuf) -> PathBuf {
+pub(super) fn absolute(path: PathBuf) -> PathBuf {
     if path.is_absolute() {
         return path;
     }
     std::env::current_dir().map_or(path.clone(), |cwd| cwd.join(path))
 }
 
+/// What a bundle names: who made it, where, for which plan and job.
+pub(super) struct Made<'a> {
+    pub shard: &'a str,
+    pub bundle: &'a Path,
+    pub plan: &'a str,
+    pub plan_hash: &'a str,
+    /// The prepared job's directory (a paid plan's shard).
+    pub prepared: Option<&'a Path>,
+}
+
 /// After a shard's run (or its resume): writes its bundle, then prints the
 /// run's report.
-#[expect(
-    clippy::too_many_arguments,
-    reason = "what a bundle names, passed through once"
-)]
 pub(super) fn bundle_written(
     cx: &Context,
     args: &RunArgs,
     ran: Result<Ran, u8>,
-    shard: &str,
-    bundle: &Path,
-    plan: &str,
-    plan_hash: &str,
+    made: &Made<'_>,
     slice: &[String],
 ) -> u8 {
+    let Made {
+        shard,
+        bundle,
+        plan,
+        plan_hash,
+        prepared,
+    } = *made;
     let ran = match ran {
         Ok(ran) => ran,
         Err(code) => return code,
@@ -254,6 +295,9 @@ pub(super) fn bundle_written(
         plan_hash,
         shard: shard.to_owned(),
         cells,
+        prepared: prepared
+            .and_then(|dir| crate::shard::Prepared::read(dir).ok())
+            .map(|p| p.reference()),
     };
     let written = Bundle::write(bundle, played, &Store::open(&ran.state_dir));
     let code = plan_run::finish(cx, args, Ok(ran));
@@ -289,7 +333,8 @@ pub(super) fn bundle_written(
     }
 }
 
-/// `plan merge PLAN BUNDLE...`.
+/// `plan merge PLAN BUNDLE...`; a paid plan's prepare bundle may be among
+/// the bundles (else it is read from `<state dir>/shards/prepare`).
 pub fn merge(
     cx: &Context,
     plan: &Path,
@@ -308,32 +353,42 @@ pub fn merge(
             return exit_code::PLAN_ERROR;
         }
     };
-    let money = money_steps(&whole);
-    if !money.is_empty() {
-        return refuse_paid(cx, &loaded, &money, "`plan merge`");
-    }
     let expected: Vec<String> = cells(&whole)
         .into_iter()
         .map(|n| whole.instance(n).id.clone())
         .collect();
-    let mut read = Vec::with_capacity(bundles.len());
-    for dir in bundles {
+    let state_dir = engine::state_dir(&loaded.root, args.state_dir.as_deref());
+    let (prepare_dirs, cell_dirs): (Vec<&PathBuf>, Vec<&PathBuf>) =
+        bundles.iter().partition(|dir| Prepared::is_in(dir));
+    let prepared =
+        match super::plan_prepare::for_merge(cx, &loaded, &whole, &state_dir, &prepare_dirs) {
+            Ok(prepared) => prepared,
+            Err(code) => return code,
+        };
+    let refuse = |message: String| {
+        cx.console
+            .err(&format!("error: {message}. Nothing was run or charged\n"));
+        exit_code::PLAN_ERROR
+    };
+    let mut read = Vec::with_capacity(cell_dirs.len());
+    for dir in cell_dirs {
         match Bundle::read(dir) {
             Ok(bundle) => read.push(bundle),
-            Err(e) => {
-                cx.console
-                    .err(&format!("error: {e}. Nothing was run or charged\n"));
-                return exit_code::PLAN_ERROR;
-            }
+            Err(e) => return refuse(e.to_string()),
         }
     }
     let hash = engine::plan_hash(&loaded);
     if let Err(e) = merge::check(&read, &hash, &expected) {
-        cx.console
-            .err(&format!("error: {e}. Nothing was run or charged\n"));
-        return exit_code::PLAN_ERROR;
+        return refuse(e.to_string());
     }
-    let state_dir = engine::state_dir(&loaded.root, args.state_dir.as_deref());
+    if let Some(prepared) = &prepared {
+        let foreign = read.iter().find_map(|b| {
+            super::plan_prepare::foreign(&b.dir, b.manifest.prepared.as_ref(), prepared)
+        });
+        if let Some(why) = foreign {
+            return refuse(why);
+        }
+    }
     let imported = match merge::import(&read, &Store::open(&state_dir)) {
         Ok(n) => n,
         Err(e) => {
@@ -343,14 +398,22 @@ pub fn merge(
         }
     };
     cx.console.err(&format!(
-        "merging {} from {}\n",
+        "merging {} from {}{}\n",
         crate::report::plural(imported, "cell"),
-        crate::report::plural(read.len(), "bundle")
+        crate::report::plural(read.len(), "bundle"),
+        prepared
+            .as_ref()
+            .and_then(|p| p.job.as_ref())
+            .map(|job| format!(", for job {job}"))
+            .unwrap_or_default()
     ));
     let part = Part {
-        steps: Vec::new(),
         reuse_only: expected,
-        shard: None,
+        given: prepared
+            .as_ref()
+            .map(super::plan_prepare::given_to_merge)
+            .unwrap_or_default(),
+        ..Part::default()
     };
     let ran = plan_run::execute(
         cx,

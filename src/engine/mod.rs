@@ -108,6 +108,29 @@ pub struct RunOptions {
     /// recorded so a resume of a shard writes its bundle too.
     pub shard: Option<String>,
     pub bundle: Option<String>,
+    /// `--prepared DIR` of a shard: not read by the engine, recorded so a
+    /// resume of the shard names the same prepared job in its bundle.
+    pub prepared: Option<String>,
+    /// Steps whose outcome was decided before this run, elsewhere (the job
+    /// `--shard prepare` bought, given to the shards and the merge): each
+    /// is journaled as succeeded with its records when the run starts and
+    /// never runs here. The steps below read the records as they read a
+    /// step's of the same run.
+    pub given: Vec<Given>,
+    /// The price question covers every cell of the plan, not only those of
+    /// this run's part (`--shard prepare` buys the job its shards play).
+    pub prices_whole_plan: bool,
+}
+
+/// A step decided elsewhere ([`RunOptions::given`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Given {
+    /// The step's instance id.
+    pub step: String,
+    /// The records it left, each a checkpoint's data, oldest first.
+    pub checkpoints: Vec<serde_json::Value>,
+    /// What the run's report says of it.
+    pub message: String,
 }
 
 impl RunOptions {

@@ -132,6 +132,10 @@ pub struct Checkpoint {
 
 /// The `plan run` flags that decide what a run does, recorded so that a
 /// resume does the same (a `--no-reuse` run stays one).
+#[expect(
+    clippy::struct_excessive_bools,
+    reason = "one field per recorded flag, as the journal holds them"
+)]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RecordedOptions {
     #[serde(default)]
@@ -154,9 +158,19 @@ pub struct RecordedOptions {
     pub shard: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bundle: Option<String>,
+    /// A shard's `--prepared DIR`: the job it plays for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prepared: Option<String>,
+    /// `--shard prepare`: the price covers every cell of the plan.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub prices_whole_plan: bool,
 }
 
 /// One journal record.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "one `RunStarted` per run; boxing it would change nothing read or written"
+)]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum Event {

@@ -45,6 +45,10 @@ pub struct Manifest {
     /// The slice's cells that ended without a result, and how they ended.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unplayed: Vec<UnplayedCell>,
+    /// A paid plan's shard: the prepared job it played for (its cells were
+    /// played free; the merge delivers them to this job).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prepared: Option<super::prepared::PreparedRef>,
 }
 
 /// One cell in a bundle.
@@ -116,6 +120,8 @@ pub struct Played<'a> {
     /// Each cell of the slice: its id, and its key digest when it ended
     /// with a stored result.
     pub cells: Vec<(String, Option<String>, UnplayedCell)>,
+    /// The prepared job a paid plan's shard played for.
+    pub prepared: Option<super::prepared::PreparedRef>,
 }
 
 impl Bundle {
@@ -141,6 +147,7 @@ impl Bundle {
             shard: played.shard,
             cells: Vec::new(),
             unplayed: Vec::new(),
+            prepared: played.prepared,
         };
         for (id, digest, unplayed) in played.cells {
             let stored = digest.as_deref().and_then(|d| {

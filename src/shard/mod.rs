@@ -12,7 +12,9 @@
 
 pub mod bundle;
 pub mod merge;
+pub mod prepared;
 pub mod slice;
 
 pub use bundle::{BUNDLE_FORMAT, Bundle, BundleCell, BundleError, Manifest};
+pub use prepared::{Prepared, PreparedRef};
 pub use slice::{Shard, ShardSpec, cells};

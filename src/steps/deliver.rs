@@ -266,6 +266,15 @@ async fn send(
     .await
     .map_err(step_error)?;
     crash_point("complete", Boundary::ResponseJournaled);
+    if !completed.changed {
+        // A second delivery (a merge run again, a resume after the answer
+        // was lost): the backend had it, and says so.
+        note(&format!(
+            "{cell} was delivered before: run {} of job {} is {}; nothing changed",
+            run.run, run.job, completed.run.state
+        ));
+        return Ok(StepOutcome::Succeeded);
+    }
     let bytes: i64 = body.manifest.iter().map(|m| m.size).sum();
     note(&format!(
         "delivered {cell}: {} files ({bytes} bytes) to run {} of job {}, now {}",

@@ -63,6 +63,8 @@ struct Shared {
     /// Every play cell and whether it will be reused, decided before the
     /// run.
     cells_ahead: Arc<Vec<crate::steps::CellAhead>>,
+    /// See [`super::RunOptions::prices_whole_plan`].
+    prices_whole_plan: bool,
     /// The state directory's unit store, handed to every step.
     units: crate::reuse::UnitStore,
     /// See [`super::RunOptions::reuse_only`].
@@ -122,6 +124,7 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
     let journal = JournalWriter::start(journal);
     let shared = Shared {
         cells_ahead: cells_ahead(&loaded, &pipeline, &state_dir, &options, &env, &kinds),
+        prices_whole_plan: options.prices_whole_plan,
         units: unit_store(&state_dir, options.no_reuse),
         reuse_only: options.reuse_only.iter().cloned().collect(),
         root: loaded.root.clone(),
@@ -153,9 +156,7 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
         (stop_tx, cancel_tx),
         cancelled.clone(),
     );
-    if let Some(history) = &history {
-        run.restore(history);
-    }
+    run.take_over(history.as_ref(), !options.given.is_empty())?;
     run.wait_for_other_runs(&state_dir).await;
     run.schedule.initialize();
     dispatch(
@@ -394,8 +395,15 @@ fn cells_ahead(
     if !read {
         return Arc::default();
     }
+    // `--shard prepare` buys for every cell of the plan, which its shards
+    // play; its own part holds none.
+    let whole = options
+        .prices_whole_plan
+        .then(|| crate::graph::expand_loaded(loaded).ok())
+        .flatten();
+    let priced = whole.as_ref().unwrap_or(pipeline);
     let cells =
-        super::preview::cells_ahead(loaded, pipeline, state_dir, options.no_reuse, env, kinds);
+        super::preview::cells_ahead(loaded, priced, state_dir, options.no_reuse, env, kinds);
     Arc::new(cells)
 }
 
@@ -526,6 +534,20 @@ impl Run {
             last_keys: BTreeMap::new(),
             last_fingerprint: KeysFingerprint::default(),
         }
+    }
+
+    /// Takes over a resumed run's history, or the steps given to a new run
+    /// (journaled as it began, and taken over as a resume would).
+    fn take_over(&mut self, history: Option<&RunHistory>, given: bool) -> Result<(), StartError> {
+        match history {
+            Some(history) => self.restore(history),
+            None if given => self.restore(
+                &RunHistory::read(&self.shared.run_dir.journal())
+                    .map_err(|e| StartError::Journal(e.to_string()))?,
+            ),
+            None => {}
+        }
+        Ok(())
     }
 
     /// Takes over what the journal says of an earlier part of this run.
@@ -670,6 +692,13 @@ impl Run {
         // the run decided its cells ahead (a plan with an estimate).
         let needed_by = if self.shared.cells_ahead.is_empty() {
             std::collections::BTreeSet::new()
+        } else if self.shared.prices_whole_plan {
+            // Decided over the whole plan, whose cells this part holds none of.
+            self.shared
+                .cells_ahead
+                .iter()
+                .map(|c| c.id.clone())
+                .collect()
         } else {
             dependants(&self.pipeline, node)
                 .into_iter()

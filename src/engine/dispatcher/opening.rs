@@ -13,11 +13,16 @@ use super::{
 /// creates no ledger).
 pub(super) fn connect(request: &RunRequest) -> Result<Option<Connection>, StartError> {
     let pipeline = &request.pipeline;
+    // A step given from elsewhere does not run here, so it opens nothing
+    // (a shard given its plan's job reaches no backend).
+    let given = |id: &str| request.options.given.iter().any(|g| g.step == id);
     let uses = pipeline.order.iter().any(|&node| {
-        request
-            .kinds
-            .get(pipeline.instance(node).kind)
-            .is_some_and(crate::steps::Kind::uses_backend)
+        let instance = pipeline.instance(node);
+        !given(&instance.id)
+            && request
+                .kinds
+                .get(instance.kind)
+                .is_some_and(crate::steps::Kind::uses_backend)
     });
     if !uses {
         return Ok(None);
@@ -76,6 +81,8 @@ pub(super) fn open_journal(
                     reuse_only: options.reuse_only.clone(),
                     shard: options.shard.clone(),
                     bundle: options.bundle.clone(),
+                    prepared: options.prepared.clone(),
+                    prices_whole_plan: options.prices_whole_plan,
                     fail_on: options
                         .fail_on
                         .iter()
@@ -95,6 +102,7 @@ pub(super) fn open_journal(
                     crate::engine::journal_writer::plain_words(&e)
                 )));
             }
+            give(&mut journal, pipeline, &options.given).map_err(journal_error)?;
             Ok((journal, None))
         }
         Start::Resume(run_id) => {
@@ -142,6 +150,7 @@ pub(super) fn carry_over(
     options.no_reuse |= history.options.no_reuse;
     options.fail_fast |= history.options.fail_fast;
     options.dry_upload |= history.options.dry_upload;
+    options.prices_whole_plan |= history.options.prices_whole_plan;
     options
         .reuse_only
         .extend(history.options.reuse_only.iter().cloned());
@@ -162,6 +171,42 @@ pub(super) fn carry_over(
         options.steps.clone_from(&history.options.steps);
     }
     Ok(pipeline)
+}
+
+/// Journals each given step of the pipeline as a finished attempt with its
+/// records, right after the run's first record: a resume finds them done,
+/// as if this run had run them.
+fn give(
+    journal: &mut Journal,
+    pipeline: &Pipeline,
+    given: &[crate::engine::Given],
+) -> Result<(), crate::journal::JournalError> {
+    for step in given.iter().filter(|g| pipeline.find(&g.step).is_some()) {
+        journal.append_durable(&Event::StepStarted {
+            step: step.step.clone(),
+            attempt: 1,
+            at: now(),
+        })?;
+        for data in &step.checkpoints {
+            journal.append_durable(&Event::StepCheckpoint {
+                step: step.step.clone(),
+                attempt: 1,
+                data: data.clone(),
+            })?;
+        }
+        journal.append_durable(&Event::StepFinished {
+            step: step.step.clone(),
+            state: crate::journal::run::StepState::Succeeded,
+            attempt: 1,
+            key: None,
+            outputs: None,
+            duration_ms: 0,
+            exit_code: None,
+            message: Some(step.message.clone()),
+            log: Vec::new(),
+        })?;
+    }
+    Ok(())
 }
 
 fn planned_steps(pipeline: &Pipeline) -> Vec<PlannedStep> {

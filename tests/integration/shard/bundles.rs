@@ -111,7 +111,7 @@ fn a_manifest_over_the_size_limit_is_refused_unread() {
 }
 
 #[test]
-fn a_paid_plan_is_not_sharded_and_nothing_is_charged() {
+fn a_paid_plans_shard_without_a_prepared_job_is_refused_and_nothing_is_charged() {
     let demo = include_str!("../../../plans/demo.toml");
     let t = Test::new().file("plan.toml", demo).file(
         "examples/personas/veteran.md",
@@ -120,20 +120,24 @@ fn a_paid_plan_is_not_sharded_and_nothing_is_charged() {
     let out = t.run(&["plan", "run", "plan.toml", "--shard", "1/2", "--yes"]);
     out.code(3)
         .stderr_has("moves money")
-        .stderr_has("`register`")
+        .stderr_has("no prepared job in")
+        .stderr_has("--shard prepare")
         .stderr_has("Nothing was run or charged");
     nothing_ran(&t, ".gameplan");
     assert!(
-        !t.path(".gameplan/ledger.db").exists(),
+        !t.path(".gameplan/ledger.sqlite").exists(),
         "a ledger was opened for a refused shard"
     );
-    t.run(&["plan", "run", "plan.toml", "--shard", "prepare"])
-        .code(3)
-        .stderr_has("`--shard prepare`")
-        .stderr_has("not built");
     t.run(&["plan", "run", "plan.toml", "--shard", "3/2"])
         .code(3)
         .stderr_has("K must be between 1 and 2");
+    // A free plan has no job to prepare.
+    let free = maze();
+    free.run(&["plan", "run", "plan.toml", "--shard", "prepare"])
+        .code(3)
+        .stderr_has("has none to buy")
+        .stderr_has("Nothing was run or charged");
+    nothing_ran(&free, ".gameplan");
 }
 
 #[test]

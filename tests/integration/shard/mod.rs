@@ -6,3 +6,4 @@
 mod bundles;
 mod executor;
 mod merge;
+mod paid;
