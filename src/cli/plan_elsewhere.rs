@@ -5,13 +5,19 @@
 //! (aggregate, gates) run once.
 //!
 //! Run again after a kill, it re-attaches to the jobs it submitted
-//! (`executor::coordinator`). Like shards, it runs free plans only.
+//! (`executor::coordinator`).
+//!
+//! A paid plan's money stays here: before any job goes, the job is priced
+//! and bought as `--shard prepare` buys it (into the shared directory);
+//! the jobs play for it free, buying nothing; the run here is given the
+//! prepared records, delivers every cell and settles once. The prepared job
+//! stays until that run settled it, so a gameplan killed anywhere before
+//! then plays for the same job when run again, and never buys a second.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use super::plan_run::{self, Choice, Part};
-use super::plan_shard::{money_steps, refuse_paid};
 use super::{Context, LoadArgs, RunArgs};
 use crate::engine;
 use crate::executor::coordinator::{self, Collected, Halt, Work};
@@ -40,10 +46,7 @@ pub fn run(
             return exit_code::PLAN_ERROR;
         }
     };
-    let money = money_steps(&whole);
-    if !money.is_empty() {
-        return refuse_paid(cx, &loaded, &money, "an `[executor]`");
-    }
+    let paid = !super::plan_prepare::buying_front(&whole).is_empty();
     let part = match crate::graph::select(whole, steps) {
         Ok(part) => part,
         Err(e) => {
@@ -69,6 +72,15 @@ pub fn run(
         .unwrap_or(&loaded.source.path)
         .display()
         .to_string();
+    let (loaded, prepared) = if paid {
+        let dir = coordinator::jobs_dir(&shared, &hash).join("prepare");
+        match bought(cx, loaded, load, args, choice, &dir) {
+            Ok((loaded, prepared)) => (loaded, Some((prepared, dir))),
+            Err(code) => return code,
+        }
+    } else {
+        (loaded, None)
+    };
     let work = Work {
         root: loaded.root.clone(),
         plan_file,
@@ -84,37 +96,22 @@ pub fn run(
             ExecutorKind::Local => 200,
             ExecutorKind::Ray => 500,
         }),
+        prepared: prepared.as_ref().map(|(_, dir)| dir.clone()),
     };
     let collected = match play_remote(cx, executor.as_ref(), &work) {
         Ok(collected) => collected,
         Err(code) => return code,
     };
-    for (cell, why) in &collected.missing {
-        cx.console
-            .err(&format!("cell `{cell}` has no result: {why}\n"));
-    }
-    let imported = match merge::import(&collected.bundles, &Store::open(&state_dir)) {
-        Ok(n) => n,
-        Err(e) => {
-            cx.console.err(&format!("error: {e}\n"));
-            return exit_code::FAILED;
-        }
-    };
-    if collected.bundles.is_empty() && collected.missing.is_empty() {
-        cx.console.err(&format!(
-            "all {} are stored here: no job sent\n",
-            crate::report::plural(all_cells.len(), "cell")
-        ));
-    } else {
-        cx.console.err(&format!(
-            "{} came back from {}; the rest of the plan runs here\n",
-            crate::report::plural(imported, "cell"),
-            crate::report::plural(collected.bundles.len(), "job")
-        ));
+    if let Err(code) = import(cx, &collected, &state_dir, all_cells.len()) {
+        return code;
     }
     let part = Part {
         steps: steps.to_vec(),
         reuse_only: all_cells,
+        given: prepared
+            .as_ref()
+            .map(|(p, _)| super::plan_prepare::given_to_merge(p))
+            .unwrap_or_default(),
         ..Part::default()
     };
     let ran = plan_run::execute(
@@ -126,7 +123,96 @@ pub fn run(
         args,
         |plan_hash| plan_run::decide_start(cx, &state_dir, plan_hash, choice),
     );
+    if let (Some((_, dir)), Ok(ran)) = (&prepared, &ran)
+        && settled(ran)
+    {
+        // Settled: the next run of the plan buys a job of its own.
+        let _ = std::fs::remove_file(dir.join(crate::shard::prepared::PREPARED_FILE));
+    }
     plan_run::finish(cx, args, ran)
+}
+
+/// Takes the cells that came back into the store, saying what came back.
+fn import(
+    cx: &Context,
+    collected: &Collected,
+    state_dir: &std::path::Path,
+    all: usize,
+) -> Result<(), u8> {
+    for (cell, why) in &collected.missing {
+        cx.console
+            .err(&format!("cell `{cell}` has no result: {why}\n"));
+    }
+    let imported = match merge::import(&collected.bundles, &Store::open(state_dir)) {
+        Ok(n) => n,
+        Err(e) => {
+            cx.console.err(&format!("error: {e}\n"));
+            return Err(exit_code::FAILED);
+        }
+    };
+    if collected.bundles.is_empty() && collected.missing.is_empty() {
+        cx.console.err(&format!(
+            "all {} are stored here: no job sent\n",
+            crate::report::plural(all, "cell")
+        ));
+    } else {
+        cx.console.err(&format!(
+            "{} came back from {}; the rest of the plan runs here\n",
+            crate::report::plural(imported, "cell"),
+            crate::report::plural(collected.bundles.len(), "job")
+        ));
+    }
+    Ok(())
+}
+
+/// The job this coordination plays for: the one prepared into `dir` by an
+/// earlier gameplan of this plan that did not settle it, else one bought
+/// now (the price asked here, before any job goes). `Err`: the exit code.
+fn bought(
+    cx: &Context,
+    loaded: LoadedPlan,
+    load: &LoadArgs,
+    args: &RunArgs,
+    choice: Choice,
+    dir: &std::path::Path,
+) -> Result<(LoadedPlan, crate::shard::Prepared), u8> {
+    let hash = engine::plan_hash(&loaded);
+    if let Ok(prepared) = crate::shard::Prepared::read(dir)
+        && prepared.mismatch(&hash).is_none()
+    {
+        cx.console.err(&format!(
+            "playing for the job prepared by run {} before (not settled yet); nothing is \
+             bought again\n",
+            prepared.run_id
+        ));
+        return Ok((loaded, prepared));
+    }
+    let path = loaded.source.path.clone();
+    let (code, prepared) = super::plan_prepare::buy(cx, loaded, load, args, choice, Some(dir));
+    let Some(prepared) = prepared else {
+        return Err(code);
+    };
+    if code != exit_code::SUCCESS {
+        return Err(code);
+    }
+    let loaded = cx.load(&path, load)?;
+    Ok((loaded, prepared))
+}
+
+/// Whether the run ended and settled its job: it was not stopped short,
+/// and every `finish` step succeeded.
+fn settled(ran: &plan_run::Ran) -> bool {
+    use crate::journal::run::{RunOutcome, StepState};
+    let finish = crate::plan::model::StepKind::Finish.name();
+    matches!(
+        ran.report.outcome,
+        RunOutcome::Succeeded | RunOutcome::Failed | RunOutcome::Incomplete
+    ) && ran
+        .report
+        .steps
+        .iter()
+        .filter(|s| s.kind == finish)
+        .all(|s| s.state == StepState::Succeeded)
 }
 
 /// The cells to send (each with whether it goes alone: an llm-played

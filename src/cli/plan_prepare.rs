@@ -65,11 +65,24 @@ pub(super) fn prepare(
     choice: Choice,
     bundle: Option<&Path>,
 ) -> u8 {
+    buy(cx, loaded, load, args, choice, bundle).0
+}
+
+/// Runs the buying front and writes `job.json` into `bundle` (default:
+/// [`default_dir`]): the exit code, and the prepared job once written.
+pub(super) fn buy(
+    cx: &Context,
+    loaded: LoadedPlan,
+    load: &LoadArgs,
+    args: &RunArgs,
+    choice: Choice,
+    bundle: Option<&Path>,
+) -> (u8, Option<Prepared>) {
     let whole = match crate::graph::expand_loaded(&loaded) {
         Ok(pipeline) => pipeline,
         Err(e) => {
             cx.console.err(&format!("error: {e}\n"));
-            return exit_code::PLAN_ERROR;
+            return (exit_code::PLAN_ERROR, None);
         }
     };
     let front = buying_front(&whole);
@@ -80,7 +93,7 @@ pub(super) fn prepare(
              charged; run its shards directly with `--shard K/N`\n",
             loaded.plan.name
         ));
-        return exit_code::PLAN_ERROR;
+        return (exit_code::PLAN_ERROR, None);
     }
     let state_dir = engine::state_dir(&loaded.root, args.state_dir.as_deref());
     let dir = super::plan_shard::absolute(
@@ -111,17 +124,18 @@ pub(super) fn prepare(
 }
 
 /// After the prepare run (or its resume): writes `job.json` when every
-/// step of the front succeeded, then prints the run's report.
+/// step of the front succeeded, then prints the run's report. The exit
+/// code, and the prepared job once written.
 pub(super) fn written(
     cx: &Context,
     args: &RunArgs,
     ran: Result<Ran, u8>,
     dir: &Path,
     front: &[String],
-) -> u8 {
+) -> (u8, Option<Prepared>) {
     let ran = match ran {
         Ok(ran) => ran,
-        Err(code) => return code,
+        Err(code) => return (code, None),
     };
     let done = front.iter().all(|id| {
         ran.report
@@ -141,13 +155,13 @@ pub(super) fn written(
                 "no job was prepared: the shards have nothing to play for until \
                  `--shard prepare` succeeds\n",
             );
-            code
+            (code, None)
         }
         Some(Err(message)) => {
             cx.console.err(&format!(
                 "error: the prepared job was not written: {message}\n"
             ));
-            code.max(exit_code::FAILED)
+            (code.max(exit_code::FAILED), None)
         }
         Some(Ok(prepared)) => match prepared.write(dir) {
             Ok(path) => {
@@ -166,12 +180,12 @@ pub(super) fn written(
                     dir.display(),
                     dir.display()
                 ));
-                code
+                (code, Some(prepared))
             }
             Err(e) => {
                 cx.console
                     .err(&format!("error: the prepared job was not written: {e}\n"));
-                code.max(exit_code::FAILED)
+                (code.max(exit_code::FAILED), None)
             }
         },
     }

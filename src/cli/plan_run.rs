@@ -309,7 +309,7 @@ pub fn resume(cx: &Context, run_id: Option<&str>, args: &RunArgs) -> u8 {
     });
     match shard {
         Some((shard, dir)) if shard == "prepare" => {
-            super::plan_prepare::written(cx, args, ran, &dir, &part.steps)
+            super::plan_prepare::written(cx, args, ran, &dir, &part.steps).0
         }
         Some((shard, bundle)) => super::plan_shard::bundle_written(
             cx,

@@ -17,39 +17,9 @@ use crate::engine::{self, Start};
 use crate::exit_code;
 use crate::graph::Pipeline;
 use crate::journal::run::StepState;
-use crate::plan::LoadedPlan;
 use crate::reuse::Store;
 use crate::shard::bundle::{Played, UnplayedCell};
 use crate::shard::{Bundle, Prepared, ShardSpec, cells, merge};
-
-/// The money-moving steps of `pipeline`, by step id, each once.
-pub(super) fn money_steps(pipeline: &Pipeline) -> Vec<String> {
-    let mut ids: Vec<String> = Vec::new();
-    for &node in &pipeline.order {
-        let instance = pipeline.instance(node);
-        let step = &pipeline.steps[instance.step].id;
-        if instance.kind.moves_money() && !ids.contains(step) {
-            ids.push(step.clone());
-        }
-    }
-    ids
-}
-
-pub(super) fn refuse_paid(cx: &Context, loaded: &LoadedPlan, money: &[String], what: &str) -> u8 {
-    cx.console.err(&format!(
-        "error: plan `{}` moves money (steps {}): {what} runs free plans only, because each shard \
-         would buy a job of its own. Nothing was run or charged; run the plan whole with \
-         `gameplan plan run {}`\n",
-        loaded.plan.name,
-        money
-            .iter()
-            .map(|s| format!("`{s}`"))
-            .collect::<Vec<_>>()
-            .join(", "),
-        loaded.source.path.display()
-    ));
-    exit_code::PLAN_ERROR
-}
 
 /// Which cells a bundle-writing run plays.
 pub enum Pick {

@@ -44,6 +44,9 @@ pub struct Work {
     pub state_dir: PathBuf,
     /// How often a job's state is asked.
     pub poll: Duration,
+    /// A paid plan's prepared job (in the shared directory): each job plays
+    /// for it, free, and buys nothing.
+    pub prepared: Option<PathBuf>,
 }
 
 /// How the jobs ended.
@@ -196,6 +199,9 @@ fn job(work: &Work, submission_id: &str, cells: &[String]) -> JobSpec {
         dir.join("state").display().to_string(),
         "--new".to_owned(),
     ]);
+    if let Some(prepared) = &work.prepared {
+        argv.extend(["--prepared".to_owned(), prepared.display().to_string()]);
+    }
     for (name, value) in &work.vars {
         argv.extend(["--var".to_owned(), format!("{name}={value}")]);
     }

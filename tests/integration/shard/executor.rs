@@ -172,3 +172,105 @@ fn an_executor_written_wrong_is_shown_where_it_is_written() {
         .stderr_has("`shared_dir` `runs` is not an absolute path")
         .stderr_has("`batch` must be at least 1");
 }
+
+/// The coins plan as a paid playtest (the default pipeline on the embedded
+/// ledger): two personas × two controllers, each cell a job of its own.
+fn paid_plan(max_actions: u32) -> String {
+    format!(
+        r#"version = 1
+name = "coins-paid"
+controllers = ["standard", "rune"]
+
+[executor]
+kind = "local"
+batch = 1
+
+[backend]
+kind = "local"
+
+[game]
+id = "coins"
+driver = "stdio"
+command = ["python3", "game/coins.py"]
+inputs = ["game/coins.py"]
+
+[budget]
+max_actions = {max_actions}
+
+[[personas]]
+slug = "collector"
+card = "Wants every coin."
+player = {{ kind = "random", seed = 3 }}
+
+[[personas]]
+slug = "wanderer"
+card = "Goes wherever."
+player = {{ kind = "explorer", seed = 5 }}
+"#
+    )
+}
+
+/// Each job of the ledger: (state, charged cents, its runs' states).
+fn ledger_jobs(t: &Test) -> Vec<(String, i64, Vec<String>)> {
+    let doc = t.run(&["ledger", "show", "--json"]).code(0).json();
+    doc["jobs"]
+        .as_array()
+        .expect("jobs")
+        .iter()
+        .map(|j| {
+            (
+                j["state"].as_str().expect("state").to_owned(),
+                j["charged_cents"].as_i64().expect("charged"),
+                j["runs"]
+                    .as_array()
+                    .expect("runs")
+                    .iter()
+                    .map(|r| r["state"].as_str().expect("run state").to_owned())
+                    .collect(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_paid_plan_on_the_local_executor_is_bought_here_once_even_through_a_kill() {
+    let t = Test::new()
+        .file("plan.toml", paid_plan(8))
+        .file("game/coins.py", slow_coins(0.3));
+    let first = t.spawn(&["plan", "run", "plan.toml", "--yes"]);
+    wait_until("every job submitted", Duration::from_secs(30), || {
+        journal_lines(&t, "submitted") == 4
+    });
+    first.kill9();
+    // Bought before any job went; nothing delivered from the jobs.
+    let jobs_bought = ledger_jobs(&t);
+    assert_eq!(jobs_bought.len(), 1, "{jobs_bought:?}");
+    assert_eq!(jobs_bought[0].0, "open");
+    assert!(jobs_bought[0].2.iter().all(|s| s == "queued"));
+
+    let again = t.run(&["plan", "run", "plan.toml", "--yes"]);
+    again
+        .code(0)
+        .stderr_has("playing for the job prepared by run")
+        .stderr_has("(0 submitted, 4 found from an earlier run)")
+        .stdout_has("4 cells (0 played, 4 reused)")
+        .stdout_has("settled job job-1");
+    let settled = ledger_jobs(&t);
+    assert_eq!(settled.len(), 1, "a second job was bought: {settled:?}");
+    assert_eq!(settled[0].0, "settled");
+    assert_eq!(settled[0].1, jobs_bought[0].1);
+    assert_eq!(settled[0].2, vec!["succeeded"; 4]);
+    // The jobs played free: none of them opened a ledger.
+    for job in jobs(&t) {
+        assert!(
+            !job.join("state/ledger.sqlite").exists(),
+            "{} reached the ledger",
+            job.display()
+        );
+    }
+    // Settled: the next run buys anew only what is not stored (nothing).
+    t.run(&["plan", "run", "plan.toml", "--yes", "--new"])
+        .code(0)
+        .stderr_has("all 4 cells are stored here: no job sent");
+    assert_eq!(ledger_jobs(&t).len(), 1);
+}
