@@ -226,3 +226,45 @@ fn ctrl_c_stops_every_ray_job_of_the_run() {
             .all(|j| j.status == JobStatus::Stopped)
     });
 }
+
+#[test]
+fn the_paid_demo_on_ray_is_bought_once_played_on_the_nodes_and_settled_once() {
+    let cluster = shared();
+    let demo = include_str!("../../../plans/demo.toml");
+    let t = Test::new().file(
+        "examples/personas/veteran.md",
+        include_str!("../../../examples/personas/veteran.md"),
+    );
+    t.write(
+        "plan.toml",
+        format!(
+            "{demo}\n[executor]\nkind = \"ray\"\naddress = \"{}\"\nshared_dir = \"{}\"\nbatch = 1\n",
+            cluster.dashboard(),
+            t.path("shared").display()
+        ),
+    );
+    let out = t.run(&["plan", "run", "plan.toml", "--yes"]);
+    out.code(0)
+        .stderr_has("estimate: 4 cells to buy")
+        .stderr_has("prepared job job-1 ($1.00 for 4 cells)")
+        .stderr_has("4 cells in 4 jobs on the ray executor (4 submitted")
+        .stdout_has("4 cells (0 played, 4 reused)")
+        .stdout_has("gate played: SEND-READY")
+        .stdout_has("settled job job-1: charged $1.00, refunded $0.00");
+    let jobs = jobs_of(&t, &cluster);
+    assert_eq!(jobs.len(), 4, "{jobs:#?}");
+    assert!(jobs.iter().all(|j| j.status == JobStatus::Succeeded));
+    let ledger = t.run(&["ledger", "show", "--json"]).code(0).json();
+    let all = ledger["jobs"].as_array().expect("jobs");
+    assert_eq!(all.len(), 1, "bought more than once: {ledger:#}");
+    assert_eq!(all[0]["state"], "settled");
+    assert_eq!(all[0]["charged_cents"], 100);
+    assert_eq!(ledger["accounts"][0]["balance_cents"], 9_900);
+    let runs: Vec<&str> = all[0]["runs"]
+        .as_array()
+        .expect("runs")
+        .iter()
+        .map(|r| r["state"].as_str().expect("state"))
+        .collect();
+    assert_eq!(runs, vec!["succeeded"; 4]);
+}
