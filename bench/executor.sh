@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # executor: cells per minute for a 24-cell free playtest (the maze: two
-# personas x two controllers x six seeds) and for 24 browser cells (the
+# personas x two controllers x six seeds), for the 24-cell paid demo
+# (bench/demo24.toml: bought, played, delivered and settled on the demo
+# ledger; through an executor the job is bought and settled here and the
+# cells played as jobs), and for 24 browser cells (the
 # example web game in headless Chromium, 24 seeds) played in-process,
 # through the local executor, and through the Ray executor on a two-node
 # Ray cluster on this machine; and a one-cell Ray job against a bare Ray
@@ -57,10 +60,11 @@ time_run() { # plan -> seconds
   local state="$work/state-$RANDOM$RANDOM"
   local start end
   start=$(date +%s.%N)
-  (cd "$repo" && "$bin" plan run "$1" --state-dir "$state" >/dev/null 2>"$work/last.err") \
+  (cd "$repo" && "$bin" plan run "$1" --yes --state-dir "$state" >"$work/last.out" 2>"$work/last.err") \
     || { echo "run of $1 failed:" >&2; tail -20 "$work/last.err" >&2; exit 1; }
   end=$(date +%s.%N)
-  case "$1" in inprocess.toml|web.toml) ;; *) grep -q "24 cells" "$work/last.err" || { echo "$1 did not send 24 cells" >&2; exit 1; } ;; esac
+  case "$1" in inprocess.toml|web.toml|demo.toml) ;; *) grep -q "24 cells" "$work/last.err" || { echo "$1 did not send 24 cells" >&2; exit 1; } ;; esac
+  case "$1" in demo*) grep -q "settled job job-1: charged \$6.00" "$work/last.out" || { echo "$1 did not settle one \$6.00 job" >&2; exit 1; } ;; esac
   rm -rf "$state" "$work/shared8" "$work/shared1"
   echo "$end - $start" | bc -l
 }
@@ -72,6 +76,21 @@ for variant in inprocess local ray8 ray1; do
   secs[$variant]=$(for _ in $(seq "$runs"); do time_run "$variant.toml"; done | median)
   printf '  %-10s %6.2f s   %6.1f cells/min   %5.2fx in-process time\n' "$variant" "${secs[$variant]}" \
     "$(echo "24 * 60 / ${secs[$variant]}" | bc -l)" "$(echo "${secs[$variant]} / ${secs[inprocess]}" | bc -l)"
+done
+
+# The 24-cell paid demo, bought once and settled once in every variant.
+mkdir -p "$repo/examples/personas"
+cp examples/personas/veteran.md "$repo/examples/personas/"
+cp bench/demo24.toml "$repo/demo.toml"
+printf '\n[executor]\nkind = "local"\nbatch = 8\n' | cat "$repo/demo.toml" - > "$repo/demo-local.toml"
+printf '\n[executor]\nkind = "ray"\naddress = "%s"\nshared_dir = "%s"\nbatch = 8\n' "$address" "$work/shared8" | cat "$repo/demo.toml" - > "$repo/demo-ray8.toml"
+printf '\n[executor]\nkind = "ray"\naddress = "%s"\nshared_dir = "%s"\nbatch = 1\n' "$address" "$work/shared1" | cat "$repo/demo.toml" - > "$repo/demo-ray1.toml"
+echo "the 24-cell paid demo, $runs runs each (median)"
+for variant in demo demo-local demo-ray8 demo-ray1; do
+  time_run "$variant.toml" >/dev/null # warm-up
+  secs[$variant]=$(for _ in $(seq "$runs"); do time_run "$variant.toml"; done | median)
+  printf '  %-10s %6.2f s   %6.1f cells/min   %5.2fx in-process time\n' "$variant" "${secs[$variant]}" \
+    "$(echo "24 * 60 / ${secs[$variant]}" | bc -l)" "$(echo "${secs[$variant]} / ${secs[demo]}" | bc -l)"
 done
 
 # 24 browser cells: the example web game, one Chromium at a time per

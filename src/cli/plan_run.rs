@@ -285,7 +285,7 @@ pub fn resume(cx: &Context, run_id: Option<&str>, args: &RunArgs) -> u8 {
     if let Some(part) = crate::graph::expand_loaded(&loaded)
         .ok()
         .and_then(|whole| crate::graph::select(whole, &history.options.steps).ok())
-        && let Some(failure) = unset_secrets(&loaded, &part)
+        && let Some(failure) = unset_secrets(&loaded, &part, &|id| finished(&history, id))
     {
         cx.report_failure(&failure);
         return exit_code::PLAN_ERROR;
@@ -326,6 +326,15 @@ pub fn resume(cx: &Context, run_id: Option<&str>, args: &RunArgs) -> u8 {
         ),
         None => finish(cx, args, ran),
     }
+}
+
+/// Whether `step` finished before the resume of `history`.
+fn finished(history: &RunHistory, step: &str) -> bool {
+    history
+        .records
+        .get(step)
+        .and_then(|r| r.state)
+        .is_some_and(crate::journal::run::StepState::is_final)
 }
 
 /// The part of the plan a resumed run is for, as its journal recorded it.
@@ -371,15 +380,34 @@ fn newest_unfinished(state_dir: &Path) -> Result<RunHistory, String> {
 /// The unset secrets this run would read, as problems at the strings that
 /// read them: refused before anything runs (exit 3), as `plan check` does
 /// not refuse them.
-fn unset_secrets(loaded: &LoadedPlan, pipeline: &crate::graph::Pipeline) -> Option<LoadFailure> {
+/// `done` names the steps that will not run (given from elsewhere, or
+/// finished before a resume): a secret of `[backend]` is needed only when a
+/// step that reaches the backend is left to run.
+fn unset_secrets(
+    loaded: &LoadedPlan,
+    pipeline: &crate::graph::Pipeline,
+    done: &dyn Fn(&str) -> bool,
+) -> Option<LoadFailure> {
     let steps: BTreeSet<&str> = pipeline
         .order
         .iter()
         .map(|&i| pipeline.steps[pipeline.instance(i).step].id.as_str())
         .collect();
+    let kinds = Kinds::for_run(RunSettings {
+        concurrency: 1,
+        redactor: loaded.redactor.clone(),
+    });
+    let reaches_backend = pipeline.order.iter().any(|&i| {
+        let instance = pipeline.instance(i);
+        !done(&instance.id)
+            && kinds
+                .get(instance.kind)
+                .is_some_and(crate::steps::Kind::uses_backend)
+    });
     let mut seen = BTreeSet::new();
     let diagnostics: Vec<Diagnostic> = loaded
         .unset_secrets_for(&steps)
+        .filter(|u| reaches_backend || !u.in_backend)
         .filter(|u| seen.insert((u.name.clone(), u.span.start, u.span.end)))
         .map(|u| {
             let message = match &u.step {
@@ -447,7 +475,8 @@ pub(super) fn execute(
         Ok(part) => part,
         Err(e) => return Err(refuse(cx, &StartError::UnknownStep(e))),
     };
-    if let Some(failure) = unset_secrets(&loaded, &pipeline) {
+    let given = |id: &str| part.given.iter().any(|g| g.step == id);
+    if let Some(failure) = unset_secrets(&loaded, &pipeline, &given) {
         cx.report_failure(&failure);
         return Err(exit_code::PLAN_ERROR);
     }

@@ -52,6 +52,9 @@ pub struct UnsetSecret {
     /// The id of the step whose table holds it; `None` outside `[[steps]]`
     /// (the backend, a persona, the game, a var): then any run may need it.
     pub step: Option<String>,
+    /// Read in `[backend]` (its token): only a run that reaches the
+    /// backend needs it (a paid plan's shard, given its job, does not).
+    pub in_backend: bool,
 }
 
 /// A plan that loaded cleanly.
@@ -314,6 +317,7 @@ fn load_source_deferring(
         Templates::new(options.env.clone(), options.redactor.clone())
     };
     let steps = step_spans(&tree);
+    let backend = table_extent(&tree, "backend");
     let vars = render_vars(&mut tree, &templates, &options.vars, &mut diags);
     render_strings(&mut tree, &templates, &vars, &mut diags, 0);
     let unset: Vec<UnsetSecret> = std::mem::take(&mut diags.unset_secrets)
@@ -323,6 +327,7 @@ fn load_source_deferring(
                 .iter()
                 .find(|(at, _)| at.start <= span.start && span.end <= at.end)
                 .and_then(|(_, id)| id.clone()),
+            in_backend: backend.is_some_and(|at| at.start <= span.start && span.end <= at.end),
             name,
             span,
         })
@@ -356,6 +361,17 @@ fn load_source_deferring(
 
 /// Each `[[steps]]` table's span and id (when it has a plain one), so an
 /// unset secret is charged to the step that reads it.
+/// The bytes the top-level table `key` covers, if the plan has it.
+fn table_extent(tree: &Node, key: &str) -> Option<Span> {
+    let Value::Table(entries) = &tree.value else {
+        return None;
+    };
+    entries
+        .iter()
+        .find(|e| e.key == key)
+        .map(|e| extent(&e.value))
+}
+
 fn step_spans(tree: &Node) -> Vec<(Span, Option<String>)> {
     let Value::Table(entries) = &tree.value else {
         return Vec::new();

@@ -99,10 +99,13 @@ fn a_resume_without_the_secret_names_it() {
     assert!(!resume.stderr.contains("changed since"), "{resume}");
 }
 
-/// A secret read outside any step (the backend's token) is needed by every
-/// run; and a malformed `secret()` call is still a `plan check` error.
+/// A secret read outside any step is needed by every run, except the
+/// backend's token, needed by a run that reaches the backend (a paid
+/// plan's shard does not); a malformed `secret()` call is still a
+/// `plan check` error.
 #[test]
-fn a_secret_outside_the_steps_is_needed_by_every_run_and_a_bad_call_is_a_check_error() {
+fn a_secret_outside_the_steps_is_needed_by_every_run_that_reads_it_and_a_bad_call_is_a_check_error()
+{
     let plan = r#"version = 1
 name = "paid"
 
@@ -111,18 +114,37 @@ kind = "http"
 url = "http://127.0.0.1:9"
 token = "{{ secret('GAMEPLAN_TOKEN') }}"
 
+[game]
+id = "g"
+driver = "stdio"
+command = ["sh", "-c", "{{ secret('GAME_KEY') }}"]
+
 [[steps]]
 id = "build"
 kind = "command"
 run = "touch built"
+
+[[steps]]
+id = "bill"
+kind = "estimate"
 "#;
-    let t = Test::new().file("plan.toml", plan);
+    let t = Test::new().file("plan.toml", plan).env("GAME_KEY", "true");
     t.check(&["plan.toml"]).json.code(0);
+    // A run that reaches the backend needs its token.
     t.run(&["plan", "run", "plan.toml", "--yes"])
         .code(3)
         .stderr_has("plan.toml:7:9: secret `GAMEPLAN_TOKEN` is not set in the environment")
         .stderr_has("every run needs it");
     assert!(!t.path("built").exists());
+    // One that does not (only `build`) runs without it ...
+    t.run(&["plan", "run", "plan.toml", "build"]).code(0);
+    assert!(t.path("built").exists());
+    // ... but a secret of the game, outside any step, every run needs.
+    let t = t.without_env("GAME_KEY");
+    t.run(&["plan", "run", "plan.toml", "build", "--new"])
+        .code(3)
+        .stderr_has("secret `GAME_KEY` is not set in the environment")
+        .stderr_has("every run needs it");
 
     let bad = plan.replace("secret('GAMEPLAN_TOKEN')", "secret()");
     let t = Test::new().file("plan.toml", bad);

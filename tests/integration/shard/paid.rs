@@ -228,3 +228,80 @@ fn a_merge_missing_a_shard_or_mixing_prepares_settles_nothing() {
     assert!(t.path("declined/job.json").exists());
     assert_eq!(money(&ledger(&t, ".gameplan")).1.len(), 3);
 }
+
+#[test]
+fn over_serve_only_prepare_and_merge_need_the_token_and_each_machine_keeps_its_own_state() {
+    let t = demo();
+    let served = crate::support::Served::start(&t);
+    let plan = DEMO.replace(
+        "[backend]\nkind = \"local\"",
+        &format!(
+            "[backend]\nkind = \"http\"\nurl = \"{}\"\ntoken = \"{{{{ secret('STUDIO_TOKEN') }}}}\"",
+            served.url
+        ),
+    );
+    assert!(plan.contains("kind = \"http\""), "{plan}");
+    t.write("plan.toml", &plan);
+    // Prepare on a machine of its own (its own state dir), with the token.
+    let t = t.env("STUDIO_TOKEN", &served.token);
+    t.run(&[
+        "plan",
+        "run",
+        "plan.toml",
+        "--shard",
+        "prepare",
+        "--yes",
+        "--state-dir",
+        "prep",
+        "--bundle",
+        "prepared",
+    ])
+    .code(0)
+    .stderr_has("prepared job job-1");
+    // The shards, each on a machine of its own, without it.
+    let t = t.without_env("STUDIO_TOKEN");
+    for k in 1..=3 {
+        let spec = format!("{k}/3");
+        let state = format!("machine{k}");
+        let bundle = format!("b{k}");
+        t.run(&[
+            "plan",
+            "run",
+            "plan.toml",
+            "--shard",
+            &spec,
+            "--prepared",
+            "prepared",
+            "--state-dir",
+            &state,
+            "--bundle",
+            &bundle,
+        ])
+        .code(0);
+    }
+    let merge = [
+        "plan",
+        "merge",
+        "plan.toml",
+        "prepared",
+        "b1",
+        "b2",
+        "b3",
+        "--state-dir",
+        "m",
+    ];
+    // The merge reaches the ledger: without the token it is refused.
+    t.run(&merge).code(3).stderr_has("STUDIO_TOKEN");
+    let t = t.env("STUDIO_TOKEN", &served.token);
+    t.run(&merge)
+        .code(0)
+        .stdout_has("settled job job-1: charged $1.00, refunded $0.00");
+    let doc = t
+        .run(&["ledger", "show", "--json", "--db", "served.sqlite"])
+        .code(0)
+        .json();
+    let jobs = money(&doc).1;
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    assert_eq!(jobs[0].0, "settled");
+    assert_eq!(jobs[0].3, vec!["succeeded"; 4]);
+}
