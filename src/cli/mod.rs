@@ -320,7 +320,8 @@ pub enum PlanCommand {
         #[arg(value_name = "STEP")]
         steps: Vec<String>,
         /// Play only the K-th of N slices of the plan's cells (chosen by a
-        /// hash of each cell's id) and the free steps they need, into a
+        /// hash of each cell's id, or by time with --durations) and the
+        /// free steps they need, into a
         /// bundle for `plan merge`. A paid plan's job is bought once first,
         /// by `--shard prepare`.
         #[arg(long, value_name = "K/N", value_parser = parse_shard, conflicts_with = "steps")]
@@ -336,6 +337,12 @@ pub enum PlanCommand {
         /// nothing; `plan merge` delivers its cells to that job.
         #[arg(long, value_name = "DIR")]
         prepared: Option<PathBuf>,
+        /// With --shard K/N: cut the slices by time, from how long each
+        /// cell took when it last played (the durations.json `plan merge`
+        /// writes into <state dir>/shards/), so the shards end together.
+        /// Every shard must be given the same file.
+        #[arg(long, value_name = "FILE", requires = "shard")]
+        durations: Option<PathBuf>,
         #[command(flatten)]
         load: LoadArgs,
         #[command(flatten)]
@@ -746,6 +753,7 @@ fn plan(command: PlanCommand, cx: &Context) -> u8 {
             shard,
             bundle,
             prepared,
+            durations,
             load,
             run,
             resume,
@@ -758,6 +766,7 @@ fn plan(command: PlanCommand, cx: &Context) -> u8 {
                 let dirs = plan_shard::Dirs {
                     bundle: bundle.as_deref(),
                     prepared: prepared.as_deref(),
+                    durations: durations.as_deref(),
                 };
                 plan_shard::run(cx, &plan, &load, &run, choice, pick, dirs)
             }
@@ -767,6 +776,7 @@ fn plan(command: PlanCommand, cx: &Context) -> u8 {
                 let dirs = plan_shard::Dirs {
                     bundle: Some(&bundle),
                     prepared: prepared.as_deref(),
+                    durations: None,
                 };
                 plan_shard::run(cx, &plan, &load, &run, choice, pick, dirs)
             }

@@ -143,6 +143,8 @@ pub(super) struct Part {
     /// A paid plan's shard: the prepared job's directory, recorded so a
     /// resume names the same job in its bundle.
     pub prepared: Option<std::path::PathBuf>,
+    /// A shard cut by `--durations FILE`: the file's digest.
+    pub partition: Option<String>,
     /// Steps done elsewhere (the prepared job's), never run here.
     pub given: Vec<engine::Given>,
     /// `--shard prepare`: price every cell of the plan.
@@ -321,6 +323,7 @@ pub fn resume(cx: &Context, run_id: Option<&str>, args: &RunArgs) -> u8 {
                 plan: &plan_name,
                 plan_hash: &plan_hash,
                 prepared: part.prepared.as_deref(),
+                partition: part.partition.as_deref(),
             },
             &part.steps,
         ),
@@ -348,6 +351,7 @@ fn part_of(history: &RunHistory) -> Part {
             .clone()
             .zip(options.bundle.clone().map(std::path::PathBuf::from)),
         prepared: options.prepared.clone().map(std::path::PathBuf::from),
+        partition: options.partition.clone(),
         // Journaled in the run already.
         given: Vec::new(),
         prices_whole_plan: options.prices_whole_plan,
@@ -500,6 +504,7 @@ pub(super) fn execute(
             .as_ref()
             .map(|(_, dir)| dir.display().to_string()),
         prepared: part.prepared.as_ref().map(|d| d.display().to_string()),
+        partition: part.partition.clone(),
         given: part.given.clone(),
         prices_whole_plan: part.prices_whole_plan,
     };

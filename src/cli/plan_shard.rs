@@ -37,6 +37,8 @@ pub struct Dirs<'a> {
     pub bundle: Option<&'a Path>,
     /// `--prepared DIR` (a paid plan's shard).
     pub prepared: Option<&'a Path>,
+    /// `--durations FILE`: slices cut by time.
+    pub durations: Option<&'a Path>,
 }
 
 /// `plan run PLAN --shard K/N|prepare [--bundle DIR] [--prepared DIR]`, or
@@ -76,28 +78,14 @@ pub fn run(
             Ok(prepared) => prepared,
             Err(code) => return code,
         };
-    let (slice, default_dir, shard) = if let Some(shard) = shard {
-        let slice: Vec<String> = cells(&whole)
-            .into_iter()
-            .map(|n| whole.instance(n).id.clone())
-            .filter(|id| shard.holds(id))
-            .collect();
-        let dir = state_dir.join("shards").join(shard.dir_name());
-        (slice, dir, shard.to_string())
-    } else {
-        let names = pick_names.unwrap_or_default();
-        match picked_cells(whole, &names) {
-            Ok(slice) => (
-                slice,
-                state_dir.join("shards").join("cells"),
-                "cells".to_owned(),
-            ),
+    let (slice, default_dir, shard, partition) =
+        match chosen(whole, shard, pick_names, dirs.durations, &state_dir) {
+            Ok(chosen) => chosen,
             Err(message) => {
                 cx.console.err(&format!("error: {message}\n"));
                 return exit_code::PLAN_ERROR;
             }
-        }
-    };
+        };
     let bundle = absolute(dirs.bundle.map_or(default_dir, Path::to_path_buf));
     let hash = engine::plan_hash(&loaded);
     if slice.is_empty() {
@@ -109,6 +97,8 @@ pub fn run(
             shard: shard.clone(),
             cells: Vec::new(),
             prepared: prepared.as_ref().map(|(p, _)| p.reference()),
+            partition,
+            durations: std::collections::BTreeMap::new(),
         };
         let note = format!("shard {shard} holds none of the plan's {all} cells");
         return empty_bundle(cx, &bundle, played, &state_dir, &note);
@@ -127,6 +117,7 @@ pub fn run(
             .map(|(p, _)| super::plan_prepare::given_to_shard(p))
             .unwrap_or_default(),
         prepared: prepared.map(|(_, dir)| dir),
+        partition,
         ..Part::default()
     };
     let name = loaded.plan.name.clone();
@@ -145,8 +136,75 @@ pub fn run(
         plan: &name,
         plan_hash: &hash,
         prepared: part.prepared.as_deref(),
+        partition: part.partition.as_deref(),
     };
     bundle_written(cx, args, ran, &made, &part.steps)
+}
+
+/// The cells this run plays, its bundle's default directory, how it is
+/// named, and the durations file's digest when cut by time.
+fn chosen(
+    whole: crate::graph::Pipeline,
+    shard: Option<crate::shard::Shard>,
+    names: Option<Vec<String>>,
+    durations: Option<&Path>,
+    state_dir: &Path,
+) -> Result<(Vec<String>, PathBuf, String, Option<String>), String> {
+    if let Some(shard) = shard {
+        let (slice, partition) = sliced(&whole, shard, durations)
+            .map_err(|e| format!("{e}. Nothing was run or charged"))?;
+        let dir = state_dir.join("shards").join(shard.dir_name());
+        return Ok((slice, dir, shard.to_string(), partition));
+    }
+    let slice = picked_cells(whole, &names.unwrap_or_default())?;
+    let dir = state_dir.join("shards").join("cells");
+    Ok((slice, dir, "cells".to_owned(), None))
+}
+
+/// The cells of `shard`, by a hash of each id, or by time from the
+/// durations file (then with the file's digest, which the bundle records).
+fn sliced(
+    whole: &crate::graph::Pipeline,
+    shard: crate::shard::Shard,
+    durations: Option<&Path>,
+) -> Result<(Vec<String>, Option<String>), String> {
+    let ids: Vec<String> = cells(whole)
+        .into_iter()
+        .map(|n| whole.instance(n).id.clone())
+        .collect();
+    let Some(path) = durations else {
+        return Ok((ids.into_iter().filter(|id| shard.holds(id)).collect(), None));
+    };
+    let (durations, digest) = crate::shard::durations::Durations::read(path)?;
+    let slices = durations.slices(&ids, shard.n);
+    let slice = ids
+        .into_iter()
+        .filter(|id| slices.get(id) == Some(&shard.k))
+        .collect();
+    Ok((slice, Some(digest)))
+}
+
+/// Writes how long each merged cell took to `<state dir>/shards/
+/// durations.json`, over what it held, for the next shards' `--durations`.
+fn keep_durations(cx: &Context, plan: &str, bundles: &[Bundle], state_dir: &Path) {
+    use crate::shard::durations::{DURATIONS_FILE, Durations};
+    let path = state_dir.join("shards").join(DURATIONS_FILE);
+    let earlier = Durations::read(&path).ok().map(|(d, _)| d);
+    let durations = merge::durations(plan, bundles, earlier);
+    if durations.cells.is_empty() {
+        return;
+    }
+    match durations.write(&path) {
+        Ok(()) => cx.console.err(&format!(
+            "kept how long {} took in {}: pass `--durations` that file to the next shards to \
+             balance them by time\n",
+            crate::report::plural(durations.cells.len(), "cell"),
+            path.display()
+        )),
+        Err(e) => cx.console.err(&format!(
+            "warning: the cells' durations were not kept: {e}\n"
+        )),
+    }
 }
 
 /// Writes the bundle of a shard with no cell to play.
@@ -219,6 +277,8 @@ pub(super) struct Made<'a> {
     pub plan_hash: &'a str,
     /// The prepared job's directory (a paid plan's shard).
     pub prepared: Option<&'a Path>,
+    /// The durations file's digest, when the slice was cut by time.
+    pub partition: Option<&'a str>,
 }
 
 /// After a shard's run (or its resume): writes its bundle, then prints the
@@ -236,6 +296,7 @@ pub(super) fn bundle_written(
         plan,
         plan_hash,
         prepared,
+        partition,
     } = *made;
     let ran = match ran {
         Ok(ran) => ran,
@@ -268,6 +329,14 @@ pub(super) fn bundle_written(
         prepared: prepared
             .and_then(|dir| crate::shard::Prepared::read(dir).ok())
             .map(|p| p.reference()),
+        partition: partition.map(str::to_owned),
+        durations: ran
+            .report
+            .steps
+            .iter()
+            .filter(|s| slice.contains(&s.id) && s.state == StepState::Succeeded)
+            .map(|s| (s.id.clone(), s.duration_ms))
+            .collect(),
     };
     let written = Bundle::write(bundle, played, &Store::open(&ran.state_dir));
     let code = plan_run::finish(cx, args, Ok(ran));
@@ -367,6 +436,7 @@ pub fn merge(
             return exit_code::FAILED;
         }
     };
+    keep_durations(cx, &loaded.plan.name, &read, &state_dir);
     cx.console.err(&format!(
         "merging {} from {}{}\n",
         crate::report::plural(imported, "cell"),

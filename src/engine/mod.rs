@@ -111,6 +111,9 @@ pub struct RunOptions {
     /// `--prepared DIR` of a shard: not read by the engine, recorded so a
     /// resume of the shard names the same prepared job in its bundle.
     pub prepared: Option<String>,
+    /// `--durations FILE` of a shard (its digest): not read by the engine,
+    /// recorded so a resume's bundle says how its slice was cut.
+    pub partition: Option<String>,
     /// Steps whose outcome was decided before this run, elsewhere (the job
     /// `--shard prepare` bought, given to the shards and the merge): each
     /// is journaled as succeeded with its records when the run starts and

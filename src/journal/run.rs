@@ -161,6 +161,9 @@ pub struct RecordedOptions {
     /// A shard's `--prepared DIR`: the job it plays for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prepared: Option<String>,
+    /// A shard cut by `--durations FILE`: the file's digest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition: Option<String>,
     /// `--shard prepare`: the price covers every cell of the plan.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub prices_whole_plan: bool,

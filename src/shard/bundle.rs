@@ -49,6 +49,10 @@ pub struct Manifest {
     /// played free; the merge delivers them to this job).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prepared: Option<super::prepared::PreparedRef>,
+    /// The durations file the slices were cut by (its digest), when they
+    /// were cut by time, not by a hash of each cell's id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition: Option<String>,
 }
 
 /// One cell in a bundle.
@@ -62,6 +66,9 @@ pub struct BundleCell {
     pub key: ReuseKey,
     pub key_digest: String,
     pub files: Vec<BundleFile>,
+    /// How long it took to play, when it was played (not reused) here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_ms: Option<u64>,
 }
 
 /// One file of a cell.
@@ -122,6 +129,10 @@ pub struct Played<'a> {
     pub cells: Vec<(String, Option<String>, UnplayedCell)>,
     /// The prepared job a paid plan's shard played for.
     pub prepared: Option<super::prepared::PreparedRef>,
+    /// See [`Manifest::partition`].
+    pub partition: Option<String>,
+    /// How long each cell played here took, by id.
+    pub durations: std::collections::BTreeMap<String, u64>,
 }
 
 impl Bundle {
@@ -148,6 +159,7 @@ impl Bundle {
             cells: Vec::new(),
             unplayed: Vec::new(),
             prepared: played.prepared,
+            partition: played.partition,
         };
         for (id, digest, unplayed) in played.cells {
             let stored = digest.as_deref().and_then(|d| {
@@ -169,6 +181,7 @@ impl Bundle {
                     problem: format!("cell `{id}` could not be copied from the store: {e}"),
                 })?;
             manifest.cells.push(BundleCell {
+                duration_ms: played.durations.get(&id).copied(),
                 id,
                 dir: rel,
                 key,

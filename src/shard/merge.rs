@@ -42,6 +42,10 @@ pub enum MergeError {
         "no bundle given: `gameplan plan merge PLAN BUNDLE...` takes the directories the shards wrote"
     )]
     NoBundle,
+    #[error(
+        "the shards were cut differently: {0}; run every shard with the same `--durations FILE` (or none)"
+    )]
+    Partition(String),
 }
 
 fn list(ids: &[String]) -> String {
@@ -83,6 +87,21 @@ pub fn check(bundles: &[Bundle], plan_hash: &str, expected: &[String]) -> Result
                 ours: plan_hash.to_owned(),
             });
         }
+    }
+    let cut = |b: &Bundle| {
+        b.manifest.partition.as_ref().map_or_else(
+            || "by hash".to_owned(),
+            |d| format!("by durations file {d}"),
+        )
+    };
+    if let Some(other) = bundles.iter().find(|b| cut(b) != cut(&bundles[0])) {
+        return Err(MergeError::Partition(format!(
+            "{} {}, {} {}",
+            bundles[0].dir.display(),
+            cut(&bundles[0]),
+            other.dir.display(),
+            cut(other)
+        )));
     }
     let mut holders: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
     for bundle in bundles {
@@ -148,7 +167,9 @@ fn which_shards(missing: &[&String], bundles: &[Bundle]) -> String {
             .iter()
             .all(|b| b.manifest.shard.ends_with(&format!("/{n}")))
     });
-    match n.filter(|_| agree) {
+    // Cut by time, a cell's slice depends on the durations file.
+    let by_hash = bundles.iter().all(|b| b.manifest.partition.is_none());
+    match n.filter(|_| agree && by_hash) {
         Some(n) => {
             let mut shards: Vec<u32> = missing.iter().map(|id| slice_of(id, n)).collect();
             shards.sort_unstable();
@@ -161,6 +182,24 @@ fn which_shards(missing: &[&String], bundles: &[Bundle]) -> String {
         }
         None => "the shards that hold them".to_owned(),
     }
+}
+
+/// How long each cell of `bundles` took where it was played, over what
+/// `earlier` knew (a cell reused in its shard keeps its earlier time).
+pub fn durations(
+    plan: &str,
+    bundles: &[Bundle],
+    earlier: Option<super::durations::Durations>,
+) -> super::durations::Durations {
+    let mut durations = earlier.unwrap_or_default();
+    durations.format = super::durations::DURATIONS_FORMAT;
+    plan.clone_into(&mut durations.plan);
+    for cell in bundles.iter().flat_map(|b| &b.manifest.cells) {
+        if let Some(ms) = cell.duration_ms {
+            durations.cells.insert(cell.id.clone(), ms);
+        }
+    }
+    durations
 }
 
 /// Puts every cell of `bundles` into `store` under its key. Returns how

@@ -11,6 +11,7 @@
 //! a step.
 
 pub mod bundle;
+pub mod durations;
 pub mod merge;
 pub mod prepared;
 pub mod slice;

@@ -82,6 +82,7 @@ pub(super) fn open_journal(
                     shard: options.shard.clone(),
                     bundle: options.bundle.clone(),
                     prepared: options.prepared.clone(),
+                    partition: options.partition.clone(),
                     prices_whole_plan: options.prices_whole_plan,
                     fail_on: options
                         .fail_on

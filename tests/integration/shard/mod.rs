@@ -4,6 +4,7 @@
 //! refused before anything runs, naming what is wrong.
 
 mod bundles;
+mod durations;
 mod executor;
 mod merge;
 mod paid;
