@@ -89,6 +89,19 @@ fn verdicts(stdout: &str) -> Vec<String> {
         .collect()
 }
 
+/// The findings a run's summary lists (severity, category, fingerprint,
+/// text): the same whatever ran where.
+fn findings(stdout: &str) -> Vec<&str> {
+    stdout
+        .lines()
+        .filter(|l| {
+            ["  critical ", "  high ", "  medium ", "  low "]
+                .iter()
+                .any(|s| l.starts_with(s))
+        })
+        .collect()
+}
+
 #[test]
 fn a_paid_plan_in_three_shards_is_bought_once_delivered_and_settled_once_like_the_whole_run() {
     let t = demo();
@@ -130,6 +143,8 @@ fn a_paid_plan_in_three_shards_is_bought_once_delivered_and_settled_once_like_th
         .stdout_has("settled job job-1: charged $1.00, refunded $0.00");
     assert_eq!(verdicts(&merged.stdout), verdicts(&whole.stdout));
     assert!(!verdicts(&merged.stdout).is_empty());
+    assert_eq!(findings(&merged.stdout), findings(&whole.stdout));
+    assert_eq!(findings(&whole.stdout).len(), 4, "{}", whole.stdout);
     let merged_money = money(&ledger(&t, ".gameplan"));
     assert_eq!(merged_money, whole_money, "the sharded run's money differs");
     assert_eq!(merged_money.1[0].0, "settled");
