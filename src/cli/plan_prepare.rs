@@ -96,9 +96,7 @@ pub(super) fn buy(
         return (exit_code::PLAN_ERROR, None);
     }
     let state_dir = engine::state_dir(&loaded.root, args.state_dir.as_deref());
-    let dir = super::plan_shard::absolute(
-        bundle.map_or_else(|| default_dir(&state_dir), Path::to_path_buf),
-    );
+    let dir = plan_run::absolute(bundle.map_or_else(|| default_dir(&state_dir), Path::to_path_buf));
     cx.console.err(&format!(
         "preparing the job of every cell of plan `{}` ({}), into {}\n",
         loaded.plan.name,
@@ -239,8 +237,7 @@ pub(super) fn for_shard(
     if buying_front(whole).is_empty() {
         return Ok(None);
     }
-    let dir =
-        super::plan_shard::absolute(flag.map_or_else(|| default_dir(state_dir), Path::to_path_buf));
+    let dir = plan_run::absolute(flag.map_or_else(|| default_dir(state_dir), Path::to_path_buf));
     let prepared = read_for(cx, loaded, &dir, "each shard")?;
     Ok(Some((prepared, dir)))
 }
@@ -272,7 +269,7 @@ pub(super) fn for_merge(
         (true, [] | [_]) => {
             let dir = prepare_dirs.first().map_or_else(
                 || default_dir(state_dir),
-                |d| super::plan_shard::absolute((*d).clone()),
+                |d| plan_run::absolute((*d).clone()),
             );
             read_for(cx, loaded, &dir, "`plan merge`").map(Some)
         }

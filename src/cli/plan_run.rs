@@ -151,6 +151,12 @@ pub(super) struct Part {
     pub prices_whole_plan: bool,
 }
 
+/// `path` from the current directory: a bundle's or a prepared job's
+/// directory as a resume (maybe elsewhere) will find it.
+pub(super) fn absolute(path: std::path::PathBuf) -> std::path::PathBuf {
+    std::path::absolute(&path).unwrap_or(path)
+}
+
 /// Prints a finished run's report, or passes on the code of one that could
 /// not start.
 pub(super) fn finish(cx: &Context, args: &RunArgs, ran: Result<Ran, u8>) -> u8 {

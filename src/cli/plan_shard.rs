@@ -86,7 +86,7 @@ pub fn run(
                 return exit_code::PLAN_ERROR;
             }
         };
-    let bundle = absolute(dirs.bundle.map_or(default_dir, Path::to_path_buf));
+    let bundle = plan_run::absolute(dirs.bundle.map_or(default_dir, Path::to_path_buf));
     let hash = engine::plan_hash(&loaded);
     if slice.is_empty() {
         // Nothing of this slice to play (more shards than cells): an empty
@@ -260,13 +260,6 @@ fn picked_cells(whole: Pipeline, names: &[String]) -> Result<Vec<String>, String
         );
     }
     Ok(picked)
-}
-
-pub(super) fn absolute(path: PathBuf) -> PathBuf {
-    if path.is_absolute() {
-        return path;
-    }
-    std::env::current_dir().map_or(path.clone(), |cwd| cwd.join(path))
 }
 
 /// What a bundle names: who made it, where, for which plan and job.
