@@ -97,6 +97,7 @@ pub fn run(
             ExecutorKind::Ray => 500,
         }),
         prepared: prepared.as_ref().map(|(_, dir)| dir.clone()),
+        cap: pool_cap(&loaded, &part),
     };
     let collected = match play_remote(cx, executor.as_ref(), &work) {
         Ok(collected) => collected,
@@ -261,6 +262,27 @@ fn cells_to_send(
         })
         .collect();
     (cell_list, all_cells)
+}
+
+/// The smallest `[pools]` size among the pools the part's cells take a
+/// slot of (their step's `pool`, else their kind's: `play`, `browser`).
+fn pool_cap(loaded: &LoadedPlan, part: &crate::graph::Pipeline) -> Option<u32> {
+    let kinds = crate::steps::Kinds::for_run(crate::steps::RunSettings {
+        concurrency: 1,
+        redactor: loaded.redactor.clone(),
+    });
+    cells(part)
+        .into_iter()
+        .filter_map(|n| {
+            let instance = part.instance(n);
+            let pool = part.steps[instance.step].pool.as_deref().or_else(|| {
+                kinds
+                    .get(instance.kind)
+                    .and_then(|k| k.resource(&loaded.plan))
+            })?;
+            loaded.plan.pools.get(pool).copied()
+        })
+        .min()
 }
 
 /// Plays the cells through `executor`; `Err`: the exit code, said.

@@ -47,6 +47,28 @@ pub struct Work {
     /// A paid plan's prepared job (in the shared directory): each job plays
     /// for it, free, and buys nothing.
     pub prepared: Option<PathBuf>,
+    /// The plan's `[pools]` size for its cells (the smallest that applies):
+    /// a job then plays that many of its cells at once and holds as many
+    /// CPUs. Without one, a job holds one CPU and its gameplan plays as the
+    /// node's cores allow, as a run without an executor does.
+    pub cap: Option<u32>,
+}
+
+/// How many cells a job plays at once and the CPUs it holds: the plan's
+/// pool, no more than the job's cells, and no more than the largest node
+/// has (a job asking more would wait for ever).
+#[derive(Debug, Clone, Copy)]
+struct Sizing {
+    cap: Option<u32>,
+    largest: Option<u32>,
+}
+
+impl Sizing {
+    fn of(self, cells: usize) -> Option<u32> {
+        let cells = u32::try_from(cells).unwrap_or(u32::MAX);
+        let cap = self.cap?.min(cells).min(self.largest.unwrap_or(u32::MAX));
+        Some(cap.max(1))
+    }
 }
 
 /// How the jobs ended.
@@ -183,7 +205,7 @@ fn submission_id(coordinator: &str, cells: &[String], attempt: u32) -> String {
     format!("gameplan-{coordinator}-{batch}-{attempt}")
 }
 
-fn job(work: &Work, submission_id: &str, cells: &[String]) -> JobSpec {
+fn job(work: &Work, sizing: Sizing, submission_id: &str, cells: &[String]) -> JobSpec {
     let dir = work.shared_dir.join(submission_id);
     let mut argv = vec![
         work.exe.display().to_string(),
@@ -202,6 +224,10 @@ fn job(work: &Work, submission_id: &str, cells: &[String]) -> JobSpec {
     if let Some(prepared) = &work.prepared {
         argv.extend(["--prepared".to_owned(), prepared.display().to_string()]);
     }
+    let at_once = sizing.of(cells.len());
+    if let Some(n) = at_once {
+        argv.extend(["--concurrency".to_owned(), n.to_string()]);
+    }
     for (name, value) in &work.vars {
         argv.extend(["--var".to_owned(), format!("{name}={value}")]);
     }
@@ -212,7 +238,7 @@ fn job(work: &Work, submission_id: &str, cells: &[String]) -> JobSpec {
         cwd: work.root.clone(),
         env: BTreeMap::new(),
         dir,
-        num_cpus: 1.0,
+        num_cpus: f64::from(at_once.unwrap_or(1)),
     }
 }
 
@@ -273,10 +299,15 @@ pub async fn play(
     }
     let mut jobs: Vec<JobSpec> = Vec::new();
     let (mut submitted, mut reattached) = (0, 0);
+    let sizing = Sizing {
+        cap: work.cap,
+        largest: executor.largest_node_cpus().await,
+    };
     for cells in batches(&work.cells, work.batch) {
         let (spec, sent) = place(
             executor,
             work,
+            sizing,
             &journal,
             &coordinator,
             known.get(&cells),
@@ -328,6 +359,7 @@ fn open(work: &Work) -> Result<Journal, Halt> {
 async fn place(
     executor: &dyn Executor,
     work: &Work,
+    sizing: Sizing,
     journal: &Journal,
     coordinator: &str,
     known: Option<&(String, u32)>,
@@ -337,7 +369,7 @@ async fn place(
     let (id, attempt) = known
         .cloned()
         .unwrap_or_else(|| (submission_id(coordinator, &cells, 1), 1));
-    let spec = job(work, &id, &cells);
+    let spec = job(work, sizing, &id, &cells);
     if complete(&spec).is_some() {
         return Ok((spec, false));
     }
@@ -351,7 +383,7 @@ async fn place(
         JobState::Succeeded | JobState::Failed(_) | JobState::Stopped => {
             // Over without all its cells: once more, as a new attempt.
             let id = submission_id(coordinator, &cells, attempt + 1);
-            let spec = job(work, &id, &cells);
+            let spec = job(work, sizing, &id, &cells);
             journal
                 .append(&Event::Submitted {
                     submission_id: id,
@@ -533,6 +565,18 @@ pub fn jobs_dir(shared_dir: &Path, plan_hash: &str) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_job_plays_its_pools_cells_at_once_within_its_cells_and_the_largest_node() {
+        let sizing = |cap, largest| Sizing { cap, largest };
+        // No pool: one CPU held, the node's gameplan plays as it likes.
+        assert_eq!(sizing(None, Some(8)).of(8), None);
+        assert_eq!(sizing(Some(2), None).of(8), Some(2));
+        assert_eq!(sizing(Some(4), None).of(3), Some(3));
+        // Never more than the largest node: the job would wait for ever.
+        assert_eq!(sizing(Some(16), Some(2)).of(8), Some(2));
+        assert_eq!(sizing(Some(0), Some(2)).of(8), Some(1));
+    }
 
     #[test]
     fn llm_cells_go_alone_and_the_rest_in_batches_in_plan_order() {

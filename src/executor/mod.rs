@@ -93,4 +93,10 @@ pub trait Executor: Send + Sync {
     /// Stops the job (and every process it started); a job already over is
     /// left as it is.
     fn cancel<'a>(&'a self, job: &'a JobSpec) -> BoxFuture<'a, Result<(), ExecError>>;
+    /// The most CPUs one job can hold (the largest node's), when the
+    /// executor places jobs by the CPUs they hold; `None` when it does not
+    /// (every local job runs at once).
+    fn largest_node_cpus(&self) -> BoxFuture<'_, Option<u32>> {
+        Box::pin(async { None })
+    }
 }

@@ -69,6 +69,21 @@ impl Executor for Ray {
         })
     }
 
+    fn largest_node_cpus(&self) -> BoxFuture<'_, Option<u32>> {
+        Box::pin(async move {
+            // Not known (an older Ray, no state API): a job holds one CPU,
+            // which every node has.
+            let cpus = self.client.node_cpus().await.ok()?;
+            let largest = cpus.into_iter().fold(0.0_f64, f64::max);
+            #[expect(
+                clippy::cast_possible_truncation,
+                clippy::cast_sign_loss,
+                reason = "a node's CPU count, whole and small"
+            )]
+            Some((largest.floor() as u32).max(1))
+        })
+    }
+
     fn status<'a>(&'a self, job: &'a JobSpec) -> BoxFuture<'a, Result<JobState, ExecError>> {
         Box::pin(async move {
             match self.client.status(&id(job)?).await {

@@ -268,6 +268,22 @@ impl JobsClient {
             .await
     }
 
+    /// The CPUs of each node alive in the cluster (the state API's
+    /// `GET /api/v0/nodes`, its first 100 nodes).
+    pub async fn node_cpus(&self) -> Result<Vec<f64>, RayError> {
+        let nodes: wire::Nodes = self
+            .call(Method::GET, &["api", "v0", "nodes"], None, About::Cluster)
+            .await?;
+        Ok(nodes
+            .data
+            .result
+            .result
+            .into_iter()
+            .filter(|n| n.state == "ALIVE")
+            .filter_map(|n| n.resources_total.get("CPU").copied())
+            .collect())
+    }
+
     /// Forgets an ended job (its record and its id; the log file stays on
     /// its node). Ray refuses one still running ([`RayError::Other`]).
     pub async fn delete(&self, id: &SubmissionId) -> Result<bool, RayError> {

@@ -266,6 +266,32 @@ pub(super) struct Logs {
     pub logs: String,
 }
 
+/// `GET /api/v0/nodes`'s answer (the state API): `{data: {result:
+/// {result: [node…]}}}`.
+#[derive(Debug, Deserialize)]
+pub(super) struct Nodes {
+    pub data: NodesData,
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct NodesData {
+    pub result: NodesResult,
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct NodesResult {
+    pub result: Vec<Node>,
+}
+
+/// One node as the state API lists it; only what gameplan reads.
+#[derive(Debug, Deserialize)]
+pub(super) struct Node {
+    #[serde(default)]
+    pub state: String,
+    #[serde(default)]
+    pub resources_total: BTreeMap<String, f64>,
+}
+
 /// `GET /api/version`'s answer.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct Version {

@@ -268,3 +268,26 @@ fn the_paid_demo_on_ray_is_bought_once_played_on_the_nodes_and_settled_once() {
         .collect();
     assert_eq!(runs, vec!["succeeded"; 4]);
 }
+
+#[test]
+fn a_job_holds_as_many_cpus_as_its_pool_plays_at_once_never_more_than_a_node_has() {
+    let cluster = shared();
+    let t = Test::new().file("game/coins.py", slow_coins(0.0));
+    // A pool of 4 on nodes of 2 CPUs: each job plays 2 at once, holding 2.
+    let plan =
+        plan_in_batches(&t, &cluster, 4, 6, 4).replace("[budget]", "[pools]\nplay = 4\n\n[budget]");
+    t.write("plan.toml", plan);
+    t.run(&["plan", "run", "plan.toml"])
+        .code(0)
+        .stderr_has("8 cells in 2 jobs on the ray executor (2 submitted")
+        .stdout_has("8 cells (0 played, 8 reused)");
+    let jobs = jobs_of(&t, &cluster);
+    assert_eq!(jobs.len(), 2, "{jobs:#?}");
+    for job in &jobs {
+        assert!(
+            job.entrypoint.contains("'--concurrency' '2'"),
+            "{}",
+            job.entrypoint
+        );
+    }
+}
