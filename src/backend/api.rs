@@ -1,4 +1,4 @@
-//! The typed API every backend speaks (docs/serve.md): one request and one
+//! The typed API every backend speaks (DESIGN §6): one request and one
 //! response type per call, and the error body. `local` passes these values
 //! to the ledger directly; `gameplan serve` and the `http` backend move the
 //! same types as JSON, so both backends give the same answers.
@@ -157,7 +157,7 @@ pub struct RegisterRequest {
     pub run_length: RunLength,
 }
 
-/// Where a run is: queued → launching → playing → reporting →
+/// Where a run is (DESIGN §6): queued → launching → playing → reporting →
 /// uploading → succeeded; any open state → failed, canceled,
 /// `budget_exceeded`; playing → interrupted → launching.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -1,5 +1,5 @@
 //! The conformance suite: one paid job walked through every call of
-//! the API (`crate::backend::endpoint`) against any [`Backend`], asserting the answers (codes,
+//! DESIGN §6 against any [`Backend`], asserting the answers (codes,
 //! states, money) that every backend must give alike.
 //!
 //! One source, three runs: against `local` (the ledger's tests), against

@@ -1,4 +1,4 @@
-//! The API's endpoints (docs/serve.md) in one table: each call's method, path,
+//! The API's endpoints (DESIGN §6) in one table: each call's method, path,
 //! the scopes its token must hold and what its body is.
 //!
 //! The `http` backend builds its URLs from it, `gameplan serve` its routes

@@ -1,4 +1,4 @@
-//! The `http` backend: the API ([`super::endpoint`]) over HTTP (reqwest with rustls
+//! The `http` backend: the API of DESIGN §6 over HTTP (reqwest with rustls
 //! and ring), to `gameplan serve` or any server speaking it.
 //!
 //! It owns the wire: the bearer token, JSON, timeouts, and what a failed

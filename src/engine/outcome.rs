@@ -1,6 +1,5 @@
 //! How a step's outcome becomes its state, and how the states of a run
-//! become its exit code (`crate::exit_code`, docs/running.md), by one
-//! documented order.
+//! become its exit code (DESIGN §9), by one documented order.
 //!
 //! # The order
 //!

@@ -1,5 +1,5 @@
-//! The schedule: step states, readiness and skipping, by these rules
-//! (a step is ready when every step it needs has finished; a step
+//! The schedule: step states, readiness and skipping, by the rules of
+//! DESIGN §3 (a step is ready when every step it needs has finished; a step
 //! whose need did not succeed is skipped, and so is everything below it,
 //! unless it is `always`; an incomplete need did not succeed unless its
 //! kind's partial results are results). Pure bookkeeping: it starts nothing, writes
@@ -15,7 +15,7 @@ use petgraph::graph::NodeIndex;
 use crate::graph::Pipeline;
 use crate::journal::run::StepState;
 
-/// Step states, readiness and skipping: the scheduling rules (docs/running.md).
+/// Step states, readiness and skipping: the scheduling rules of DESIGN §3.
 pub struct Schedule {
     pipeline: Arc<Pipeline>,
     pub states: Vec<StepState>,

@@ -1,4 +1,4 @@
-//! `trace.jsonl` (docs/play.md): what replay and shrink need to play a cell again.
+//! `trace.jsonl` (DESIGN §7): what replay and shrink need to play a cell again.
 //!
 //! Owns the format, its writer and its reader, and [`QuitReason`] (a trace's
 //! `end`). A trace holds no timestamps, durations or paths outside the repo:

@@ -1,5 +1,5 @@
 //! The merge of play cell reports, and `aggregate.json` / `aggregate.md`,
-//! the files an `aggregate` step writes (docs/play.md, docs/review.md).
+//! the files an `aggregate` step writes (DESIGN §3, §7).
 //!
 //! **One place merges cell reports**: [`merge_findings`] is what the
 //! `aggregate` step runs and what the end of `plan run` runs for a plan

@@ -1,4 +1,4 @@
-//! Units: the pieces a lens judges one at a time (docs/review.md), each with a
+//! Units: the pieces a lens judges one at a time (DESIGN §8), each with a
 //! stable id and the sha256 of its content, which its reuse key stands on.
 //!
 //! - `files`: one per file the lens's globs match inside the repo; id and

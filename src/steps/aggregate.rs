@@ -1,5 +1,5 @@
 //! The `aggregate` step kind: every play cell's report merged into
-//! `aggregate.json` and `aggregate.md` in the step's directory (docs/play.md).
+//! `aggregate.json` and `aggregate.md` in the step's directory (DESIGN §3).
 //! The merge and the rendering are `crate::report::aggregate`'s; this kind
 //! owns which cells it reads, its key, and its files.
 //!

@@ -1,4 +1,4 @@
-//! The `finish` step kind: settles the run's job once (docs/money.md): the
+//! The `finish` step kind: settles the run's job once (DESIGN §3, §6): the
 //! runs that never played are refunded, and the settlement is printed, in
 //! the run's output and its end-of-run summary.
 //!

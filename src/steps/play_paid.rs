@@ -1,4 +1,4 @@
-//! The backend run of a paid play cell (docs/money.md): the part of the
+//! The backend run of a paid play cell (DESIGN §5, §6): the part of the
 //! `play` kind that tells the backend how its bought run goes.
 //!
 //! A cell is paid when the run has a backend and `register` bought a run

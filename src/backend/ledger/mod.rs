@@ -1,4 +1,4 @@
-//! The ledger: every money rule, over one `SQLite` file (docs/money.md). The
+//! The ledger: every money rule, over one `SQLite` file (DESIGN §6). The
 //! `local` backend calls it directly; `gameplan serve` (`crate::server`)
 //! puts thin HTTP routes in front of the same methods, so both answer alike.
 //!
@@ -455,7 +455,7 @@ pub struct NewToken {
     pub created_account: bool,
 }
 
-/// The whole ledger, for inspection (`ledger show --json`).
+/// The whole ledger, for inspection (DESIGN §6's `ledger show --json`).
 #[derive(Debug, Clone, Serialize)]
 pub struct LedgerView {
     pub accounts: Vec<AccountView>,

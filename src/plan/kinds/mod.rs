@@ -122,7 +122,7 @@ macro_rules! registry {
     ($($name:literal => $Kind:ident in $file:ident,)*) => {
         $(pub mod $file;)*
 
-        /// The step kinds (docs/plans.md › Steps and `needs`).
+        /// The step kinds of DESIGN §3.
         #[derive(
             Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema, Serialize,
         )]

@@ -198,27 +198,3 @@ fn no_test_is_named_after_an_issue() {
         named.join("\n")
     );
 }
-
-#[test]
-fn no_comment_cites_a_design_file_the_repo_does_not_have() {
-    // Built so this file does not match itself.
-    let needles = [concat!("DESIGN", " §"), concat!("DESIGN", ".md")];
-    let mut cited = Vec::new();
-    for dir in ["src", "tests"] {
-        for file in files(&repo().join(dir), ".rs") {
-            let text = std::fs::read_to_string(&file).expect("source");
-            for (n, line) in text.lines().enumerate() {
-                let comment = line.trim_start().starts_with("//");
-                if comment && needles.iter().any(|needle| line.contains(needle)) {
-                    cited.push(format!("{}:{}", file.display(), n + 1));
-                }
-            }
-        }
-    }
-    assert!(
-        cited.is_empty(),
-        "cite the docs/ page (or the item) that holds the rule, not a design file users do \
-         not have:\n{}",
-        cited.join("\n")
-    );
-}

@@ -8,7 +8,7 @@
 
 use crate::support::Test;
 
-/// A command lens speaking the command-lens protocol (docs/review.md). It appends the ids it
+/// A command lens speaking the DESIGN §8 protocol. It appends the ids it
 /// was sent to `lens.log` (one line per call), then answers per unit from
 /// the unit's text: `BAD` is a finding, `SKIP` gets no verdict, `NA` is
 /// n/a, `DIE` makes it write half an answer and die, `SLEEP` makes it
