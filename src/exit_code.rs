@@ -1,4 +1,5 @@
-//! The exit codes of `gameplan` (DESIGN §9): the one contract CI scripts act on.
+//! The exit codes of `gameplan` (docs/running.md › Exit codes): the one
+//! contract CI scripts act on.
 
 /// Every step succeeded or was reused; every gate SEND-READY.
 pub const SUCCESS: u8 = 0;

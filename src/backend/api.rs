@@ -1,7 +1,8 @@
-//! The typed API every backend speaks (DESIGN §6): one request and one
-//! response type per call, and the error body. `local` passes these values
-//! to the ledger directly; `gameplan serve` and the `http` backend move the
-//! same types as JSON, so both backends give the same answers.
+//! The typed API every backend speaks (docs/serve.md › The API): one
+//! request and one response type per call, and the error body. `local`
+//! passes these values to the ledger directly; `gameplan serve` and the
+//! `http` backend move the same types as JSON, so both backends give the
+//! same answers.
 //!
 //! Field names are the wire names. Money is always integer cents (`i64`).
 //!
@@ -157,9 +158,10 @@ pub struct RegisterRequest {
     pub run_length: RunLength,
 }
 
-/// Where a run is (DESIGN §6): queued → launching → playing → reporting →
-/// uploading → succeeded; any open state → failed, canceled,
-/// `budget_exceeded`; playing → interrupted → launching.
+/// Where a run is (docs/money.md › A bought cell reports as it plays):
+/// queued → launching → playing → reporting → uploading → succeeded; any
+/// open state → failed, canceled, `budget_exceeded`; playing → interrupted
+/// → launching.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RunState {

@@ -1,6 +1,6 @@
-//! The conformance suite: one paid job walked through every call of
-//! DESIGN §6 against any [`Backend`], asserting the answers (codes,
-//! states, money) that every backend must give alike.
+//! The conformance suite: one paid job walked through every call of the
+//! API (docs/serve.md › The API) against any [`Backend`], asserting the
+//! answers (codes, states, money) that every backend must give alike.
 //!
 //! One source, three runs: against `local` (the ledger's tests), against
 //! the routes served in-process (the `http` backend's tests), and against

@@ -1,5 +1,5 @@
-//! The API's endpoints (DESIGN §6) in one table: each call's method, path,
-//! the scopes its token must hold and what its body is.
+//! The API's endpoints (docs/serve.md › The API) in one table: each call's
+//! method, path, the scopes its token must hold and what its body is.
 //!
 //! The `http` backend builds its URLs from it, `gameplan serve` its routes
 //! (one per row, each row's handler chosen by an exhaustive `match`), and

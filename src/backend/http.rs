@@ -1,5 +1,5 @@
-//! The `http` backend: the API of DESIGN §6 over HTTP (reqwest with rustls
-//! and ring), to `gameplan serve` or any server speaking it.
+//! The `http` backend: the API (docs/serve.md) over HTTP (reqwest with
+//! rustls and ring), to `gameplan serve` or any server speaking it.
 //!
 //! It owns the wire: the bearer token, JSON, timeouts, and what a failed
 //! attempt means; its paths are [`super::endpoint`]'s. It holds no money

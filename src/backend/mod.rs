@@ -1,4 +1,4 @@
-//! Backends: where money and uploads go (DESIGN §6).
+//! Backends: where money and uploads go (docs/money.md, docs/serve.md).
 //!
 //! Owns the [`Backend`] trait that money and delivery steps call through
 //! [`crate::steps::StepIo::backend`], the typed API it speaks ([`api`]) and
@@ -36,7 +36,7 @@ pub use ledger::runs::UploadTarget;
 /// A backend call in flight (the `http` backend's are network requests).
 pub type Call<'a, T> = Pin<Box<dyn Future<Output = Result<T, ApiError>> + Send + 'a>>;
 
-/// One backend a run talks to: one method per call of DESIGN §6 (per
+/// One backend a run talks to: one method per call of the API (per
 /// [`Endpoint`]: a test holds the `http` backend to calling each).
 pub trait Backend: Send + Sync {
     /// `local` or `http`, for messages.

@@ -1,5 +1,6 @@
 //! How a step's outcome becomes its state, and how the states of a run
-//! become its exit code (DESIGN §9), by one documented order.
+//! become its exit code (one of [`crate::exit_code`]'s), by one documented
+//! order.
 //!
 //! # The order
 //!

@@ -1,9 +1,9 @@
 //! The schedule: step states, readiness and skipping, by the rules of
-//! DESIGN §3 (a step is ready when every step it needs has finished; a step
-//! whose need did not succeed is skipped, and so is everything below it,
-//! unless it is `always`; an incomplete need did not succeed unless its
-//! kind's partial results are results). Pure bookkeeping: it starts nothing, writes
-//! nothing, and is tested on its own.
+//! docs/plans.md › Steps and `needs` (a step is ready when every step it
+//! needs has finished; a step whose need did not succeed is skipped, and so
+//! is everything below it, unless it is `always`; an incomplete need did not
+//! succeed unless its kind's partial results are results). Pure
+//! bookkeeping: it starts nothing, writes nothing, and is tested on its own.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -15,7 +15,8 @@ use petgraph::graph::NodeIndex;
 use crate::graph::Pipeline;
 use crate::journal::run::StepState;
 
-/// Step states, readiness and skipping: the scheduling rules of DESIGN §3.
+/// Step states, readiness and skipping: the scheduling rules of the module
+/// doc.
 pub struct Schedule {
     pipeline: Arc<Pipeline>,
     pub states: Vec<StepState>,

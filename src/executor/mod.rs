@@ -5,10 +5,10 @@
 //! into a bundle under a directory the node and this machine share. The
 //! seam is five verbs (submit, status, logs, cancel, and the bundle's path);
 //! [`local`] runs jobs as gameplan processes on this machine, [`ray`] as
-//! jobs on a Ray cluster (DESIGN names Kubernetes Indexed Jobs and Slurm
-//! as the next ones). [`coordinator`] owns
-//! what does not depend on where: cutting the cells into batches, naming
-//! each job (its submission id, journaled before it is submitted, so a
+//! jobs on a Ray cluster (docs/shards.md › Cells as jobs: `[executor]`);
+//! Kubernetes Indexed Jobs and Slurm would be the next ones.
+//! [`coordinator`] owns what does not depend on where: cutting the cells
+//! into batches, naming each job (its submission id, journaled before it is submitted, so a
 //! killed gameplan re-attaches instead of submitting again), waiting,
 //! showing logs, and stopping every job on Ctrl-C. A job's cells join the
 //! run through their bundle, exactly as a shard's do (`shard`): verified,

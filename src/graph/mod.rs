@@ -86,9 +86,10 @@ pub enum ExpandError {
     Cell { instance: String, message: String },
 }
 
-/// The default paid pipeline (DESIGN §2): estimate → register → play (persona ×
-/// controller) → deliver (per play cell) → aggregate → one gate step per gate,
-/// in order → finish (always).
+/// The default paid pipeline (docs/plans.md › The model: from a file to a
+/// graph of steps): estimate → register → play (persona × controller) →
+/// deliver (per play cell) → aggregate → one gate step per gate, in order →
+/// finish (always).
 pub fn default_steps(plan: &Plan) -> Vec<Step> {
     let step = |id: &str, kind: StepKind, needs: Vec<String>| Step {
         id: id.to_owned(),

@@ -1,5 +1,5 @@
 //! `dispositions.toml`: accepted findings (waivers) with a reason, an owner
-//! and an expiry date (DESIGN §8).
+//! and an expiry date (docs/review.md › Dispositions).
 //!
 //! The file lives beside the plan. Each `[[dispositions]]` names the lens it
 //! applies to and at least one matcher: a finding `fingerprint` (exact), a

@@ -14,7 +14,8 @@ pub use super::kinds::{Params, StepKind};
 pub use super::raw::{BackendKind, Driver, ExecutorKind, LensKind, LensOver};
 pub use crate::finding_class::{Category, Severity};
 
-/// The built-in action controllers (DESIGN §7).
+/// The built-in action controllers (docs/llm-players.md › Controllers and
+/// model calls).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Controller {

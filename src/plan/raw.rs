@@ -1,8 +1,9 @@
 //! The plan as written: one type per table of the file, with spans kept.
 //!
-//! These types mirror the file key for key (DESIGN §2, §3) and generate
-//! `schemas/plan.schema.json`. They say nothing about whether the plan makes
-//! sense; `validate` checks that and produces the model the engine sees.
+//! These types mirror the file key for key (docs/plans.md › The keys of a
+//! plan) and generate `schemas/plan.schema.json`. They say nothing about
+//! whether the plan makes sense; `validate` checks that and produces the
+//! model the engine sees.
 //! Every table is read kind-first: `kind` decides which keys are allowed.
 
 use std::collections::BTreeMap;

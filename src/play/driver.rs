@@ -28,7 +28,8 @@ use super::stdio::GameProcess;
 use super::webdriver::BrowserSession;
 
 /// The environment variables a game inherits from gameplan; everything else
-/// it sees is declared (DESIGN §7).
+/// it sees is what `[game] env` declares, plus the `GAMEPLAN_GAME_CELL`
+/// marker (docs/bridge.md › The environment).
 pub const KEPT_ENV: [&str; 4] = ["PATH", "HOME", "LANG", "TMPDIR"];
 
 /// Which driver plays a game and what it starts: said once, here. A new
@@ -130,9 +131,10 @@ impl BrowserGame {
 }
 
 impl GameSpec {
-    /// A stdio game's spec with the defaults of DESIGN §2 (`action_timeout` 10 s,
-    /// `stuck_after` 8), the default limits, and the kept variables of
-    /// `parent_env` (the caller's environment, as captured in its context).
+    /// A stdio game's spec with the default deadlines of docs/bridge.md ›
+    /// Deadlines (`action_timeout` 10 s, `stuck_after` 8), the default
+    /// limits, and the kept variables of `parent_env` (the caller's
+    /// environment, as captured in its context).
     pub fn new(command: Vec<String>, root: PathBuf, parent_env: &BTreeMap<String, String>) -> Self {
         let env = KEPT_ENV
             .iter()

@@ -1,5 +1,5 @@
 //! Play: personas playing a real build of a game over the bridge protocol,
-//! coming back with evidence of what is wrong with it (DESIGN §7).
+//! coming back with evidence of what is wrong with it (docs/play.md).
 //!
 //! Owns the bridge protocol, the [`driver::Driver`] seam and its two
 //! drivers (`stdio`, `webdriver`), players, controllers,

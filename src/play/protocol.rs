@@ -1,4 +1,4 @@
-//! Bridge protocol v1 (DESIGN §7): the JSON lines gameplan and a game
+//! Bridge protocol v1 (docs/bridge.md): the JSON lines gameplan and a game
 //! exchange over stdio, and the observation hash that traces record.
 //!
 //! Owns the message types (their JSON Schema is `schemas/bridge.schema.json`,

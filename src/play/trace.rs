@@ -1,4 +1,5 @@
-//! `trace.jsonl` (DESIGN §7): what replay and shrink need to play a cell again.
+//! `trace.jsonl` (docs/bridge.md › The trace): what replay and shrink need
+//! to play a cell again.
 //!
 //! Owns the format, its writer and its reader, and [`QuitReason`] (a trace's
 //! `end`). A trace holds no timestamps, durations or paths outside the repo:

@@ -1,5 +1,6 @@
 //! The merge of play cell reports, and `aggregate.json` / `aggregate.md`,
-//! the files an `aggregate` step writes (DESIGN §3, §7).
+//! the files an `aggregate` step writes (docs/getting-started.md › What a
+//! cell and the aggregate write).
 //!
 //! **One place merges cell reports**: [`merge_findings`] is what the
 //! `aggregate` step runs and what the end of `plan run` runs for a plan

@@ -1,7 +1,8 @@
 //! The `command` lens: one call runs the lens's program with
 //! `{"lens": NAME, "units": [UNIT…]}` (plus `"reviewer"` for a reviewer's
 //! instance) on stdin and reads `{"verdicts": [{"unit", "verdict",
-//! "findings"}]}` from its stdout (DESIGN §8).
+//! "findings"}]}` from its stdout (docs/review.md › Lens kinds: `rule` and
+//! `command`).
 //!
 //! What a call cannot vouch for is missing, never clear: a unit it did not
 //! answer for, every unit of a call that timed out, wrote more than the

@@ -1,6 +1,6 @@
 //! Review: units, lenses, gates, dispositions, verdicts and unit reuse
-//! (DESIGN §8). Judging never moves money and never runs a plan: the `gate`
-//! step kind (`steps/gate.rs`) is where the engine meets it.
+//! (docs/review.md). Judging never moves money and never runs a plan: the
+//! `gate` step kind (`steps/gate.rs`) is where the engine meets it.
 //!
 //! - [`patches`]: a `git format-patch` series read into units (one per file
 //!   per patch, with its hunks).

@@ -1,5 +1,5 @@
 //! A `git format-patch` series read into review units: one per file per
-//! patch, with its hunks (DESIGN §8).
+//! patch, with its hunks (docs/review.md › Patch series).
 //!
 //! A series is a directory of `*.patch` files or a glob naming them,
 //! relative to the repo root; files are read in name order (`0001-…`,

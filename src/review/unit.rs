@@ -1,5 +1,6 @@
-//! Units: the pieces a lens judges one at a time (DESIGN §8), each with a
-//! stable id and the sha256 of its content, which its reuse key stands on.
+//! Units: the pieces a lens judges one at a time (docs/review.md › Units),
+//! each with a stable id and the sha256 of its content, which its reuse key
+//! stands on.
 //!
 //! - `files`: one per file the lens's globs match inside the repo; id and
 //!   `path` are the repo path, plus `text`, `size`, `sha256`. The sha256

@@ -1,4 +1,4 @@
-//! `gameplan serve`: the API of DESIGN §6 over HTTP (axum), in front of the
+//! `gameplan serve`: the API (docs/serve.md) over HTTP (axum), in front of the
 //! same [`Ledger`] methods the `local` backend calls.
 //!
 //! It owns serving the routes of [`crate::backend::endpoint`]'s table, one

@@ -1,5 +1,7 @@
-//! The `aggregate` step kind: every play cell's report merged into
-//! `aggregate.json` and `aggregate.md` in the step's directory (DESIGN §3).
+//! The `aggregate` step kind: the reports of the play cells it reads merged,
+//! with a line per `simulate` step it reads, into `aggregate.json` and
+//! `aggregate.md` in the step's directory (docs/getting-started.md › What a
+//! cell and the aggregate write).
 //! The merge and the rendering are `crate::report::aggregate`'s; this kind
 //! owns which cells it reads, its key, and its files.
 //!

@@ -1,6 +1,6 @@
 //! The `deliver` step kind: one bought play cell's files uploaded to its
-//! backend run, then the run completed (DESIGN §3, §6). One per play cell
-//! (`per = "play"`).
+//! backend run, then the run completed (docs/money.md › Deliver). One per
+//! play cell (`per = "play"`).
 //!
 //! - **Which cell**: the play cell among the steps it needs that the job
 //!   (`register`'s record) bought. A cell that was reused was not bought:

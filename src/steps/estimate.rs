@@ -1,6 +1,6 @@
 //! The `estimate` step kind: prices the play cells that will actually run
-//! and asks before anything is bought (DESIGN §3, §6, §10: nothing that
-//! costs money happens before the price was shown and accepted).
+//! and asks before anything is bought: nothing that costs money happens
+//! before the price was shown and accepted (docs/money.md › The estimate).
 //!
 //! In order, each a stop before any question and before any charge:
 //!

@@ -1,6 +1,7 @@
-//! The `finish` step kind: settles the run's job once (DESIGN §3, §6): the
-//! runs that never played are refunded, and the settlement is printed, in
-//! the run's output and its end-of-run summary.
+//! The `finish` step kind: settles the run's job once (docs/money.md ›
+//! Finish: settling and refunds): the runs that never played are refunded,
+//! and the settlement is printed, in the run's output and its end-of-run
+//! summary.
 //!
 //! - **When**: the default pipeline makes it `always`, so it runs after a
 //!   failure too; on an interrupt the engine starts nothing, and the

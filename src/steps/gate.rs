@@ -1,7 +1,8 @@
 //! The `gate` step kind: judges one gate's lenses over their units and
-//! writes `review.json` and `review.md` in the step's directory (DESIGN
-//! §8). Judging is `crate::review`'s; this kind owns where the units come
-//! from (the steps it needs), its outcome and its report parts.
+//! writes `review.json` and `review.md` in the step's directory
+//! (docs/review.md › What a gate writes). Judging is `crate::review`'s;
+//! this kind owns where the units come from (the steps it needs), its
+//! outcome and its report parts.
 //!
 //! - **Outcome**: SEND-READY succeeds; FIX FIRST fails the step (exit 1);
 //!   INCOMPLETE ends it [`StepOutcome::Incomplete`] (exit 2), naming the

@@ -1,5 +1,6 @@
 //! The `play` step kind: one cell, a persona playing a fresh game process
-//! with one controller and one seed (DESIGN §3, §7).
+//! with one controller and one seed (docs/play.md › Cells, players and
+//! controllers).
 //!
 //! Owns turning a plan's cell into a [`CellSpec`] (which persona, player,
 //! controller, seed and bounds), the cell's reuse key, and how a cell's end

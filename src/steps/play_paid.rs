@@ -1,5 +1,6 @@
-//! The backend run of a paid play cell (DESIGN §5, §6): the part of the
-//! `play` kind that tells the backend how its bought run goes.
+//! The backend run of a paid play cell (docs/money.md › A bought cell
+//! reports as it plays): the part of the `play` kind that tells the backend
+//! how its bought run goes.
 //!
 //! A cell is paid when the run has a backend and `register` bought a run
 //! for it ([`super::money::run_of`]); a free cell (no backend, or reused and

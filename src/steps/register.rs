@@ -1,5 +1,6 @@
 //! The `register` step kind: buys the job `estimate` priced and the person
-//! accepted (DESIGN §3, §6), exactly once through crashes and lost answers.
+//! accepted, exactly once through crashes and lost answers (docs/money.md ›
+//! The register key).
 //!
 //! - **What it buys**: the quote `estimate` left ([`money::quote_of`]), at
 //!   the quote's price (`confirm_price_cents`), for the quote's cells. A

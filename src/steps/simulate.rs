@@ -1,5 +1,5 @@
 //! The `simulate` step kind: many seeded games across player strategies, a
-//! mechanics test with no model (DESIGN §3).
+//! mechanics test with no model (docs/play.md › Simulate).
 //!
 //! Owns turning the step's keys into a [`SimulateSpec`], its reuse key
 //! (build hash and config; `workers` is left out, since game `i` plays seed

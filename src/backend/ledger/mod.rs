@@ -1,6 +1,7 @@
-//! The ledger: every money rule, over one `SQLite` file (DESIGN §6). The
-//! `local` backend calls it directly; `gameplan serve` (`crate::server`)
-//! puts thin HTTP routes in front of the same methods, so both answer alike.
+//! The ledger: every money rule, over one `SQLite` file (docs/money.md ›
+//! The ledger). The `local` backend calls it directly; `gameplan serve`
+//! (`crate::server`) puts thin HTTP routes in front of the same methods, so
+//! both answer alike.
 //!
 //! It knows nothing of plans, steps or playing: it holds accounts and their
 //! balances, bearer tokens (sha256 only), a price list, jobs, runs,
@@ -455,7 +456,8 @@ pub struct NewToken {
     pub created_account: bool,
 }
 
-/// The whole ledger, for inspection (DESIGN §6's `ledger show --json`).
+/// The whole ledger, for inspection: what `ledger show --json` prints
+/// (docs/money.md › Ledger commands).
 #[derive(Debug, Clone, Serialize)]
 pub struct LedgerView {
     pub accounts: Vec<AccountView>,

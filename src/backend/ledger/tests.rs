@@ -484,7 +484,8 @@ fn too_many_active_jobs_is_409() {
     assert_eq!((e.status, e.code.as_str()), (409, "too_many_active_jobs"));
 }
 
-/// The state machine of DESIGN §6, written out as its edges.
+/// The run state machine of [`RunState`]'s doc comment, written out as its
+/// edges.
 fn design_edges() -> Vec<(RunState, RunState)> {
     use RunState::*;
     let mut edges = vec![

@@ -122,7 +122,7 @@ macro_rules! registry {
     ($($name:literal => $Kind:ident in $file:ident,)*) => {
         $(pub mod $file;)*
 
-        /// The step kinds of DESIGN §3.
+        /// The step kinds (docs/plans.md › Steps and `needs`).
         #[derive(
             Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema, Serialize,
         )]

@@ -10,9 +10,10 @@ use serde_json::{Value, json};
 
 use super::{Capabilities, WebDriverCompatibleCommand};
 
-/// Headless Chromium that reaches nothing but the page: the flags DESIGN
-/// names, a fixed window, and `--user-data-dir` when gameplan owns the
-/// browser (a WebDriver server of the plan's makes its own profile).
+/// Headless Chromium that reaches nothing but the page: the offline flags
+/// docs/web-games.md › How chromedriver is started lists, and a few more, a
+/// fixed window, and `--user-data-dir` when gameplan owns the browser (a
+/// WebDriver server of the plan's makes its own profile).
 pub(super) fn chromium_args(profile: Option<&Path>, (w, h): (u32, u32)) -> Vec<String> {
     let mut args: Vec<String> = [
         "--headless",

@@ -1,6 +1,6 @@
 //! Imports run down the floors `docs/contributing.md` lists, no source file
-//! outgrows 1,200 lines, and no test is named after the issue that asked
-//! for it.
+//! outgrows 1,200 lines, no test is named after the issue that asked for
+//! it, and no comment cites a design file the repo does not have.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -196,5 +196,34 @@ fn no_test_is_named_after_an_issue() {
         named.is_empty(),
         "name tests by the behaviour they hold, not the issue:\n{}",
         named.join("\n")
+    );
+}
+
+/// A citation of the design file (its name, or one of its sections) leads
+/// a reader of the repo nowhere: the file is not in it. Comments point at `docs/` pages or in-code items instead. The
+/// needles are built so this file does not match itself.
+#[test]
+fn no_comment_cites_a_design_file_the_repo_does_not_have() {
+    let needles = [concat!("DESIGN", " §"), concat!("DESIGN", ".md")];
+    let mut cited = Vec::new();
+    for dir in ["src", "tests"] {
+        for file in files(&repo().join(dir), ".rs") {
+            let rel = file
+                .strip_prefix(repo())
+                .unwrap_or(&file)
+                .display()
+                .to_string();
+            let text = std::fs::read_to_string(&file).expect("source");
+            for (n, line) in text.lines().enumerate() {
+                if needles.iter().any(|needle| line.contains(needle)) {
+                    cited.push(format!("{rel}:{}: {}", n + 1, line.trim()));
+                }
+            }
+        }
+    }
+    assert!(
+        cited.is_empty(),
+        "cite a docs/ page or an in-code item instead of the design file:\n{}",
+        cited.join("\n")
     );
 }

@@ -8,11 +8,12 @@
 
 use crate::support::Test;
 
-/// A command lens speaking the DESIGN §8 protocol. It appends the ids it
-/// was sent to `lens.log` (one line per call), then answers per unit from
-/// the unit's text: `BAD` is a finding, `SKIP` gets no verdict, `NA` is
-/// n/a, `DIE` makes it write half an answer and die, `SLEEP` makes it
-/// hang, `FLOOD` makes it write 20 MB; anything else is clear.
+/// A lens speaking the `command` lens protocol (docs/review.md › Lens kinds:
+/// `rule` and `command`). It appends the ids it was sent to `lens.log` (one
+/// line per call), then answers per unit from the unit's text: `BAD` is a
+/// finding, `SKIP` gets no verdict, `NA` is n/a, `DIE` makes it write half
+/// an answer and die, `SLEEP` makes it hang, `FLOOD` makes it write 20 MB;
+/// anything else is clear.
 pub const LENS: &str = r#"import json, os, sys, time
 doc = json.load(sys.stdin)
 with open("lens.log", "a") as log:
