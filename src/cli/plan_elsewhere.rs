@@ -113,6 +113,7 @@ pub fn run(
             .as_ref()
             .map(|(p, _)| super::plan_prepare::given_to_merge(p))
             .unwrap_or_default(),
+        prepared_by: prepared.as_ref().map(|(p, _)| p.run_id.clone()),
         ..Part::default()
     };
     let ran = plan_run::execute(
@@ -178,8 +179,10 @@ fn bought(
     dir: &std::path::Path,
 ) -> Result<(LoadedPlan, crate::shard::Prepared), u8> {
     let hash = engine::plan_hash(&loaded);
+    let state_dir = engine::state_dir(&loaded.root, args.state_dir.as_deref());
     if let Ok(prepared) = crate::shard::Prepared::read(dir)
         && prepared.mismatch(&hash).is_none()
+        && !taken_to_its_end(&state_dir, &prepared.run_id)
     {
         cx.console.err(&format!(
             "playing for the job prepared by run {} before (not settled yet); nothing is \
@@ -198,6 +201,18 @@ fn bought(
     }
     let loaded = cx.load(&path, load)?;
     Ok((loaded, prepared))
+}
+
+/// Whether a finished run of this state directory was given the job that
+/// the prepare run `prepare_run` bought (it delivered and settled it, even
+/// when it finished through `plan resume`, which does not remove the
+/// prepared file): then the next run buys a job of its own.
+fn taken_to_its_end(state_dir: &std::path::Path, prepare_run: &str) -> bool {
+    use crate::journal::run::{RunDir, RunHistory, run_ids};
+    run_ids(state_dir).into_iter().rev().any(|id| {
+        RunHistory::read(&RunDir::new(state_dir, &id).journal())
+            .is_ok_and(|h| h.is_finished() && h.options.prepared_by.as_deref() == Some(prepare_run))
+    })
 }
 
 /// Whether the run ended and settled its job: it was not stopped short,

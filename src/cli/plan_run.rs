@@ -145,6 +145,8 @@ pub(super) struct Part {
     pub prepared: Option<std::path::PathBuf>,
     /// A shard cut by `--durations FILE`: the file's digest.
     pub partition: Option<String>,
+    /// A merge or an executor's run: the prepare run whose job it was given.
+    pub prepared_by: Option<String>,
     /// Steps done elsewhere (the prepared job's), never run here.
     pub given: Vec<engine::Given>,
     /// `--shard prepare`: price every cell of the plan.
@@ -358,6 +360,7 @@ fn part_of(history: &RunHistory) -> Part {
             .zip(options.bundle.clone().map(std::path::PathBuf::from)),
         prepared: options.prepared.clone().map(std::path::PathBuf::from),
         partition: options.partition.clone(),
+        prepared_by: options.prepared_by.clone(),
         // Journaled in the run already.
         given: Vec::new(),
         prices_whole_plan: options.prices_whole_plan,
@@ -511,6 +514,7 @@ pub(super) fn execute(
             .map(|(_, dir)| dir.display().to_string()),
         prepared: part.prepared.as_ref().map(|d| d.display().to_string()),
         partition: part.partition.clone(),
+        prepared_by: part.prepared_by.clone(),
         given: part.given.clone(),
         prices_whole_plan: part.prices_whole_plan,
     };

@@ -446,6 +446,7 @@ pub fn merge(
             .as_ref()
             .map(super::plan_prepare::given_to_merge)
             .unwrap_or_default(),
+        prepared_by: prepared.as_ref().map(|p| p.run_id.clone()),
         ..Part::default()
     };
     let ran = plan_run::execute(

@@ -114,6 +114,10 @@ pub struct RunOptions {
     /// `--durations FILE` of a shard (its digest): not read by the engine,
     /// recorded so a resume's bundle says how its slice was cut.
     pub partition: Option<String>,
+    /// The `--shard prepare` run whose job this run was given with its
+    /// records (a merge, an executor's run): not read by the engine,
+    /// recorded so a later run knows that job was taken to its end.
+    pub prepared_by: Option<String>,
     /// Steps whose outcome was decided before this run, elsewhere (the job
     /// `--shard prepare` bought, given to the shards and the merge): each
     /// is journaled as succeeded with its records when the run starts and

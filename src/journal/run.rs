@@ -164,6 +164,10 @@ pub struct RecordedOptions {
     /// A shard cut by `--durations FILE`: the file's digest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub partition: Option<String>,
+    /// A merge or an executor's run: the prepare run whose job it was
+    /// given, to deliver and settle.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prepared_by: Option<String>,
     /// `--shard prepare`: the price covers every cell of the plan.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub prices_whole_plan: bool,

@@ -279,8 +279,10 @@ async fn dispatch(
                     continue;
                 }
             };
+            // A reuse-only cell comes from its bundle whatever --no-reuse
+            // says: it was played fresh where it was played.
             if left_running.is_none()
-                && !no_reuse
+                && (!no_reuse || shared.reuse_only.contains(&cx.instance.id))
                 && !asked
                 && let Some(finished) =
                     attempts::try_reuse(node, &cx, kind, &mut key, &shared.keeper)

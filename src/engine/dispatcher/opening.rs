@@ -83,6 +83,7 @@ pub(super) fn open_journal(
                     bundle: options.bundle.clone(),
                     prepared: options.prepared.clone(),
                     partition: options.partition.clone(),
+                    prepared_by: options.prepared_by.clone(),
                     prices_whole_plan: options.prices_whole_plan,
                     fail_on: options
                         .fail_on
