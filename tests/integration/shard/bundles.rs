@@ -138,6 +138,15 @@ fn a_paid_plans_shard_without_a_prepared_job_is_refused_and_nothing_is_charged()
         .stderr_has("has none to buy")
         .stderr_has("Nothing was run or charged");
     nothing_ran(&free, ".gameplan");
+    // Nor does its merge take one: a prepare bundle among its bundles is
+    // refused, not ignored.
+    free.write("prepared/job.json", "{}");
+    free.run(&["plan", "merge", "plan.toml", "prepared", "b1"])
+        .code(3)
+        .stderr_has("holds a prepared job")
+        .stderr_has("buys nothing before its cells play")
+        .stderr_has("Nothing was run or charged");
+    nothing_ran(&free, ".gameplan");
 }
 
 #[test]

@@ -219,6 +219,28 @@ fn a_merge_missing_a_shard_or_mixing_prepares_settles_nothing() {
     ])
     .code(3)
     .stderr_has("2 prepared jobs among the bundles");
+    // A bundle that names no prepared job (its manifest's `prepared` cut
+    // out, as a bundle of a free shard has none) is not merged into a job.
+    shard(&t, 2, "machine2-first", "b2");
+    let manifest = t.read("b3/manifest.json");
+    let mut doc: serde_json::Value = serde_json::from_str(&manifest).expect("manifest");
+    doc.as_object_mut().expect("object").remove("prepared");
+    t.write(
+        "b3/manifest.json",
+        serde_json::to_string(&doc).expect("json"),
+    );
+    t.run(&[
+        "plan",
+        "merge",
+        "plan.toml",
+        ".gameplan/shards/prepare",
+        "b1",
+        "b2",
+        "b3",
+    ])
+    .code(3)
+    .stderr_has("was played without a prepared job")
+    .stderr_has("Nothing was run or charged");
     let jobs = money(&ledger(&t, ".gameplan")).1;
     assert!(jobs.iter().all(|j| j.0 == "open"), "{jobs:?}");
 
