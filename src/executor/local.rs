@@ -65,19 +65,29 @@ fn start(job: &JobSpec) -> Result<(), ExecError> {
     Ok(())
 }
 
+/// The job's exit code as its shell wrote it, once it ended.
+fn ended(job: &JobSpec) -> Option<JobState> {
+    let code = fs::read_to_string(job.dir.join(EXIT_FILE)).ok()?;
+    Some(match code.trim() {
+        "0" => JobState::Succeeded,
+        other => JobState::Failed(format!("gameplan exited with code {other}")),
+    })
+}
+
 fn state(job: &JobSpec) -> JobState {
     if job.dir.join(STOPPED_FILE).exists() {
         return JobState::Stopped;
     }
-    if let Ok(code) = fs::read_to_string(job.dir.join(EXIT_FILE)) {
-        return match code.trim() {
-            "0" => JobState::Succeeded,
-            other => JobState::Failed(format!("gameplan exited with code {other}")),
-        };
+    if let Some(ended) = ended(job) {
+        return ended;
     }
     match pid_of(job) {
         Some(pid) if Group::led_by(pid).is_alive() => JobState::Running,
-        Some(_) => JobState::Failed("its process died without an exit code".to_owned()),
+        // Its shell writes the code, then exits: one that ended between
+        // the first look and this one has its code there now.
+        Some(_) => ended(job).unwrap_or_else(|| {
+            JobState::Failed("its process died without an exit code".to_owned())
+        }),
         None if job.dir.exists() => JobState::Pending,
         None => JobState::Unknown,
     }
