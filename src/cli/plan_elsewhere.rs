@@ -59,7 +59,10 @@ pub fn run(
         Err(code) => return code,
     };
     let state_dir = engine::state_dir(&loaded.root, args.state_dir.as_deref());
-    let (cell_list, all_cells) = cells_to_send(cx, &loaded, &part, &state_dir, args);
+    // Asked what the cells' kinds are (their pool, whether stored), never run.
+    let kinds = plan_run::kinds_to_ask(&loaded);
+    let (cell_list, all_cells) = cells_to_send(cx, &loaded, &part, &kinds, &state_dir, args);
+    let cap = pool_cap(&loaded, &part, &kinds);
     let hash = engine::plan_hash(&loaded);
     let shared = settings
         .shared_dir
@@ -97,7 +100,7 @@ pub fn run(
             ExecutorKind::Ray => 500,
         }),
         prepared: prepared.as_ref().map(|(_, dir)| dir.clone()),
-        cap: pool_cap(&loaded, &part),
+        cap,
     };
     let collected = match play_remote(cx, executor.as_ref(), &work) {
         Ok(collected) => collected,
@@ -238,13 +241,10 @@ fn cells_to_send(
     cx: &Context,
     loaded: &LoadedPlan,
     part: &crate::graph::Pipeline,
+    kinds: &crate::steps::Kinds,
     state_dir: &std::path::Path,
     args: &RunArgs,
 ) -> (Vec<(String, bool)>, Vec<String>) {
-    let kinds = crate::steps::Kinds::for_run(crate::steps::RunSettings {
-        concurrency: 1,
-        redactor: loaded.redactor.clone(),
-    });
     let llm_persona = |slug: &str| {
         loaded
             .plan
@@ -254,7 +254,7 @@ fn cells_to_send(
     let stored: Vec<String> = if args.no_reuse {
         Vec::new()
     } else {
-        engine::preview::cells_ahead(loaded, part, state_dir, false, &cx.env, &kinds)
+        engine::preview::cells_ahead(loaded, part, state_dir, false, &cx.env, kinds)
             .into_iter()
             .filter(|c| c.reused)
             .map(|c| c.id)
@@ -281,11 +281,11 @@ fn cells_to_send(
 
 /// The smallest `[pools]` size among the pools the part's cells take a
 /// slot of (their step's `pool`, else their kind's: `play`, `browser`).
-fn pool_cap(loaded: &LoadedPlan, part: &crate::graph::Pipeline) -> Option<u32> {
-    let kinds = crate::steps::Kinds::for_run(crate::steps::RunSettings {
-        concurrency: 1,
-        redactor: loaded.redactor.clone(),
-    });
+fn pool_cap(
+    loaded: &LoadedPlan,
+    part: &crate::graph::Pipeline,
+    kinds: &crate::steps::Kinds,
+) -> Option<u32> {
     cells(part)
         .into_iter()
         .filter_map(|n| {

@@ -252,11 +252,7 @@ pub(super) fn for_merge(
     state_dir: &Path,
     prepare_dirs: &[&PathBuf],
 ) -> Result<Option<Prepared>, u8> {
-    let refuse = |message: String| {
-        cx.console
-            .err(&format!("error: {message}. Nothing was run or charged\n"));
-        exit_code::PLAN_ERROR
-    };
+    let refuse = |message: String| refused(cx, &message);
     let paid = !buying_front(whole).is_empty();
     match (paid, prepare_dirs) {
         (false, []) => Ok(None),
@@ -285,6 +281,13 @@ pub(super) fn for_merge(
     }
 }
 
+/// Says why nothing ran: exit 3, nothing run or charged.
+pub(super) fn refused(cx: &Context, message: &str) -> u8 {
+    cx.console
+        .err(&format!("error: {message}. Nothing was run or charged\n"));
+    exit_code::PLAN_ERROR
+}
+
 /// The prepared job in `dir` for this plan, or the refusal, said (exit 3).
 fn read_for(cx: &Context, loaded: &LoadedPlan, dir: &Path, what: &str) -> Result<Prepared, u8> {
     let refuse = |why: String| {
@@ -305,40 +308,45 @@ fn read_for(cx: &Context, loaded: &LoadedPlan, dir: &Path, what: &str) -> Result
 /// The prepared steps as a shard is given them: done, with no records, so
 /// its cells play free and it buys nothing.
 pub(super) fn given_to_shard(prepared: &Prepared) -> Vec<Given> {
-    prepared
-        .steps
-        .iter()
-        .map(|step| Given {
-            step: step.id.clone(),
-            checkpoints: Vec::new(),
-            message: format!(
-                "done by `--shard prepare` (run {}){}: this shard's cells play free, and \
-                 `plan merge` delivers them",
-                prepared.run_id,
-                prepared
-                    .job
-                    .as_ref()
-                    .map(|job| format!(", which bought job {job}"))
-                    .unwrap_or_default()
-            ),
-        })
-        .collect()
+    let bought = prepared
+        .job
+        .as_ref()
+        .map(|job| format!(", which bought job {job}"))
+        .unwrap_or_default();
+    given(
+        prepared,
+        false,
+        &format!(
+            "done by `--shard prepare` (run {}){bought}: this shard's cells play free, and \
+             `plan merge` delivers them",
+            prepared.run_id
+        ),
+    )
 }
 
 /// The prepared steps as the merge is given them: with the records they
 /// journaled, so the steps below deliver to, publish to and settle the
 /// job bought.
 pub(super) fn given_to_merge(prepared: &Prepared) -> Vec<Given> {
+    let message = format!(
+        "done by `--shard prepare` (run {}); nothing is bought again",
+        prepared.run_id
+    );
+    given(prepared, true, &message)
+}
+
+fn given(prepared: &Prepared, with_records: bool, message: &str) -> Vec<Given> {
     prepared
         .steps
         .iter()
         .map(|step| Given {
             step: step.id.clone(),
-            checkpoints: step.checkpoints.clone(),
-            message: format!(
-                "done by `--shard prepare` (run {}); nothing is bought again",
-                prepared.run_id
-            ),
+            checkpoints: if with_records {
+                step.checkpoints.clone()
+            } else {
+                Vec::new()
+            },
+            message: message.to_owned(),
         })
         .collect()
 }

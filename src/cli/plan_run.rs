@@ -295,7 +295,9 @@ pub fn resume(cx: &Context, run_id: Option<&str>, args: &RunArgs) -> u8 {
     if let Some(part) = crate::graph::expand_loaded(&loaded)
         .ok()
         .and_then(|whole| crate::graph::select(whole, &history.options.steps).ok())
-        && let Some(failure) = unset_secrets(&loaded, &part, &|id| finished(&history, id))
+        && let Some(failure) = unset_secrets(&loaded, &part, &kinds_to_ask(&loaded), &|id| {
+            finished(&history, id)
+        })
     {
         cx.report_failure(&failure);
         return exit_code::PLAN_ERROR;
@@ -337,6 +339,15 @@ pub fn resume(cx: &Context, run_id: Option<&str>, args: &RunArgs) -> u8 {
         ),
         None => finish(cx, args, ran),
     }
+}
+
+/// The step kinds, to ask about (a kind's pool, whether it uses the
+/// backend), never to run.
+pub(super) fn kinds_to_ask(loaded: &LoadedPlan) -> Kinds {
+    Kinds::for_run(RunSettings {
+        concurrency: 1,
+        redactor: loaded.redactor.clone(),
+    })
 }
 
 /// Whether `step` finished before the resume of `history`.
@@ -399,6 +410,7 @@ fn newest_unfinished(state_dir: &Path) -> Result<RunHistory, String> {
 fn unset_secrets(
     loaded: &LoadedPlan,
     pipeline: &crate::graph::Pipeline,
+    kinds: &Kinds,
     done: &dyn Fn(&str) -> bool,
 ) -> Option<LoadFailure> {
     let steps: BTreeSet<&str> = pipeline
@@ -406,10 +418,6 @@ fn unset_secrets(
         .iter()
         .map(|&i| pipeline.steps[pipeline.instance(i).step].id.as_str())
         .collect();
-    let kinds = Kinds::for_run(RunSettings {
-        concurrency: 1,
-        redactor: loaded.redactor.clone(),
-    });
     let reaches_backend = pipeline.order.iter().any(|&i| {
         let instance = pipeline.instance(i);
         !done(&instance.id)
@@ -488,11 +496,6 @@ pub(super) fn execute(
         Ok(part) => part,
         Err(e) => return Err(refuse(cx, &StartError::UnknownStep(e))),
     };
-    let given = |id: &str| part.given.iter().any(|g| g.step == id);
-    if let Some(failure) = unset_secrets(&loaded, &pipeline, &given) {
-        cx.report_failure(&failure);
-        return Err(exit_code::PLAN_ERROR);
-    }
     if let Some(Err(message)) = args.junit.as_deref().map(junit_writable) {
         cx.console.err(&message);
         return Err(exit_code::PLAN_ERROR);
@@ -522,6 +525,11 @@ pub(super) fn execute(
         concurrency: options.effective_concurrency(),
         redactor: loaded.redactor.clone(),
     }));
+    let given = |id: &str| part.given.iter().any(|g| g.step == id);
+    if let Some(failure) = unset_secrets(&loaded, &pipeline, &kinds, &given) {
+        cx.report_failure(&failure);
+        return Err(exit_code::PLAN_ERROR);
+    }
     if let Err(e) = engine::check_runnable(&pipeline, &kinds) {
         return Err(refuse(cx, &e));
     }

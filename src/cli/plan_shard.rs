@@ -397,11 +397,7 @@ pub fn merge(
             Ok(prepared) => prepared,
             Err(code) => return code,
         };
-    let refuse = |message: String| {
-        cx.console
-            .err(&format!("error: {message}. Nothing was run or charged\n"));
-        exit_code::PLAN_ERROR
-    };
+    let refuse = |message: String| super::plan_prepare::refused(cx, &message);
     let mut read = Vec::with_capacity(cell_dirs.len());
     for dir in cell_dirs {
         match Bundle::read(dir) {
