@@ -560,6 +560,8 @@ pub fn dispatch(cx: &Context, command: Command) -> u8 {
         } => game_exec(
             cx,
             ResourceLimits {
+                // Resident memory is watched by the driver, not an rlimit.
+                memory: None,
                 address_space,
                 cpu_seconds: cpu,
                 open_files: nofile,

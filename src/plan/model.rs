@@ -212,15 +212,28 @@ pub struct Game {
     pub stuck_after: u64,
     /// Environment for a stdio game, beyond PATH, HOME, LANG and TMPDIR.
     pub env: BTreeMap<String, String>,
-    /// A stdio game's rlimits; `None` in a field lifts that limit.
+    /// A stdio game's limits; `None` in a field lifts that limit.
     pub limits: GameLimits,
+    /// webdriver: a JavaScript expression whose value is the observation's `state`.
+    pub probe: Option<String>,
+    /// An expression over `obs` and `prev`: the cell's goal holds.
+    pub goal: Option<String>,
+    /// webdriver: seconds the first page load may take.
+    pub load_timeout_secs: u64,
 }
+
+/// Seconds a browser game's first page may take to load, by default.
+pub const DEFAULT_LOAD_TIMEOUT: u64 = 30;
 
 /// `[game] limits`, with the defaults filled in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct GameLimits {
-    /// Address space in bytes (default 4 GiB).
+    /// Resident memory of the game's process tree in bytes (default 4 GiB).
     pub memory: Option<u64>,
+    /// Address space of each process in bytes (default none).
+    pub address_space: Option<u64>,
+    /// CPU seconds of each process (default 600).
+    pub cpu_seconds: Option<u64>,
     /// Processes of the game's user (default none).
     pub processes: Option<u64>,
     /// Open files (default 1024).
@@ -231,6 +244,8 @@ impl Default for GameLimits {
     fn default() -> Self {
         GameLimits {
             memory: Some(4 << 30),
+            address_space: None,
+            cpu_seconds: Some(600),
             processes: None,
             open_files: Some(1024),
         }

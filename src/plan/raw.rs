@@ -332,14 +332,28 @@ pub struct RawGame {
     /// stdio: the game's resource limits (`memory = "8 GiB"`, `processes = 256`,
     /// `open_files = 1024`; `"none"` lifts one).
     pub limits: Option<Spanned<RawLimits>>,
+    /// webdriver: a JavaScript expression evaluated in the page with every
+    /// observation; its value (as JSON) is the observation's `state`.
+    pub probe: Option<Spanned<String>>,
+    /// An expression over `obs` (and `prev`) that holds when the cell's goal
+    /// is reached (`obs.state.level >= 2`), besides a `goal` event.
+    pub goal: Option<Spanned<String>>,
+    /// webdriver: seconds the first page may take to load (default 30).
+    pub load_timeout: Option<Spanned<u64>>,
 }
 
 /// `[game] limits`: each an amount, or `"none"`.
 #[derive(Debug, Clone, PartialEq, JsonSchema)]
 #[schemars(deny_unknown_fields, rename = "Limits")]
 pub struct RawLimits {
-    /// Address space: `"512 MiB"`, `"8 GiB"` (default `"4 GiB"`), or `"none"`.
+    /// Resident memory of the game's process tree: `"512 MiB"`, `"8 GiB"`
+    /// (default `"4 GiB"`), or `"none"`.
     pub memory: Option<Spanned<Limit>>,
+    /// Address space of each process (`RLIMIT_AS`; default none): for who
+    /// asks; a JVM reserves far more than it uses.
+    pub address_space: Option<Spanned<Limit>>,
+    /// CPU seconds of each process (`RLIMIT_CPU`; default 600).
+    pub cpu_seconds: Option<Spanned<Limit>>,
     /// Processes of the game's user (`RLIMIT_NPROC`; default none).
     pub processes: Option<Spanned<Limit>>,
     /// Open files (default 1024).
@@ -413,11 +427,15 @@ impl Decode for RawLimits {
     fn decode(node: &Node, diags: &mut Diagnostics) -> Option<Self> {
         let mut t = TableReader::new(node, "[game] limits", diags)?;
         let memory = t.optional("memory", diags);
+        let address_space = t.optional("address_space", diags);
+        let cpu_seconds = t.optional("cpu_seconds", diags);
         let processes = t.optional("processes", diags);
         let open_files = t.optional("open_files", diags);
         t.finish(diags);
         Some(RawLimits {
             memory,
+            address_space,
+            cpu_seconds,
             processes,
             open_files,
         })
@@ -459,6 +477,9 @@ impl Decode for RawGame {
         let stuck_after = t.optional("stuck_after", diags);
         let env = t.optional("env", diags);
         let limits = t.optional("limits", diags);
+        let probe = t.optional("probe", diags);
+        let goal = t.optional("goal", diags);
+        let load_timeout = t.optional("load_timeout", diags);
         t.finish(diags);
         if driver_unreadable {
             return None;
@@ -478,6 +499,9 @@ impl Decode for RawGame {
             stuck_after,
             env: env.unwrap_or_default(),
             limits,
+            probe,
+            goal,
+            load_timeout,
         })
     }
 }

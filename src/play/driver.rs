@@ -94,6 +94,9 @@ pub struct GameSpec {
     /// Names in `env` whose values are secrets: a trace records them by
     /// name only, and a replay reads them again from its environment.
     pub secret_env: std::collections::BTreeSet<String>,
+    /// `game.goal`: an expression over `obs` and `prev` that holds when
+    /// the cell reached its goal (besides a `goal` event).
+    pub goal: Option<String>,
 }
 
 /// What the `webdriver` driver opens (see [`super::webdriver`]).
@@ -112,8 +115,13 @@ pub struct BrowserGame {
     pub allow: Vec<String>,
     /// Keys offered on every page.
     pub keys: Vec<String>,
-    /// The window's width and height.
+    /// The page's inner width and height (and the screenshots').
     pub viewport: (u32, u32),
+    /// A JavaScript expression evaluated with every observation: its
+    /// value (as JSON) is the observation's `state`.
+    pub probe: Option<String>,
+    /// How long the first page load may take (not a hang: a slow start).
+    pub load_timeout: Duration,
 }
 
 impl BrowserGame {
@@ -126,6 +134,8 @@ impl BrowserGame {
             allow: Vec::new(),
             keys: Vec::new(),
             viewport: crate::plan::model::DEFAULT_VIEWPORT,
+            probe: None,
+            load_timeout: Duration::from_secs(crate::plan::model::DEFAULT_LOAD_TIMEOUT),
         }
     }
 }
@@ -148,6 +158,7 @@ impl GameSpec {
             stuck_after: 8,
             limits: ResourceLimits::default(),
             secret_env: std::collections::BTreeSet::new(),
+            goal: None,
         }
     }
 
@@ -166,9 +177,12 @@ impl GameSpec {
     }
 }
 
-/// rlimits of a game process; `None` leaves the limit as inherited.
+/// Limits of a game's processes; `None` leaves the limit as inherited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ResourceLimits {
+    /// Resident memory of the game's whole process tree, in bytes: what
+    /// it uses, not what it reserves.
+    pub memory: Option<u64>,
     /// Address space in bytes (`RLIMIT_AS`).
     pub address_space: Option<u64>,
     /// CPU seconds (`RLIMIT_CPU`): a game spinning forever is stopped by the kernel.
@@ -181,10 +195,12 @@ pub struct ResourceLimits {
 
 impl Default for ResourceLimits {
     /// Generous for a game, small enough that a runaway one cannot take the
-    /// machine: 4 GiB of address space, 10 CPU minutes, 1024 files.
+    /// machine: 4 GiB resident, 10 CPU minutes, 1024 files; address space
+    /// unlimited (a JVM reserves a quarter of the machine's memory up front).
     fn default() -> Self {
         ResourceLimits {
-            address_space: Some(4 << 30),
+            memory: Some(4 << 30),
+            address_space: None,
             cpu_seconds: Some(600),
             open_files: Some(1024),
             processes: None,
@@ -195,6 +211,7 @@ impl Default for ResourceLimits {
 impl ResourceLimits {
     /// No limits: the game is started directly, one exec less.
     pub const NONE: ResourceLimits = ResourceLimits {
+        memory: None,
         address_space: None,
         cpu_seconds: None,
         open_files: None,
@@ -202,7 +219,8 @@ impl ResourceLimits {
     };
 
     pub(crate) fn any(self) -> bool {
-        self.address_space.is_some()
+        self.memory.is_some()
+            || self.address_space.is_some()
             || self.cpu_seconds.is_some()
             || self.open_files.is_some()
             || self.processes.is_some()

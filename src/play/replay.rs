@@ -121,6 +121,11 @@ impl ReplayOptions {
                 keys: header.keys.clone(),
                 // A trace written before `viewport` played in 800x600.
                 viewport: header.viewport.unwrap_or((800, 600)),
+                probe: header.probe.clone(),
+                load_timeout: header.load_timeout.map_or(
+                    Duration::from_secs(crate::plan::model::DEFAULT_LOAD_TIMEOUT),
+                    Duration::from_secs_f64,
+                ),
             });
         }
         game

@@ -123,6 +123,13 @@ pub struct TraceGame {
     /// A browser game's window, `[width, height]`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub viewport: Option<(u32, u32)>,
+    /// A browser game's probe (`game.probe`): its value is the state
+    /// every observation hash covers, so a replay reads the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe: Option<String>,
+    /// Seconds a browser game's first page load may take (`game.load_timeout`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load_timeout: Option<f64>,
     /// The game's environment beyond what every game inherits (PATH, HOME,
     /// LANG, TMPDIR): `game.env`. A secret's value is not written (`null`):
     /// a replay reads it from its own environment, by the same name.
@@ -251,6 +258,8 @@ impl Trace {
                 allow: browser.map(|b| b.allow.clone()).unwrap_or_default(),
                 keys: browser.map(|b| b.keys.clone()).unwrap_or_default(),
                 viewport: browser.map(|b| b.viewport),
+                probe: browser.and_then(|b| b.probe.clone()),
+                load_timeout: browser.map(|b| b.load_timeout.as_secs_f64()),
                 env: game
                     .env
                     .iter()

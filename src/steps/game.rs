@@ -43,10 +43,15 @@ pub fn spec(cx: &StepContext) -> Result<GameSpec, StepError> {
             allow: game.allow.clone(),
             keys: game.keys.clone(),
             viewport: game.viewport,
+            probe: game.probe.clone(),
+            load_timeout: Duration::from_secs(game.load_timeout_secs.max(1)),
         });
     }
     spec.env.extend(game.env.clone());
-    spec.limits.address_space = game.limits.memory;
+    spec.goal.clone_from(&game.goal);
+    spec.limits.memory = game.limits.memory;
+    spec.limits.address_space = game.limits.address_space;
+    spec.limits.cpu_seconds = game.limits.cpu_seconds;
     spec.limits.processes = game.limits.processes;
     spec.limits.open_files = game.limits.open_files;
     spec.action_timeout = Duration::from_secs(game.action_timeout_secs.max(1));
@@ -79,8 +84,10 @@ pub fn restore_base(cx: &StepContext) -> std::path::PathBuf {
 /// other files (a player's choices, the stuck rule, the trace or report
 /// format), so a result stored by an older gameplan is never reused as if
 /// it were this one's. 2: a cell resets after `stuck`, the trace records
-/// resets and its timeouts, a persona's own seed seeds its player.
-const PLAY_SEMANTICS: u32 = 2;
+/// resets and its timeouts, a persona's own seed seeds its player. 3: stuck
+/// only where every offered action was tried, limits that measure use,
+/// hermetic web cells that see the screen.
+const PLAY_SEMANTICS: u32 = 3;
 
 /// A key of `kind` over the build hash and `settings`, with the digests of
 /// the steps it needs that are not money steps (a paid cell keys on what it
@@ -121,6 +128,9 @@ pub fn reuse(cx: &KeyContext<'_>, kind: &str, settings: &Value) -> Result<Reuse,
                 "allow": game.allow,
                 "keys": game.keys,
                 "viewport": game.viewport,
+                "probe": game.probe,
+                "goal": game.goal,
+                "load_timeout": game.load_timeout_secs,
                 "env": game.env,
                 "limits": game.limits,
                 "action_timeout": game.action_timeout_secs,

@@ -65,6 +65,39 @@ impl Validator<'_> {
                 .help("add `url = \"http://127.0.0.1:8080/\"`"),
             );
         }
+        self.webdriver_url(g, driver);
+        let viewport = self.browser_keys(g, driver);
+        for input in &g.inputs {
+            if self.repo_path(input, "input") && self.warn_unmatched_inputs {
+                self.unmatched_input(input);
+            }
+        }
+        Some(Game {
+            id: g.id.value.clone(),
+            driver,
+            command,
+            url: g.url.as_ref().map(|u| u.value.clone()),
+            webdriver_url: g.webdriver_url.as_ref().map(|u| u.value.clone()),
+            serve: g.serve.as_ref().map(|d| d.value.clone()),
+            allow: g.allow.iter().map(|a| a.value.clone()).collect(),
+            keys: g.keys.iter().map(|k| k.value.clone()).collect(),
+            viewport,
+            inputs: g.inputs.iter().map(|i| i.value.clone()).collect(),
+            action_timeout_secs: g.action_timeout.as_ref().map_or(10, |t| t.value),
+            stuck_after: g.stuck_after.as_ref().map_or(8, |t| t.value),
+            env: g.env.clone(),
+            limits: self.game_limits(g, driver),
+            probe: g.probe.as_ref().map(|p| p.value.clone()),
+            goal: self.game_goal(g),
+            load_timeout_secs: g
+                .load_timeout
+                .as_ref()
+                .map_or(crate::plan::model::DEFAULT_LOAD_TIMEOUT, |t| t.value),
+        })
+    }
+
+    /// `webdriver_url`: only for the webdriver driver, and an http:// URL.
+    fn webdriver_url(&mut self, g: &crate::plan::raw::RawGame, driver: Driver) {
         if let Some(w) = &g.webdriver_url {
             if driver != Driver::Webdriver {
                 self.push(
@@ -88,28 +121,29 @@ impl Validator<'_> {
                 );
             }
         }
-        let viewport = self.browser_keys(g, driver);
-        for input in &g.inputs {
-            if self.repo_path(input, "input") && self.warn_unmatched_inputs {
-                self.unmatched_input(input);
-            }
+    }
+
+    /// `game.goal`: an expression over `obs` and `prev`, checked here so a
+    /// typo is a plan error, not a cell that never reaches its goal.
+    fn game_goal(&mut self, g: &crate::plan::raw::RawGame) -> Option<String> {
+        let goal = g.goal.as_ref()?;
+        if let Err(e) = self
+            .templates
+            .check_expression(&goal.value, &["obs", "prev"])
+        {
+            let mut diagnostic =
+                Diagnostic::new("plan::invalid_expression", format!("`goal`: {}", e.message))
+                    .at(goal.span)
+                    .label("not an expression gameplan can evaluate");
+            diagnostic = diagnostic.help(e.help.unwrap_or_else(|| {
+                "write a boolean expression over `obs` (text, actions, state, score, step) and \
+                 `prev`, e.g. `obs.state.level >= 2`"
+                    .to_owned()
+            }));
+            self.push(diagnostic);
+            return None;
         }
-        Some(Game {
-            id: g.id.value.clone(),
-            driver,
-            command,
-            url: g.url.as_ref().map(|u| u.value.clone()),
-            webdriver_url: g.webdriver_url.as_ref().map(|u| u.value.clone()),
-            serve: g.serve.as_ref().map(|d| d.value.clone()),
-            allow: g.allow.iter().map(|a| a.value.clone()).collect(),
-            keys: g.keys.iter().map(|k| k.value.clone()).collect(),
-            viewport,
-            inputs: g.inputs.iter().map(|i| i.value.clone()).collect(),
-            action_timeout_secs: g.action_timeout.as_ref().map_or(10, |t| t.value),
-            stuck_after: g.stuck_after.as_ref().map_or(8, |t| t.value),
-            env: g.env.clone(),
-            limits: self.game_limits(g, driver),
-        })
+        Some(goal.value.clone())
     }
 
     /// `[game] limits`, checked (a stdio game's only; sane minimums) and
@@ -140,6 +174,20 @@ impl Validator<'_> {
                 16 << 20,
                 "memory",
                 "16 MiB",
+            ),
+            (
+                &raw.value.address_space,
+                &mut limits.address_space,
+                16 << 20,
+                "address_space",
+                "16 MiB",
+            ),
+            (
+                &raw.value.cpu_seconds,
+                &mut limits.cpu_seconds,
+                1,
+                "cpu_seconds",
+                "1",
             ),
             (
                 &raw.value.processes,
@@ -301,6 +349,8 @@ impl Validator<'_> {
         driver: Driver,
     ) -> (u32, u32) {
         let spans = [
+            g.probe.as_ref().map(|s| ("probe", s.span)),
+            g.load_timeout.as_ref().map(|s| ("load_timeout", s.span)),
             g.serve.as_ref().map(|s| ("serve", s.span)),
             g.allow.first().map(|a| ("allow", a.span)),
             g.keys.first().map(|k| ("keys", k.span)),
