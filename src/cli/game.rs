@@ -6,7 +6,8 @@
 //! [`start_game_before_cli`] recognizes the argvs that start a game and
 //! starts it before any of that: `gameplan game NAME`, and the wrapper
 //! gameplan itself spawns to set rlimits (`gameplan __game-exec [--as N]
-//! [--cpu N] [--nofile N] [--nproc N] -- PROGRAM ARGS`), which serves a
+//! [--cpu N] [--nofile N] [--nproc N] [--cgroup DIR] -- PROGRAM ARGS`:
+//! it joins the memory cgroup DIR first when given one), which serves a
 //! built-in game in process when PROGRAM is this executable and execs any
 //! other program (a user's game) at once. Any other argv, a misspelled game
 //! included, goes through clap as before, so errors and `--help` are
@@ -18,7 +19,7 @@ use std::path::Path;
 use super::Context;
 use crate::exit_code;
 use crate::games::{self, Ending};
-use crate::play::stdio::{ResourceLimits, set_limits};
+use crate::play::stdio::{ResourceLimits, join_cgroup, set_limits};
 use crate::report::Console;
 
 /// The exit code of a game that crashed (a planted bug), as a Rust panic's.
@@ -35,14 +36,22 @@ pub fn run(cx: &Context, name: &str) -> u8 {
 enum Start<'a> {
     /// Serve built-in game `name` in this process (after setting `limits`).
     Builtin {
-        limits: Option<ResourceLimits>,
+        limits: Option<Wrapper<'a>>,
         name: &'a str,
     },
     /// Set `limits`, then become `argv` (another program: a user's game).
     Exec {
-        limits: ResourceLimits,
+        limits: Wrapper<'a>,
         argv: Vec<String>,
     },
+}
+
+/// What `__game-exec` does to itself before the game starts.
+#[derive(Debug, PartialEq)]
+struct Wrapper<'a> {
+    rlimits: ResourceLimits,
+    /// The memory cgroup to join.
+    cgroup: Option<&'a Path>,
 }
 
 /// Reads `args` (program name first): `gameplan game NAME` with a known
@@ -93,11 +102,19 @@ pub fn start_game_before_cli(args: &[OsString]) -> Option<u8> {
         std::path::PathBuf::new()
     };
     let console = Console::plain();
-    let set = |limits| match set_limits(limits) {
-        Ok(()) => true,
-        Err(why) => {
+    let set = |limits: Wrapper| {
+        // Not joining is no reason not to play: the driver polls instead.
+        if let Some(dir) = limits.cgroup
+            && let Err(why) = join_cgroup(dir)
+        {
             console.err(&format!("gameplan: {why}\n"));
-            false
+        }
+        match set_limits(limits.rlimits) {
+            Ok(()) => true,
+            Err(why) => {
+                console.err(&format!("gameplan: {why}\n"));
+                false
+            }
         }
     };
     match start_of(args, &this)? {
@@ -123,16 +140,28 @@ pub fn start_game_before_cli(args: &[OsString]) -> Option<u8> {
 /// The limits and the argv after `--` of `__game-exec`, in the form
 /// gameplan writes them (`--as N` etc., each at most once, in any order);
 /// `None` for any other form.
-fn game_exec_args(args: &[OsString]) -> Option<(ResourceLimits, &[OsString])> {
+fn game_exec_args(args: &[OsString]) -> Option<(Wrapper<'_>, &[OsString])> {
     let mut limits = ResourceLimits::NONE;
+    let mut cgroup = None;
     let mut rest = args;
     loop {
         let (flag, after) = rest.split_first()?;
         let flag = flag.to_str()?;
         if flag == "--" {
-            return Some((limits, after));
+            let wrapper = Wrapper {
+                rlimits: limits,
+                cgroup,
+            };
+            return Some((wrapper, after));
         }
         let (value, after) = after.split_first()?;
+        if flag == "--cgroup" {
+            if cgroup.replace(Path::new(value)).is_some() {
+                return None;
+            }
+            rest = after;
+            continue;
+        }
         let value: u64 = value.to_str()?.parse().ok()?;
         let slot = match flag {
             "--as" => &mut limits.address_space,
@@ -189,15 +218,21 @@ mod tests {
             "--as", "4096", "--nofile", "64", "--", "/bin/gp", "game", "maze",
         ]);
         let (limits, wrapped) = game_exec_args(&written).expect("gameplan's own form");
-        assert_eq!(limits.address_space, Some(4096));
-        assert_eq!(limits.open_files, Some(64));
-        assert_eq!(limits.cpu_seconds, None);
+        assert_eq!(limits.rlimits.address_space, Some(4096));
+        assert_eq!(limits.rlimits.open_files, Some(64));
+        assert_eq!(limits.rlimits.cpu_seconds, None);
+        assert_eq!(limits.cgroup, None);
         assert_eq!(wrapped, &written[5..]);
+        let joining = args(&["--cgroup", "/sys/fs/cgroup/g-1", "--cpu", "9", "--", "x"]);
+        let (limits, _) = game_exec_args(&joining).expect("with a cgroup");
+        assert_eq!(limits.cgroup, Some(Path::new("/sys/fs/cgroup/g-1")));
+        assert_eq!(limits.rlimits.cpu_seconds, Some(9));
         for other in [
             &["--as=4096", "--", "x"][..],
             &["--as", "lots", "--", "x"],
             &["--as", "1", "--as", "2", "--", "x"],
             &["--stack", "1", "--", "x"],
+            &["--cgroup", "a", "--cgroup", "b", "--", "x"],
             &["--as", "1"],
         ] {
             assert!(game_exec_args(&args(other)).is_none(), "{other:?}");
@@ -229,9 +264,12 @@ mod tests {
                 this
             ),
             Some(Start::Builtin {
-                limits: Some(ResourceLimits {
-                    open_files: Some(64),
-                    ..ResourceLimits::NONE
+                limits: Some(Wrapper {
+                    rlimits: ResourceLimits {
+                        open_files: Some(64),
+                        ..ResourceLimits::NONE
+                    },
+                    cgroup: None
                 }),
                 name: "maze"
             })
@@ -252,9 +290,12 @@ mod tests {
                 this
             ),
             Some(Start::Exec {
-                limits: ResourceLimits {
-                    address_space: Some(4096),
-                    ..ResourceLimits::NONE
+                limits: Wrapper {
+                    rlimits: ResourceLimits {
+                        address_space: Some(4096),
+                        ..ResourceLimits::NONE
+                    },
+                    cgroup: None
                 },
                 argv: vec!["python3".into(), "g.py".into(), "--x".into()]
             })

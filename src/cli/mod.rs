@@ -113,6 +113,9 @@ pub enum Command {
         /// Processes of the user.
         #[arg(long)]
         nproc: Option<u64>,
+        /// A memory cgroup to join first.
+        #[arg(long)]
+        cgroup: Option<std::path::PathBuf>,
         /// The game's argv.
         #[arg(last = true, required = true)]
         argv: Vec<String>,

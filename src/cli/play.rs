@@ -163,10 +163,21 @@ pub fn shrink(
     }
 }
 
-/// `gameplan __game-exec`: set rlimits, become the game. A built-in game
+/// `gameplan __game-exec`: join the memory cgroup, set rlimits, become the game. A built-in game
 /// (this same executable) runs in this process instead: a second exec of
 /// gameplan would only cost time.
-pub fn game_exec(cx: &Context, limits: ResourceLimits, argv: &[String]) -> u8 {
+pub fn game_exec(
+    cx: &Context,
+    limits: ResourceLimits,
+    cgroup: Option<&Path>,
+    argv: &[String],
+) -> u8 {
+    // Not joining is no reason not to play: the driver polls instead.
+    if let Some(dir) = cgroup
+        && let Err(why) = crate::play::stdio::join_cgroup(dir)
+    {
+        cx.console.err(&format!("gameplan: {why}\n"));
+    }
     if let Err(why) = crate::play::stdio::set_limits(limits) {
         cx.console.err(&format!("gameplan: {why}\n"));
         return 127;
@@ -556,6 +567,7 @@ pub fn dispatch(cx: &Context, command: Command) -> u8 {
             cpu,
             nofile,
             nproc,
+            cgroup,
             argv,
         } => game_exec(
             cx,
@@ -567,6 +579,7 @@ pub fn dispatch(cx: &Context, command: Command) -> u8 {
                 open_files: nofile,
                 processes: nproc,
             },
+            cgroup.as_deref(),
             &argv,
         ),
         Command::PlayCell {

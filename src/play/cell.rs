@@ -362,10 +362,11 @@ fn limit_hit(stderr: &str, limits: super::driver::ResourceLimits) -> Option<Stri
     if let Some(bytes) = limits.address_space
         && let Some(quoted) = said(OUT_OF_MEMORY)
     {
-        #[expect(clippy::cast_precision_loss, reason = "a size to show")]
-        let gib = bytes as f64 / f64::from(1u32 << 30);
+        let size = |b: u64| super::stdio::limits::size_text(b);
         return Some(format!(
-            "the game ran out of memory under `game.limits.memory` ({gib:.1} GiB of address space; a JVM or another runtime that reserves its heap up front needs more): raise it (`limits = {{ memory = \"8 GiB\" }}`) or lift it (`memory = \"none\"`){quoted}"
+            "the game ran out of memory under `game.limits.address_space` ({} of address space; a JVM or another runtime that reserves its heap up front needs more): raise it (`limits = {{ address_space = \"{}\" }}`) or lift it (`address_space = \"none\"`; `memory` limits what it uses){quoted}",
+            size(bytes),
+            size(bytes.saturating_mul(4))
         ));
     }
     if let Some(files) = limits.open_files
@@ -562,9 +563,19 @@ fn not_played_by(
     limits: super::driver::ResourceLimits,
 ) -> NotPlayed {
     let title = failure_finding(failure, 0, "", None, &[]).title;
-    let mut cause = title
-        .strip_prefix("The game")
-        .map_or_else(|| title.clone(), |rest| format!("the game{rest}"));
+    let stopped = match failure {
+        Failure::Exited { status, during, .. } => {
+            super::stdio::limits::stopped_by(status, limits).map(|limit| (limit, *during))
+        }
+        _ => None,
+    };
+    let mut cause = match stopped {
+        // The limit and what happened; the advice is the hint.
+        Some((limit, during)) => format!("the game {} during `{}`", limit.what(), during.name()),
+        None => title
+            .strip_prefix("The game")
+            .map_or_else(|| title.clone(), |rest| format!("the game{rest}")),
+    };
     if opening == Opening::Again {
         cause.push_str(" (the second `reset`)");
     }
@@ -575,7 +586,11 @@ fn not_played_by(
         &failure.stray_output().unwrap_or_default(),
     ]
     .join("\n");
-    let hint = if let Some(hint) = limit_hit(&said, limits) {
+    let hint = if let Some((limit, _)) = stopped {
+        Some(limit.advice())
+    } else if let Some(hint) = limit_hit(&said, limits) {
+        Some(hint)
+    } else if let Some(hint) = died_under(failure, limits) {
         Some(hint)
     } else if let Some(line) = failure.stray_output() {
         Some(format!(
@@ -610,6 +625,29 @@ fn not_played_by(
             .filter(|t| !t.trim().is_empty())
             .map(str::to_owned),
     }
+}
+
+/// What a game that died before its first observation for no reason it
+/// gave ran under: a runtime behind a wrapper may die of a limit without a
+/// word of it (a JVM whose stderr its launcher discards), so the limits in
+/// force are named, and its own last words quoted, whatever they say.
+fn died_under(failure: &Failure, limits: super::driver::ResourceLimits) -> Option<String> {
+    let Failure::Exited { stderr_tail, .. } = failure else {
+        return None;
+    };
+    let in_force = super::stdio::limits::in_force(limits)?;
+    let last = stderr_tail
+        .lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| !l.is_empty());
+    let said = last.map_or_else(
+        || "it wrote nothing on stderr".to_owned(),
+        |line| format!("its stderr ended: `{}`", crate::text::cut(line, 160)),
+    );
+    Some(format!(
+        "it ran under game.limits: {in_force}; if it needs more, raise the one it needs ({said})"
+    ))
 }
 
 /// The end of a cell whose game never opened: nothing found, nothing said.

@@ -30,6 +30,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::cell::{PlayError, open, quit_for};
+use super::cell_report::NotPlayed;
 use super::driver::{BrowserGame, Driver, Failure, GameSpec, GameTarget, ResourceLimits, Session};
 use super::episode::{Episode, Stepped};
 use super::protocol::observation_hash;
@@ -96,12 +97,10 @@ impl ReplayOptions {
         game.limits = self.limits;
         // The limits the game was played under, when the trace says and the
         // replay runs limited at all.
-        if let Some(l) = trace.header.game.limits
+        if let Some(limits) = trace.header.game.limits
             && self.limits.any()
         {
-            game.limits.address_space = l.memory;
-            game.limits.processes = l.processes;
-            game.limits.open_files = l.open_files;
+            game.limits = limits.limits();
         }
         // The environment the game was played with: a secret (recorded by
         // name only) is read again from the replaying environment.
@@ -136,7 +135,13 @@ impl ReplayOptions {
 #[derive(Debug, Clone, PartialEq)]
 pub enum ReplayOutcome {
     /// Every step matched and the same end was reached.
-    Confirmed { steps: u64, end: Option<QuitReason> },
+    Confirmed {
+        steps: u64,
+        end: Option<QuitReason>,
+        /// Why the game never gave its first observation, when it did not
+        /// (again): the limits in force and its stderr.
+        not_played: Option<NotPlayed>,
+    },
     /// The first place where the game did otherwise.
     Diverged {
         /// The step (0 = at hello or reset; steps + 1 = at the end); for a
@@ -255,6 +260,9 @@ pub struct Run {
     pub failure_id: Option<String>,
     /// The game's observation when the run ended (what a divergence shows).
     pub last: Option<serde_json::Value>,
+    /// Why the game never gave its first observation, as a cell that did
+    /// not play says it (the limits in force, its stderr), when it did not.
+    pub not_played: Option<NotPlayed>,
 }
 
 impl Run {
@@ -282,6 +290,7 @@ pub async fn run_inputs(
                 steps: Vec::new(),
                 resets: Vec::new(),
                 end: Some(quit_for(&failure)),
+                not_played: Some(super::cell::not_opened(&failure, spec.limits)),
                 failure: Some(failure),
                 failure_id: Some(id),
                 last: None,
@@ -333,6 +342,7 @@ pub async fn run_inputs(
                 last: failure.is_none().then(|| episode.current.raw.clone()),
                 failure,
                 failure_id,
+                not_played: None,
             }
         }
     };
@@ -354,8 +364,13 @@ fn same_step(want: &TraceStep, got: &TraceStep) -> bool {
 /// The first difference between a trace and a run of its inputs.
 fn compare(trace: &Trace, run: &Run) -> ReplayOutcome {
     let expected_end = trace.end;
+    let failed = |f: &Failure| {
+        run.not_played
+            .as_ref()
+            .map_or_else(|| f.describe(), ToString::to_string)
+    };
     let stopped = || match (&run.failure, run.end) {
-        (Some(f), _) => f.describe(),
+        (Some(f), _) => failed(f),
         (None, Some(QuitReason::Done)) => "the game was already done".to_owned(),
         _ => "nothing".to_owned(),
     };
@@ -420,6 +435,7 @@ fn compare(trace: &Trace, run: &Run) -> ReplayOutcome {
         ReplayOutcome::Confirmed {
             steps,
             end: expected_end,
+            not_played: run.not_played.clone(),
         }
     } else {
         ReplayOutcome::Diverged {
@@ -436,7 +452,7 @@ fn compare(trace: &Trace, run: &Run) -> ReplayOutcome {
             ),
             got: run.failure.as_ref().map_or_else(
                 || format!("the end `{}`", run.end.map_or("none", QuitReason::name)),
-                Failure::describe,
+                failed,
             ),
             detail: Detail::Nothing,
         }

@@ -16,7 +16,12 @@
 //!   (`pre_exec`), and the crate forbids `unsafe`. So a limited game is
 //!   started as `gameplan __game-exec --as … -- PROGRAM ARGS`, which sets the
 //!   limits on itself and then execs the game in place (same pid, same
-//!   group).
+//!   group). Resident memory is no rlimit: where gameplan can make a
+//!   cgroup the wrapper joins it first (`--cgroup DIR`), else gameplan
+//!   polls the game's process tree ([`crate::process::MemoryWatch`]). A
+//!   game stopped at a limit exits with a status that names it
+//!   ([`limits::stopped`]), so its crash finding, or the cell that did not
+//!   play, says which key to raise.
 //! - Every game process carries `GAMEPLAN_GAME_CELL=<unique id>` in its
 //!   environment. A process that escaped the group (`setsid`) is found after
 //!   the group is killed by scanning `/proc/*/environ` for that marker; it is
@@ -44,13 +49,14 @@ use tokio::process::{Child, ChildStdin, ChildStdout};
 
 use serde_json::value::RawValue;
 
-use crate::process::{Group, SpawnInGroup as _, Tail};
+use crate::process::{Group, MemoryCgroup, MemoryWatch, SpawnInGroup as _, Tail};
 
 use super::protocol::{
     self, Event, MAX_LINE, Observation, Op, PROTOCOL, RequestArg, observation_hash,
 };
 
 mod lean_observation;
+pub mod limits;
 
 // The types every driver shares moved to `driver`; re-exported so the
 // stdio paths callers use keep working.
@@ -185,6 +191,10 @@ pub struct GameProcess {
     scratch: Vec<u8>,
     /// Set once the group was killed and the leader reaped.
     finished: bool,
+    /// The limits it runs under (a stop at one is named).
+    limits: ResourceLimits,
+    /// Holds its resident memory under `limits.memory`.
+    memory: Option<MemoryWatch>,
 }
 
 impl Drop for GameProcess {
@@ -219,8 +229,12 @@ fn resolve_program(program: &str, spec: &GameSpec) -> Result<PathBuf, SpawnError
     })
 }
 
-/// The argv that actually starts the game: builtins and limits resolved.
-fn argv(spec: &GameSpec) -> Result<Vec<std::ffi::OsString>, SpawnError> {
+/// The argv that actually starts the game: builtins and limits resolved
+/// (`cgroup`: the memory cgroup the wrapper joins, when there is one).
+fn argv(
+    spec: &GameSpec,
+    cgroup: Option<&std::path::Path>,
+) -> Result<Vec<std::ffi::OsString>, SpawnError> {
     let (first, rest) = spec
         .target
         .command()
@@ -241,7 +255,12 @@ fn argv(spec: &GameSpec) -> Result<Vec<std::ffi::OsString>, SpawnError> {
         game.push(resolve_program(first, spec)?.into_os_string());
     }
     game.extend(rest.iter().map(Into::into));
-    if !spec.limits.any() {
+    // Resident memory alone needs no wrapper unless there is a cgroup to join.
+    let rlimits = ResourceLimits {
+        memory: None,
+        ..spec.limits
+    };
+    if !rlimits.any() && cgroup.is_none() {
         return Ok(game);
     }
     let mut wrapped: Vec<std::ffi::OsString> = vec![exe()?.into_os_string(), "__game-exec".into()];
@@ -256,6 +275,10 @@ fn argv(spec: &GameSpec) -> Result<Vec<std::ffi::OsString>, SpawnError> {
             wrapped.push(flag.into());
             wrapped.push(value.to_string().into());
         }
+    }
+    if let Some(dir) = cgroup {
+        wrapped.push("--cgroup".into());
+        wrapped.push(dir.into());
     }
     wrapped.push("--".into());
     wrapped.extend(game);
@@ -465,7 +488,8 @@ impl GameProcess {
     /// games may share: simulate scans for leaks once per worker, not once
     /// per crashed game (a scan reads every process's environment).
     pub fn spawn_marked(spec: &GameSpec, marker: &str) -> Result<GameProcess, SpawnError> {
-        let argv = argv(spec)?;
+        let cgroup = spec.limits.memory.and_then(MemoryCgroup::make);
+        let argv = argv(spec, cgroup.as_ref().map(MemoryCgroup::dir))?;
         let marker = marker.to_owned();
         let mut command = tokio::process::Command::new(&argv[0]);
         command
@@ -492,6 +516,10 @@ impl GameProcess {
         let stdout = child.stdout.take().ok_or_else(|| start_error("stdout"))?;
         let stderr = Tail::new(STDERR_TAIL);
         let stderr_task = stderr.keep(child.stderr.take().ok_or_else(|| start_error("stderr"))?);
+        let memory = spec
+            .limits
+            .memory
+            .map(|limit| MemoryWatch::start(group, limit, cgroup));
         Ok(GameProcess {
             child,
             group,
@@ -509,6 +537,8 @@ impl GameProcess {
             keep_raw: true,
             scratch: Vec::with_capacity(1024),
             finished: false,
+            limits: spec.limits,
+            memory,
         })
     }
 
@@ -726,11 +756,31 @@ impl GameProcess {
         } else {
             "closed its stdout".to_owned()
         };
+        let status = self.stopped_at_limit().unwrap_or(status);
         self.settle_stderr().await;
         Failure::Exited {
             during,
             status,
             stderr_tail: self.stderr_tail(),
+        }
+    }
+
+    /// How the game's end reads when a limit stopped it: gameplan for
+    /// memory, the kernel for CPU time (`SIGXCPU`, sent at the limit; see
+    /// [`set_limits`]).
+    fn stopped_at_limit(&self) -> Option<String> {
+        if let Some(exceeded) = self.memory.as_ref().and_then(MemoryWatch::exceeded) {
+            return Some(limits::stopped(limits::Stopped::Memory(exceeded.limit)));
+        }
+        let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
+        match (
+            waitid(Id::Pid(self.group.leader()), flags),
+            self.limits.cpu_seconds,
+        ) {
+            (Ok(WaitStatus::Signaled(_, nix::sys::signal::Signal::SIGXCPU, _)), Some(secs)) => {
+                Some(limits::stopped(limits::Stopped::Cpu(secs)))
+            }
+            _ => None,
         }
     }
 
@@ -767,6 +817,8 @@ impl GameProcess {
         self.group.stop(GRACE, self.wait_leader(GRACE)).await;
         let _ = self.child.wait().await;
         self.finished = true;
+        // Its cgroup goes with it (what escaped the group is killed there).
+        self.memory = None;
         if let Some(task) = self.stderr_task.take() {
             task.abort();
         }
@@ -888,21 +940,37 @@ fn kill_carrying(needle: &str) -> Vec<Leaked> {
 }
 
 /// The first half of `gameplan __game-exec`: sets the limits on this
-/// process (hard limits too: the game must not raise them back).
+/// process (hard limits too: the game must not raise them back). The CPU
+/// limit's hard one is a second later: at a soft limit equal to the hard
+/// one the kernel sends SIGKILL, which says nothing, where SIGXCPU names
+/// the limit.
 pub fn set_limits(limits: ResourceLimits) -> Result<(), String> {
     use nix::sys::resource::{Resource, setrlimit};
-    for (resource, value) in [
-        (Resource::RLIMIT_AS, limits.address_space),
-        (Resource::RLIMIT_CPU, limits.cpu_seconds),
-        (Resource::RLIMIT_NOFILE, limits.open_files),
-        (Resource::RLIMIT_NPROC, limits.processes),
+    for (resource, value, hard) in [
+        (Resource::RLIMIT_AS, limits.address_space, 0),
+        (Resource::RLIMIT_CPU, limits.cpu_seconds, 1),
+        (Resource::RLIMIT_NOFILE, limits.open_files, 0),
+        (Resource::RLIMIT_NPROC, limits.processes, 0),
     ] {
         if let Some(value) = value {
-            setrlimit(resource, value, value)
+            setrlimit(resource, value, value.saturating_add(hard))
                 .map_err(|e| format!("cannot set {resource:?} to {value}: {e}"))?;
         }
     }
     Ok(())
+}
+
+/// The first step of `gameplan __game-exec --cgroup DIR`: moves this
+/// process into the game's memory cgroup, before the game allocates
+/// anything. A failure is said on stderr and the game starts anyway:
+/// gameplan sees the group empty and polls the game's memory instead.
+pub fn join_cgroup(dir: &std::path::Path) -> Result<(), String> {
+    std::fs::write(dir.join("cgroup.procs"), std::process::id().to_string()).map_err(|e| {
+        format!(
+            "cannot join the memory cgroup {}: {e}; the game's memory is polled instead",
+            dir.display()
+        )
+    })
 }
 
 /// The second half: becomes the game (same pid, same group, same

@@ -6,7 +6,7 @@
 //! the same seed and the same actions give the same bytes.
 //!
 //! ```text
-//! {"trace":1,"game":{"driver":"stdio","command":[...],"cwd":".","action_timeout":10.0,"stuck_after":8},"seed":7,"persona":"kid","controller":"jev"}
+//! {"trace":1,"game":{"driver":"stdio","command":[...],"limits":{"memory":4294967296,"address_space":null,"cpu_seconds":600,"processes":null,"open_files":1024},"cwd":".","action_timeout":10.0,"stuck_after":8},"seed":7,"persona":"kid","controller":"jev"}
 //!   (a browser game: "driver":"webdriver","url":"examples/games/web/index.html" instead of the command)
 //! {"step":1,"action":"north","obs":"<sha256>","events":[]}
 //! {"reset":7,"obs":"<sha256>"}                                  <- a new episode (after `stuck`)
@@ -24,15 +24,19 @@
 //! shrink judge a hang as the cell did; traces written before they were
 //! recorded lack both, and still read. The header also keeps the game's
 //! `env` beyond the inherited variables (a secret by name, its value
-//! `null`) and a stdio game's `limits` when not the defaults, so a replay
-//! starts the game as it was played.
+//! `null`) and a stdio game's effective `limits`, all five, defaults
+//! included (`null`: none), so a replay starts the game as it was played
+//! and a game that died of one is told which were in force. A trace
+//! written before that lacks `limits`, or holds only `memory` (then the
+//! address-space limit it meant), `processes` and `open_files`; both
+//! still read.
 
 use std::collections::BTreeMap;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::driver::GameSpec;
+use super::driver::{GameSpec, ResourceLimits};
 use super::protocol::Event;
 
 /// How a cell (or a trace) ended.
@@ -135,8 +139,8 @@ pub struct TraceGame {
     /// a replay reads it from its own environment, by the same name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, Option<String>>,
-    /// A stdio game's limits as played (`game.limits`), when they are not
-    /// the defaults: a replay starts the game under the same ones.
+    /// A stdio game's limits as played (`game.limits`, defaults included):
+    /// a replay starts the game under the same ones.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<TraceLimits>,
     /// The game's cwd, relative to the repo root (`.`).
@@ -149,13 +153,87 @@ pub struct TraceGame {
     pub stuck_after: Option<u64>,
 }
 
-/// The limits a stdio game was played under (`None`: no limit).
+/// The limits a stdio game was played under (`None`: no limit), as
+/// `game.limits` names them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(from = "WrittenLimits")]
 pub struct TraceLimits {
+    /// Resident memory of the game's process tree, in bytes.
     pub memory: Option<u64>,
+    /// Address space of each process, in bytes.
+    pub address_space: Option<u64>,
+    pub cpu_seconds: Option<u64>,
     pub processes: Option<u64>,
     pub open_files: Option<u64>,
+}
+
+impl TraceLimits {
+    pub fn of(limits: ResourceLimits) -> TraceLimits {
+        TraceLimits {
+            memory: limits.memory,
+            address_space: limits.address_space,
+            cpu_seconds: limits.cpu_seconds,
+            processes: limits.processes,
+            open_files: limits.open_files,
+        }
+    }
+
+    pub fn limits(self) -> ResourceLimits {
+        ResourceLimits {
+            memory: self.memory,
+            address_space: self.address_space,
+            cpu_seconds: self.cpu_seconds,
+            processes: self.processes,
+            open_files: self.open_files,
+        }
+    }
+}
+
+/// `limits` as a trace holds it, old or new: a trace that names no
+/// `address_space` was written when `memory` meant the address space and
+/// the CPU limit was not recorded (it was the default).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WrittenLimits {
+    memory: Option<u64>,
+    #[serde(default, deserialize_with = "present")]
+    address_space: Key,
+    #[serde(default, deserialize_with = "present")]
+    cpu_seconds: Key,
+    processes: Option<u64>,
+    open_files: Option<u64>,
+}
+
+/// A key of `limits` that a trace may not have written at all.
+#[derive(Default)]
+enum Key {
+    #[default]
+    Absent,
+    /// There, a number or `null` (no limit).
+    Given(Option<u64>),
+}
+
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Key, D::Error> {
+    Option::<u64>::deserialize(d).map(Key::Given)
+}
+
+impl From<WrittenLimits> for TraceLimits {
+    fn from(written: WrittenLimits) -> TraceLimits {
+        let (memory, address_space) = match written.address_space {
+            Key::Given(address_space) => (written.memory, address_space),
+            Key::Absent => (None, written.memory),
+        };
+        TraceLimits {
+            memory,
+            address_space,
+            cpu_seconds: match written.cpu_seconds {
+                Key::Given(secs) => secs,
+                Key::Absent => ResourceLimits::default().cpu_seconds,
+            },
+            processes: written.processes,
+            open_files: written.open_files,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -269,17 +347,7 @@ impl Trace {
                         (name.clone(), kept)
                     })
                     .collect(),
-                limits: {
-                    let l = game.limits;
-                    let d = super::driver::ResourceLimits::default();
-                    let same = (l.address_space, l.processes, l.open_files)
-                        == (d.address_space, d.processes, d.open_files);
-                    (browser.is_none() && !same).then_some(TraceLimits {
-                        memory: l.address_space,
-                        processes: l.processes,
-                        open_files: l.open_files,
-                    })
-                },
+                limits: browser.is_none().then(|| TraceLimits::of(game.limits)),
                 cwd: ".".to_owned(),
                 action_timeout: Some(game.action_timeout.as_secs_f64()),
                 stuck_after: Some(game.stuck_after),
@@ -470,7 +538,7 @@ mod tests {
         let text = String::from_utf8(bytes).expect("utf8");
         assert_eq!(
             text,
-            "{\"trace\":1,\"game\":{\"driver\":\"stdio\",\"command\":[\"python3\",\"g.py\"],\"cwd\":\".\",\"action_timeout\":2.5,\"stuck_after\":8},\"seed\":7,\"persona\":\"kid\",\"controller\":\"jev\"}\n\
+            "{\"trace\":1,\"game\":{\"driver\":\"stdio\",\"command\":[\"python3\",\"g.py\"],\"limits\":{\"memory\":4294967296,\"address_space\":null,\"cpu_seconds\":600,\"processes\":null,\"open_files\":1024},\"cwd\":\".\",\"action_timeout\":2.5,\"stuck_after\":8},\"seed\":7,\"persona\":\"kid\",\"controller\":\"jev\"}\n\
              {\"step\":1,\"action\":\"north\",\"obs\":\"ab\",\"events\":[]}\n\
              {\"reset\":7,\"obs\":\"cd\"}\n\
              {\"step\":2,\"action\":\"boom\",\"obs\":null,\"events\":[]}\n\
@@ -498,5 +566,31 @@ mod tests {
         assert_eq!(trace.header.game.action_timeout, None);
         assert!(trace.resets.is_empty());
         assert_eq!(String::from_utf8(trace.to_jsonl()).expect("utf8"), old);
+    }
+
+    /// Before `memory` meant resident memory, a header's `memory` was the
+    /// address space and the CPU limit went unrecorded: such a trace
+    /// replays under the address-space limit it was played under.
+    #[test]
+    fn an_old_header_whose_memory_was_the_address_space_reads_as_it_was_meant() {
+        let old = "{\"trace\":1,\"game\":{\"driver\":\"stdio\",\"command\":[\"g\"],\"limits\":{\"memory\":1073741824,\"processes\":null,\"open_files\":64},\"cwd\":\".\"},\"seed\":1,\"persona\":\"p\",\"controller\":\"standard\"}\n";
+        let trace = Trace::parse(old, "t").expect("parses");
+        let limits = trace.header.game.limits.expect("limits").limits();
+        assert_eq!(
+            limits,
+            ResourceLimits {
+                memory: None,
+                address_space: Some(1 << 30),
+                cpu_seconds: Some(600),
+                processes: None,
+                open_files: Some(64),
+            }
+        );
+        let none = "{\"trace\":1,\"game\":{\"driver\":\"stdio\",\"command\":[\"g\"],\"limits\":{\"memory\":null,\"address_space\":null,\"cpu_seconds\":null,\"processes\":null,\"open_files\":null},\"cwd\":\".\"},\"seed\":1,\"persona\":\"p\",\"controller\":\"standard\"}\n";
+        let trace = Trace::parse(none, "t").expect("parses");
+        assert_eq!(
+            trace.header.game.limits.expect("limits").limits(),
+            ResourceLimits::NONE
+        );
     }
 }

@@ -5,7 +5,8 @@
 //! ([`SpawnInGroup`]), signalling and stopping that whole group
 //! ([`Group`]), keeping the last bytes it writes ([`Tail`]), finding a
 //! program on a `PATH` ([`on_path`]), and reading `/proc` for what still
-//! runs ([`carrying`], [`running_with`]). It decides nothing about what a
+//! runs ([`carrying`], [`running_with`]), and holding a process tree's
+//! resident memory under a limit ([`MemoryWatch`]). It decides nothing about what a
 //! process's end means, nor how long anything may take: each caller keeps
 //! its own grace periods and messages.
 //!
@@ -22,11 +23,13 @@
 //!   orphans, zombies of a group's children stay for good).
 
 mod group;
+mod memory;
 mod path;
 mod table;
 mod tail;
 
 pub use group::{Group, SpawnInGroup};
+pub use memory::{Exceeded, MemoryCgroup, MemoryWatch};
 pub use path::{NotOnPath, is_executable, on_path};
 pub use table::{Found, carrying, command_line, has_entries, running_with};
 pub use tail::Tail;

@@ -12,13 +12,29 @@ use crate::play::trace::QuitReason;
 /// The outcome of a replay: one line, or the divergence with what differed.
 pub fn replay(trace: &Path, outcome: &ReplayOutcome, timeout: (Duration, TimeoutFrom)) -> String {
     match outcome {
-        ReplayOutcome::Confirmed { steps, end } => format!(
-            "{}: confirmed: {}, every observation hash matches, same end `{}` ({})\n",
-            trace.display(),
-            super::plural(usize::try_from(*steps).unwrap_or(usize::MAX), "step"),
-            end.map_or("none", QuitReason::name),
-            action_timeout(timeout)
-        ),
+        ReplayOutcome::Confirmed {
+            steps,
+            end,
+            not_played,
+        } => {
+            let mut text = format!(
+                "{}: confirmed: {}, every observation hash matches, same end `{}` ({})\n",
+                trace.display(),
+                super::plural(usize::try_from(*steps).unwrap_or(usize::MAX), "step"),
+                end.map_or("none", QuitReason::name),
+                action_timeout(timeout)
+            );
+            // A game that died at the start again: why, as the cell said it.
+            if let Some(why) = not_played {
+                let why = super::play_cell::not_played(why);
+                let _ = writeln!(
+                    text,
+                    "  {}",
+                    why.strip_prefix("the cell did not play: ").unwrap_or(&why)
+                );
+            }
+            text
+        }
         ReplayOutcome::Diverged {
             step,
             action,

@@ -147,7 +147,7 @@ fn play_the_same_seed_twice_gives_a_byte_identical_trace_for_every_controller() 
             assert_eq!(first, t.read("b/trace.jsonl"), "{controller} {player}");
             assert_eq!(a["findings"], b["findings"]);
             assert!(first.starts_with(&format!(
-                "{{\"trace\":1,\"game\":{{\"driver\":\"stdio\",\"command\":[\"python3\",\"buggy.py\"],\"cwd\":\".\",\"action_timeout\":10.0,\"stuck_after\":8}},\"seed\":3,\"persona\":\"tester\",\"controller\":\"{controller}\"}}\n"
+                "{{\"trace\":1,\"game\":{{\"driver\":\"stdio\",\"command\":[\"python3\",\"buggy.py\"],\"limits\":{{\"memory\":4294967296,\"address_space\":null,\"cpu_seconds\":600,\"processes\":null,\"open_files\":1024}},\"cwd\":\".\",\"action_timeout\":10.0,\"stuck_after\":8}},\"seed\":3,\"persona\":\"tester\",\"controller\":\"{controller}\"}}\n"
             )), "{first}");
             assert!(
                 first.trim_end().ends_with(&format!(
@@ -645,7 +645,9 @@ fn play_a_game_runs_in_the_repo_root_with_a_cleared_environment_and_rlimits() {
     assert_eq!(Path::new(seen["cwd"].as_str().expect("cwd")), root);
     assert_eq!(seen["limits"]["nofile"], 1024);
     assert_eq!(seen["limits"]["cpu"], 600);
-    assert_eq!(seen["limits"]["as"], 4_u64 << 30);
+    // Memory is what the game uses (watched by gameplan), not an rlimit:
+    // the address space is unlimited unless the plan asks.
+    assert_eq!(seen["limits"]["as"], -1);
 }
 
 #[test]

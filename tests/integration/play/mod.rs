@@ -14,4 +14,5 @@ mod maze_player;
 mod program_check;
 mod program_env;
 mod program_limits;
+mod resident_limits;
 mod search_after_traps;

@@ -1,17 +1,28 @@
-//! `[game] limits`: a JVM game started with a large fixed heap, as JVM
-//! engines' launch scripts start them (`java -Xmx4g`), under the default
-//! 4 GiB address-space limit fails before it plays, and the failure names
-//! the limit and the plan key and quotes the JVM's own error (the line it
-//! writes on stdout); with
-//! `limits.memory = "none"` it plays, and its traces replay with its
-//! `game.env`. Bad limits are plan errors. Needs `javac` and `java`
-//! (`.ci/run` installs Debian's default-jdk-headless).
+//! `[game] limits` on JVM games: started with a large fixed heap, as JVM
+//! engines' launch scripts start them (`java -Xmx4g`), or through a
+//! Python launcher that hides the JVM's stderr (its own, or py4j's
+//! `launch_gateway`), a JVM game plays under the default limits (memory
+//! is what it uses, not what it reserves), and its traces replay with its
+//! `game.env`; under an address-space limit it fails before it plays, and
+//! the failure names that key and quotes the JVM's own error (the line it
+//! writes on stdout). Bad limits are plan errors. Needs `javac` and `java`
+//! (`.ci/run` installs Debian's default-jdk-headless); the py4j test needs
+//! `PyPI`'s `py4j` (`pip install py4j`) and says so when it is missing.
 
 use crate::support::Test;
 
-/// A repo with the Lamp game compiled into `build/`, and a plan whose
-/// `[game]` ends with `extra`.
-fn lamp(extra: &str) -> Test {
+/// A repo with the Lamp game compiled into `build/` (and its Python
+/// launchers), and a plan whose `[game]` starts `command` (a TOML array)
+/// and ends with `extra`.
+fn lamp(command: &str, extra: &str) -> Test {
+    let fixture = |name: &str| {
+        std::fs::read(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/fixtures/games/jvm")
+                .join(name),
+        )
+        .expect("a fixture")
+    };
     let source = std::fs::read(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/games/jvm/Lamp.java"),
     )
@@ -22,7 +33,7 @@ name = "lamp"
 
 [game]
 id = "lamp"
-command = ["java", "-Xmx4g", "-cp", "build", "Lamp"]
+command = {command}
 action_timeout = 20
 env = {{ LAMP_ROOM = "attic" }}
 {extra}
@@ -40,6 +51,8 @@ matrix = {{ persona = "*" }}
     );
     let t = Test::new()
         .file("Lamp.java", source)
+        .file("lamp_wrapper.py", fixture("lamp_wrapper.py"))
+        .file("lamp_py4j.py", fixture("lamp_py4j.py"))
         .file("plan.toml", plan);
     let built = std::process::Command::new("javac")
         .args(["-d", "build", "Lamp.java"])
@@ -50,9 +63,12 @@ matrix = {{ persona = "*" }}
     t
 }
 
+/// The JVM with a 4 GiB heap, as its launch script starts it.
+const JAVA: &str = r#"["java", "-Xmx4g", "-cp", "build", "Lamp"]"#;
+
 #[test]
-fn a_jvm_game_under_the_default_memory_limit_fails_naming_the_limit_and_quoting_the_jvm() {
-    let t = lamp("");
+fn a_jvm_game_under_an_address_space_limit_fails_naming_that_key_and_quoting_the_jvm() {
+    let t = lamp(JAVA, r#"limits = { address_space = "2 GiB" }"#);
     let out = t.run(&["plan", "run", "plan.toml"]);
     out.code(1);
     let run = t.run_ids().pop().expect("a run");
@@ -63,7 +79,9 @@ fn a_jvm_game_under_the_default_memory_limit_fails_naming_the_limit_and_quoting_
     let not_played = &report["not_played"];
     let hint = not_played["hint"].as_str().expect("a hint");
     assert!(
-        hint.contains("`game.limits.memory` (4.0 GiB") && hint.contains("memory = \"none\""),
+        hint.contains("`game.limits.address_space` (2 GiB of address space")
+            && hint.contains("`limits = { address_space = \"8 GiB\" }`")
+            && hint.contains("address_space = \"none\""),
         "{not_played:#}"
     );
     // The JVM's own words, which it writes on stdout.
@@ -73,9 +91,9 @@ fn a_jvm_game_under_the_default_memory_limit_fails_naming_the_limit_and_quoting_
     );
 }
 
-#[test]
-fn with_the_memory_limit_lifted_the_jvm_game_plays_and_its_trace_replays_with_its_env() {
-    let t = lamp("limits = { memory = \"none\", open_files = 4096 }");
+/// Plays `t`'s plan and checks the lamp was lit in the attic (its
+/// `game.env`) and that the cell's trace replays.
+fn plays_and_replays(t: &Test) {
     t.run(&["plan", "run", "plan.toml"]).code(0);
     let run = t.run_ids().pop().expect("a run");
     let dir = format!(".gameplan/runs/{run}/steps/play[switcher]");
@@ -88,6 +106,34 @@ fn with_the_memory_limit_lifted_the_jvm_game_plays_and_its_trace_replays_with_it
     t.run(&["replay", trace.to_str().expect("utf-8")])
         .code(0)
         .stdout_has("every observation hash matches");
+}
+
+#[test]
+fn a_jvm_game_with_a_large_heap_plays_under_the_default_limits_and_its_trace_replays_with_its_env()
+{
+    plays_and_replays(&lamp(JAVA, ""));
+}
+
+#[test]
+fn a_jvm_game_behind_a_launcher_that_hides_its_stderr_plays_under_the_default_limits() {
+    plays_and_replays(&lamp(r#"["python3", "lamp_wrapper.py", "-Xmx4g"]"#, ""));
+}
+
+#[test]
+#[expect(
+    clippy::print_stderr,
+    reason = "a test that cannot run here says so rather than pass in silence"
+)]
+fn a_jvm_game_started_by_py4j_launch_gateway_plays_under_the_default_limits() {
+    let has_py4j = std::process::Command::new("python3")
+        .args(["-c", "import py4j"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !has_py4j {
+        eprintln!("SKIPPED: PyPI's py4j is not installed here (`pip install py4j`)");
+        return;
+    }
+    plays_and_replays(&lamp(r#"["python3", "lamp_py4j.py", "-Xmx4g"]"#, ""));
 }
 
 #[test]
