@@ -6,7 +6,7 @@
 //! simulate prints each strategy's goal rate; random players on a
 //! published grid world (tests/fixtures/grid-games) raise no `stuck`, and
 //! the explorer reaches its goal at least as often as random. Games:
-//! tests/fixtures/games/way_out.py, frozenlake_walls.py, junk_line.py.
+//! `tests/fixtures/games/`: `way_out.py`, `frozenlake_walls.py`, `junk_line.py`.
 
 use std::path::Path;
 
@@ -241,7 +241,7 @@ max_steps = 80
 }
 
 /// The acceptance test on a published grid world (frozenlake-demo from
-/// PyPI, vendored unchanged): every move offered, so random players bump
+/// the Python package index, vendored unchanged): every move offered, so random players bump
 /// into the edges all the time; with `stuck_after = 2` the old rule said
 /// `stuck` at every second bump. No place of the lake is a softlock.
 #[test]
