@@ -410,6 +410,37 @@ mod tests {
         );
     }
 
+    /// One softlock is one finding whatever the player carries: the
+    /// actions that name a carried thing and the inventory-like state keys
+    /// are masked; another exit is another place.
+    #[test]
+    fn a_stuck_place_is_its_place_and_offered_actions_without_what_is_carried() {
+        let mut bare = observation(
+            "A sealed vault.\nYou carry nothing.",
+            serde_json::json!({"room": "vault", "items": [], "hand": ""}),
+        );
+        bare.actions = vec!["pound door".into(), "wait 3 turns".into()];
+        let mut lit = observation(
+            "A sealed vault.\nYou carry: lamp.",
+            serde_json::json!({"room": "vault", "items": ["lamp"], "hand": "brass key"}),
+        );
+        lit.actions = vec![
+            "wait 5 turns".into(),
+            "use lamp".into(),
+            "pound door".into(),
+            "drop brass key".into(),
+        ];
+        assert_eq!(stuck_location(&bare), stuck_location(&lit));
+        assert!(
+            stuck_location(&bare).ends_with("offers: pound door | wait # turns"),
+            "{}",
+            stuck_location(&bare)
+        );
+        let mut other_exit = bare.clone();
+        other_exit.actions.push("climb rope".into());
+        assert_ne!(stuck_location(&bare), stuck_location(&other_exit));
+    }
+
     /// `normalize` as first written (a string per word): finding ids are
     /// kept in reports and dispositions, so the faster one must agree.
     fn normalize_as_first_written(text: &str) -> String {
