@@ -2,7 +2,8 @@
 //!
 //! Owns spreading `games` over `workers` game processes, the per-game bound
 //! (`max_steps`), progress every 100 games, the summary (each distinct
-//! finding with how many games met it), and writing the traces of games
+//! finding with how many games met it; per strategy the goal rate and the
+//! median steps to the goal), and writing the traces of games
 //! that crashed or hung and (with `trace_findings`, as the `simulate` step
 //! asks) of the first game (lowest number) that met each finding, so every
 //! finding has a trace to replay.
@@ -10,7 +11,10 @@
 //! # Design
 //!
 //! Game `i` is played by `strategies[i % len]` with seed `seed + i`, so the
-//! summary does not depend on which worker took which game. A worker keeps
+//! summary does not depend on which worker took which game. A game plays
+//! by a cell's rules (the shared `Episode`): after `stuck_after` unchanged
+//! observations gameplan tries the offered actions not tried there before
+//! it says `stuck`, and `game.goal` holding ends the game as `done` does. A worker keeps
 //! its game process across games (`reset` starts the next one) and starts a
 //! fresh process only after a crash or a hang: a process per game would
 //! cost more than the games. The per-action path allocates little (reused
