@@ -7,7 +7,12 @@
 //! episode), the reset rule (after a `stuck` finding the episode of any
 //! player but `scripted` ends and, while the bounds allow another action,
 //! the game is reset with the cell's seed and play goes on, so one trap
-//! does not hide the rest of the game), the interrupt rule (the turn in
+//! does not hide the rest of the game), the way-out rule (after
+//! `stuck_after` unchanged observations the cell plays the offered actions
+//! `Episode::way_out_to_try` names, `"by": "gameplan"` in the transcript,
+//! before anything is `stuck`; a bound that runs out first leaves a note),
+//! the goal (`game.goal` holding ends the cell `done`; `report.json`'s
+//! `progress`), the interrupt rule (the turn in
 //! flight finishes, then the cell ends `interrupted`), the confirmation of
 //! a crash or hang (its inputs replayed once in a fresh game; one that
 //! does not happen again is `unconfirmed`, low severity), and the
