@@ -7,7 +7,12 @@
 //! episode), the reset rule (after a `stuck` finding the episode of any
 //! player but `scripted` ends and, while the bounds allow another action,
 //! the game is reset with the cell's seed and play goes on, so one trap
-//! does not hide the rest of the game), the interrupt rule (the turn in
+//! does not hide the rest of the game), the way-out rule (after
+//! `stuck_after` unchanged observations the cell plays the offered actions
+//! `Episode::way_out_to_try` names, `"by": "gameplan"` in the transcript,
+//! before anything is `stuck`; a bound that runs out first leaves a note),
+//! the goal (`game.goal` holding ends the cell `done`; `report.json`'s
+//! `progress`), the interrupt rule (the turn in
 //! flight finishes, then the cell ends `interrupted`), the confirmation of
 //! a crash or hang (its inputs replayed once in a fresh game; one that
 //! does not happen again is `unconfirmed`, low severity), and the
@@ -168,6 +173,8 @@ pub async fn play_cell_watched(
     };
     let mut warnings = Vec::new();
     let mut not_played = None;
+    let mut progress = super::goal::Progress::default();
+    let mut play_notes = Vec::new();
     let mut player = spec.player.build(spec.player_seed);
     let (end, findings, player_report) = match opened {
         // Not a finding: a game that never gave its first observation was
@@ -186,6 +193,7 @@ pub async fn play_cell_watched(
             let opened_hash = first.hash.clone();
             let mut episode =
                 Episode::new(first, &spec.persona, controller_name, spec.game.stuck_after);
+            episode.set_goal(spec.game.goal.as_deref());
             line(
                 &mut transcript,
                 &serde_json::json!({"hello": {"name": hello.name, "version": hello.version}}),
@@ -217,11 +225,19 @@ pub async fn play_cell_watched(
                 obs: Some(opened_hash),
             });
             trace.resets.append(&mut episode.resets);
+            progress = super::goal::Progress {
+                goal_reached: episode.goal_step().is_some(),
+                goal_step: episode.goal_step(),
+                max_score: episode.max_score(),
+                distinct_observations: metrics.distinct_observations.max(1),
+            };
+            play_notes = std::mem::take(&mut episode.notes);
             (end, episode.findings, said)
         }
     };
     trace.end = Some(end);
-    let notes = game.notes();
+    let mut notes = game.notes();
+    notes.append(&mut play_notes);
     let leaked = game.shutdown(!end.is_failure(), true).await;
     let findings = if not_played.is_some() {
         findings.into_vec()
@@ -251,6 +267,7 @@ pub async fn play_cell_watched(
         quit_reason: end,
         findings,
         metrics,
+        progress,
         leaked,
         not_played,
         warnings,
@@ -723,6 +740,10 @@ async fn play(
     let mut unchanged = 0u64;
     let budget = spec.max_actions.unwrap_or(u64::MAX);
     let mut reset_due = false;
+    // An offered action gameplan tries next, after `stuck_after` unchanged
+    // observations (see `Episode::way_out_to_try`): counted in the cell's
+    // bounds like the player's.
+    let mut way_out: Option<String> = None;
     let mut stop_asked = !watch.opened().await;
     loop {
         if *cancel.borrow() || stop_asked {
@@ -730,9 +751,11 @@ async fn play(
         }
         let taken = episode.step();
         if taken >= spec.patience && spec.patience <= budget {
+            episode.notes.extend(episode.untried_note("patience"));
             return Ok(QuitReason::Patience);
         }
         if taken >= budget || spec.max_wall.is_some_and(|w| started.elapsed() >= w) {
+            episode.notes.extend(episode.untried_note("the budget"));
             return Ok(QuitReason::Budget);
         }
         if std::mem::take(&mut reset_due) {
@@ -763,42 +786,30 @@ async fn play(
             metrics.distinct_observations = distinct.len() as u64;
         }
         if episode.current.observation.actions.is_empty() {
-            episode.add_finding(Spotted {
-                category: Category::Stuck,
-                title: "The game offers no action and is not done".to_owned(),
-                location: format!(
-                    "no actions\n{}",
-                    super::findings::place(&episode.current.observation)
-                ),
-                evidence: Evidence {
-                    step: taken,
-                    observation: episode.current.hash.clone(),
-                    last_actions: super::findings::last_actions(episode.episode_actions()),
-                    detail: Some(crate::text::cut(&episode.current.observation.text, 200)),
-                    stderr_tail: None,
-                    screenshot: episode.current.screenshot.clone(),
-                    page: episode.current.url.clone(),
-                },
-            });
+            episode.add_finding(no_actions(episode, taken));
             return Ok(QuitReason::NoActions);
         }
-        let Some(choice) = choose(&mut controller, player, episode, cancel).await else {
-            return Ok(QuitReason::Interrupted);
-        };
-        let choice = choice.inspect_err(|e| {
-            let error = serde_json::json!({"step": taken, "player_error": e.to_string()});
-            line(transcript, &error);
-        })?;
-        let Some(action) = choice.action else {
-            return Ok(QuitReason::ScriptEnd);
+        let (action, proposals, by) = if let Some(action) = way_out.take() {
+            (action, Vec::new(), Some("gameplan"))
+        } else {
+            let Some(choice) = choose(&mut controller, player, episode, cancel).await else {
+                return Ok(QuitReason::Interrupted);
+            };
+            let choice = choice.inspect_err(|e| {
+                let error = serde_json::json!({"step": taken, "player_error": e.to_string()});
+                line(transcript, &error);
+            })?;
+            let Some(action) = choice.action else {
+                return Ok(QuitReason::ScriptEnd);
+            };
+            (action, choice.proposals, None)
         };
         let before = episode.current.hash.clone();
         let stepped = episode.act(game, &action).await;
         record_turn(
             episode,
             &stepped,
-            &action,
-            &choice.proposals,
+            (&action, &proposals, by),
             metrics,
             transcript,
         );
@@ -811,7 +822,10 @@ async fn play(
         distinct.insert(episode.current.hash.clone());
         metrics.distinct_observations = distinct.len() as u64;
         match stepped {
-            Stepped::Acted { done: true, .. } => return Ok(QuitReason::Done),
+            // The goal ends the play as the game's `done` does.
+            Stepped::Acted { done: true, .. } | Stepped::Acted { goal: true, .. } => {
+                return Ok(QuitReason::Done);
+            }
             Stepped::Failed(failure) => return Ok(quit_for(&failure)),
             _ => {}
         }
@@ -819,7 +833,31 @@ async fn play(
             watch.screenshot(shot);
         }
         stop_asked = watch.turned(episode.step());
+        way_out = episode
+            .way_out_to_try()
+            .filter(|_| spec.player.lets_gameplan_try_ways_out());
         reset_due = episode.is_stuck() && spec.player.resets_after_stuck();
+    }
+}
+
+/// The `stuck` finding of an observation that offers no action and is not done.
+fn no_actions(episode: &Episode, taken: u64) -> Spotted {
+    Spotted {
+        category: Category::Stuck,
+        title: "The game offers no action and is not done".to_owned(),
+        location: format!(
+            "no actions\n{}",
+            super::findings::place(&episode.current.observation)
+        ),
+        evidence: Evidence {
+            step: taken,
+            observation: episode.current.hash.clone(),
+            last_actions: super::findings::last_actions(episode.episode_actions()),
+            detail: Some(crate::text::cut(&episode.current.observation.text, 200)),
+            stderr_tail: None,
+            screenshot: episode.current.screenshot.clone(),
+            page: episode.current.url.clone(),
+        },
     }
 }
 
@@ -849,20 +887,22 @@ async fn choose(
     }
 }
 
-/// The transcript line and the metrics of one turn.
+/// The transcript line and the metrics of one turn: `action`, the
+/// player's `proposals`, and `by` (`Some("gameplan")` for an action
+/// gameplan took itself, looking for a way out before it says `stuck`).
 fn record_turn(
     episode: &Episode,
     stepped: &Stepped,
-    action: &str,
-    proposals: &[String],
+    (action, proposals, by): (&str, &[String], Option<&str>),
     metrics: &mut Metrics,
     transcript: &mut Vec<u8>,
 ) {
     let step = episode.step();
-    let entry = match stepped {
+    let mut entry = match stepped {
         Stepped::Acted {
             reward,
             done,
+            goal,
             events,
         } => {
             metrics.reward_total += reward;
@@ -875,11 +915,15 @@ fn record_turn(
                     metrics.goals += 1;
                 }
             }
-            serde_json::json!({
+            let mut entry = serde_json::json!({
                 "step": step, "action": action, "proposals": proposals,
                 "observation": episode.current.raw, "reward": reward, "done": done,
                 "events": events,
-            })
+            });
+            if *goal {
+                entry["goal"] = serde_json::Value::Bool(true);
+            }
+            entry
         }
         Stepped::Refused(error) => {
             metrics.refused_actions += 1;
@@ -892,6 +936,9 @@ fn record_turn(
             "failure": failure.describe(),
         }),
     };
+    if let Some(by) = by {
+        entry["by"] = serde_json::Value::from(by);
+    }
     line(transcript, &entry);
 }
 

@@ -103,6 +103,11 @@ pub struct CellReport {
     pub quit_reason: QuitReason,
     pub findings: Vec<Finding>,
     pub metrics: Metrics,
+    /// How far the play came: the goal (a `goal` event or `game.goal`),
+    /// the best score, the observations seen (docs/play.md, "Goals and
+    /// progress").
+    #[serde(default)]
+    pub progress: super::goal::Progress,
     /// Processes of the game that escaped its process group (killed at the end).
     #[serde(default)]
     pub leaked: Vec<Leaked>,

@@ -13,9 +13,32 @@
 //! explorer remembers what it tried; one bug met twice is one finding);
 //! the stuck count, the way into the trap and the evidence's last actions
 //! start again.
+//!
+//! # Stuck means no way out
+//!
+//! `stuck_after` unchanged observations are a question, not a finding:
+//! from then on [`Episode::way_out_to_try`] names the offered actions not
+//! yet tried from this observation, one at a time, and the caller plays
+//! each as gameplan's own (an action that changes nothing leaves the game
+//! where it was, so the next is tried from the same place without a
+//! replay). One that changes the observation is a way out: no finding.
+//! Only when every offered action was tried from here and none changed
+//! anything is the place `stuck`. A play whose bounds run out first gets a
+//! note ([`Episode::untried_note`]), not a finding: a player that did not
+//! find the way out is no bug of the game.
+//!
+//! # Goals
+//!
+//! After each action the episode notes whether the goal was reached (a
+//! `goal` event, or `game.goal` holding: `goal`), for the play's progress;
+//! `game.goal` holding ends the episode as `done` would
+//! ([`Stepped::Acted`]'s `goal`), while a game that sends `goal` events
+//! says itself when it is `done` (the bridge's contract: a game may send
+//! one per coin).
 
 use super::driver::{Driver, Failure, Seen};
 use super::findings::{Category, Evidence, FindingSet, Spotted, last_actions, normalize};
+use super::goal::Goal;
 use super::players::History;
 use super::protocol::{Event, EventKind, Op};
 use super::trace::{TraceReset, TraceStep};
@@ -27,7 +50,13 @@ pub enum Stepped {
     /// The game answered; the new observation is [`Episode::current`].
     Acted {
         reward: f64,
+        /// The game said `done`.
         done: bool,
+        /// `game.goal` holds: the episode ends as it does on `done`. (A
+        /// `goal` event reaches the goal too, for the play's progress, but
+        /// the game that sends it says itself whether it is `done`: a game
+        /// may send one per coin.)
+        goal: bool,
         events: Vec<Event>,
     },
     /// The game answered `ok: false`; the observation is unchanged.
@@ -48,8 +77,18 @@ pub struct Episode {
     controller: String,
     stuck_after: u64,
     unchanged: u64,
-    /// Whether this episode was declared `stuck`.
+    /// Whether the place the episode is at was declared `stuck` (until
+    /// the observation changes).
     stuck: bool,
+    /// `game.goal`, when the game has one.
+    goal: Option<Goal>,
+    /// The action (every episode counted) after which the goal was first reached.
+    goal_step: Option<u64>,
+    /// The highest score seen.
+    max_score: f64,
+    /// What the play should say that is no finding (a goal that cannot be
+    /// evaluated), each once.
+    pub notes: Vec<String>,
     /// The last action that changed the observation, and where from: the
     /// way into the place that turned out to be a trap.
     entered: Option<(String, String)>,
@@ -74,10 +113,15 @@ impl Episode {
             stuck_after,
             unchanged: 0,
             stuck: false,
+            goal: None,
+            goal_step: None,
+            max_score: f64::NEG_INFINITY,
+            notes: Vec::new(),
             entered: None,
             since_reset: 0,
             keep_steps: true,
         };
+        episode.max_score = episode.current.observation.score;
         episode.spot_console(0, "", None);
         episode
     }
@@ -94,6 +138,25 @@ impl Episode {
         self.stuck = false;
         self.entered = None;
         self.since_reset = 0;
+        self.goal_step = None;
+        self.max_score = self.current.observation.score;
+        self.notes.clear();
+    }
+
+    /// Evaluates `goal` (`game.goal`) after every action from now on.
+    pub fn set_goal(&mut self, goal: Option<&str>) {
+        self.goal = goal.map(Goal::new);
+    }
+
+    /// The action (every episode counted) after which the goal was first
+    /// reached, if it was.
+    pub fn goal_step(&self) -> Option<u64> {
+        self.goal_step
+    }
+
+    /// The highest score any observation of the play showed.
+    pub fn max_score(&self) -> f64 {
+        self.max_score
     }
 
     /// How many actions were taken, in all episodes.
@@ -131,6 +194,7 @@ impl Episode {
                     });
                 }
                 self.current = first;
+                self.max_score = self.max_score.max(self.current.observation.score);
                 self.unchanged = 0;
                 self.stuck = false;
                 self.entered = None;
@@ -168,26 +232,16 @@ impl Episode {
         match game.act(action).await {
             Ok(Ok(acted)) => {
                 let changed = acted.seen.hash != from;
-                self.current = acted.seen;
+                // The goal reads the observation before this one as `prev`.
+                let before = if self.goal.is_some() {
+                    Some(std::mem::replace(&mut self.current, acted.seen))
+                } else {
+                    self.current = acted.seen;
+                    None
+                };
+                self.max_score = self.max_score.max(self.current.observation.score);
                 self.spot_console(step, &from, Some(action));
-                for event in &acted.events {
-                    if matches!(event.kind, EventKind::Error | EventKind::Crash) {
-                        self.spot(Spotted {
-                            category: Category::Error,
-                            title: format!(
-                                "The game reported {} `{}` after `{action}`",
-                                if event.kind == EventKind::Crash {
-                                    "a crash"
-                                } else {
-                                    "an error"
-                                },
-                                cut(&event.message, 120)
-                            ),
-                            location: event.message.clone(),
-                            evidence: self.evidence(step, &from, Some(event.message.clone()), None),
-                        });
-                    }
-                }
+                self.spot_events(&acted.events, step, &from, action);
                 if self.keep_steps {
                     self.steps.push(TraceStep {
                         step,
@@ -199,10 +253,16 @@ impl Episode {
                     });
                 }
                 self.history.mark_outcome(&from, action, changed);
-                self.count_change(changed, step, &from, action);
+                self.count_change(changed, action, &from);
+                let goal = self.goal_holds(before.as_ref().map(|b| &b.observation));
+                let event = acted.events.iter().any(|e| e.kind == EventKind::Goal);
+                if (goal || event) && self.goal_step.is_none() {
+                    self.goal_step = Some(step);
+                }
                 Stepped::Acted {
                     reward: acted.reward,
                     done: acted.done,
+                    goal,
                     events: acted.events,
                 }
             }
@@ -230,7 +290,7 @@ impl Episode {
                 }
                 self.current.hash.clone_from(&from);
                 self.history.mark_outcome(&from, action, false);
-                self.count_change(false, step, &from, action);
+                self.count_change(false, action, &from);
                 Stepped::Refused(refusal.error)
             }
             Err(failure) => {
@@ -260,9 +320,32 @@ impl Episode {
         }
     }
 
-    fn count_change(&mut self, changed: bool, step: u64, from: &str, action: &str) {
+    /// An `error` finding per `error` or `crash` event of the action.
+    fn spot_events(&mut self, events: &[Event], step: u64, from: &str, action: &str) {
+        for event in events {
+            if matches!(event.kind, EventKind::Error | EventKind::Crash) {
+                self.spot(Spotted {
+                    category: Category::Error,
+                    title: format!(
+                        "The game reported {} `{}` after `{action}`",
+                        if event.kind == EventKind::Crash {
+                            "a crash"
+                        } else {
+                            "an error"
+                        },
+                        cut(&event.message, 120)
+                    ),
+                    location: event.message.clone(),
+                    evidence: self.evidence(step, from, Some(event.message.clone()), None),
+                });
+            }
+        }
+    }
+
+    fn count_change(&mut self, changed: bool, action: &str, from: &str) {
         if changed {
             self.unchanged = 0;
+            self.stuck = false;
             // The strings of the last entry are reused: this runs on
             // nearly every action.
             let (hash, taken) = self.entered.get_or_insert_with(Default::default);
@@ -273,36 +356,118 @@ impl Episode {
             return;
         }
         self.unchanged += 1;
-        if self.stuck_after > 0 && self.unchanged == self.stuck_after {
-            self.stuck = true;
-            if let Some((hash, action)) = &self.entered {
-                self.history.mark_trap(hash, action);
+    }
+
+    /// Whether `game.goal` holds after the action just taken (an
+    /// expression that cannot be evaluated is a note, once, and counts as
+    /// not holding).
+    fn goal_holds(&mut self, prev: Option<&super::protocol::Observation>) -> bool {
+        let since = self.episode_actions().len() as u64;
+        let Some(goal) = self.goal.as_mut() else {
+            return false;
+        };
+        let prev = prev.map(|p| (p, since.saturating_sub(1)));
+        match goal.holds(&self.current.observation, since, prev) {
+            Ok(holds) => holds,
+            Err(note) => {
+                self.notes.push(note);
+                false
             }
-            let place = self
-                .current
-                .observation
-                .text
-                .lines()
-                .next()
-                .unwrap_or("")
-                .trim()
-                .to_owned();
-            self.spot(Spotted {
-                category: Category::Stuck,
-                title: format!(
-                    "Nothing changed for {} actions at \"{}\"",
-                    self.stuck_after,
-                    cut(&place, 80)
-                ),
-                location: super::findings::place(&self.current.observation),
-                evidence: self.evidence(
-                    step,
-                    from,
-                    Some(format!("at: {}", cut(&place, 200))),
-                    None,
-                ),
-            });
         }
+    }
+
+    /// Whether nothing changed for `stuck_after` actions at the current
+    /// observation (and it was not declared `stuck` yet).
+    fn stuck_question(&self) -> bool {
+        self.stuck_after > 0 && self.unchanged >= self.stuck_after && !self.stuck
+    }
+
+    /// The offered actions of the current observation never tried from it.
+    fn untried(&self) -> impl Iterator<Item = &String> {
+        let hash = &self.current.hash;
+        self.current
+            .observation
+            .actions
+            .iter()
+            .filter(move |a| self.history.tried(hash, a) == 0)
+    }
+
+    /// After `stuck_after` unchanged observations: the offered action
+    /// gameplan tries next, the first not yet tried from here (see the
+    /// module doc). `None` when there is nothing to try: then either every
+    /// offered action was tried from here and none changed anything (the
+    /// place is declared `stuck`: [`Episode::is_stuck`]), or one of them
+    /// changed the observation before (a way out is known: no finding).
+    pub fn way_out_to_try(&mut self) -> Option<String> {
+        if !self.stuck_question() {
+            return None;
+        }
+        if let Some(action) = self.untried().next() {
+            return Some(action.clone());
+        }
+        let hash = &self.current.hash;
+        let offered = &self.current.observation.actions;
+        if !offered.is_empty()
+            && offered
+                .iter()
+                .all(|a| self.history.changed_nothing(hash, a))
+        {
+            self.declare_stuck();
+        }
+        None
+    }
+
+    /// What to say when the play's bounds ran out (`why`: "patience",
+    /// "the action budget") while gameplan still had offered actions to try
+    /// at a place where nothing changed: not a finding, a note.
+    pub fn untried_note(&self, why: &str) -> Option<String> {
+        if !self.stuck_question() {
+            return None;
+        }
+        let untried = self.untried().count();
+        (untried > 0).then(|| {
+            format!(
+                "{why} ran out at \"{}\" with {untried} of {} actions untried: nothing changed \
+                 for {} actions there, but that is no `stuck` finding until every offered \
+                 action was tried",
+                crate::text::cut(&first_line(&self.current.observation.text), 80),
+                self.current.observation.actions.len(),
+                self.unchanged
+            )
+        })
+    }
+
+    /// Every offered action was tried here and none changed anything: a
+    /// `stuck` finding, fingerprinted by the place and its offered actions
+    /// (`findings::stuck_location`), and the way in remembered as a trap.
+    fn declare_stuck(&mut self) {
+        self.stuck = true;
+        if let Some((hash, action)) = &self.entered {
+            self.history.mark_trap(hash, action);
+        }
+        let place = first_line(&self.current.observation.text);
+        let offered = self.current.observation.actions.len();
+        let tried = self.current.observation.actions.join("`, `");
+        let step = self.step();
+        let from = self.current.hash.clone();
+        self.spot(Spotted {
+            category: Category::Stuck,
+            title: format!(
+                "No way out of \"{}\": none of its {offered} offered actions changes anything",
+                cut(&place, 80),
+            ),
+            location: super::findings::stuck_location(&self.current.observation),
+            evidence: self.evidence(
+                step,
+                &from,
+                Some(format!(
+                    "at: {}\ntried here, none changed the observation: `{}`",
+                    cut(&place, 200),
+                    cut(&tried, 400)
+                )),
+                None,
+            ),
+        });
     }
 
     fn evidence(
@@ -397,13 +562,23 @@ pub fn failure_finding(
                 format!("{what}\n{status}\n{}", normalize(last)),
             )
         }
-        Failure::Violation { reason, .. } => (
+        // One cause, one finding: a stray line on stdout is the cause,
+        // whichever request it happened to answer (`reset`, `left` or
+        // `right` of the room that prints it), so the line is the
+        // location, not the request.
+        Failure::Violation {
+            reason, evidence, ..
+        } => (
             Category::Crash,
             format!(
                 "The game broke the protocol on {what}: {}",
                 cut(reason, 160)
             ),
-            format!("{what}\n{reason}"),
+            if reason.starts_with(super::driver::NOT_A_MESSAGE) && !evidence.trim().is_empty() {
+                format!("protocol\n{}", normalize(evidence))
+            } else {
+                format!("protocol\n{}", normalize(reason))
+            },
         ),
     };
     Spotted {
@@ -426,6 +601,15 @@ pub fn failure_finding(
             page: None,
         },
     }
+}
+
+/// The first non-empty line of `text`, trimmed: what names a place.
+fn first_line(text: &str) -> String {
+    text.lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("")
+        .to_owned()
 }
 
 fn last_line(text: &str) -> &str {

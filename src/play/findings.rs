@@ -19,10 +19,14 @@
 //! while the player's pockets change ([`place`]): the first line of the
 //! text (a room's name or opening sentence, numbers masked) and the
 //! state's text fields (`"room": "vault"`), never the score, the state's
-//! numbers (gold, turn counters) or lists (inventory), nor the rest of the
-//! text or the offered actions, which tell what the player carries
-//! ("You carry: lamp", `use lamp`). So one softlock room is one finding
-//! however much gold the player brought into it.
+//! numbers (gold, turn counters) or lists, nor what sits under an
+//! inventory-like key (`inventory`, `items`, `held`, `hand`, `bag`, ...:
+//! [`INVENTORY_KEYS`]), nor the rest of the text ("You carry: lamp").
+//! A `stuck` finding adds the place's offered actions ([`stuck_location`]:
+//! two dead ends that read alike but offer other ways are two places),
+//! numbers masked and without the ones that name something carried
+//! (`use lamp`). So one softlock room is one finding however much gold,
+//! and whichever lamp, the player brought into it.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -104,6 +108,79 @@ pub fn fingerprint(category: Category, location: &str) -> String {
     crate::reuse::sha256_hex(text.as_bytes())[..16].to_owned()
 }
 
+/// Words in a state key that say it holds what the player carries: its
+/// values change with the player's pockets, not with the place.
+pub const INVENTORY_KEYS: [&str; 14] = [
+    "inventory",
+    "item",
+    "carr",
+    "hold",
+    "held",
+    "hand",
+    "bag",
+    "pack",
+    "pocket",
+    "equip",
+    "gear",
+    "loot",
+    "wield",
+    "wear",
+];
+
+fn inventory_like(key: &str) -> bool {
+    let key = key.to_lowercase();
+    INVENTORY_KEYS.iter().any(|word| key.contains(word))
+}
+
+/// Where a player is stuck, as a `stuck` finding's location: the [`place`]
+/// and its offered actions (normalized, sorted), leaving out the actions
+/// that name something carried (`use lamp` while `items` holds `lamp`).
+pub fn stuck_location(observation: &super::protocol::Observation) -> String {
+    let mut carried = Vec::new();
+    carried_things(&observation.state, false, &mut carried);
+    let mut offered: Vec<String> = observation
+        .actions
+        .iter()
+        .map(|a| normalize(a))
+        .filter(|a| {
+            let words = format!(" {a} ");
+            !carried
+                .iter()
+                .any(|thing| words.contains(&format!(" {thing} ")))
+        })
+        .collect();
+    offered.sort();
+    offered.dedup();
+    let mut location = place(observation);
+    location.push_str("\noffers: ");
+    location.push_str(&offered.join(" | "));
+    location
+}
+
+/// The strings under inventory-like keys of `value` (normalized): what the
+/// player carries.
+fn carried_things(value: &serde_json::Value, under_inventory: bool, out: &mut Vec<String>) {
+    match value {
+        serde_json::Value::String(text) if under_inventory => {
+            let thing = normalize(text);
+            if !thing.is_empty() {
+                out.push(thing);
+            }
+        }
+        serde_json::Value::Array(items) => {
+            for item in items {
+                carried_things(item, under_inventory, out);
+            }
+        }
+        serde_json::Value::Object(map) => {
+            for (key, inner) in map {
+                carried_things(inner, under_inventory || inventory_like(key), out);
+            }
+        }
+        _ => {}
+    }
+}
+
 /// Where an observation is, as a finding's location: the first non-empty
 /// line of its text and the text fields of its state (`path=value`, sorted),
 /// leaving out what changes with inventory or score (see the module doc).
@@ -126,12 +203,16 @@ pub fn place(observation: &super::protocol::Observation) -> String {
 }
 
 /// The string values under `value`, as `path=value` (normalized): numbers,
-/// booleans and lists are counters, flags and inventories.
+/// booleans and lists are counters, flags and inventories, and what sits
+/// under an inventory-like key is carried, not the place.
 fn text_fields(value: &serde_json::Value, path: &mut String, out: &mut Vec<String>) {
     match value {
         serde_json::Value::String(text) => out.push(format!("{path}={}", normalize(text))),
         serde_json::Value::Object(map) => {
             for (key, inner) in map {
+                if inventory_like(key) {
+                    continue;
+                }
                 let len = path.len();
                 if !path.is_empty() {
                     path.push('.');
@@ -327,6 +408,37 @@ mod tests {
             )),
             "turn #: the pit.\nat.zone=pit #"
         );
+    }
+
+    /// One softlock is one finding whatever the player carries: the
+    /// actions that name a carried thing and the inventory-like state keys
+    /// are masked; another exit is another place.
+    #[test]
+    fn a_stuck_place_is_its_place_and_offered_actions_without_what_is_carried() {
+        let mut bare = observation(
+            "A sealed vault.\nYou carry nothing.",
+            serde_json::json!({"room": "vault", "items": [], "hand": ""}),
+        );
+        bare.actions = vec!["pound door".into(), "wait 3 turns".into()];
+        let mut lit = observation(
+            "A sealed vault.\nYou carry: lamp.",
+            serde_json::json!({"room": "vault", "items": ["lamp"], "hand": "brass key"}),
+        );
+        lit.actions = vec![
+            "wait 5 turns".into(),
+            "use lamp".into(),
+            "pound door".into(),
+            "drop brass key".into(),
+        ];
+        assert_eq!(stuck_location(&bare), stuck_location(&lit));
+        assert!(
+            stuck_location(&bare).ends_with("offers: pound door | wait # turns"),
+            "{}",
+            stuck_location(&bare)
+        );
+        let mut other_exit = bare.clone();
+        other_exit.actions.push("climb rope".into());
+        assert_ne!(stuck_location(&bare), stuck_location(&other_exit));
     }
 
     /// `normalize` as first written (a string per word): finding ids are

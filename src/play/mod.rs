@@ -31,6 +31,7 @@ pub mod controllers;
 pub mod driver;
 pub mod episode;
 pub mod findings;
+pub mod goal;
 pub mod llm_player;
 pub mod players;
 pub mod protocol;

@@ -56,6 +56,15 @@ impl PlayerSpec {
         !matches!(self, PlayerSpec::Scripted { .. })
     }
 
+    /// Whether gameplan, after `stuck_after` unchanged observations, tries
+    /// the offered actions this player did not, before it says `stuck`
+    /// (docs/play.md, "Stuck detection"). Not amid a script: a script
+    /// plays as written, so a `scripted` place is `stuck` only when the
+    /// script itself tried every offered action there.
+    pub fn lets_gameplan_try_ways_out(&self) -> bool {
+        !matches!(self, PlayerSpec::Scripted { .. })
+    }
+
     /// The player, seeded by the cell's `seed`.
     pub fn build(&self, seed: i64) -> Box<dyn Player> {
         match self {

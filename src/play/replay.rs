@@ -94,6 +94,7 @@ impl ReplayOptions {
         if let Some(stuck_after) = trace.header.game.stuck_after {
             game.stuck_after = stuck_after;
         }
+        game.goal.clone_from(&trace.header.game.goal);
         game.limits = self.limits;
         // The limits the game was played under, when the trace says and the
         // replay runs limited at all.
@@ -303,12 +304,13 @@ pub async fn run_inputs(
                 &trace.header.controller,
                 spec.stuck_after,
             );
+            episode.set_goal(spec.goal.as_deref());
             let mut end = None;
             let mut failure = None;
             for input in inputs {
                 let failed = match input {
                     Input::Action(action) => match episode.act(&mut game, action).await {
-                        Stepped::Acted { done: true, .. } => {
+                        Stepped::Acted { done: true, .. } | Stepped::Acted { goal: true, .. } => {
                             end = Some(QuitReason::Done);
                             break;
                         }

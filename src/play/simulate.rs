@@ -2,7 +2,8 @@
 //!
 //! Owns spreading `games` over `workers` game processes, the per-game bound
 //! (`max_steps`), progress every 100 games, the summary (each distinct
-//! finding with how many games met it), and writing the traces of games
+//! finding with how many games met it; per strategy the goal rate and the
+//! median steps to the goal), and writing the traces of games
 //! that crashed or hung and (with `trace_findings`, as the `simulate` step
 //! asks) of the first game (lowest number) that met each finding, so every
 //! finding has a trace to replay.
@@ -10,7 +11,10 @@
 //! # Design
 //!
 //! Game `i` is played by `strategies[i % len]` with seed `seed + i`, so the
-//! summary does not depend on which worker took which game. A worker keeps
+//! summary does not depend on which worker took which game. A game plays
+//! by a cell's rules (the shared `Episode`): after `stuck_after` unchanged
+//! observations gameplan tries the offered actions not tried there before
+//! it says `stuck`, and `game.goal` holding ends the game as `done` does. A worker keeps
 //! its game process across games (`reset` starts the next one) and starts a
 //! fresh process only after a crash or a hang: a process per game would
 //! cost more than the games. The per-action path allocates little (reused
@@ -99,6 +103,29 @@ pub struct SimulateSummary {
     pub processes: u64,
     pub leaked: Vec<Leaked>,
     pub interrupted: bool,
+    /// Per strategy: how often its games reached the goal (a `goal`
+    /// event, or `game.goal` holding) and in how many steps.
+    #[serde(default)]
+    pub strategies: Vec<StrategyGoals>,
+    /// What the simulation says that is no finding (a `game.goal` that
+    /// could not be evaluated), each once.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+/// How one strategy's games fared against the goal.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct StrategyGoals {
+    pub strategy: String,
+    /// Games it played.
+    pub games: u64,
+    /// Games that reached the goal.
+    pub goals: u64,
+    /// `goals / games` (0 when it played none).
+    pub goal_rate: f64,
+    /// The median of the steps to the goal of the games that reached it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub median_steps_to_goal: Option<f64>,
 }
 
 /// One distinct finding of a simulation.
@@ -169,9 +196,26 @@ struct Tally {
     written: Vec<IndexEntry>,
     processes: u64,
     leaked: Vec<Leaked>,
+    /// Per strategy name: games played and the steps to the goal of those
+    /// that reached it.
+    goals: BTreeMap<&'static str, (u64, Vec<u64>)>,
+    notes: Vec<String>,
 }
 
 impl Tally {
+    /// Counts a game of strategy `kind` for the goal rate, and keeps the
+    /// notes of its episode (each once).
+    fn count_goals(&mut self, kind: &'static str, ep: &mut Episode) {
+        let goals = self.goals.entry(kind).or_default();
+        goals.0 += 1;
+        goals.1.extend(ep.goal_step());
+        for note in ep.notes.drain(..) {
+            if !self.notes.contains(&note) {
+                self.notes.push(note);
+            }
+        }
+    }
+
     /// Counts the findings of game `index`; true when one of them is met
     /// here for the first time (so its trace is kept).
     fn meet<'a>(&mut self, index: u64, findings: impl Iterator<Item = &'a Finding>) -> bool {
@@ -276,7 +320,44 @@ pub async fn simulate(
         processes: tally.processes,
         leaked: tally.leaked,
         interrupted: *cancel.borrow() && tally.games < spec.games,
+        strategies: strategy_goals(&spec.strategies, &mut tally.goals),
+        notes: tally.notes,
     })
+}
+
+/// The goal rate and median steps to the goal of each strategy, in the
+/// order the spec names them.
+fn strategy_goals(
+    strategies: &[PlayerSpec],
+    goals: &mut BTreeMap<&'static str, (u64, Vec<u64>)>,
+) -> Vec<StrategyGoals> {
+    let mut names = strategy_names(strategies);
+    names.dedup();
+    let mut seen = std::collections::BTreeSet::new();
+    names
+        .into_iter()
+        .filter(|name| seen.insert(*name))
+        .map(|name| {
+            let (games, mut steps) = goals.remove(name).unwrap_or_default();
+            let reached = steps.len() as u64;
+            #[expect(
+                clippy::cast_precision_loss,
+                reason = "a rate for people; counts far below 2^52"
+            )]
+            let goal_rate = if games == 0 {
+                0.0
+            } else {
+                reached as f64 / games as f64
+            };
+            StrategyGoals {
+                strategy: name.to_owned(),
+                games,
+                goals: reached,
+                goal_rate,
+                median_steps_to_goal: super::goal::median(&mut steps),
+            }
+        })
+        .collect()
 }
 
 /// Lists the traces the workers wrote (every failed game's and, with
@@ -385,6 +466,16 @@ fn merge(into: &mut Tally, t: Tally) {
     into.written.extend(t.written);
     into.processes += t.processes;
     into.leaked.extend(t.leaked);
+    for (name, (games, steps)) in t.goals {
+        let known = into.goals.entry(name).or_default();
+        known.0 += games;
+        known.1.extend(steps);
+    }
+    for note in t.notes {
+        if !into.notes.contains(&note) {
+            into.notes.push(note);
+        }
+    }
 }
 
 async fn worker(
@@ -510,6 +601,28 @@ struct Worker<'a> {
     watchdog: Option<super::stdio::Watchdog>,
 }
 
+/// The worker's episode, started over at `first` (its allocations kept),
+/// or a new one with the game's stuck rule and goal.
+fn episode_at<'e>(
+    slot: &'e mut Option<Episode>,
+    first: super::driver::Seen,
+    kind: &str,
+    game: &GameSpec,
+) -> &'e mut Episode {
+    if let Some(ep) = slot {
+        ep.restart(first, kind);
+        return ep;
+    }
+    let ep = slot.insert(Episode::new(
+        first,
+        kind,
+        ControllerKind::Standard.name(),
+        game.stuck_after,
+    ));
+    ep.set_goal(game.goal.as_deref());
+    ep
+}
+
 /// A game process and how it answered `hello`.
 type Opened = (
     GameProcess,
@@ -594,20 +707,12 @@ impl Worker<'_> {
             }
             Err(failure) => return self.fail_at_start(&failure, header(), index, kind),
         };
-        let ep = match &mut self.episode {
-            Some(ep) => {
-                ep.restart(first, kind);
-                ep
-            }
-            None => self.episode.insert(Episode::new(
-                first,
-                kind,
-                ControllerKind::Standard.name(),
-                spec.game.stuck_after,
-            )),
-        };
+        let ep = episode_at(&mut self.episode, first, kind, &spec.game);
         let mut player = strategy.build(seed);
         let mut controller = Controller::new(ControllerKind::Standard, seed);
+        // The same stuck rule as a cell's: after `stuck_after` unchanged
+        // observations gameplan tries the offered actions not tried yet.
+        let mut way_out: Option<String> = None;
         let end = loop {
             if ep.step() >= spec.max_steps {
                 break QuitReason::Budget;
@@ -615,16 +720,21 @@ impl Worker<'_> {
             if ep.current.observation.actions.is_empty() {
                 break QuitReason::NoActions;
             }
-            let choice = controller
-                .choose(
-                    player.as_mut(),
-                    &ep.current.observation,
-                    &ep.current.hash,
-                    &ep.history,
-                )
-                .await?;
-            let Some(action) = choice.action else {
-                break QuitReason::ScriptEnd;
+            let action = if let Some(action) = way_out.take() {
+                action
+            } else {
+                let choice = controller
+                    .choose(
+                        player.as_mut(),
+                        &ep.current.observation,
+                        &ep.current.hash,
+                        &ep.history,
+                    )
+                    .await?;
+                let Some(action) = choice.action else {
+                    break QuitReason::ScriptEnd;
+                };
+                action
             };
             if ep.step() % YIELD_EVERY == YIELD_EVERY - 1 {
                 // A game writing much to stderr in one long game must
@@ -632,12 +742,16 @@ impl Worker<'_> {
                 tokio::task::yield_now().await;
             }
             match ep.act(process, &action).await {
-                Stepped::Acted { done: true, .. } => break QuitReason::Done,
+                Stepped::Acted { done: true, .. } | Stepped::Acted { goal: true, .. } => {
+                    break QuitReason::Done;
+                }
                 Stepped::Failed(failure) => break quit_for(&failure),
                 _ => {}
             }
+            way_out = ep.way_out_to_try();
         };
         self.tally.steps += ep.step();
+        self.tally.count_goals(kind, ep);
         let first = self.tally.meet(index, ep.findings.as_slice().iter());
         if end.is_failure() || first && spec.trace_findings {
             let mut trace = Trace::new(header());
@@ -667,6 +781,22 @@ impl Worker<'_> {
             )));
         }
         let end = quit_for(failure);
+        // A game that failed at its reset played, and reached no goal.
+        if let Some(strategy) = self
+            .spec
+            .strategies
+            .iter()
+            .map(PlayerSpec::kind)
+            .find(|k| *k == kind)
+        {
+            self.tally.goals.entry(strategy).or_default().0 += 1;
+        } else if self.spec.strategies.is_empty() {
+            self.tally
+                .goals
+                .entry(PlayerSpec::Random.kind())
+                .or_default()
+                .0 += 1;
+        }
         let mut found = FindingSet::default();
         found.add(failure_finding(failure, 0, "", None, &[]), "", "");
         self.tally.meet(index, found.as_slice().iter());

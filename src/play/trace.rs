@@ -151,6 +151,10 @@ pub struct TraceGame {
     /// Actions with no change before a `stuck` finding.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stuck_after: Option<u64>,
+    /// `game.goal`: reaching it ended the play as `done` does, so a
+    /// replay evaluates it too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub goal: Option<String>,
 }
 
 /// The limits a stdio game was played under (`None`: no limit), as
@@ -351,6 +355,7 @@ impl Trace {
                 cwd: ".".to_owned(),
                 action_timeout: Some(game.action_timeout.as_secs_f64()),
                 stuck_after: Some(game.stuck_after),
+                goal: game.goal.clone(),
             },
             seed,
             persona: persona.to_owned(),

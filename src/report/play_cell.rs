@@ -60,6 +60,11 @@ pub fn markdown(report: &CellReport) -> String {
     }
     let _ = writeln!(md, "- Actions taken: {}", report.actions_taken);
     let _ = writeln!(md, "- Quit reason: {}", report.quit_reason.name());
+    if let Some(step) = report.progress.goal_step {
+        let _ = writeln!(md, "- Goal: reached after action {step}");
+    } else if report.state != crate::play::CellState::NotPlayed {
+        let _ = writeln!(md, "- Goal: not reached");
+    }
     player_lines(&mut md, report);
     let _ = writeln!(md, "- Findings: {}", report.findings.len());
     if !report.leaked.is_empty() {

@@ -199,6 +199,12 @@ pub fn simulate(
         summary.other,
         summary.steps
     );
+    if !summary.strategies.is_empty() {
+        let _ = writeln!(text, "goal: {}", strategy_goals(&summary.strategies));
+    }
+    for note in &summary.notes {
+        let _ = writeln!(text, "note: {note}");
+    }
     let mut by_category = std::collections::BTreeMap::<&str, usize>::new();
     for f in &summary.findings {
         *by_category.entry(f.category.name()).or_default() += 1;
@@ -261,6 +267,29 @@ pub fn simulate(
         text.push_str("interrupted: not every game was played\n");
     }
     text
+}
+
+/// Each strategy's goal rate and median steps to the goal, on one line:
+/// `random 3/10 games (30%), median 14 steps; explorer 7/10 games (70%),
+/// median 9 steps`.
+pub fn strategy_goals(strategies: &[crate::play::simulate::StrategyGoals]) -> String {
+    strategies
+        .iter()
+        .map(|s| {
+            let mut part = format!(
+                "{} {}/{} games ({:.0}%)",
+                s.strategy,
+                s.goals,
+                s.games,
+                s.goal_rate * 100.0
+            );
+            if let Some(median) = s.median_steps_to_goal {
+                let _ = write!(part, ", median {median} steps to it");
+            }
+            part
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// One line per cell: where its report is and what it found.

@@ -127,6 +127,9 @@ pub struct SimulationLine {
     pub crashed: u64,
     pub hung: u64,
     pub truncated: u64,
+    /// Per strategy: the goal rate and the median steps to the goal.
+    #[serde(default)]
+    pub goals: Vec<crate::play::simulate::StrategyGoals>,
     /// Its `summary.json`; the traces are under `traces/` beside it.
     pub summary: String,
     /// Every distinct finding, most severe first, each with a trace.
@@ -389,6 +392,7 @@ pub fn simulation_line(
         crashed: summary.crashed,
         hung: summary.hung,
         truncated: summary.truncated,
+        goals: summary.strategies.clone(),
         summary: summary_path.to_owned(),
         findings: summary
             .findings
@@ -543,6 +547,13 @@ pub fn text(playtest: &Playtest) -> String {
             super::plural(s.findings.len(), "distinct finding"),
             s.summary
         );
+        if !s.goals.is_empty() {
+            let _ = writeln!(
+                out,
+                "  goal: {}",
+                super::play_results::strategy_goals(&s.goals)
+            );
+        }
         finding_lines(&mut out, &s.findings, "game");
     }
     out
@@ -800,6 +811,7 @@ mod tests {
                 crashed: 1,
                 hung: 0,
                 truncated: 9,
+                goals: Vec::new(),
                 summary: "summary.json".into(),
                 findings: vec![stuck_at("aaaa", "vault"), crash],
             }],

@@ -15,7 +15,7 @@ use sha2::{Digest as _, Sha256};
 /// Bump it when a step kind starts producing different results from the same
 /// inputs (not for every build): every earlier result then stops being reused,
 /// and [`why_not_reused`] says so.
-pub const KEY_VERSION: u32 = 2;
+pub const KEY_VERSION: u32 = 3;
 
 /// Every input of a step's result, and nothing else.
 ///

@@ -417,6 +417,7 @@ fn report(cell: &str, state: CellState) -> CellReport {
         quit_reason: QuitReason::Done,
         findings: Vec::new(),
         metrics: Metrics::default(),
+        progress: crate::play::goal::Progress::default(),
         leaked: Vec::new(),
         not_played: None,
         warnings: Vec::new(),

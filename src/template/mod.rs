@@ -307,6 +307,19 @@ impl Templates {
             .map_err(|e| expression_syntax_error(&e))
     }
 
+    /// [`Self::compile_expression`] for an expression that outlives its
+    /// source string (a game's `goal`, evaluated after every action of a
+    /// cell): it keeps its own copy of `expr`.
+    pub fn compile_expression_owned(
+        &self,
+        expr: &str,
+    ) -> Result<CompiledExpression<'_>, TemplateError> {
+        self.jinja
+            .compile_expression_owned(expr.to_owned())
+            .map(CompiledExpression)
+            .map_err(|e| expression_syntax_error(&e))
+    }
+
     /// Evaluates an expression (rule lenses) with the caps of [`Self::render`].
     pub fn eval(&self, expr: &str, ctx: Value) -> Result<Value, TemplateError> {
         let compiled = self

@@ -19,7 +19,7 @@ use crate::support::{Test, by_step};
 /// behaviour switched on by its arguments:
 /// `delay=S` sleeps S seconds per action; `env` writes its environment to
 /// `seen_env.json` on start; `spans` writes its start and end times to
-/// `spans/<pid>`; `still`: `wait` changes nothing; `slow`: the action `slow`
+/// `spans/<pid>`; `still`: `wait` and `go` change nothing; `slow`: the action `slow`
 /// takes 2.5 s; `freeze`: the action `freeze` is never answered; `boom`:
 /// the action `boom` kills the game (with `late=N`, only after N other
 /// actions); `noactions`: after one action nothing is offered.
@@ -62,7 +62,7 @@ for line in sys.stdin:
             time.sleep(1000)
         if action == "boom" and n >= late:
             sys.exit(5)
-        if not (action == "wait" and "still" in args):
+        if not (action in ("wait", "go") and "still" in args):
             n += 1
         reply = {"id": rid, "ok": True, "observation": obs(), "reward": 0, "done": False,
                  "events": []}
@@ -359,28 +359,44 @@ player = { kind = "scripted", actions = ["slow", "go"] }
 
 #[test]
 fn a_plans_stuck_after_takes_effect() {
-    // Five `wait`s that change nothing: stuck after 3 (the default 8 would
-    // never say so).
+    // Nothing changes: after 3 actions (the default 8 would never ask) the
+    // room is a question, and once the script tried its other offered
+    // action, `go`, too (gameplan tries nothing amid a script), it is
+    // `stuck` at that 4th action.
     let t = Plan {
         args: "still",
         game: "stuck_after = 3",
         personas: r#"[[personas]]
 slug = "p"
 card = "Waits."
-player = { kind = "scripted", actions = ["wait", "wait", "wait", "wait", "wait"] }
+player = { kind = "scripted", actions = ["wait", "wait", "wait", "go", "wait"] }
 "#,
         ..Plan::default()
     }
     .repo();
-    let report = one_cell(&t);
+    let out = t.run(&["plan", "run", "plan.toml", "--json"]);
+    out.code(0);
+    let doc = out.json();
+    let report = cell_reports(&t, &doc).remove(0);
     let stuck: Vec<&serde_json::Value> = report["findings"]
         .as_array()
         .expect("findings")
         .iter()
         .filter(|f| f["category"] == "stuck")
         .collect();
-    assert!(!stuck.is_empty(), "no stuck finding: {report:#}");
-    assert_eq!(stuck[0]["evidence"]["step"], 3, "{report:#}");
+    assert_eq!(stuck.len(), 1, "one stuck finding: {report:#}");
+    assert_eq!(stuck[0]["evidence"]["step"], 4, "{report:#}");
+    let md = doc["playtest"]["cells"][0]["report"]
+        .as_str()
+        .expect("report path");
+    let transcript = t.read(&md.replace("report.md", "transcript.jsonl"));
+    let fourth = transcript
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|row| row["step"] == 4 && row.get("action").is_some())
+        .expect("a 4th action");
+    assert_eq!(fourth["action"], "go", "{transcript}");
+    assert!(fourth.get("by").is_none(), "the script's own: {transcript}");
 }
 
 #[test]

@@ -75,7 +75,7 @@ fn a_blockers_gate_over_the_mazes_findings_fails_on_its_planted_crash() {
     assert_eq!(crash["findings"][0]["fingerprint"], "8df40e09ffdc5950");
     assert_eq!(crash["findings"][0]["severity"], "critical");
     assert_eq!(
-        verdict(&blockers, "crashes", "4c703877ef980401")["verdict"],
+        verdict(&blockers, "crashes", "9bd2e02621fcb4f2")["verdict"],
         "clear",
         "the stuck finding is no blocker"
     );
