@@ -1,0 +1,152 @@
+//! What the screen shows, as a short string: the visual signature of a
+//! page's observation (its `screen` field), made from the screenshot taken
+//! for that observation.
+//!
+//! A game drawn on a `<canvas>` has no text or controls that change as it
+//! is played; without this, every observation of it is the same and a
+//! replay compares nothing. The screenshot is decoded, averaged over a
+//! [`COLUMNS`] x [`ROWS`] grid of cells (each cell the mean of its pixels,
+//! so a one-pixel seam of anti-aliasing moves a cell's mean by a fraction
+//! of a level) and each cell's luma quantized to [`LEVELS`] levels. A
+//! sprite that moves by a few pixels on a canvas changes the cells it
+//! leaves and enters; a blinking text caret is hidden while pages are read
+//! (`page.js`). Why these sizes: docs/web-games.md ("What a browser cell
+//! sees and does") gives the measurements.
+//!
+//! Owns decoding and encoding only; when to capture is the session's.
+
+use std::io::Cursor;
+
+/// Cells across the grid.
+pub const COLUMNS: usize = 32;
+/// Cells down the grid.
+pub const ROWS: usize = 20;
+/// Gray levels per cell.
+pub const LEVELS: u32 = 8;
+
+/// The cells' levels written two to a character (3 bits each: 64 symbols,
+/// URL-safe base64's alphabet), row after row, after the grid's shape:
+/// `32x20x8:` and 320 characters.
+const SYMBOLS: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+
+/// The signature of a PNG screenshot; what is wrong with the picture
+/// otherwise.
+pub fn signature(png_bytes: &[u8]) -> Result<String, String> {
+    let mut decoder = png::Decoder::new(Cursor::new(png_bytes));
+    decoder.set_transformations(png::Transformations::EXPAND | png::Transformations::STRIP_16);
+    let mut reader = decoder
+        .read_info()
+        .map_err(|e| format!("the screenshot is no PNG: {e}"))?;
+    let (width, height) = (reader.info().width as usize, reader.info().height as usize);
+    if width == 0 || height == 0 {
+        return Err("the screenshot is empty".to_owned());
+    }
+    let (color, _) = reader.output_color_type();
+    let channels = color.samples();
+    // Luma sums (x1000 weights) and pixel counts per cell.
+    let mut sums = vec![0u64; COLUMNS * ROWS];
+    let mut counts = vec![0u64; COLUMNS * ROWS];
+    let column_of: Vec<usize> = (0..width).map(|x| x * COLUMNS / width).collect();
+    let mut y = 0;
+    while let Some(row) = reader
+        .next_row()
+        .map_err(|e| format!("the screenshot could not be decoded: {e}"))?
+    {
+        if y >= height {
+            break;
+        }
+        let cell_row = y * ROWS / height * COLUMNS;
+        for (x, pixel) in row.data().chunks_exact(channels).take(width).enumerate() {
+            let luma = match pixel {
+                [r, g, b, ..] => 299 * u64::from(*r) + 587 * u64::from(*g) + 114 * u64::from(*b),
+                [gray, ..] => 1000 * u64::from(*gray),
+                [] => 0,
+            };
+            let cell = cell_row + column_of[x];
+            sums[cell] += luma;
+            counts[cell] += 1;
+        }
+        y += 1;
+    }
+    let levels: Vec<u8> = sums
+        .iter()
+        .zip(&counts)
+        .map(|(&sum, &count)| quantize(sum / count.max(1)))
+        .collect();
+    let mut out = format!("{COLUMNS}x{ROWS}x{LEVELS}:");
+    for pair in levels.chunks(2) {
+        let high = pair[0];
+        let low = pair.get(1).copied().unwrap_or(0);
+        out.push(char::from(SYMBOLS[usize::from(high << 3 | low)]));
+    }
+    Ok(out)
+}
+
+/// A cell's mean luma (`0..=255_000`) as one of [`LEVELS`] levels.
+fn quantize(mean: u64) -> u8 {
+    let level = mean * u64::from(LEVELS) / 255_001;
+    u8::try_from(level.min(u64::from(LEVELS - 1))).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A `width` x `height` RGB PNG whose pixel at (x, y) is `paint(x, y)`.
+    fn png_of(width: u32, height: u32, paint: impl Fn(u32, u32) -> [u8; 3]) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut encoder = png::Encoder::new(&mut out, width, height);
+        encoder.set_color(png::ColorType::Rgb);
+        encoder.set_depth(png::BitDepth::Eight);
+        let mut writer = encoder.write_header().expect("header");
+        let mut data = Vec::new();
+        for y in 0..height {
+            for x in 0..width {
+                data.extend(paint(x, y));
+            }
+        }
+        writer.write_image_data(&data).expect("data");
+        writer.finish().expect("finish");
+        out
+    }
+
+    fn sprite_at(left: u32, top: u32) -> impl Fn(u32, u32) -> [u8; 3] {
+        move |x, y| {
+            if (left..left + 16).contains(&x) && (top..top + 16).contains(&y) {
+                [255, 220, 0]
+            } else {
+                [0, 0, 40]
+            }
+        }
+    }
+
+    #[test]
+    fn a_sprite_that_moves_a_few_pixels_changes_the_signature() {
+        // Cells are 25 px wide here: the sprite moves half its width, from
+        // across a cell's edge to inside the next cell.
+        let here = signature(&png_of(800, 600, sprite_at(392, 300))).expect("sig");
+        let moved = signature(&png_of(800, 600, sprite_at(400, 300))).expect("sig");
+        let again = signature(&png_of(800, 600, sprite_at(392, 300))).expect("sig");
+        assert_ne!(here, moved);
+        assert_eq!(here, again);
+        assert!(here.starts_with("32x20x8:"), "{here}");
+        assert_eq!(here.len(), "32x20x8:".len() + COLUMNS * ROWS / 2);
+    }
+
+    #[test]
+    fn a_faint_one_pixel_seam_does_not_change_it() {
+        let plain = signature(&png_of(800, 600, |_, _| [30, 30, 30])).expect("sig");
+        // Anti-aliasing: a one-pixel line a few levels lighter.
+        let seam = signature(&png_of(800, 600, |x, _| {
+            if x == 333 { [60, 60, 60] } else { [30, 30, 30] }
+        }))
+        .expect("sig");
+        assert_eq!(plain, seam);
+    }
+
+    #[test]
+    fn what_is_no_png_is_said() {
+        let err = signature(b"not a picture").expect_err("no png");
+        assert!(err.contains("no PNG"), "{err}");
+    }
+}
