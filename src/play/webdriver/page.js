@@ -156,10 +156,19 @@ function clean(text) {
   return String(text).replace(/\s+/g, ' ').trim().slice(0, 60);
 }
 
+// A <label>'s own words, without the fields inside it (a <select> in its
+// label would lend it every option's text).
+function ownText(label) {
+  var copy = label.cloneNode(true);
+  var inner = copy.querySelectorAll('select,textarea,input,button,datalist');
+  for (var i = 0; i < inner.length; i++) inner[i].remove();
+  return copy.textContent;
+}
+
 // A field's name as a person reads it: its aria-label, its <label>, its
 // placeholder, title, name or id.
 function fieldLabel(el) {
-  var label = el.labels && el.labels.length ? el.labels[0].innerText : '';
+  var label = el.labels && el.labels.length ? ownText(el.labels[0]) : '';
   return clean(el.getAttribute('aria-label') || label || el.getAttribute('placeholder') ||
     el.getAttribute('title') || el.getAttribute('name') || el.id ||
     (el.tagName === 'SELECT' ? 'select' : el.type || el.tagName.toLowerCase())) || 'field';

@@ -46,7 +46,11 @@ pub fn signature(png_bytes: &[u8]) -> Result<String, String> {
     // Luma sums (x1000 weights) and pixel counts per cell.
     let mut sums = vec![0u64; COLUMNS * ROWS];
     let mut counts = vec![0u64; COLUMNS * ROWS];
-    let column_of: Vec<usize> = (0..width).map(|x| x * COLUMNS / width).collect();
+    // Every other pixel of every other row: a quarter of the work (this
+    // runs once per observation) and still the mean of hundreds of pixels
+    // per cell.
+    let column_of: Vec<usize> = (0..width).step_by(2).map(|x| x * COLUMNS / width).collect();
+    let stride = channels * 2;
     let mut y = 0;
     while let Some(row) = reader
         .next_row()
@@ -55,16 +59,21 @@ pub fn signature(png_bytes: &[u8]) -> Result<String, String> {
         if y >= height {
             break;
         }
-        let cell_row = y * ROWS / height * COLUMNS;
-        for (x, pixel) in row.data().chunks_exact(channels).take(width).enumerate() {
-            let luma = match pixel {
-                [r, g, b, ..] => 299 * u64::from(*r) + 587 * u64::from(*g) + 114 * u64::from(*b),
-                [gray, ..] => 1000 * u64::from(*gray),
-                [] => 0,
-            };
-            let cell = cell_row + column_of[x];
-            sums[cell] += luma;
-            counts[cell] += 1;
+        if y % 2 == 0 {
+            let cells = y * ROWS / height * COLUMNS;
+            let data = row.data();
+            for (i, column) in column_of.iter().enumerate() {
+                let at = i * stride;
+                let luma = if channels >= 3 {
+                    299 * u64::from(data[at])
+                        + 587 * u64::from(data[at + 1])
+                        + 114 * u64::from(data[at + 2])
+                } else {
+                    1000 * u64::from(data[at])
+                };
+                sums[cells + column] += luma;
+                counts[cells + column] += 1;
+            }
         }
         y += 1;
     }
