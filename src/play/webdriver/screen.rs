@@ -7,27 +7,30 @@
 //! replay compares nothing. The screenshot is decoded, averaged over a
 //! [`COLUMNS`] x [`ROWS`] grid of cells (each cell the mean of its pixels,
 //! so a one-pixel seam of anti-aliasing moves a cell's mean by a fraction
-//! of a level) and each cell's luma quantized to [`LEVELS`] levels. A
-//! sprite that moves by a few pixels on a canvas changes the cells it
-//! leaves and enters; a blinking text caret is hidden while pages are read
+//! of a level), each cell's luma quantized to [`LEVELS`] levels, and the
+//! grid written as its digest. A sprite that moves by its own width on a
+//! canvas changes the cells it leaves and enters (a mean over a cell does
+//! not see a move inside it: cells are kept near a sprite's size, 20 px in
+//! a 1280 px window); a blinking text caret is hidden while pages are read
 //! (`page.js`). Why these sizes: docs/web-games.md ("What a browser cell
 //! sees and does") gives the measurements.
 //!
 //! Owns decoding and encoding only; when to capture is the session's.
 
+use std::fmt::Write as _;
 use std::io::Cursor;
 
+use sha2::Digest as _;
+
 /// Cells across the grid.
-pub const COLUMNS: usize = 32;
+pub const COLUMNS: usize = 64;
 /// Cells down the grid.
-pub const ROWS: usize = 20;
+pub const ROWS: usize = 40;
 /// Gray levels per cell.
 pub const LEVELS: u32 = 8;
 
-/// The cells' levels written two to a character (3 bits each: 64 symbols,
-/// URL-safe base64's alphabet), row after row, after the grid's shape:
-/// `32x20x8:` and 320 characters.
-const SYMBOLS: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+/// Hex digits of the grid's digest kept in the signature: 128 bits.
+const DIGEST_HEX: usize = 32;
 
 /// The signature of a PNG screenshot; what is wrong with the picture
 /// otherwise.
@@ -82,11 +85,13 @@ pub fn signature(png_bytes: &[u8]) -> Result<String, String> {
         .zip(&counts)
         .map(|(&sum, &count)| quantize(sum / count.max(1)))
         .collect();
+    // The grid itself would be 1,280 characters in every observation of
+    // the transcript; its digest says the same to the hash (the screenshot
+    // shows what changed).
+    let digest = sha2::Sha256::digest(&levels);
     let mut out = format!("{COLUMNS}x{ROWS}x{LEVELS}:");
-    for pair in levels.chunks(2) {
-        let high = pair[0];
-        let low = pair.get(1).copied().unwrap_or(0);
-        out.push(char::from(SYMBOLS[usize::from(high << 3 | low)]));
+    for byte in digest.iter().take(DIGEST_HEX / 2) {
+        let _ = write!(out, "{byte:02x}");
     }
     Ok(out)
 }
@@ -131,15 +136,19 @@ mod tests {
 
     #[test]
     fn a_sprite_that_moves_a_few_pixels_changes_the_signature() {
-        // Cells are 25 px wide here: the sprite moves half its width, from
-        // across a cell's edge to inside the next cell.
+        // Cells are 12.5 px wide here: the sprite moves half its width.
         let here = signature(&png_of(800, 600, sprite_at(392, 300))).expect("sig");
         let moved = signature(&png_of(800, 600, sprite_at(400, 300))).expect("sig");
         let again = signature(&png_of(800, 600, sprite_at(392, 300))).expect("sig");
         assert_ne!(here, moved);
         assert_eq!(here, again);
-        assert!(here.starts_with("32x20x8:"), "{here}");
-        assert_eq!(here.len(), "32x20x8:".len() + COLUMNS * ROWS / 2);
+        assert!(here.starts_with("64x40x8:"), "{here}");
+        assert_eq!(here.len(), "64x40x8:".len() + DIGEST_HEX);
+        // In a 1280 px wide window (20 px cells), a 16 px sprite one step
+        // of 16 px to the side.
+        let wide = signature(&png_of(1280, 800, sprite_at(608, 300))).expect("sig");
+        let stepped = signature(&png_of(1280, 800, sprite_at(624, 300))).expect("sig");
+        assert_ne!(wide, stepped);
     }
 
     #[test]
