@@ -21,20 +21,31 @@
 //!   characters; its first line names the place where a player got stuck, so
 //!   a page's heading makes a good first line); `actions` = `click:LABEL` per
 //!   visible enabled clickable element (a repeated label gets ` #2`, …),
-//!   `type:hello` when a text field is visible, `key:Enter`, `key:Escape`
-//!   (then `game.keys` and the page's own `window.gameplan.keys`), and
-//!   `wait`; `state` = the title, the page's file name, query and fragment,
-//!   and each element's label, role and states (checked, selected, …), never
-//!   its box (an animation moves boxes, not the game); `score` =
-//!   `window.gameplan.score`. A page may end the game by setting
-//!   `window.gameplan.done = true`.
-//! - Actions accepted: `click:LABEL`, `key:NAME` (Enter, Escape, Tab,
+//!   per form field what a person does with it (`select:FIELD=OPTION` per
+//!   option, `type:FIELD=VALUE` with a value the field's type accepts,
+//!   `set:FIELD=VALUE` for a range, date or color input), `key:Enter`,
+//!   `key:Escape` (then `game.keys` and the page's own
+//!   `window.gameplan.keys`), and `wait`; `state` = the title, the page's
+//!   file name, query and fragment, and each element's label, role and
+//!   states (checked, selected, a field's value), never its box (an
+//!   animation moves boxes, not the game), or with `game.probe` the probe's
+//!   value (the page's facts then under `page`); `screen` = the visual
+//!   signature of the observation's screenshot ([`screen`]), so a canvas
+//!   game is seen moving; `score` = `window.gameplan.score`. A page may end
+//!   the game by setting `window.gameplan.done = true`.
+//! - Actions accepted: those offered, `key:NAME` (Enter, Escape, Tab,
 //!   Space, Backspace, ArrowUp/Down/Left/Right, or one character),
-//!   `type:TEXT` (into the focused text field, else the first visible one),
-//!   `wait` ([`WAIT`]). An action naming nothing on the page is refused.
-//! - The hash covers the observation only: screenshots and console errors
-//!   (what changes by itself, or is not the game's state) stay out of it,
-//!   so a trace replays.
+//!   `type:TEXT` (a script's: into the focused text field, else the first
+//!   visible one), `wait` ([`WAIT`]). An action naming nothing on the page
+//!   is refused.
+//! - The browser's refusals are gameplan's errors: WebDriver refusing an
+//!   offered action (not interactable, click intercepted, stale, invalid
+//!   argument) is a note, and the action is taken out of that observation
+//!   (keyed by its hash before the removal, so a replay reads the same);
+//!   never a `refused` or `crash` finding.
+//! - The hash covers the observation only: screenshots (but for their
+//!   coarse signature) and console errors (what changes by itself, or is
+//!   not the game's state) stay out of it, so a trace replays.
 //! - Errors: `listener.js` runs in every document before the page's own
 //!   scripts (Chrome DevTools' `Page.addScriptToEvaluateOnNewDocument`
 //!   through chromedriver; late, after load, on another WebDriver server)
@@ -43,10 +54,10 @@
 //!   most) into [`Seen::console`].
 //! - Screenshots: one per observation (`step-NNNN.png`, `reset-N.png`;
 //!   not the session's first load, which a cell only compares with its
-//!   second), taken through DevTools on chromedriver. The capture runs
-//!   while gameplan goes on (a model choosing, the transcript written);
-//!   the next command waits for it, so it shows the page the observation
-//!   read.
+//!   second), taken through DevTools on chromedriver right after the page
+//!   is read: the same picture makes the observation's `screen` and is
+//!   written (while gameplan goes on; the next command waits for the
+//!   write).
 //! - Failures: no answer within `action_timeout` is a `hang`; a crashed
 //!   tab, a browser or driver that went away is a `crash`.
 //!
@@ -64,6 +75,7 @@
 mod capabilities;
 mod chromedriver;
 mod page_view;
+mod probe;
 mod scope;
 mod screen;
 mod static_files;
@@ -78,6 +90,7 @@ use capabilities::*;
     reason = "the session's parts, in files of their own"
 )]
 use page_view::*;
+use probe::{check_probe, observation_script};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -905,39 +918,6 @@ fn offer_targets(view: &PageView) -> Vec<(String, String)> {
                 .filter_map(|(a, r)| Some((a.clone(), element_ref(r)?)))
         });
     clicks.chain(fields).collect()
-}
-
-/// The observation script: the listener, `game.probe` (if any) as
-/// `window.__gameplanProbe`, then `page.js`. The probe is part of the
-/// script's source, not `eval`ed, so a page's Content-Security-Policy
-/// does not stop it.
-fn observation_script(probe: Option<&str>) -> String {
-    match probe {
-        Some(probe) => format!(
-            "{LISTENER}\nObject.defineProperty(window, '__gameplanProbe', {{ configurable: true, \
-             writable: true, value: function () {{ return (\n{probe}\n); }} }});\n{PAGE}"
-        ),
-        None => format!("{LISTENER}\n{PAGE}"),
-    }
-}
-
-/// Whether `probe` is a JavaScript expression (compiled, not run: no page
-/// is loaded yet); what the browser said otherwise.
-async fn check_probe(client: &Client, probe: &str, timeout: Duration) -> Result<(), String> {
-    let script = format!("return typeof function () {{ return (\n{probe}\n); }};");
-    match tokio::time::timeout(timeout, client.execute(&script, vec![])).await {
-        Ok(Ok(_)) => Ok(()),
-        Ok(Err(e)) => Err(format!(
-            "`game.probe` ({}) is not a JavaScript expression: {}; it is evaluated in the page \
-             as `return (PROBE)`, e.g. `probe = \"window.game && window.game.state\"`",
-            crate::text::cut(probe, 80),
-            first_line(&e.to_string())
-        )),
-        Err(_) => Err(format!(
-            "the browser did not check `game.probe` within {} s",
-            timeout.as_secs_f64()
-        )),
-    }
 }
 
 /// WebDriver's Navigate To, as is: fantoccini's `goto` asks for the
