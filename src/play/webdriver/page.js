@@ -280,16 +280,19 @@ function offered(action) {
   return null;
 }
 
-// Hides the text caret: it blinks, and the screenshot the observation's
-// visual signature is made of must not blink with it. A constructed sheet
-// leaves the page's DOM as it is.
-function hideCaret() {
-  if (window.__gameplanCaret || !document.adoptedStyleSheets || typeof CSSStyleSheet !== 'function') return;
+// Hides the text caret and the browser's focus ring: the caret blinks, and
+// whether the ring shows depends on whether the window has the browser's
+// focus (a tab opened and closed takes it away), not on the game. The
+// screenshot the observation's visual signature is made of must show
+// neither. A constructed sheet leaves the page's DOM as it is.
+function calmScreen() {
+  if (window.__gameplanCalm || !document.adoptedStyleSheets || typeof CSSStyleSheet !== 'function') return;
   try {
     var sheet = new CSSStyleSheet();
-    sheet.replaceSync('*, *::before, *::after { caret-color: transparent !important; }');
+    sheet.replaceSync('*, *::before, *::after { caret-color: transparent !important; }\n' +
+      '*:focus, *:focus-visible { outline: none !important; }');
     document.adoptedStyleSheets = document.adoptedStyleSheets.concat([sheet]);
-    Object.defineProperty(window, '__gameplanCaret', { value: true, enumerable: false });
+    Object.defineProperty(window, '__gameplanCalm', { value: true, enumerable: false });
   } catch (e) {}
 }
 
@@ -349,7 +352,7 @@ if (request.mode === 'find') {
 } else if (request.mode === 'input') {
   done(textInput());
 } else {
-  hideCaret();
+  calmScreen();
   settled(function () {
     var hooks = window.gameplan || {};
     var seen = clickables().slice(0, request.maxElements || 60);
