@@ -392,3 +392,81 @@ fn a_probe_that_throws_is_a_note_one_that_is_no_expression_and_bad_web_flags_are
     .code(3)
     .stderr_has("--viewport big is not WIDTHxHEIGHT");
 }
+
+/// `test` with every file under the repo directory `dir`, at the same paths.
+fn with_repo_dir(mut test: Test, dir: &str) -> Test {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for entry in walkdir::WalkDir::new(root.join(dir)) {
+        let entry = entry.expect("walk");
+        if entry.file_type().is_file() {
+            let rel = entry.path().strip_prefix(root).expect("under the repo");
+            let bytes = std::fs::read(entry.path()).expect("read");
+            test = test.file(rel.to_str().expect("utf-8"), bytes);
+        }
+    }
+    test
+}
+
+/// The published pac-man (npm `pac-man-game@1.0.6`, vendored unchanged):
+/// everything on a canvas, so without the screen it was one observation
+/// and a `stuck` finding in every cell.
+#[test]
+fn the_published_canvas_pac_man_is_seen_changing_with_no_false_stuck() {
+    let dir = "tests/fixtures/web-games/pac-man/lib";
+    let plan = format!(
+        r#"version = 1
+name = "pac-man"
+
+[game]
+id = "pac-man"
+driver = "webdriver"
+serve = "{dir}"
+url = "index.html"
+keys = ["ArrowUp", "ArrowDown", "ArrowLeft", "ArrowRight", "Space"]
+stuck_after = 8
+
+[budget]
+max_actions = 60
+
+[[personas]]
+slug = "masher"
+card = "Presses anything."
+player = {{ kind = "random" }}
+patience = 60
+
+[[steps]]
+id = "play"
+kind = "play"
+matrix = {{ persona = "*", seed = [1] }}
+"#
+    );
+    let t = with_repo_dir(Test::new(), dir).file("plan.toml", plan);
+    let out = t.run(&["plan", "run", "plan.toml"]);
+    out.code(0);
+    let cells = cells(&t);
+    assert_eq!(cells.len(), 1, "{out}");
+    let report = report(&cells[0]);
+    let findings = report["findings"].as_array().expect("findings");
+    for finding in findings {
+        assert!(
+            !["stuck", "crash", "refused", "hang"]
+                .contains(&finding["category"].as_str().unwrap_or("")),
+            "{finding:#}"
+        );
+    }
+    let seen = moments(&cells[0]);
+    let texts: BTreeSet<String> = seen
+        .iter()
+        .map(|(_, o)| format!("{}{}", o["text"], o["actions"]))
+        .collect();
+    let screens: BTreeSet<&str> = seen
+        .iter()
+        .filter_map(|(_, o)| o["screen"].as_str())
+        .collect();
+    assert_eq!(texts.len(), 1, "its text and actions never change");
+    assert!(
+        screens.len() >= 10,
+        "{} distinct screens in 60 actions",
+        screens.len()
+    );
+}
