@@ -253,3 +253,79 @@ pub(super) fn observation(
     }
     observation
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn form() -> PageView {
+        serde_json::from_value(json!({
+            "title": "Setup", "page": "form.html", "text": "Setup",
+            "elements": [{"label": "Begin", "role": "button"}],
+            "fields": [{
+                "label": "Level", "role": "select", "value": "easy",
+                "actions": ["select:Level=Easy", "select:Level=Hard"]
+            }],
+            "fieldRefs": [[{}, {}]],
+            "probe": {"value": {"lives": 3}},
+            "keys": null, "done": false, "score": 0, "errors": []
+        }))
+        .expect("a page view")
+    }
+
+    #[test]
+    fn fields_are_offered_after_the_clicks_and_their_values_are_state() {
+        let obs = observation(&form(), &[], Some("64x40x8:ab"), false);
+        assert_eq!(
+            obs["actions"],
+            json!([
+                "click:Begin",
+                "select:Level=Easy",
+                "select:Level=Hard",
+                "key:Enter",
+                "key:Escape",
+                "wait"
+            ])
+        );
+        assert_eq!(
+            obs["state"]["elements"][1],
+            json!({"label": "Level", "role": "select", "states": ["value=easy"]})
+        );
+        assert_eq!(obs["screen"], "64x40x8:ab");
+    }
+
+    #[test]
+    fn with_a_probe_its_value_is_the_state_and_the_page_s_facts_move_to_page() {
+        let obs = observation(&form(), &[], None, true);
+        assert_eq!(obs["state"], json!({"lives": 3}));
+        assert_eq!(obs["page"]["title"], "Setup");
+        assert!(obs.get("screen").is_none());
+        let mut thrown = form();
+        thrown.probe = Some(ProbeView {
+            value: None,
+            error: Some("it threw".into()),
+        });
+        assert_eq!(observation(&thrown, &[], None, true)["state"], Value::Null);
+    }
+
+    #[test]
+    fn select_and_set_need_a_value_and_type_keeps_its_old_form() {
+        assert_eq!(
+            Action::parse("select:Level=Hard"),
+            Ok(Action::Select("Level=Hard".into()))
+        );
+        assert_eq!(
+            Action::parse("set:Volume=10"),
+            Ok(Action::Set("Volume=10".into()))
+        );
+        assert_eq!(
+            Action::parse("type:Lives=5"),
+            Ok(Action::Type("Lives=5".into()))
+        );
+        assert_eq!(Action::parse("type:hi"), Ok(Action::Type("hi".into())));
+        for bad in ["select:Level", "set:Volume"] {
+            let err = Action::parse(bad).expect_err(bad).error;
+            assert!(err.contains("FIELD=VALUE"), "{bad}: {err}");
+        }
+    }
+}
