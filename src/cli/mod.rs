@@ -147,6 +147,22 @@ pub enum Command {
         /// http(s):// or file:// URL, or a path), instead of a COMMAND.
         #[arg(long, value_name = "URL", conflicts_with = "command")]
         url: Option<String>,
+        /// With --url: serve this directory on a free loopback port while the cell plays; --url
+        /// is then a page inside it (e.g. `--serve dist --url index.html`).
+        #[arg(long, value_name = "DIR", requires = "url")]
+        serve: Option<PathBuf>,
+        /// With --url: keys offered on every page besides Enter and Escape, comma-separated
+        /// (Tab, Space, Backspace, ArrowUp, ArrowDown, ArrowLeft, ArrowRight, or one character).
+        #[arg(long, value_name = "K,K", requires = "url", value_delimiter = ',')]
+        keys: Vec<String>,
+        /// With --url: the page's inner size and the screenshots', WIDTHxHEIGHT [default:
+        /// 1280x800].
+        #[arg(long, value_name = "WxH", requires = "url")]
+        viewport: Option<String>,
+        /// With --url: a JavaScript expression evaluated in the page with every observation;
+        /// its value (as JSON) is the observation's `state`.
+        #[arg(long, value_name = "JS", requires = "url")]
+        probe: Option<String>,
         /// The scripted player's actions, in order (repeatable).
         #[arg(long = "action", value_name = "ACTION")]
         actions: Vec<String>,

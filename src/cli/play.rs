@@ -272,6 +272,8 @@ pub struct CellArgs {
     pub player: String,
     pub llm: Box<super::LlmPlayerArgs>,
     pub url: Option<String>,
+    /// `--serve`, `--keys`, `--viewport`, `--probe` (with `--url`).
+    pub web: WebArgs,
     pub actions: Vec<String>,
     pub controller: String,
     pub seed: i64,
@@ -282,6 +284,84 @@ pub struct CellArgs {
     pub stuck_after: u64,
     pub out: PathBuf,
     pub command: Vec<String>,
+}
+
+/// The web game settings of `gameplan play --url`: a plan's `game.serve`,
+/// `game.keys`, `game.viewport` and `game.probe`.
+#[derive(Default)]
+pub struct WebArgs {
+    pub serve: Option<PathBuf>,
+    pub keys: Vec<String>,
+    pub viewport: Option<String>,
+    pub probe: Option<String>,
+}
+
+/// The page `--url` and the web flags describe; what is wrong with them
+/// otherwise.
+fn browser_game(url: &str, web: &WebArgs) -> Result<crate::play::driver::BrowserGame, String> {
+    use crate::play::driver::BrowserGame;
+    let mut game = match &web.serve {
+        Some(dir) => {
+            let absolute =
+                std::env::current_dir().map_or_else(|_| dir.clone(), |cwd| cwd.join(dir));
+            if !absolute.is_dir() {
+                return Err(format!(
+                    "--serve {} is not a directory; it names the directory holding the built \
+                     game (e.g. `--serve dist --url index.html`)",
+                    dir.display()
+                ));
+            }
+            if url.contains("://") {
+                return Err(format!(
+                    "with --serve, --url is a page inside the served directory (e.g. \
+                     `index.html`), not `{url}`"
+                ));
+            }
+            let mut game = BrowserGame::at(url.to_owned());
+            game.serve = Some(absolute.display().to_string());
+            game
+        }
+        None => BrowserGame::at(page_from_cwd(url)),
+    };
+    for key in &web.keys {
+        let single = key.chars().count() == 1;
+        if !single && !crate::plan::model::KEY_NAMES.contains(&key.as_str()) {
+            return Err(format!(
+                "--keys: `{key}` is not a key gameplan presses ({}, or one character)",
+                crate::plan::model::KEY_NAMES.join(", ")
+            ));
+        }
+    }
+    game.keys.clone_from(&web.keys);
+    if let Some(size) = &web.viewport {
+        game.viewport = viewport(size)?;
+    }
+    if let Some(probe) = web.probe.as_ref().filter(|p| !p.trim().is_empty()) {
+        game.probe = Some(probe.clone());
+    }
+    Ok(game)
+}
+
+/// `WIDTHxHEIGHT`, each side within the range a plan's `game.viewport` takes.
+fn viewport(size: &str) -> Result<(u32, u32), String> {
+    let range = crate::plan::model::VIEWPORT_RANGE;
+    let pixels = |text: &str| {
+        text.trim()
+            .parse::<u32>()
+            .ok()
+            .filter(|n| range.contains(&u64::from(*n)))
+    };
+    if let Some((w, h)) = size.split_once(['x', 'X'])
+        && let (Some(w), Some(h)) = (pixels(w), pixels(h))
+    {
+        return Ok((w, h));
+    }
+    Err(format!(
+        "--viewport {size} is not WIDTHxHEIGHT with each side from {} to {} pixels (e.g. \
+         `--viewport 800x600`)",
+        range.start(),
+        range.end()
+    ))
 }
 
 /// The variable `gameplan play --player llm` reads its API key from when
@@ -316,9 +396,14 @@ pub fn play_cell(cx: &Context, args: &CellArgs) -> u8 {
     };
     let mut game = GameSpec::new(args.command.clone(), repo_root(), &cx.env);
     if let Some(url) = &args.url {
-        game.target = crate::play::driver::GameTarget::Browser(
-            crate::play::driver::BrowserGame::at(page_from_cwd(url)),
-        );
+        match browser_game(url, &args.web) {
+            Ok(page) => game.target = crate::play::driver::GameTarget::Browser(page),
+            Err(why) => {
+                cx.console
+                    .err(&format!("gameplan: {why}; nothing was played\n"));
+                return exit_code::PLAN_ERROR;
+            }
+        }
     }
     game.action_timeout = Duration::from_secs_f64(args.action_timeout.max(0.01));
     game.stuck_after = args.stuck_after;
@@ -587,6 +672,10 @@ pub fn dispatch(cx: &Context, command: Command) -> u8 {
             player,
             llm,
             url,
+            serve,
+            keys,
+            viewport,
+            probe,
             actions,
             controller,
             seed,
@@ -604,6 +693,12 @@ pub fn dispatch(cx: &Context, command: Command) -> u8 {
                 player,
                 llm,
                 url,
+                web: WebArgs {
+                    serve,
+                    keys,
+                    viewport,
+                    probe,
+                },
                 actions,
                 controller,
                 seed,

@@ -21,20 +21,31 @@
 //!   characters; its first line names the place where a player got stuck, so
 //!   a page's heading makes a good first line); `actions` = `click:LABEL` per
 //!   visible enabled clickable element (a repeated label gets ` #2`, …),
-//!   `type:hello` when a text field is visible, `key:Enter`, `key:Escape`
-//!   (then `game.keys` and the page's own `window.gameplan.keys`), and
-//!   `wait`; `state` = the title, the page's file name, query and fragment,
-//!   and each element's label, role and states (checked, selected, …), never
-//!   its box (an animation moves boxes, not the game); `score` =
-//!   `window.gameplan.score`. A page may end the game by setting
-//!   `window.gameplan.done = true`.
-//! - Actions accepted: `click:LABEL`, `key:NAME` (Enter, Escape, Tab,
+//!   per form field what a person does with it (`select:FIELD=OPTION` per
+//!   option, `type:FIELD=VALUE` with a value the field's type accepts,
+//!   `set:FIELD=VALUE` for a range, date or color input), `key:Enter`,
+//!   `key:Escape` (then `game.keys` and the page's own
+//!   `window.gameplan.keys`), and `wait`; `state` = the title, the page's
+//!   file name, query and fragment, and each element's label, role and
+//!   states (checked, selected, a field's value), never its box (an
+//!   animation moves boxes, not the game), or with `game.probe` the probe's
+//!   value (the page's facts then under `page`); `screen` = the visual
+//!   signature of the observation's screenshot ([`screen`]), so a canvas
+//!   game is seen moving; `score` = `window.gameplan.score`. A page may end
+//!   the game by setting `window.gameplan.done = true`.
+//! - Actions accepted: those offered, `key:NAME` (Enter, Escape, Tab,
 //!   Space, Backspace, ArrowUp/Down/Left/Right, or one character),
-//!   `type:TEXT` (into the focused text field, else the first visible one),
-//!   `wait` ([`WAIT`]). An action naming nothing on the page is refused.
-//! - The hash covers the observation only: screenshots and console errors
-//!   (what changes by itself, or is not the game's state) stay out of it,
-//!   so a trace replays.
+//!   `type:TEXT` (a script's: into the focused text field, else the first
+//!   visible one), `wait` ([`WAIT`]). An action naming nothing on the page
+//!   is refused.
+//! - The browser's refusals are gameplan's errors: WebDriver refusing an
+//!   offered action (not interactable, click intercepted, stale, invalid
+//!   argument) is a note, and the action is taken out of that observation
+//!   (keyed by its hash before the removal, so a replay reads the same);
+//!   never a `refused` or `crash` finding.
+//! - The hash covers the observation only: screenshots (but for their
+//!   coarse signature) and console errors (what changes by itself, or is
+//!   not the game's state) stay out of it, so a trace replays.
 //! - Errors: `listener.js` runs in every document before the page's own
 //!   scripts (Chrome DevTools' `Page.addScriptToEvaluateOnNewDocument`
 //!   through chromedriver; late, after load, on another WebDriver server)
@@ -43,10 +54,10 @@
 //!   most) into [`Seen::console`].
 //! - Screenshots: one per observation (`step-NNNN.png`, `reset-N.png`;
 //!   not the session's first load, which a cell only compares with its
-//!   second), taken through DevTools on chromedriver. The capture runs
-//!   while gameplan goes on (a model choosing, the transcript written);
-//!   the next command waits for it, so it shows the page the observation
-//!   read.
+//!   second), taken through DevTools on chromedriver right after the page
+//!   is read: the same picture makes the observation's `screen` and is
+//!   written (while gameplan goes on; the next command waits for the
+//!   write).
 //! - Failures: no answer within `action_timeout` is a `hang`; a crashed
 //!   tab, a browser or driver that went away is a `crash`.
 //!
@@ -64,7 +75,9 @@
 mod capabilities;
 mod chromedriver;
 mod page_view;
+mod probe;
 mod scope;
+mod screen;
 mod static_files;
 
 #[allow(
@@ -77,6 +90,8 @@ use capabilities::*;
     reason = "the session's parts, in files of their own"
 )]
 use page_view::*;
+use probe::{check_probe, observation_script};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -108,8 +123,6 @@ pub const WAIT: Duration = Duration::from_millis(500);
 const START_WITHIN: Duration = Duration::from_secs(30);
 /// How long a polite close gets before the processes are killed.
 const CLOSE_WITHIN: Duration = Duration::from_secs(5);
-/// What `type:` is listed with when the page has a text field.
-const SAMPLE_TEXT: &str = "hello";
 
 const LISTENER: &str = include_str!("listener.js");
 const PAGE: &str = include_str!("page.js");
@@ -144,13 +157,27 @@ pub struct BrowserSession {
     installed: Option<String>,
     screenshots: Option<PathBuf>,
     browser_version: String,
-    /// The clickable elements of the last observation, by label: a click
-    /// goes to the element the player saw, without asking the page again.
+    /// The elements the last observation's offers act on, by action
+    /// (`click:Go`, `select:Level=Hard`): an action goes to the element
+    /// the player saw, without asking the page again.
     clickable: Vec<(String, String)>,
-    /// The screenshot of the last observation, still being taken: the
-    /// next command waits for it (the page must not change first), so it
-    /// overlaps whatever gameplan does between two commands (a model
-    /// choosing the next action, writing the transcript).
+    /// The actions the last observation offered, and that observation's
+    /// key (its hash before anything was taken out of it).
+    offered: Vec<String>,
+    offered_at: String,
+    /// Offered actions the browser refused to do (gameplan's own error,
+    /// never the game's), by the key of the observation that offered them:
+    /// not offered there again. Keyed by the observation, so a replay
+    /// that meets the same refusal makes the same observations.
+    dropped: HashMap<String, Vec<String>>,
+    /// The observation script: the listener, `game.probe` as a function,
+    /// and `page.js`.
+    script: String,
+    /// `game.probe`, when the plan gave one.
+    probe: Option<String>,
+    /// The last observation's screenshot, still being written: the next
+    /// command waits for it, so the write overlaps whatever gameplan does
+    /// between two commands (a model choosing, the transcript written).
     pending_shot: Option<tokio::task::JoinHandle<Result<(), Failure>>>,
     acts: u64,
     resets: u64,
@@ -229,6 +256,14 @@ impl BrowserSession {
             .unwrap_or_default()
             .to_owned();
         let window = client.window().await.ok();
+        if let Some(probe) = &game.probe
+            && let Err(why) = check_probe(&client, probe, timeout).await
+        {
+            if let Some(driver) = driver {
+                driver.stop().await;
+            }
+            return Err(SpawnError::Browser(why));
+        }
         let session = BrowserSession {
             client,
             driver,
@@ -245,6 +280,11 @@ impl BrowserSession {
             screenshots,
             browser_version,
             clickable: Vec::new(),
+            offered: Vec::new(),
+            offered_at: String::new(),
+            dropped: HashMap::new(),
+            script: observation_script(game.probe.as_deref()),
+            probe: game.probe.clone(),
             pending_shot: None,
             acts: 0,
             resets: 0,
@@ -409,10 +449,24 @@ impl BrowserSession {
             Ok(parsed) => parsed,
             Err(refusal) => return Ok(Err(refusal)),
         };
-        if let Err(refusal) = self.perform(&parsed).await? {
-            return Ok(Err(refusal));
+        if let Err(refusal) = self.perform(action, &parsed).await? {
+            if !self.offered.iter().any(|a| a == action) {
+                return Ok(Err(refusal));
+            }
+            // The browser would not do what gameplan offered (WebDriver
+            // refused the command): gameplan's error, not the game's. It is
+            // noted, and not offered again at that observation.
+            self.note(format!(
+                "the browser would not do the offered `{action}` ({}); gameplan no longer offers \
+                 it on that screen",
+                refusal.error
+            ));
+            self.dropped
+                .entry(self.offered_at.clone())
+                .or_default()
+                .push(action.to_owned());
         }
-        if matches!(parsed, Action::Click(_)) {
+        if matches!(parsed, Action::Click(_) | Action::Select(_)) {
             self.close_other_windows(action).await?;
         }
         let name = format!("step-{:04}.png", self.acts);
@@ -491,42 +545,56 @@ impl BrowserSession {
         Vec::new()
     }
 
-    async fn perform(&mut self, action: &Action) -> Result<Result<(), Refusal>, Failure> {
+    /// Does `action` (as written: `spelled`). `Ok(Err(_))`: the page has
+    /// nothing it names, or WebDriver refused the command (an element
+    /// hidden, covered, gone, or one it cannot act on); a browser that
+    /// crashed, went away or hung is the `Err`.
+    async fn perform(
+        &mut self,
+        spelled: &str,
+        action: &Action,
+    ) -> Result<Result<(), Refusal>, Failure> {
         let client = self.client.clone();
         match action {
-            Action::Click(label) => {
-                // The element the last observation listed under this label;
+            Action::Click(_) | Action::Select(_) | Action::Set(_) | Action::Type(_) => {
+                // The element the last observation offered this for;
                 // asked for again only when the page replaced it since.
                 let seen = self
                     .clickable
                     .iter()
-                    .find(|(l, _)| l == label)
+                    .find(|(a, _)| a == spelled)
                     .map(|(_, id)| Element::from_element_id(client.clone(), id.clone().into()));
                 if let Some(element) = seen {
-                    match self.within_refusable(element.click()).await? {
-                        Ok(()) => return Ok(Ok(())),
+                    match self.act_on(&element, spelled, action).await? {
                         Err((ErrorStatus::StaleElementReference, _)) => {}
-                        Err((_, e)) => {
-                            return Ok(Err(Refusal {
-                                error: format!("`{label}` cannot be clicked: {e}"),
-                            }));
-                        }
+                        done => return Ok(done.map_err(|(_, error)| Refusal { error })),
                     }
                 }
                 let found = self
-                    .within(Op::Act, find(&client, "find", label, &self.scope))
+                    .within(Op::Act, find(&client, "find", spelled, &self.scope))
                     .await?;
-                let Some(element) = found else {
-                    return Ok(Err(Refusal {
-                        error: format!("no clickable element labelled `{label}` on the page"),
-                    }));
+                let done = match (found, action) {
+                    (Some(element), _) => self.act_on(&element, spelled, action).await?,
+                    // A bare `type:TEXT` (a script's): into the focused
+                    // text field, else the first one.
+                    (None, Action::Type(text)) => {
+                        let field = self
+                            .within(Op::Act, find(&client, "input", "", &self.scope))
+                            .await?;
+                        let Some(field) = field else {
+                            return Ok(Err(Refusal {
+                                error: "no text field on the page to type into".to_owned(),
+                            }));
+                        };
+                        self.type_into(&field, text).await?
+                    }
+                    (None, _) => {
+                        return Ok(Err(Refusal {
+                            error: format!("nothing on the page answers to `{spelled}`"),
+                        }));
+                    }
                 };
-                match self.within_refusable(element.click()).await? {
-                    Ok(()) => Ok(Ok(())),
-                    Err((_, e)) => Ok(Err(Refusal {
-                        error: format!("`{label}` cannot be clicked: {e}"),
-                    })),
-                }
+                Ok(done.map_err(|(_, error)| Refusal { error }))
             }
             Action::Key(key) => {
                 let keys = KeyActions::new("keyboard".to_owned())
@@ -535,22 +603,6 @@ impl BrowserSession {
                 self.within(Op::Act, client.perform_actions(keys)).await?;
                 Ok(Ok(()))
             }
-            Action::Type(text) => {
-                let found = self
-                    .within(Op::Act, find(&client, "input", "", &self.scope))
-                    .await?;
-                let Some(field) = found else {
-                    return Ok(Err(Refusal {
-                        error: "no text field on the page to type into".to_owned(),
-                    }));
-                };
-                match self.within_refusable(field.send_keys(text)).await? {
-                    Ok(()) => Ok(Ok(())),
-                    Err((_, e)) => Ok(Err(Refusal {
-                        error: format!("cannot type into the text field: {e}"),
-                    })),
-                }
-            }
             Action::Wait => {
                 tokio::time::sleep(WAIT).await;
                 Ok(Ok(()))
@@ -558,15 +610,68 @@ impl BrowserSession {
         }
     }
 
-    /// Reads the page (after it settled), starts saving its screenshot as
-    /// `shot` (if any), and makes the observation; also whether the page
+    /// Does `action` on `element`, the one it names: a click (a
+    /// `<select>`'s option is clicked: WebDriver chooses it and fires
+    /// `input` and `change`, as a person's choice does), the field's value
+    /// replaced by the text after `=`, or set by script.
+    async fn act_on(
+        &self,
+        element: &Element,
+        spelled: &str,
+        action: &Action,
+    ) -> Result<Result<(), (ErrorStatus, String)>, Failure> {
+        let value = spelled
+            .split_once(':')
+            .and_then(|(_, rest)| rest.split_once('='))
+            .map_or("", |(_, value)| value);
+        match action {
+            Action::Type(_) => self.type_into(element, value).await,
+            Action::Set(_) => {
+                let client = self.client.clone();
+                let args = vec![
+                    serde_json::to_value(element).unwrap_or(Value::Null),
+                    json!(value),
+                ];
+                self.within_refusable(async move {
+                    client
+                        .execute(
+                            "var el = arguments[0]; el.focus(); el.value = arguments[1]; \
+                             el.dispatchEvent(new Event('input', {bubbles: true})); \
+                             el.dispatchEvent(new Event('change', {bubbles: true}));",
+                            args,
+                        )
+                        .await
+                        .map(drop)
+                })
+                .await
+            }
+            _ => self.within_refusable(element.click()).await,
+        }
+    }
+
+    /// Replaces the value of `field` with `text`.
+    async fn type_into(
+        &self,
+        field: &Element,
+        text: &str,
+    ) -> Result<Result<(), (ErrorStatus, String)>, Failure> {
+        self.within_refusable(async {
+            field.clear().await?;
+            field.send_keys(text).await
+        })
+        .await
+    }
+
+    /// Reads the page (after it settled), takes its screenshot (its visual
+    /// signature is part of the observation; the same picture is saved as
+    /// `shot`, if any), and makes the observation; also whether the page
     /// said it is done.
     async fn observe(
         &mut self,
         during: Op,
         shot: Option<&str>,
     ) -> Result<(Seen, bool, Load), Failure> {
-        let script = format!("{LISTENER}\n{PAGE}");
+        let script = self.script.clone();
         let request = json!({
             "mode": "observe",
             "maxText": MAX_TEXT,
@@ -585,6 +690,18 @@ impl BrowserSession {
             evidence: String::new(),
             stderr_tail: String::new(),
         })?;
+        // The picture of the page just read, before anything else is
+        // asked of it: what the screen shows is part of the observation.
+        let png = self
+            .within(during, capture(&self.client, self.driver.is_some()))
+            .await?;
+        let screen = match screen::signature(&png) {
+            Ok(screen) => Some(screen),
+            Err(why) => {
+                self.note(format!("the screen could not be read: {why}"));
+                None
+            }
+        };
         let mut console = view.errors.clone();
         if console.len() > MAX_ERRORS {
             let more = console.len() - MAX_ERRORS;
@@ -595,20 +712,33 @@ impl BrowserSession {
         for url in &view.offline {
             self.note(format!("could not load (offline?): {url}"));
         }
+        if let (Some(probe), Some(why)) = (
+            &self.probe,
+            view.probe.as_ref().and_then(|p| p.error.as_ref()),
+        ) {
+            self.note(format!(
+                "`game.probe` ({}) gave no state: {why}; the observation's `state` is null there",
+                crate::text::cut(probe, 80)
+            ));
+        }
         let load = Load {
             href: view.href.clone(),
             in_scope: view.in_scope,
             unreachable: false,
             status: view.status,
         };
-        self.clickable = view
-            .elements
-            .iter()
-            .zip(&view.refs)
-            .take(MAX_ELEMENTS)
-            .filter_map(|(e, r)| Some((e.label.clone(), element_ref(r)?)))
-            .collect();
-        let raw = observation(&view, &self.keys);
+        self.clickable = offer_targets(&view);
+        let mut raw = observation(&view, &self.keys, screen.as_deref(), self.probe.is_some());
+        // What the browser refused to do here before is not offered again;
+        // the hash is made after, so a replay that met the same refusal
+        // reads the same.
+        let key = observation_hash(&raw);
+        if let Some(dropped) = self.dropped.get(&key)
+            && let Some(actions) = raw.get_mut("actions").and_then(Value::as_array_mut)
+        {
+            actions.retain(|a| !a.as_str().is_some_and(|a| dropped.iter().any(|d| d == a)));
+        }
+        self.offered_at = key;
         let observation: Observation =
             serde_json::from_value(raw.clone()).map_err(|e| Failure::Violation {
                 during,
@@ -616,7 +746,8 @@ impl BrowserSession {
                 evidence: String::new(),
                 stderr_tail: String::new(),
             })?;
-        let screenshot = shot.and_then(|shot| self.start_screenshot(during, shot));
+        self.offered.clone_from(&observation.actions);
+        let screenshot = shot.and_then(|shot| self.save_screenshot(png, shot));
         Ok((
             Seen {
                 observation,
@@ -631,21 +762,13 @@ impl BrowserSession {
         ))
     }
 
-    /// Starts saving a PNG of the page under the cell's `screenshots/`,
-    /// named by the step, and returns its path; `None` without a cell
-    /// directory. The next command waits for it ([`Self::finish_screenshot`]);
-    /// a file that cannot be written is left out (the play goes on).
-    fn start_screenshot(&mut self, during: Op, name: &str) -> Option<String> {
-        let dir = self.screenshots.clone()?;
-        let client = self.client.clone();
-        let timeout = self.timeout;
-        // chromedriver's own screenshot measures the page with a script
-        // first; DevTools' capture of the viewport is the same picture,
-        // encoded for speed, in one exchange.
-        let devtools = self.driver.is_some();
-        let path = dir.join(name);
+    /// Starts writing `png` under the cell's `screenshots/` as `name` and
+    /// returns its path; `None` without a cell directory. The next command
+    /// waits for the write ([`Self::finish_screenshot`]); a file that
+    /// cannot be written is left out (the play goes on).
+    fn save_screenshot(&mut self, png: Vec<u8>, name: &str) -> Option<String> {
+        let path = self.screenshots.as_ref()?.join(name);
         self.pending_shot = Some(tokio::spawn(async move {
-            let png = within(during, timeout, capture(&client, devtools)).await?;
             let _ = tokio::fs::write(path, png).await;
             Ok(())
         }));
@@ -679,9 +802,10 @@ impl BrowserSession {
         within(during, self.timeout, exchange).await
     }
 
-    /// Like [`Self::within`], but an error about the element (hidden,
-    /// covered, gone) is the page refusing the action, not a failure: its
-    /// status and first line.
+    /// Like [`Self::within`], but WebDriver refusing the command (an
+    /// element hidden, covered, gone, or one it cannot act on: whatever is
+    /// not a crashed tab, a browser gone, or a timeout) is not a failure:
+    /// its status and first line.
     async fn within_refusable(
         &self,
         exchange: impl Future<Output = Result<(), CmdError>>,
@@ -692,17 +816,12 @@ impl BrowserSession {
                 waited: self.timeout,
             }),
             Ok(Ok(())) => Ok(Ok(())),
-            Ok(Err(CmdError::Standard(e)))
-                if matches!(
-                    e.error,
-                    ErrorStatus::ElementNotInteractable
-                        | ErrorStatus::ElementClickIntercepted
-                        | ErrorStatus::StaleElementReference
-                ) =>
-            {
-                Ok(Err((e.error, first_line(&e.message))))
-            }
-            Ok(Err(e)) => Err(failure(Op::Act, &e, self.timeout)),
+            Ok(Err(e)) => match (failure(Op::Act, &e, self.timeout), e) {
+                (Failure::Violation { .. }, CmdError::Standard(e)) => {
+                    Ok(Err((e.error, first_line(&e.message))))
+                }
+                (failure, _) => Err(failure),
+            },
         }
     }
 }
@@ -778,6 +897,27 @@ async fn capture(client: &Client, devtools: bool) -> Result<Vec<u8>, CmdError> {
         }
     }
     client.screenshot().await
+}
+
+/// The element each offered action of `view` acts on, by action.
+fn offer_targets(view: &PageView) -> Vec<(String, String)> {
+    let clicks = view
+        .elements
+        .iter()
+        .zip(&view.refs)
+        .take(MAX_ELEMENTS)
+        .filter_map(|(e, r)| Some((format!("click:{}", e.label), element_ref(r)?)));
+    let fields = view
+        .fields
+        .iter()
+        .zip(&view.field_refs)
+        .flat_map(|(f, refs)| {
+            f.actions
+                .iter()
+                .zip(refs)
+                .filter_map(|(a, r)| Some((a.clone(), element_ref(r)?)))
+        });
+    clicks.chain(fields).collect()
 }
 
 /// WebDriver's Navigate To, as is: fantoccini's `goto` asks for the
@@ -906,7 +1046,9 @@ mod tests {
             in_scope: true,
             status: 200,
             offline: vec![],
-            input: false,
+            fields: vec![],
+            field_refs: vec![],
+            probe: None,
             keys: None,
             done: false,
             score: 0.0,
@@ -918,7 +1060,7 @@ mod tests {
     #[test]
     fn the_text_is_cut_at_max_text_and_says_so() {
         let long = "x".repeat(MAX_TEXT + 10);
-        let obs = observation(&view(&long, 0), &[]);
+        let obs = observation(&view(&long, 0), &[], None, false);
         let text = obs["text"].as_str().expect("text");
         assert!(text.ends_with("(the page's text is cut here)"), "{text}");
         let note = "(the page's text is cut here)";
@@ -927,14 +1069,14 @@ mod tests {
             MAX_TEXT + note.matches('x').count(),
             "the page's own text is cut at MAX_TEXT"
         );
-        let short = observation(&view("hi", 0), &[]);
+        let short = observation(&view("hi", 0), &[], None, false);
         assert_eq!(short["text"], "hi");
         assert_eq!(short["state"]["title"], "Game");
     }
 
     #[test]
     fn elements_are_capped_and_listed_as_click_actions() {
-        let obs = observation(&view("", MAX_ELEMENTS + 5), &[]);
+        let obs = observation(&view("", MAX_ELEMENTS + 5), &[], None, false);
         let actions = obs["actions"].as_array().expect("actions");
         let clicks = actions
             .iter()
@@ -952,7 +1094,7 @@ mod tests {
     fn game_keys_and_the_page_s_keys_are_offered_beside_enter_and_escape_once_each() {
         let mut page = view("", 0);
         page.keys = Some(vec!["ArrowUp".into(), "Space".into(), "Hyper".into()]);
-        let obs = observation(&page, &["ArrowUp".into(), "ArrowLeft".into()]);
+        let obs = observation(&page, &["ArrowUp".into(), "ArrowLeft".into()], None, false);
         let keys: Vec<&str> = obs["actions"]
             .as_array()
             .expect("actions")
@@ -971,7 +1113,7 @@ mod tests {
 
     #[test]
     fn an_observation_holds_labels_roles_and_states_but_no_boxes() {
-        let obs = observation(&view("", 1), &[]);
+        let obs = observation(&view("", 1), &[], None, false);
         assert_eq!(
             obs["state"]["elements"],
             json!([{"label": "b0", "role": "button"}])

@@ -1,6 +1,8 @@
 // What gameplan reads from and finds in a page (run with WebDriver's
 // Execute Async Script; `listener.js` comes first). arguments[0] is the
-// request: {mode: "observe" | "find" | "input", label, maxText, scope}.
+// request: {mode: "observe" | "find" | "input", label, maxText, scope};
+// "find" takes an offered action in `label`. `window.__gameplanProbe`,
+// when set before this script, is `game.probe` as a function.
 // `scope` = {prefixes: [...], patterns: [regex source, ...]}: the URLs that
 // are the game (its origin or directory, plus `game.allow`).
 var request = arguments[0];
@@ -46,10 +48,18 @@ function labelOf(el) {
   return String(text).replace(/\s+/g, ' ').trim().slice(0, 60);
 }
 
-var CLICKABLE = 'a[href],button,input:not([type=hidden]):not([type=text]):not([type=search])' +
-  ':not([type=email]):not([type=password]):not([type=number]),select,summary,[onclick],' +
+// Form fields are offered as fields (`select:`, `type:`, `set:`), not
+// clicks: WebDriver refuses a click on most of them (a file, color or date
+// input) and a click on a select or a text field changes nothing.
+var CLICKABLE = 'a[href],button,input,summary,[onclick],' +
   '[role=button],[role=link],[role=checkbox],[role=tab],[role=menuitem],[role=option],' +
   '[role=switch],[role=radio],[tabindex]:not([tabindex="-1"])';
+var CLICK_INPUTS = { button: 1, submit: 1, reset: 1, checkbox: 1, radio: 1, image: 1 };
+function isField(el) {
+  var tag = el.tagName;
+  if (tag === 'SELECT' || tag === 'TEXTAREA' || tag === 'OPTION' || el.isContentEditable) return true;
+  return tag === 'INPUT' && !CLICK_INPUTS[(el.type || 'text').toLowerCase()];
+}
 
 // Where a link or a form's submit leads, when it leads away from the page.
 function leadsTo(el) {
@@ -85,7 +95,7 @@ function clickables() {
     var el = all[i];
     var candidate = el.matches(CLICKABLE) || (listened && listened.has(el)) ||
       (el.children.length < 8 && pointerControl(el));
-    if (!candidate || seen.has(el)) continue;
+    if (!candidate || seen.has(el) || isField(el)) continue;
     // A control inside another offered control is the same control.
     var inner = false;
     for (var p = el.parentElement; p; p = p.parentElement) {
@@ -122,17 +132,182 @@ function statesOf(el) {
 }
 
 var TEXT_INPUT = 'textarea,input[type=text],input[type=search],input[type=email],' +
-  'input[type=password],input[type=number],input:not([type]),[contenteditable=true]';
+  'input[type=password],input[type=number],input[type=tel],input[type=url],input:not([type]),' +
+  '[contenteditable=true],[contenteditable=""]';
 
-// Where `type:` types: the focused text field, else the first visible one.
+// Where a bare `type:TEXT` types: the focused text field, else the first
+// visible, enabled one.
 function textInput() {
   var active = document.activeElement;
-  if (active && active.matches && active.matches(TEXT_INPUT)) return active;
+  if (active && active.matches && active.matches(TEXT_INPUT) && usable(active)) return active;
   var all = document.querySelectorAll(TEXT_INPUT);
   for (var i = 0; i < all.length; i++) {
-    if (!all[i].disabled && visible(all[i])) return all[i];
+    if (usable(all[i])) return all[i];
   }
   return null;
+}
+
+// A field a person could fill in: shown, enabled, writable, not covered.
+function usable(el) {
+  return !el.disabled && !el.readOnly && visible(el) && !covered(el);
+}
+
+function clean(text) {
+  return String(text).replace(/\s+/g, ' ').trim().slice(0, 60);
+}
+
+// A <label>'s own words, without the fields inside it (a <select> in its
+// label would lend it every option's text).
+function ownText(label) {
+  var copy = label.cloneNode(true);
+  var inner = copy.querySelectorAll('select,textarea,input,button,datalist');
+  for (var i = 0; i < inner.length; i++) inner[i].remove();
+  return copy.textContent;
+}
+
+// A field's name as a person reads it: its aria-label, its <label>, its
+// placeholder, title, name or id.
+function fieldLabel(el) {
+  var label = el.labels && el.labels.length ? ownText(el.labels[0]) : '';
+  return clean(el.getAttribute('aria-label') || label || el.getAttribute('placeholder') ||
+    el.getAttribute('title') || el.getAttribute('name') || el.id ||
+    (el.tagName === 'SELECT' ? 'select' : el.type || el.tagName.toLowerCase())) || 'field';
+}
+
+// What `type:` offers per kind of field: a value its type accepts.
+var TYPE_VALUES = {
+  text: 'hello', search: 'hello', password: 'hello', email: 'player@example.com',
+  tel: '5550100', url: 'https://example.com/'
+};
+
+function numberIn(el) {
+  var min = parseFloat(el.min), max = parseFloat(el.max), step = parseFloat(el.step);
+  if (!(step > 0)) step = 1;
+  var low = isFinite(min) ? min : (isFinite(max) ? Math.min(0, max) : 0);
+  var high = isFinite(max) ? max : low + 10 * step;
+  var value = low + Math.floor((high - low) / 2 / step) * step;
+  return String(+value.toFixed(6));
+}
+
+// The values `set:` offers for the inputs WebDriver cannot click or type
+// into: set by script, with the `input` and `change` events a person's
+// choice fires.
+function settable(el) {
+  var min = el.getAttribute('min'), max = el.getAttribute('max');
+  switch ((el.type || '').toLowerCase()) {
+    case 'range': return [min || '0', max || '100'];
+    case 'color': return ['#ff0000', '#0000ff'];
+    case 'date': return [min || '2024-01-15'];
+    case 'datetime-local': return [min || '2024-01-15T12:00'];
+    case 'month': return [min || '2024-01'];
+    case 'week': return [min || '2024-W03'];
+    case 'time': return [min || '12:00'];
+    default: return [];
+  }
+}
+
+// Every field a person could fill in, with what gameplan offers for it
+// (each offer an action and the element it acts on): a <select> once per
+// option, a text field once with a value its type accepts, a range, date
+// or color input by `set:`. A file input is offered nothing.
+function fields() {
+  var out = [];
+  var count = {};
+  var all = document.querySelectorAll('select,textarea,input,[contenteditable]');
+  for (var i = 0; i < all.length && out.length < 40; i++) {
+    var el = all[i];
+    if (!isField(el) || el.tagName === 'OPTION' || !usable(el)) continue;
+    var type = el.tagName === 'INPUT' ? (el.type || 'text').toLowerCase() : '';
+    if (type === 'file' || type === 'hidden') continue;
+    var label = fieldLabel(el);
+    count[label] = (count[label] || 0) + 1;
+    if (count[label] > 1) label = label + ' #' + count[label];
+    var offers = [];
+    var role = el.getAttribute('role') || (type ? 'input:' + type : el.tagName.toLowerCase());
+    var value = el.isContentEditable && el.tagName !== 'INPUT' && el.tagName !== 'TEXTAREA' ?
+      el.innerText : String(el.value);
+    if (el.tagName === 'SELECT') {
+      var options = el.options;
+      var names = {};
+      for (var o = 0; o < options.length && offers.length < 30; o++) {
+        var option = options[o];
+        if (option.disabled || (option.parentElement && option.parentElement.disabled)) continue;
+        var name = clean(option.label || option.text) || option.value;
+        names[name] = (names[name] || 0) + 1;
+        if (names[name] > 1) name = name + ' #' + names[name];
+        offers.push({ action: 'select:' + label + '=' + name, el: option });
+      }
+    } else if (type === 'number') {
+      offers.push({ action: 'type:' + label + '=' + numberIn(el), el: el });
+    } else if (TYPE_VALUES[type] || el.tagName === 'TEXTAREA' || el.isContentEditable) {
+      offers.push({ action: 'type:' + label + '=' + (TYPE_VALUES[type] || 'hello'), el: el });
+    } else {
+      var values = settable(el);
+      for (var v = 0; v < values.length; v++) {
+        offers.push({ action: 'set:' + label + '=' + values[v], el: el });
+      }
+    }
+    if (offers.length === 0) continue;
+    out.push({
+      el: el, label: label, role: role,
+      value: type === 'password' ? '*'.repeat(value.length) : value.slice(0, 60),
+      offers: offers
+    });
+  }
+  return out;
+}
+
+// The element an offered action acts on (`click:`, `select:`, `type:`,
+// `set:` exactly as offered), else, for a `type:LABEL=TEXT` or
+// `set:LABEL=VALUE` of a script, the field labelled LABEL.
+function offered(action) {
+  var clicks = clickables();
+  for (var i = 0; i < clicks.length; i++) {
+    if ('click:' + clicks[i].label === action) return clicks[i].el;
+  }
+  var all = fields();
+  for (var f = 0; f < all.length; f++) {
+    for (var o = 0; o < all[f].offers.length; o++) {
+      if (all[f].offers[o].action === action) return all[f].offers[o].el;
+    }
+  }
+  var named = /^(type|set):(.*?)=/.exec(action);
+  if (named) {
+    for (var n = 0; n < all.length; n++) {
+      if (all[n].label === named[2]) return all[n].el;
+    }
+  }
+  return null;
+}
+
+// Hides the text caret and the browser's focus ring: the caret blinks, and
+// whether the ring shows depends on whether the window has the browser's
+// focus (a tab opened and closed takes it away), not on the game. The
+// screenshot the observation's visual signature is made of must show
+// neither. A constructed sheet leaves the page's DOM as it is.
+function calmScreen() {
+  if (window.__gameplanCalm || !document.adoptedStyleSheets || typeof CSSStyleSheet !== 'function') return;
+  try {
+    var sheet = new CSSStyleSheet();
+    sheet.replaceSync('*, *::before, *::after { caret-color: transparent !important; }\n' +
+      '*:focus, *:focus-visible { outline: none !important; }');
+    document.adoptedStyleSheets = document.adoptedStyleSheets.concat([sheet]);
+    Object.defineProperty(window, '__gameplanCalm', { value: true, enumerable: false });
+  } catch (e) {}
+}
+
+// `game.probe`, evaluated in the page: its value as JSON, or why not.
+function probe() {
+  if (typeof window.__gameplanProbe !== 'function') return null;
+  try {
+    var value = window.__gameplanProbe();
+    if (value === undefined) return { error: 'it returned undefined' };
+    var json = JSON.stringify(value);
+    if (json === undefined) return { error: 'its value is not JSON (' + typeof value + ')' };
+    return { value: JSON.parse(json) };
+  } catch (e) {
+    return { error: 'it threw ' + String(e) };
+  }
 }
 
 // After the next animation frame (and at most 200 ms: a hidden page gets
@@ -173,14 +348,15 @@ function settled(then) {
 }
 
 if (request.mode === 'find') {
-  var found = clickables().filter(function (c) { return c.label === request.label; })[0];
-  done(found ? found.el : null);
+  done(offered(request.label));
 } else if (request.mode === 'input') {
   done(textInput());
 } else {
+  calmScreen();
   settled(function () {
     var hooks = window.gameplan || {};
     var seen = clickables().slice(0, request.maxElements || 60);
+    var filled = fields();
     var body = document.body ? document.body.innerText : '';
     var path = location.pathname.split('/').pop();
     var nav = performance.getEntriesByType ? performance.getEntriesByType('navigation')[0] : null;
@@ -201,7 +377,15 @@ if (request.mode === 'find') {
       elements: seen.map(function (c) {
         return { label: c.label, role: roleOf(c.el), states: statesOf(c.el) };
       }),
-      input: textInput() !== null,
+      fields: filled.map(function (f) {
+        return {
+          label: f.label, role: f.role, value: f.value,
+          actions: f.offers.map(function (o) { return o.action; })
+        };
+      }),
+      // The element each field's offer acts on, in the same order.
+      fieldRefs: filled.map(function (f) { return f.offers.map(function (o) { return o.el; }); }),
+      probe: probe(),
       keys: Array.isArray(hooks.keys) ? hooks.keys.map(String) : null,
       done: hooks.done === true,
       // Each element's W3C reference, for a click without a lookup.

@@ -1,19 +1,27 @@
 //! What a page is to a player: the action syntax (`click:<label>`,
-//! `key:<name>`, `type:<text>`, `wait`), a load's outcome, and the
+//! `select:<field>=<option>`, `type:<field>=<text>` or `type:<text>`,
+//! `set:<field>=<value>`, `key:<name>`, `wait`), a load's outcome, and the
 //! observation built from what `page.js` read of the page (its text, offered
-//! elements, errors).
+//! elements and fields, `game.probe`'s value, errors) and the screen's
+//! visual signature.
 
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{MAX_ELEMENTS, MAX_TEXT, Refusal, SAMPLE_TEXT};
+use super::{MAX_ELEMENTS, MAX_TEXT, Refusal};
 
 /// An action in the driver's syntax.
 #[derive(Debug, Clone, PartialEq)]
 pub(super) enum Action {
     Click(String),
-    Key(char),
+    /// `FIELD=OPTION`: chooses an option of a `<select>`.
+    Select(String),
+    /// `FIELD=TEXT` (replaces a field's value), or a bare `TEXT` into the
+    /// focused text field, else the first one.
     Type(String),
+    /// `FIELD=VALUE`: a range, date, time or color input set by script.
+    Set(String),
+    Key(char),
     Wait,
 }
 
@@ -23,14 +31,20 @@ impl Action {
         if action == "wait" {
             return Ok(Action::Wait);
         }
+        let syntax = "click:LABEL, select:FIELD=OPTION, type:FIELD=TEXT, type:TEXT, \
+                      set:FIELD=VALUE, key:NAME, wait";
         let Some((verb, rest)) = action.split_once(':') else {
             return Err(refuse(format!(
-                "`{action}` is not an action of the webdriver driver (click:LABEL, key:NAME, \
-                 type:TEXT, wait)"
+                "`{action}` is not an action of the webdriver driver ({syntax})"
             )));
         };
         match verb {
             "click" if !rest.is_empty() => Ok(Action::Click(rest.to_owned())),
+            "select" | "set" if !rest.contains('=') => Err(refuse(format!(
+                "`{action}` names no value: write `{verb}:FIELD=VALUE` as the page offers it"
+            ))),
+            "select" => Ok(Action::Select(rest.to_owned())),
+            "set" => Ok(Action::Set(rest.to_owned())),
             "type" => Ok(Action::Type(rest.to_owned())),
             "key" => key(rest).map(Action::Key).ok_or_else(|| {
                 refuse(format!(
@@ -39,8 +53,7 @@ impl Action {
                 ))
             }),
             _ => Err(refuse(format!(
-                "`{action}` is not an action of the webdriver driver (click:LABEL, key:NAME, \
-                 type:TEXT, wait)"
+                "`{action}` is not an action of the webdriver driver ({syntax})"
             ))),
         }
     }
@@ -119,7 +132,16 @@ pub(super) struct PageView {
     pub(super) offline: Vec<String>,
     pub(super) text: String,
     pub(super) elements: Vec<ElementView>,
-    pub(super) input: bool,
+    /// The form fields a person could fill in, each with its offers.
+    #[serde(default)]
+    pub(super) fields: Vec<FieldView>,
+    /// The element each field's offer acts on, in the same order (never
+    /// part of the observation).
+    #[serde(default, rename = "fieldRefs")]
+    pub(super) field_refs: Vec<Vec<Value>>,
+    /// `game.probe`'s value or why there is none (`None` without a probe).
+    #[serde(default)]
+    pub(super) probe: Option<ProbeView>,
     pub(super) keys: Option<Vec<String>>,
     pub(super) done: bool,
     pub(super) score: f64,
@@ -142,13 +164,42 @@ pub(super) struct ElementView {
     pub(super) states: Vec<String>,
 }
 
+/// A form field as the observation lists it (its value is game state) and
+/// what is offered for it.
+#[derive(Debug, Clone, Deserialize)]
+pub(super) struct FieldView {
+    pub(super) label: String,
+    #[serde(default)]
+    pub(super) role: String,
+    #[serde(default)]
+    pub(super) value: String,
+    #[serde(default)]
+    pub(super) actions: Vec<String>,
+}
+
+/// What `game.probe` gave: its value as JSON, or what went wrong.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub(super) struct ProbeView {
+    #[serde(default)]
+    pub(super) value: Option<Value>,
+    #[serde(default)]
+    pub(super) error: Option<String>,
+}
+
 pub(super) fn yes() -> bool {
     true
 }
 
 /// The observation of a page (see the module doc): what the player reads
-/// and the hash covers.
-pub(super) fn observation(view: &PageView, game_keys: &[String]) -> Value {
+/// and the hash covers. `screen` is the visual signature of the screenshot
+/// taken with it; with a `game.probe` (`probed`), `state` is the probe's
+/// value and the page's facts move to `page`.
+pub(super) fn observation(
+    view: &PageView,
+    game_keys: &[String],
+    screen: Option<&str>,
+    probed: bool,
+) -> Value {
     let mut text: String = view.text.chars().take(MAX_TEXT).collect();
     if view.text.chars().nth(MAX_TEXT).is_some() {
         text.push_str("\n… (the page's text is cut here)");
@@ -158,9 +209,7 @@ pub(super) fn observation(view: &PageView, game_keys: &[String]) -> Value {
         .iter()
         .map(|e| format!("click:{}", e.label))
         .collect();
-    if view.input {
-        actions.push(format!("type:{SAMPLE_TEXT}"));
-    }
+    actions.extend(view.fields.iter().flat_map(|f| f.actions.iter().cloned()));
     // Enter and Escape on every page, then `game.keys`, then the page's
     // own `window.gameplan.keys`, each once.
     let page_keys = view.keys.iter().flatten();
@@ -172,14 +221,111 @@ pub(super) fn observation(view: &PageView, game_keys: &[String]) -> Value {
     }
     actions.extend(keys.iter().map(|k| format!("key:{k}")));
     actions.push("wait".to_owned());
-    json!({
+    // A field's value is game state (a typed name, a chosen level).
+    let mut listed: Vec<ElementView> = elements.to_vec();
+    listed.extend(view.fields.iter().map(|f| ElementView {
+        label: f.label.clone(),
+        role: f.role.clone(),
+        states: vec![format!("value={}", f.value)],
+    }));
+    let facts = json!({
+        "title": view.title,
+        "page": view.page,
+        "elements": listed,
+    });
+    let mut observation = json!({
         "text": text.trim(),
         "actions": actions,
-        "state": {
-            "title": view.title,
-            "page": view.page,
-            "elements": elements,
-        },
+        "state": facts,
         "score": view.score,
-    })
+    });
+    if probed {
+        let value = view
+            .probe
+            .as_ref()
+            .and_then(|p| p.value.clone())
+            .unwrap_or(Value::Null);
+        observation["page"] = observation["state"].take();
+        observation["state"] = value;
+    }
+    if let Some(screen) = screen {
+        observation["screen"] = Value::String(screen.to_owned());
+    }
+    observation
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn form() -> PageView {
+        serde_json::from_value(json!({
+            "title": "Setup", "page": "form.html", "text": "Setup",
+            "elements": [{"label": "Begin", "role": "button"}],
+            "fields": [{
+                "label": "Level", "role": "select", "value": "easy",
+                "actions": ["select:Level=Easy", "select:Level=Hard"]
+            }],
+            "fieldRefs": [[{}, {}]],
+            "probe": {"value": {"lives": 3}},
+            "keys": null, "done": false, "score": 0, "errors": []
+        }))
+        .expect("a page view")
+    }
+
+    #[test]
+    fn fields_are_offered_after_the_clicks_and_their_values_are_state() {
+        let obs = observation(&form(), &[], Some("64x40x8:ab"), false);
+        assert_eq!(
+            obs["actions"],
+            json!([
+                "click:Begin",
+                "select:Level=Easy",
+                "select:Level=Hard",
+                "key:Enter",
+                "key:Escape",
+                "wait"
+            ])
+        );
+        assert_eq!(
+            obs["state"]["elements"][1],
+            json!({"label": "Level", "role": "select", "states": ["value=easy"]})
+        );
+        assert_eq!(obs["screen"], "64x40x8:ab");
+    }
+
+    #[test]
+    fn with_a_probe_its_value_is_the_state_and_the_page_s_facts_move_to_page() {
+        let obs = observation(&form(), &[], None, true);
+        assert_eq!(obs["state"], json!({"lives": 3}));
+        assert_eq!(obs["page"]["title"], "Setup");
+        assert!(obs.get("screen").is_none());
+        let mut thrown = form();
+        thrown.probe = Some(ProbeView {
+            value: None,
+            error: Some("it threw".into()),
+        });
+        assert_eq!(observation(&thrown, &[], None, true)["state"], Value::Null);
+    }
+
+    #[test]
+    fn select_and_set_need_a_value_and_type_keeps_its_old_form() {
+        assert_eq!(
+            Action::parse("select:Level=Hard"),
+            Ok(Action::Select("Level=Hard".into()))
+        );
+        assert_eq!(
+            Action::parse("set:Volume=10"),
+            Ok(Action::Set("Volume=10".into()))
+        );
+        assert_eq!(
+            Action::parse("type:Lives=5"),
+            Ok(Action::Type("Lives=5".into()))
+        );
+        assert_eq!(Action::parse("type:hi"), Ok(Action::Type("hi".into())));
+        for bad in ["select:Level", "set:Volume"] {
+            let err = Action::parse(bad).expect_err(bad).error;
+            assert!(err.contains("FIELD=VALUE"), "{bad}: {err}");
+        }
+    }
 }

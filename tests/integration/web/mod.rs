@@ -3,3 +3,4 @@
 
 mod browser;
 mod real_pages;
+mod seen;
