@@ -63,6 +63,8 @@
 
 mod capabilities;
 mod chromedriver;
+mod hermetic;
+mod page_errors;
 mod page_view;
 mod scope;
 mod static_files;
@@ -90,6 +92,7 @@ use serde_json::{Value, json};
 pub use chromedriver::{
     BROWSER_PACKAGE, DRIVER_PACKAGE, find_programs, kill_browsers_of_this_process,
 };
+pub use page_errors::{FAILED_REQUEST, bare_message};
 
 use super::driver::{
     Acted, Answer, BrowserGame, Failure, GameSpec, Hello, Leaked, Refusal, Seen, SpawnError,
@@ -102,7 +105,8 @@ pub const MAX_TEXT: usize = 4000;
 pub const MAX_ELEMENTS: usize = 60;
 /// Page errors taken into one observation (the rest are counted).
 pub const MAX_ERRORS: usize = 20;
-/// How long `wait` waits.
+/// How long `wait` waits where the page has no virtual clock (the plan's
+/// own WebDriver server); elsewhere it moves the clock on instead.
 pub const WAIT: Duration = Duration::from_millis(500);
 /// How long the browser gets to start and open a session.
 const START_WITHIN: Duration = Duration::from_secs(30);
@@ -154,6 +158,17 @@ pub struct BrowserSession {
     pending_shot: Option<tokio::task::JoinHandle<Result<(), Failure>>>,
     acts: u64,
     resets: u64,
+    /// How long a reset's page load may take (`game.load_timeout`).
+    load_timeout: Duration,
+    /// The page runs on the virtual clock (`clock.js`, installed through
+    /// DevTools before the page's scripts).
+    clock: bool,
+    /// Virtual time the next read moves on besides
+    /// [`hermetic::ACT_ADVANCE`] (what `wait` asked for).
+    advance_extra: Duration,
+    /// Outside scripts that could not load since the page was loaded: an
+    /// error they cause is a note naming them.
+    offline_scripts: Vec<String>,
 }
 
 impl BrowserSession {
@@ -178,7 +193,7 @@ impl BrowserSession {
             (
                 None,
                 external.clone(),
-                external_capabilities(timeout, game.viewport),
+                external_capabilities(timeout.max(game.load_timeout), game.viewport),
             )
         } else {
             let (program, browser) = find_programs(&spec.env)?;
@@ -188,7 +203,12 @@ impl BrowserSession {
             std::fs::create_dir_all(&profile).map_err(|e| {
                 SpawnError::Browser(format!("cannot create {}: {e}", profile.display()))
             })?;
-            let caps = chromium_capabilities(&browser, &profile, timeout, game.viewport);
+            let caps = chromium_capabilities(
+                &browser,
+                &profile,
+                timeout.max(game.load_timeout),
+                game.viewport,
+            );
             // From here the driver owns the profile: it is removed however
             // the session ends (stopped, failed to start, or dropped).
             let driver =
@@ -229,7 +249,8 @@ impl BrowserSession {
             .unwrap_or_default()
             .to_owned();
         let window = client.window().await.ok();
-        let session = BrowserSession {
+        let clock = driver.is_some();
+        let mut session = BrowserSession {
             client,
             driver,
             last_good: url.clone(),
@@ -248,11 +269,35 @@ impl BrowserSession {
             pending_shot: None,
             acts: 0,
             resets: 0,
+            load_timeout: game.load_timeout.max(timeout),
+            clock,
+            advance_extra: Duration::ZERO,
+            offline_scripts: Vec::new(),
         };
+        session.fit_viewport(game.viewport).await;
         // The listener is installed before each page's scripts at each
         // reset (with the seed); where the server is no chromedriver, the
         // observation script installs it late (after load) instead.
         Ok(session)
+    }
+
+    /// Makes the page's inner size the viewport (the window is larger), or
+    /// notes that the browser would not.
+    async fn fit_viewport(&mut self, viewport: (u32, u32)) {
+        let fitted =
+            tokio::time::timeout(self.timeout, hermetic::fit_viewport(&self.client, viewport))
+                .await;
+        let (w, h) = viewport;
+        match fitted {
+            Ok(Ok(size)) if size == viewport => {}
+            Ok(Ok((iw, ih))) => self.note(format!(
+                "the page is {iw}x{ih}, not the viewport {w}x{h}: the browser would not size its \
+                 window so"
+            )),
+            _ => self.note(format!(
+                "the window could not be sized for a {w}x{h} page: it plays at the browser's size"
+            )),
+        }
     }
 
     /// The browser answered when the session opened (no round trip more):
@@ -274,30 +319,29 @@ impl BrowserSession {
     /// not start.
     pub async fn reset(&mut self, seed: i64) -> Answer<Seen> {
         self.finish_screenshot(Op::Reset).await?;
-        self.install_listener(seed).await?;
         self.resets += 1;
+        if self.resets > 1 {
+            // What the page kept (a saved game, a cookie, a worker) would
+            // make it start elsewhere. (The first load has a fresh profile.)
+            self.clear_origin().await?;
+        }
+        self.install_listener(seed).await?;
+        self.offline_scripts.clear();
+        self.advance_extra = Duration::ZERO;
         let client = self.client.clone();
         let url = self.url.clone();
-        let again = self.resets > 1;
-        self.within(Op::Reset, async move {
-            if again {
-                // Storage outlives a reload: a game that saves progress
-                // would not start over. (The first load has a fresh profile.)
-                client
-                    .execute(
-                        "try { localStorage.clear(); sessionStorage.clear(); } catch (e) {}",
-                        vec![],
-                    )
-                    .await?;
-                // Navigating to the same URL reloads the page, except when
-                // only a fragment would change: then leave it first.
-                if url.contains('#') {
-                    navigate(&client, "about:blank").await?;
-                }
-            }
+        // A page load may take `game.load_timeout`: slow is not hung.
+        let load = within(Op::Reset, self.load_timeout, async move {
             navigate(&client, &url).await
         })
-        .await?;
+        .await;
+        if let Err(Failure::Hang { .. }) = load {
+            return Err(Failure::Hang {
+                during: Op::Reset,
+                waited: self.load_timeout,
+            });
+        }
+        load?;
         // A cell loads the page twice before it plays (the determinism
         // check) and plays from the second load: the first is compared,
         // never played, so it is not photographed.
@@ -320,10 +364,42 @@ impl BrowserSession {
         Ok(Ok(observed))
     }
 
-    /// Installs the listener, with `seed` for the page's randomness, to run
-    /// before the scripts of every page from now on (replacing the last
-    /// reset's). Only through chromedriver's DevTools; elsewhere the
-    /// observation installs the listener late and the page is not seeded.
+    /// Leaves the game's page and forgets what it kept: through DevTools,
+    /// on `about:blank` (so nothing writes while the page unloads), every
+    /// storage of the game's origins and the cookies; on the plan's own
+    /// WebDriver server, what the page's own script can clear
+    /// ([`hermetic::CLEAR_BY_SCRIPT`]).
+    async fn clear_origin(&mut self) -> Result<(), Failure> {
+        let client = self.client.clone();
+        if self.driver.is_some() {
+            let origins = hermetic::origins_of(self.scope.prefixes());
+            self.within(Op::Reset, async move {
+                navigate(&client, "about:blank").await?;
+                hermetic::clear_origins(&client, &origins).await
+            })
+            .await
+        } else {
+            let url = self.url.clone();
+            self.within(Op::Reset, async move {
+                client
+                    .execute_async(hermetic::CLEAR_BY_SCRIPT, vec![])
+                    .await?;
+                // Navigating to the same URL reloads the page, except when
+                // only a fragment would change: then leave it first.
+                if url.contains('#') {
+                    navigate(&client, "about:blank").await?;
+                }
+                Ok(())
+            })
+            .await
+        }
+    }
+
+    /// Installs the listener and the virtual clock, with `seed` for the
+    /// page's randomness and the clock's start, to run before the scripts
+    /// of every page from now on (replacing the last reset's). Only
+    /// through chromedriver's DevTools; elsewhere the observation installs
+    /// the listener late, and the page is not seeded and keeps real time.
     async fn install_listener(&mut self, seed: i64) -> Result<(), Failure> {
         if self.driver.is_none() {
             return Ok(());
@@ -339,11 +415,7 @@ impl BrowserSession {
                 )
                 .await;
         }
-        // The seed as the page's 32 bits: the same cell seed, the same board.
-        let source = format!(
-            "window.__gameplanSeed = {};\n{LISTENER}",
-            seed.rem_euclid(1 << 32)
-        );
+        let source = hermetic::installed_source(seed);
         let added = self
             .within(
                 Op::Reset,
@@ -529,10 +601,7 @@ impl BrowserSession {
                 }
             }
             Action::Key(key) => {
-                let keys = KeyActions::new("keyboard".to_owned())
-                    .then(KeyAction::Down { value: *key })
-                    .then(KeyAction::Up { value: *key });
-                self.within(Op::Act, client.perform_actions(keys)).await?;
+                self.press(*key).await?;
                 Ok(Ok(()))
             }
             Action::Type(text) => {
@@ -552,10 +621,40 @@ impl BrowserSession {
                 }
             }
             Action::Wait => {
-                tokio::time::sleep(WAIT).await;
+                if self.clock {
+                    self.advance_extra += hermetic::WAIT_ADVANCE;
+                } else {
+                    tokio::time::sleep(WAIT).await;
+                }
                 Ok(Ok(()))
             }
         }
+    }
+
+    /// Presses `key`: down, held for [`hermetic::KEY_HOLD`] of the page's
+    /// time (a game that polls the keys in its frame loop sees it down),
+    /// then up. Without a virtual clock, down and up at once.
+    async fn press(&mut self, key: char) -> Result<(), Failure> {
+        let client = self.client.clone();
+        let down = KeyActions::new("keyboard".to_owned()).then(KeyAction::Down { value: key });
+        let up = KeyActions::new("keyboard".to_owned()).then(KeyAction::Up { value: key });
+        if !self.clock {
+            let both = down.then(KeyAction::Up { value: key });
+            return self.within(Op::Act, client.perform_actions(both)).await;
+        }
+        let script = format!("{LISTENER}\n{PAGE}");
+        let request = json!({
+            "mode": "advance",
+            "advanceMs": hermetic::ms(hermetic::KEY_HOLD),
+            "requestsMs": hermetic::ms(hermetic::REQUESTS_WITHIN),
+            "scope": self.scope.for_page(),
+        });
+        self.within(Op::Act, async move {
+            client.perform_actions(down).await?;
+            client.execute_async(&script, vec![request]).await?;
+            client.perform_actions(up).await
+        })
+        .await
     }
 
     /// Reads the page (after it settled), starts saving its screenshot as
@@ -567,11 +666,14 @@ impl BrowserSession {
         shot: Option<&str>,
     ) -> Result<(Seen, bool, Load), Failure> {
         let script = format!("{LISTENER}\n{PAGE}");
+        let advance = hermetic::ACT_ADVANCE + std::mem::take(&mut self.advance_extra);
         let request = json!({
             "mode": "observe",
             "maxText": MAX_TEXT,
             "maxElements": MAX_ELEMENTS,
             "scope": self.scope.for_page(),
+            "advanceMs": hermetic::ms(advance),
+            "requestsMs": hermetic::ms(hermetic::REQUESTS_WITHIN),
         });
         let client = self.client.clone();
         let raw = self
@@ -585,7 +687,23 @@ impl BrowserSession {
             evidence: String::new(),
             stderr_tail: String::new(),
         })?;
-        let mut console = view.errors.clone();
+        for url in &view.offline_scripts {
+            if !self.offline_scripts.contains(url) {
+                self.offline_scripts.push(url.clone());
+            }
+        }
+        let sorted = page_errors::sort(&view.errors, &view.failed, &self.offline_scripts);
+        for note in sorted.notes {
+            self.note(note);
+        }
+        for what in &view.pending {
+            self.note(format!(
+                "still in flight when the page was read ({} s after the action, the most a read \
+                 waits): {what}",
+                hermetic::REQUESTS_WITHIN.as_secs()
+            ));
+        }
+        let mut console = sorted.console;
         if console.len() > MAX_ERRORS {
             let more = console.len() - MAX_ERRORS;
             console.truncate(MAX_ERRORS);
@@ -906,6 +1024,9 @@ mod tests {
             in_scope: true,
             status: 200,
             offline: vec![],
+            offline_scripts: vec![],
+            failed: vec![],
+            pending: vec![],
             input: false,
             keys: None,
             done: false,
