@@ -147,6 +147,8 @@
         list.getEntries().forEach(function (entry) {
           // fetch and XHR are counted where they are made.
           if (entry.initiatorType === 'fetch' || entry.initiatorType === 'xmlhttprequest') return;
+          // The browser asks for /favicon.ico by itself; the page did not.
+          if (entry.initiatorType === 'other' && /\/favicon\.ico$/.test(entry.name)) return;
           if (entry.responseStatus >= 400) fail('GET', entry.name, entry.responseStatus, entry.initiatorType);
         });
       }).observe({ type: 'resource', buffered: true });

@@ -166,9 +166,10 @@ pub struct BrowserSession {
     /// Virtual time the next read moves on besides
     /// [`hermetic::ACT_ADVANCE`] (what `wait` asked for).
     advance_extra: Duration,
-    /// Outside scripts that could not load since the page was loaded: an
-    /// error they cause is a note naming them.
-    offline_scripts: Vec<String>,
+    /// Scripts that could not load since the page was loaded (outside
+    /// ones, and the game's own, a finding already): an error they cause
+    /// is a note naming them.
+    missing_scripts: Vec<String>,
 }
 
 impl BrowserSession {
@@ -272,7 +273,7 @@ impl BrowserSession {
             load_timeout: game.load_timeout.max(timeout),
             clock,
             advance_extra: Duration::ZERO,
-            offline_scripts: Vec::new(),
+            missing_scripts: Vec::new(),
         };
         session.fit_viewport(game.viewport).await;
         // The listener is installed before each page's scripts at each
@@ -326,7 +327,7 @@ impl BrowserSession {
             self.clear_origin().await?;
         }
         self.install_listener(seed).await?;
-        self.offline_scripts.clear();
+        self.missing_scripts.clear();
         self.advance_extra = Duration::ZERO;
         let client = self.client.clone();
         let url = self.url.clone();
@@ -687,12 +688,17 @@ impl BrowserSession {
             evidence: String::new(),
             stderr_tail: String::new(),
         })?;
-        for url in &view.offline_scripts {
-            if !self.offline_scripts.contains(url) {
-                self.offline_scripts.push(url.clone());
+        let own_scripts = view.failed.iter().filter(|f| f.kind == "script");
+        for url in view
+            .offline_scripts
+            .iter()
+            .chain(own_scripts.map(|f| &f.url))
+        {
+            if !self.missing_scripts.contains(url) {
+                self.missing_scripts.push(url.clone());
             }
         }
-        let sorted = page_errors::sort(&view.errors, &view.failed, &self.offline_scripts);
+        let sorted = page_errors::sort(&view.errors, &view.failed, &self.missing_scripts);
         for note in sorted.notes {
             self.note(note);
         }

@@ -27,6 +27,10 @@ pub(super) struct FailedRequest {
     /// missing file).
     #[serde(default)]
     pub(super) status: u16,
+    /// What asked for it: `fetch`, `xhr`, or the element or initiator
+    /// (`script`, `img`, `link`, `css`, ...).
+    #[serde(default)]
+    pub(super) kind: String,
 }
 
 impl FailedRequest {
@@ -53,12 +57,13 @@ pub(super) struct Sorted {
 }
 
 /// Sorts a reading's `errors` (as `listener.js` wrote them) and the game's
-/// `failed` requests, given the outside scripts that could not load since
-/// the page was loaded (`offline_scripts`).
+/// `failed` requests, given the scripts that could not load since the page
+/// was loaded (`missing_scripts`: outside ones, and the game's own, whose
+/// failure is a finding of its own already).
 pub(super) fn sort(
     errors: &[String],
     failed: &[FailedRequest],
-    offline_scripts: &[String],
+    missing_scripts: &[String],
 ) -> Sorted {
     let mut sorted = Sorted::default();
     for request in failed {
@@ -75,7 +80,12 @@ pub(super) fn sort(
         {
             continue;
         }
-        if let Some(script) = offline_scripts.first()
+        // Data that did not come cannot be parsed: an error page read as
+        // JSON is the failed request again.
+        if error.contains("JSON") && failed.iter().any(|f| f.kind == "fetch" || f.kind == "xhr") {
+            continue;
+        }
+        if let Some(script) = missing_scripts.first()
             && is_missing_name(error)
         {
             sorted.notes.push(format!(
@@ -161,6 +171,7 @@ mod tests {
             method: "GET".into(),
             url: url.into(),
             status,
+            kind: "fetch".into(),
         }
     }
 
@@ -187,6 +198,7 @@ mod tests {
         let sorted = sort(
             &[
                 "Unhandled promise rejection: Error: /levels.json answered 404".into(),
+                "Unhandled promise rejection: SyntaxError: Unexpected token '<', \"<!DOCTYPE \"... is not valid JSON".into(),
                 "Uncaught TypeError: x is null (game.js:3)".into(),
             ],
             &[failed(url, 404)],

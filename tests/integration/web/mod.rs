@@ -2,4 +2,5 @@
 //! published-like pages, scope, load failures, and nothing left behind.
 
 mod browser;
+mod hermetic;
 mod real_pages;
