@@ -14,8 +14,8 @@
 //! Virtual time moves only when gameplan moves it: [`ACT_ADVANCE`] before
 //! each read of the page (after a reset and after each action), so a game
 //! whose loop runs on `setInterval` or `requestAnimationFrame` moves 15
-//! frames per action; `wait` moves it [`WAIT_ADVANCE`] more instead of
-//! sleeping; a key is held down for [`KEY_HOLD`] (3 frames) before it goes
+//! frames per action; `wait` moves it [`WAIT_ADVANCE`] more (and lets half a
+//! second of real time pass, for sound and video); a key is held down for [`KEY_HOLD`] (3 frames) before it goes
 //! up, so a canvas game that polls the keys in its frame loop sees it. The
 //! same seed starts the clock at the same instant ([`clock_start_ms`]).
 //! Where the plan names its own WebDriver server (no DevTools), nothing can

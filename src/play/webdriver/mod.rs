@@ -105,8 +105,8 @@ pub const MAX_TEXT: usize = 4000;
 pub const MAX_ELEMENTS: usize = 60;
 /// Page errors taken into one observation (the rest are counted).
 pub const MAX_ERRORS: usize = 20;
-/// How long `wait` waits where the page has no virtual clock (the plan's
-/// own WebDriver server); elsewhere it moves the clock on instead.
+/// How long `wait` waits in real time (sound and video play on it), besides
+/// moving the page's virtual clock on.
 pub const WAIT: Duration = Duration::from_millis(500);
 /// How long the browser gets to start and open a session.
 const START_WITHIN: Duration = Duration::from_secs(30);
@@ -622,11 +622,12 @@ impl BrowserSession {
                 }
             }
             Action::Wait => {
+                // The page's time moves on; sound and video play on real
+                // time (a game that starts when its intro tune ends).
                 if self.clock {
                     self.advance_extra += hermetic::WAIT_ADVANCE;
-                } else {
-                    tokio::time::sleep(WAIT).await;
                 }
+                tokio::time::sleep(WAIT).await;
                 Ok(Ok(()))
             }
         }

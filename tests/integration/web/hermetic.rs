@@ -329,3 +329,80 @@ fn a_slow_first_load_plays_and_a_page_that_never_loads_names_its_url_and_load_ti
         "{why}"
     );
 }
+
+/// A repo holding the published games of tests/fixtures/web-games/ and a
+/// plan of one scripted cell serving `serve` (under `web-games/`).
+fn published(serve: &str, actions: &str, extra: &str) -> Test {
+    let plan = format!(
+        "version = 1\nname = \"published\"\n\n[game]\nid = \"published\"\ndriver = \"webdriver\"\n\
+         serve = \"web-games/{serve}\"\nurl = \"index.html\"\n{extra}\n\n[[personas]]\n\
+         slug = \"player\"\ncard = \"Plays.\"\n\
+         player = {{ kind = \"scripted\", actions = {actions} }}\n\n\
+         [[steps]]\nid = \"play\"\nkind = \"play\"\nmatrix = {{ persona = \"*\" }}\n"
+    );
+    let game = serve.split('/').next().expect("a directory");
+    with_dir(
+        Test::new(),
+        &format!("tests/fixtures/web-games/{game}"),
+        &format!("web-games/{game}"),
+    )
+    .file("plan.toml", plan)
+}
+
+#[test]
+fn the_published_tetris_js_names_its_missing_jquery_once_and_its_dollar_error_is_a_note() {
+    let t = published(
+        "tetris-js/assets",
+        r#"["key:ArrowLeft", "key:ArrowDown", "wait"]"#,
+        "keys = [\"ArrowLeft\", \"ArrowDown\"]",
+    );
+    t.run(&["plan", "run", "plan.toml"]).code(0);
+    let cell = cell(&t);
+    let report = report(&cell);
+    let findings = report["findings"].as_array().expect("findings");
+    assert_eq!(findings.len(), 1, "{report:#}");
+    let title = findings[0]["title"].as_str().unwrap_or_default();
+    assert_eq!(findings[0]["category"], "error");
+    assert!(
+        title.ends_with("/jquery/jquery.js answered HTTP 404 while the page loaded"),
+        "{title}"
+    );
+    assert!(
+        notes(&report)
+            .iter()
+            .any(|n| n.starts_with("`$ is not defined`, after http://127.0.0.1:")),
+        "{report:#}"
+    );
+    assert_replays(&t, &cell);
+}
+
+#[test]
+fn the_published_countdowntimer_offline_is_notes_only() {
+    let t = published("countdowntimer/dist", r#"["wait", "wait"]"#, "");
+    t.run(&["plan", "run", "plan.toml"]).code(0);
+    let cell = cell(&t);
+    let report = report(&cell);
+    assert_eq!(report["findings"], json!([]), "{report:#}");
+    let cdn = "https://ajax.googleapis.com/ajax/libs/jquery/3.2.1/jquery.min.js";
+    let notes = notes(&report);
+    for note in [
+        format!("could not load (offline?): {cdn}"),
+        format!("`jQuery is not defined`, after {cdn} could not load"),
+    ] {
+        assert!(notes.contains(&note), "{note} in {notes:#?}");
+    }
+    assert_replays(&t, &cell);
+}
+
+#[test]
+fn the_published_pac_man_plays_its_intro_without_a_gesture() {
+    // Its intro tune starts the game when it ends; blocked, `play()` throws
+    // and the game waits at "GET READY!" for good.
+    let waits = format!("[{}]", ["\"wait\""; 4].join(", "));
+    let t = published("pac-man/lib", &waits, "stuck_after = 0");
+    t.run(&["plan", "run", "plan.toml"]).code(0);
+    let cell = cell(&t);
+    let report = report(&cell);
+    assert_eq!(report["findings"], json!([]), "{report:#}");
+    assert_replays(&t, &cell);
+}
