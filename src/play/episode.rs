@@ -480,3 +480,30 @@ fn last_line(text: &str) -> &str {
         .find(|l| !l.is_empty())
         .unwrap_or("")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_request_is_fingerprinted_by_its_url_and_status_without_the_port() {
+        let at = |port: u16, file: &str, status: u16| {
+            let location = request_location(&format!(
+                "GET http://127.0.0.1:{port}/{file} answered HTTP {status}"
+            ));
+            super::super::findings::fingerprint(Category::Error, &location)
+        };
+        assert_eq!(
+            at(4100, "levels/2.json", 404),
+            at(5200, "levels/2.json", 404)
+        );
+        assert_ne!(
+            at(4100, "levels/2.json", 404),
+            at(4100, "levels/3.json", 404)
+        );
+        assert_ne!(
+            at(4100, "levels/2.json", 404),
+            at(4100, "levels/2.json", 500)
+        );
+    }
+}

@@ -12,11 +12,12 @@
 //! # The page as a game
 //!
 //! - `hello` answers from the session just opened (the browser answered
-//!   it); `reset` (re)loads `game.url` with the page's storage cleared and,
-//!   through chromedriver, the page's `Math.random` and
-//!   `crypto.getRandomValues` seeded with the cell's seed (`listener.js`),
-//!   so a page that draws at random replays; on another WebDriver server
-//!   the page is not seeded.
+//!   it); `reset` (re)loads `game.url` from a clean origin and, through
+//!   chromedriver, with the page's `Math.random` and
+//!   `crypto.getRandomValues` seeded with the cell's seed (`listener.js`)
+//!   and its clock virtual (`clock.js`), so a page that draws at random or
+//!   shows the time replays; on another WebDriver server the page is not
+//!   seeded and keeps real time (`hermetic.rs` owns all this).
 //! - The observation: `text` = the page's visible text (cut at [`MAX_TEXT`]
 //!   characters; its first line names the place where a player got stuck, so
 //!   a page's heading makes a good first line); `actions` = `click:LABEL` per
@@ -31,16 +32,19 @@
 //! - Actions accepted: `click:LABEL`, `key:NAME` (Enter, Escape, Tab,
 //!   Space, Backspace, ArrowUp/Down/Left/Right, or one character),
 //!   `type:TEXT` (into the focused text field, else the first visible one),
-//!   `wait` ([`WAIT`]). An action naming nothing on the page is refused.
+//!   `wait` ([`WAIT`] of real time, `hermetic::WAIT_ADVANCE` more of the
+//!   page's). An action naming nothing on the page is refused.
 //! - The hash covers the observation only: screenshots and console errors
 //!   (what changes by itself, or is not the game's state) stay out of it,
 //!   so a trace replays.
 //! - Errors: `listener.js` runs in every document before the page's own
 //!   scripts (Chrome DevTools' `Page.addScriptToEvaluateOnNewDocument`
 //!   through chromedriver; late, after load, on another WebDriver server)
-//!   and keeps uncaught errors, rejections, failed loads and
+//!   and keeps uncaught errors, rejections, failed requests and
 //!   `console.error` calls; each observation takes them ([`MAX_ERRORS`] at
-//!   most) into [`Seen::console`].
+//!   most) into [`Seen::console`], sorted by `page_errors.rs` (a failed
+//!   request of the game as a [`FAILED_REQUEST`] line, an error an
+//!   unloaded script caused as a note).
 //! - Screenshots: one per observation (`step-NNNN.png`, `reset-N.png`;
 //!   not the session's first load, which a cell only compares with its
 //!   second), taken through DevTools on chromedriver. The capture runs
