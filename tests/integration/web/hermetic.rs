@@ -406,3 +406,27 @@ fn the_published_pac_man_plays_its_intro_without_a_gesture() {
     assert_eq!(report["findings"], json!([]), "{report:#}");
     assert_replays(&t, &cell);
 }
+
+#[test]
+fn the_published_farmhand_saves_its_farm_yet_opens_on_day_1_every_time_and_replays() {
+    // A React farming game: it saves the farm (IndexedDB / localStorage),
+    // registers a service worker, shows the day, the money and a banner by
+    // today's date.
+    let t = published(
+        "farmhand/dist",
+        r#"["click:End the day to save your progress and advance the game.", "wait"]"#,
+        "",
+    );
+    t.run(&["plan", "run", "plan.toml"]).code(0);
+    let cell = cell(&t);
+    let report = report(&cell);
+    assert_eq!(report["warnings"], json!([]), "{report:#}");
+    assert_eq!(report["findings"], json!([]), "{report:#}");
+    let seen = texts(&cell);
+    assert!(seen[0].contains("Day 1 of Spring"), "{}", seen[0]);
+    assert!(
+        seen.last().is_some_and(|s| s.contains("Day 2 of Spring")),
+        "the day ended: {seen:?}"
+    );
+    assert_replays(&t, &cell);
+}
