@@ -4,10 +4,11 @@
 //! the plan's `viewport`.
 //!
 //! Owns the scripts installed before the page's own (`listener.js`, then
-//! `clock.js`), how far virtual time moves per action, clearing what a page
-//! keeps between loads, and fitting the window to the viewport. It does not
-//! read the page (`page.js`, [`super::BrowserSession::observe`]) or decide
-//! what a failure is.
+//! `clock.js`) and the session's steps that install them, how far virtual
+//! time moves per action and how a key is held, clearing what a page keeps
+//! between loads, and fitting the window to the viewport. It does not read
+//! the page (`page.js`, `BrowserSession::observe`) or decide what a
+//! failure is.
 //!
 //! # Time
 //!
@@ -27,7 +28,11 @@ use fantoccini::Client;
 use fantoccini::error::CmdError;
 use serde_json::{Value, json};
 
-use super::{ChromeCdp, LISTENER};
+use fantoccini::actions::{InputSource, KeyAction, KeyActions};
+
+use super::{BrowserSession, ChromeCdp, LISTENER, PAGE, navigate};
+use crate::play::driver::Failure;
+use crate::play::protocol::Op;
 
 /// Virtual time moved on before each read of the page.
 pub(super) const ACT_ADVANCE: Duration = Duration::from_millis(250);
@@ -72,21 +77,36 @@ pub(super) fn ms(d: Duration) -> u64 {
 /// `file://`) its local storage, `IndexedDB`, Cache Storage, service workers
 /// and the rest of `storageTypes: "all"`, plus the tab's session storage.
 /// Run with the tab on `about:blank`, so no page of the game writes again
-/// while it unloads.
-pub(super) async fn clear_origins(client: &Client, origins: &[String]) -> Result<(), CmdError> {
-    client
+/// while it unloads. What DevTools refused, as notes for the report (the
+/// reset goes on: a page that kept something shows in the opening's
+/// determinism check).
+pub(super) async fn clear_origins(client: &Client, origins: &[String]) -> Vec<String> {
+    let mut refused = Vec::new();
+    let mut refusal = |what: &str, e: &CmdError| {
+        refused.push(format!(
+            "a reset could not clear {what}: {}",
+            e.to_string().lines().next().unwrap_or_default()
+        ));
+    };
+    if let Err(e) = client
         .issue_cmd(ChromeCdp {
             cmd: "Network.clearBrowserCookies",
             params: json!({}),
         })
-        .await?;
+        .await
+    {
+        refusal("the cookies", &e);
+    }
     for origin in origins {
-        client
+        if let Err(e) = client
             .issue_cmd(ChromeCdp {
                 cmd: "Storage.clearDataForOrigin",
                 params: json!({ "origin": origin, "storageTypes": "all" }),
             })
-            .await?;
+            .await
+        {
+            refusal(&format!("the storage of {origin}"), &e);
+        }
         // Session storage is the tab's, not the origin's: "all" leaves it.
         // An origin the tab never stored for is refused; that is clean too.
         let _ = client
@@ -96,7 +116,7 @@ pub(super) async fn clear_origins(client: &Client, origins: &[String]) -> Result
             })
             .await;
     }
-    Ok(())
+    refused
 }
 
 /// What a page can clear of its own origin by script, where there is no
@@ -189,6 +209,123 @@ pub(super) fn origins_of(prefixes: &[String]) -> Vec<String> {
         .collect();
     out.dedup();
     out
+}
+
+impl BrowserSession {
+    /// Makes the page's inner size the viewport (the window is larger), or
+    /// notes that the browser would not.
+    pub(super) async fn fit_viewport(&mut self, viewport: (u32, u32)) {
+        let fitted = tokio::time::timeout(self.timeout, fit_viewport(&self.client, viewport)).await;
+        let (w, h) = viewport;
+        match fitted {
+            Ok(Ok(size)) if size == viewport => {}
+            Ok(Ok((iw, ih))) => self.note(format!(
+                "the page is {iw}x{ih}, not the viewport {w}x{h}: the browser would not size its \
+                 window so"
+            )),
+            _ => self.note(format!(
+                "the window could not be sized for a {w}x{h} page: it plays at the browser's size"
+            )),
+        }
+    }
+
+    /// Leaves the game's page and forgets what it kept: through DevTools,
+    /// on `about:blank` (so nothing writes while the page unloads), every
+    /// storage of the game's origins and the cookies; on the plan's own
+    /// WebDriver server, what the page's own script can clear
+    /// ([`CLEAR_BY_SCRIPT`]).
+    pub(super) async fn clear_origin(&mut self) -> Result<(), Failure> {
+        let client = self.client.clone();
+        if self.driver.is_some() {
+            let origins = origins_of(self.scope.prefixes());
+            let refused = self
+                .within(Op::Reset, async move {
+                    navigate(&client, "about:blank").await?;
+                    Ok(clear_origins(&client, &origins).await)
+                })
+                .await?;
+            for note in refused {
+                self.note(note);
+            }
+            Ok(())
+        } else {
+            let url = self.url.clone();
+            self.within(Op::Reset, async move {
+                client.execute_async(CLEAR_BY_SCRIPT, vec![]).await?;
+                // Navigating to the same URL reloads the page, except when
+                // only a fragment would change: then leave it first.
+                if url.contains('#') {
+                    navigate(&client, "about:blank").await?;
+                }
+                Ok(())
+            })
+            .await
+        }
+    }
+
+    /// Installs the listener and the virtual clock, with `seed` for the
+    /// page's randomness and the clock's start, to run before the scripts
+    /// of every page from now on (replacing the last reset's). Only
+    /// through chromedriver's DevTools; elsewhere the observation installs
+    /// the listener late, and the page is not seeded and keeps real time.
+    pub(super) async fn install_listener(&mut self, seed: i64) -> Result<(), Failure> {
+        if self.driver.is_none() {
+            return Ok(());
+        }
+        if let Some(id) = self.installed.take() {
+            let _ = self
+                .within(
+                    Op::Reset,
+                    self.client.issue_cmd(ChromeCdp {
+                        cmd: "Page.removeScriptToEvaluateOnNewDocument",
+                        params: json!({ "identifier": id }),
+                    }),
+                )
+                .await;
+        }
+        let source = installed_source(seed);
+        let added = self
+            .within(
+                Op::Reset,
+                self.client.issue_cmd(ChromeCdp {
+                    cmd: "Page.addScriptToEvaluateOnNewDocument",
+                    params: json!({ "source": source }),
+                }),
+            )
+            .await;
+        self.installed = added.ok().and_then(|v| {
+            v.get("identifier")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        });
+        Ok(())
+    }
+
+    /// Presses `key`: down, held for [`KEY_HOLD`] of the page's
+    /// time (a game that polls the keys in its frame loop sees it down),
+    /// then up. Without a virtual clock, down and up at once.
+    pub(super) async fn press(&mut self, key: char) -> Result<(), Failure> {
+        let client = self.client.clone();
+        let down = KeyActions::new("keyboard".to_owned()).then(KeyAction::Down { value: key });
+        let up = KeyActions::new("keyboard".to_owned()).then(KeyAction::Up { value: key });
+        if !self.clock {
+            let both = down.then(KeyAction::Up { value: key });
+            return self.within(Op::Act, client.perform_actions(both)).await;
+        }
+        let script = format!("{LISTENER}\n{PAGE}");
+        let request = json!({
+            "mode": "advance",
+            "advanceMs": ms(KEY_HOLD),
+            "requestsMs": ms(REQUESTS_WITHIN),
+            "scope": self.scope.for_page(),
+        });
+        self.within(Op::Act, async move {
+            client.perform_actions(down).await?;
+            client.execute_async(&script, vec![request]).await?;
+            client.perform_actions(up).await
+        })
+        .await
+    }
 }
 
 #[cfg(test)]

@@ -86,7 +86,6 @@ use page_view::*;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use fantoccini::actions::{InputSource, KeyAction, KeyActions};
 use fantoccini::elements::Element;
 use fantoccini::error::{CmdError, ErrorStatus};
 use fantoccini::wd::{Capabilities, WebDriverCompatibleCommand};
@@ -286,25 +285,6 @@ impl BrowserSession {
         Ok(session)
     }
 
-    /// Makes the page's inner size the viewport (the window is larger), or
-    /// notes that the browser would not.
-    async fn fit_viewport(&mut self, viewport: (u32, u32)) {
-        let fitted =
-            tokio::time::timeout(self.timeout, hermetic::fit_viewport(&self.client, viewport))
-                .await;
-        let (w, h) = viewport;
-        match fitted {
-            Ok(Ok(size)) if size == viewport => {}
-            Ok(Ok((iw, ih))) => self.note(format!(
-                "the page is {iw}x{ih}, not the viewport {w}x{h}: the browser would not size its \
-                 window so"
-            )),
-            _ => self.note(format!(
-                "the window could not be sized for a {w}x{h} page: it plays at the browser's size"
-            )),
-        }
-    }
-
     /// The browser answered when the session opened (no round trip more):
     /// its name and version stand for the game's.
     #[expect(
@@ -367,75 +347,6 @@ impl BrowserSession {
         }
         self.last_good = load.href;
         Ok(Ok(observed))
-    }
-
-    /// Leaves the game's page and forgets what it kept: through DevTools,
-    /// on `about:blank` (so nothing writes while the page unloads), every
-    /// storage of the game's origins and the cookies; on the plan's own
-    /// WebDriver server, what the page's own script can clear
-    /// ([`hermetic::CLEAR_BY_SCRIPT`]).
-    async fn clear_origin(&mut self) -> Result<(), Failure> {
-        let client = self.client.clone();
-        if self.driver.is_some() {
-            let origins = hermetic::origins_of(self.scope.prefixes());
-            self.within(Op::Reset, async move {
-                navigate(&client, "about:blank").await?;
-                hermetic::clear_origins(&client, &origins).await
-            })
-            .await
-        } else {
-            let url = self.url.clone();
-            self.within(Op::Reset, async move {
-                client
-                    .execute_async(hermetic::CLEAR_BY_SCRIPT, vec![])
-                    .await?;
-                // Navigating to the same URL reloads the page, except when
-                // only a fragment would change: then leave it first.
-                if url.contains('#') {
-                    navigate(&client, "about:blank").await?;
-                }
-                Ok(())
-            })
-            .await
-        }
-    }
-
-    /// Installs the listener and the virtual clock, with `seed` for the
-    /// page's randomness and the clock's start, to run before the scripts
-    /// of every page from now on (replacing the last reset's). Only
-    /// through chromedriver's DevTools; elsewhere the observation installs
-    /// the listener late, and the page is not seeded and keeps real time.
-    async fn install_listener(&mut self, seed: i64) -> Result<(), Failure> {
-        if self.driver.is_none() {
-            return Ok(());
-        }
-        if let Some(id) = self.installed.take() {
-            let _ = self
-                .within(
-                    Op::Reset,
-                    self.client.issue_cmd(ChromeCdp {
-                        cmd: "Page.removeScriptToEvaluateOnNewDocument",
-                        params: json!({ "identifier": id }),
-                    }),
-                )
-                .await;
-        }
-        let source = hermetic::installed_source(seed);
-        let added = self
-            .within(
-                Op::Reset,
-                self.client.issue_cmd(ChromeCdp {
-                    cmd: "Page.addScriptToEvaluateOnNewDocument",
-                    params: json!({ "source": source }),
-                }),
-            )
-            .await;
-        self.installed = added.ok().and_then(|v| {
-            v.get("identifier")
-                .and_then(Value::as_str)
-                .map(str::to_owned)
-        });
-        Ok(())
     }
 
     /// What the session noted that is no finding, for the cell's report.
@@ -635,32 +546,6 @@ impl BrowserSession {
                 Ok(Ok(()))
             }
         }
-    }
-
-    /// Presses `key`: down, held for [`hermetic::KEY_HOLD`] of the page's
-    /// time (a game that polls the keys in its frame loop sees it down),
-    /// then up. Without a virtual clock, down and up at once.
-    async fn press(&mut self, key: char) -> Result<(), Failure> {
-        let client = self.client.clone();
-        let down = KeyActions::new("keyboard".to_owned()).then(KeyAction::Down { value: key });
-        let up = KeyActions::new("keyboard".to_owned()).then(KeyAction::Up { value: key });
-        if !self.clock {
-            let both = down.then(KeyAction::Up { value: key });
-            return self.within(Op::Act, client.perform_actions(both)).await;
-        }
-        let script = format!("{LISTENER}\n{PAGE}");
-        let request = json!({
-            "mode": "advance",
-            "advanceMs": hermetic::ms(hermetic::KEY_HOLD),
-            "requestsMs": hermetic::ms(hermetic::REQUESTS_WITHIN),
-            "scope": self.scope.for_page(),
-        });
-        self.within(Op::Act, async move {
-            client.perform_actions(down).await?;
-            client.execute_async(&script, vec![request]).await?;
-            client.perform_actions(up).await
-        })
-        .await
     }
 
     /// Reads the page (after it settled), starts saving its screenshot as
