@@ -185,7 +185,12 @@ pub async fn play_cell_watched(
                 &mut transcript,
                 &serde_json::json!({"step": 0, "failure": failure.describe()}),
             );
-            not_played = Some(not_played_by(&failure, opening, spec.game.limits));
+            not_played = Some(not_played_by(
+                &failure,
+                opening,
+                spec.game.limits,
+                spec.game.target.browser(),
+            ));
             unplayed(&failure)
         }
         Ok((first, warning)) => {
@@ -569,7 +574,7 @@ fn differences(
 /// What a game that failed at `hello` or its first `reset` tells, for a
 /// caller that opens games itself (simulate).
 pub fn not_opened(failure: &Failure, limits: super::driver::ResourceLimits) -> NotPlayed {
-    not_played_by(failure, Opening::First, limits)
+    not_played_by(failure, Opening::First, limits, None)
 }
 
 /// What a cell whose game failed before its first observation tells: the
@@ -578,6 +583,7 @@ fn not_played_by(
     failure: &Failure,
     opening: Opening,
     limits: super::driver::ResourceLimits,
+    page: Option<&super::driver::BrowserGame>,
 ) -> NotPlayed {
     let title = failure_finding(failure, 0, "", None, &[]).title;
     let stopped = match failure {
@@ -616,6 +622,24 @@ fn not_played_by(
         ))
     } else {
         match (failure, opening) {
+            // A page has no stdout to flush: it loaded too slowly, or its
+            // scripts never let go.
+            (Failure::Hang { during, waited }, _) if page.is_some() => Some(
+                if *during == super::protocol::Op::Reset
+                    && page.is_some_and(|p| *waited >= p.load_timeout)
+                {
+                    format!(
+                        "the page {} did not finish loading within {} s: for a slower page raise \
+                         `game.load_timeout`; check that its server answers",
+                        page.map_or("", |p| p.url.as_str()),
+                        waited.as_secs()
+                    )
+                } else {
+                    "the page's scripts did not let the browser answer (a loop that never ends?); \
+                     a slower page needs a longer `game.action_timeout`"
+                        .to_owned()
+                },
+            ),
             (Failure::Hang { during, .. }, Opening::First) => {
                 let mut hint =
                     "did the game flush stdout? (Python: `print(..., flush=True)` or `python3 -u`)"

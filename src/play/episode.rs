@@ -488,22 +488,43 @@ impl Episode {
         }
     }
 
-    /// A `console` finding per error the page logged or threw by the
-    /// current observation (a browser game; a stdio game has none). The
-    /// location is the message with numbers masked, so the same error
-    /// thrown again (or at another step) is one finding.
+    /// A finding per cause the page logged or threw by the current
+    /// observation (a browser game; a stdio game has none): a request of
+    /// the game that failed is an `error` finding naming its URL and
+    /// status; any other line a `console` finding. Lines of one
+    /// observation with the same message are one cause (an exception the
+    /// page logs with `console.error` and throws), and the location is the
+    /// bare message ([`super::webdriver::bare_message`]) with numbers
+    /// masked, so the same error thrown again, at another step or written
+    /// another way, is one finding.
     fn spot_console(&mut self, step: u64, from: &str, action: Option<&str>) {
+        let after = action.map_or_else(
+            || " while the page loaded".to_owned(),
+            |a| format!(" after `{a}`"),
+        );
+        let mut causes: Vec<String> = Vec::new();
         for message in std::mem::take(&mut self.current.console) {
-            let after = action.map_or_else(
-                || " while the page loaded".to_owned(),
-                |a| format!(" after `{a}`"),
-            );
+            if let Some(request) = message.strip_prefix(super::webdriver::FAILED_REQUEST) {
+                let spotted = Spotted {
+                    category: Category::Error,
+                    title: format!("{}{after}", cut(request, 160)),
+                    location: request_location(request),
+                    evidence: self.evidence(step, from, Some(request.to_owned()), None),
+                };
+                self.spot(spotted);
+                continue;
+            }
+            let cause = super::webdriver::bare_message(&message);
+            if causes.contains(&cause) {
+                continue;
+            }
             let spotted = Spotted {
                 category: Category::Console,
                 title: format!("The page logged an error{after}: {}", cut(&message, 120)),
-                location: normalize(&message),
+                location: normalize(&cause),
                 evidence: self.evidence(step, from, Some(message), None),
             };
+            causes.push(cause);
             self.spot(spotted);
         }
     }
@@ -521,6 +542,30 @@ impl Episode {
     pub fn set_keep_steps(&mut self, keep: bool) {
         self.keep_steps = keep;
     }
+}
+
+/// A failed request's fingerprint location: its method, URL without the
+/// port (a served game's port changes with every session) and status,
+/// digits spelled as letters so the masking of numbers keeps
+/// `level2.json` apart from `level3.json` and 404 apart from 500.
+fn request_location(request: &str) -> String {
+    let mut out = String::from("request ");
+    for word in request.split_whitespace() {
+        let word = match word.split_once("://") {
+            Some((scheme, rest)) => {
+                let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+                let host = host.rsplit_once(':').map_or(host, |(h, _)| h);
+                format!("{scheme}://{host}{path}")
+            }
+            None => word.to_owned(),
+        };
+        out.extend(word.chars().map(|c| match c.to_digit(10) {
+            Some(d) => char::from(b'a' + u8::try_from(d).unwrap_or(0)),
+            None => c,
+        }));
+        out.push(' ');
+    }
+    out.trim_end().to_owned()
 }
 
 /// The finding for a failure at `step` (0 = at hello or reset), taken from
@@ -618,4 +663,31 @@ fn last_line(text: &str) -> &str {
         .map(str::trim)
         .find(|l| !l.is_empty())
         .unwrap_or("")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_request_is_fingerprinted_by_its_url_and_status_without_the_port() {
+        let at = |port: u16, file: &str, status: u16| {
+            let location = request_location(&format!(
+                "GET http://127.0.0.1:{port}/{file} answered HTTP {status}"
+            ));
+            super::super::findings::fingerprint(Category::Error, &location)
+        };
+        assert_eq!(
+            at(4100, "levels/2.json", 404),
+            at(5200, "levels/2.json", 404)
+        );
+        assert_ne!(
+            at(4100, "levels/2.json", 404),
+            at(4100, "levels/3.json", 404)
+        );
+        assert_ne!(
+            at(4100, "levels/2.json", 404),
+            at(4100, "levels/2.json", 500)
+        );
+    }
 }

@@ -11,9 +11,11 @@ use serde_json::{Value, json};
 use super::{Capabilities, WebDriverCompatibleCommand};
 
 /// Headless Chromium that reaches nothing but the page: the offline flags
-/// docs/web-games.md › How chromedriver is started lists, and a few more, a
-/// fixed window, and `--user-data-dir` when gameplan owns the browser (a
-/// WebDriver server of the plan's makes its own profile).
+/// docs/web-games.md › How chromedriver is started lists, and a few more,
+/// media allowed to play without a gesture, a window of the viewport's size
+/// (grown to make the page that size once the session is open), and
+/// `--user-data-dir` when gameplan owns the browser (a WebDriver server of
+/// the plan's makes its own profile).
 pub(super) fn chromium_args(profile: Option<&Path>, (w, h): (u32, u32)) -> Vec<String> {
     let mut args: Vec<String> = [
         "--headless",
@@ -28,6 +30,9 @@ pub(super) fn chromium_args(profile: Option<&Path>, (w, h): (u32, u32)) -> Vec<S
         // A file:// page's own scripts count as another origin without it,
         // and Chromium then hides their errors as "Script error.".
         "--allow-file-access-from-files",
+        // A game that starts when its intro tune ends must hear it play:
+        // no person is there to make the gesture Chromium asks for.
+        "--autoplay-policy=no-user-gesture-required",
     ]
     .map(str::to_owned)
     .into();

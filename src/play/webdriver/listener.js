@@ -1,11 +1,20 @@
 // Installed in every page before its own scripts run (Chrome DevTools
 // `Page.addScriptToEvaluateOnNewDocument`, once per reset with the cell's
-// seed in `__gameplanSeed`), or late by the observation script where that
-// is not available:
-// - keeps the page's uncaught errors, unhandled promise rejections, failed
-//   resource loads (with their full URL, so gameplan can tell an offline
-//   outside host from the game's own file) and console.error calls in
-//   `window.__gameplanErrors` until gameplan reads them;
+// seed in `__gameplanSeed`, followed by `clock.js`), or late by the
+// observation script where that is not available:
+// - saves the browser's own timers in `window.__gameplanReal` before
+//   `clock.js` replaces them: gameplan's own waiting (`page.js`) runs on
+//   real time while the page's runs on the virtual clock;
+// - keeps the page's uncaught errors, unhandled promise rejections and
+//   console.error calls in `window.__gameplanErrors` until gameplan reads
+//   them;
+// - counts the page's requests in flight (fetch, XHR, reading a fetched
+//   body) in `window.__gameplanPending`, so a page is read once what an
+//   action asked for has arrived, and keeps every request that failed or
+//   answered HTTP >= 400 (fetch, XHR, a script, image, style or any
+//   resource the browser timed) in `window.__gameplanFailed`, with its
+//   full URL: gameplan tells the game's own broken file from an outside
+//   host that is offline;
 // - seeds `Math.random` and `crypto.getRandomValues` with the cell's seed
 //   (a page that draws its board at random replays);
 // - notes every element given a click-like listener, so a `<div>` or an
@@ -18,6 +27,133 @@
     if (errors.length < MAX) errors.push(String(message));
   }
   Object.defineProperty(window, '__gameplanErrors', { value: errors, enumerable: false });
+
+  // Bound now: `clock.js` replaces the page's copies next.
+  var real = {
+    setTimeout: window.setTimeout.bind(window),
+    clearTimeout: window.clearTimeout.bind(window),
+    requestAnimationFrame: window.requestAnimationFrame.bind(window),
+    now: performance.now.bind(performance)
+  };
+  Object.defineProperty(window, '__gameplanReal', { value: real, enumerable: false });
+
+  var failed = [];
+  Object.defineProperty(window, '__gameplanFailed', { value: failed, enumerable: false });
+  function fail(method, url, status, kind) {
+    if (failed.length < MAX) failed.push({ method: method, url: url, status: status, kind: kind });
+  }
+  function absolute(url) {
+    try { return new URL(String(url), location.href).href; } catch (e) { return String(url); }
+  }
+  // What is in flight: an id per request, its method and URL as the report
+  // names it if it never finishes.
+  var inFlight = new Map();
+  var flightId = 0;
+  function start(what) {
+    var id = ++flightId;
+    inFlight.set(id, what);
+    return function () { inFlight.delete(id); };
+  }
+  Object.defineProperty(window, '__gameplanPending', {
+    enumerable: false,
+    value: function () {
+      var out = [];
+      inFlight.forEach(function (what) { out.push(what); });
+      var images = document.images || [];
+      for (var i = 0; i < images.length; i++) {
+        if (!images[i].complete && images[i].currentSrc) out.push('image ' + images[i].currentSrc);
+      }
+      if (document.fonts && document.fonts.status === 'loading') out.push('web fonts');
+      return out;
+    }
+  });
+
+  var realFetch = window.fetch;
+  if (realFetch) {
+    window.fetch = function (input, init) {
+      var method = String((init && init.method) || (input && input.method) || 'GET').toUpperCase();
+      var url = absolute(input && typeof input === 'object' && 'url' in input ? input.url : input);
+      var done = start(method + ' ' + url);
+      var answer;
+      try {
+        answer = realFetch.apply(window, arguments);
+      } catch (e) {
+        done();
+        throw e;
+      }
+      return answer.then(function (response) {
+        done();
+        if (response.status >= 400) fail(method, url, response.status, 'fetch');
+        return response;
+      }, function (e) {
+        done();
+        if (!(e && e.name === 'AbortError')) fail(method, url, 0, 'fetch');
+        throw e;
+      });
+    };
+  }
+  // A fetched body arrives after its response: `fetch(u).then(r => r.json())`
+  // is in flight until the JSON is read.
+  if (window.Response) {
+    ['json', 'text', 'arrayBuffer', 'blob', 'formData'].forEach(function (name) {
+      var read = Response.prototype[name];
+      if (!read) return;
+      Response.prototype[name] = function () {
+        var done = start('GET ' + this.url + ' (its body)');
+        var body;
+        try {
+          body = read.apply(this, arguments);
+        } catch (e) {
+          done();
+          throw e;
+        }
+        return body.then(function (v) { done(); return v; }, function (e) { done(); throw e; });
+      };
+    });
+  }
+  var XHR = window.XMLHttpRequest;
+  if (XHR) {
+    var open = XHR.prototype.open, send = XHR.prototype.send;
+    XHR.prototype.open = function (method, url) {
+      this.__gameplanRequest = { method: String(method).toUpperCase(), url: absolute(url) };
+      return open.apply(this, arguments);
+    };
+    XHR.prototype.send = function () {
+      var xhr = this;
+      var what = xhr.__gameplanRequest || { method: 'GET', url: '' };
+      var done = start(what.method + ' ' + what.url);
+      var listen = EventTarget.prototype.addEventListener;
+      // A `file://` page's XHR answers status 0 when it succeeds: only the
+      // `error` event says it failed.
+      listen.call(xhr, 'error', function () { fail(what.method, what.url, 0, 'xhr'); });
+      listen.call(xhr, 'timeout', function () { fail(what.method, what.url, 0, 'xhr'); });
+      listen.call(xhr, 'loadend', function () {
+        done();
+        if (xhr.status >= 400) fail(what.method, what.url, xhr.status, 'xhr');
+      });
+      try {
+        return send.apply(xhr, arguments);
+      } catch (e) {
+        done();
+        throw e;
+      }
+    };
+  }
+  // A resource that answered >= 400 without an element to fire `error` at
+  // (a CSS background, a font) is still timed by the browser.
+  if (window.PerformanceObserver) {
+    try {
+      new PerformanceObserver(function (list) {
+        list.getEntries().forEach(function (entry) {
+          // fetch and XHR are counted where they are made.
+          if (entry.initiatorType === 'fetch' || entry.initiatorType === 'xmlhttprequest') return;
+          // The browser asks for /favicon.ico by itself; the page did not.
+          if (entry.initiatorType === 'other' && /\/favicon\.ico$/.test(entry.name)) return;
+          if (entry.responseStatus >= 400) fail('GET', entry.name, entry.responseStatus, entry.initiatorType);
+        });
+      }).observe({ type: 'resource', buffered: true });
+    } catch (e) {}
+  }
 
   if (typeof window.__gameplanSeed === 'number') {
     // mulberry32: small, fast, and the same sequence in every browser.
@@ -69,7 +205,7 @@
     if (!(e instanceof ErrorEvent)) {
       var target = e.target || {};
       var src = String(target.currentSrc || target.src || target.href || '');
-      keep('Failed to load ' + String(target.tagName || 'resource').toLowerCase() + ' ' + src);
+      if (src) fail('GET', absolute(src), 0, String(target.tagName || 'resource').toLowerCase());
       return;
     }
     var where = e.filename ? ' (' + String(e.filename).split('/').pop() + ':' + e.lineno + ')' : '';

@@ -12,11 +12,12 @@
 //! # The page as a game
 //!
 //! - `hello` answers from the session just opened (the browser answered
-//!   it); `reset` (re)loads `game.url` with the page's storage cleared and,
-//!   through chromedriver, the page's `Math.random` and
-//!   `crypto.getRandomValues` seeded with the cell's seed (`listener.js`),
-//!   so a page that draws at random replays; on another WebDriver server
-//!   the page is not seeded.
+//!   it); `reset` (re)loads `game.url` from a clean origin and, through
+//!   chromedriver, with the page's `Math.random` and
+//!   `crypto.getRandomValues` seeded with the cell's seed (`listener.js`)
+//!   and its clock virtual (`clock.js`), so a page that draws at random or
+//!   shows the time replays; on another WebDriver server the page is not
+//!   seeded and keeps real time (`hermetic.rs` owns all this).
 //! - The observation: `text` = the page's visible text (cut at [`MAX_TEXT`]
 //!   characters; its first line names the place where a player got stuck, so
 //!   a page's heading makes a good first line); `actions` = `click:LABEL` per
@@ -36,8 +37,8 @@
 //! - Actions accepted: those offered, `key:NAME` (Enter, Escape, Tab,
 //!   Space, Backspace, ArrowUp/Down/Left/Right, or one character),
 //!   `type:TEXT` (a script's: into the focused text field, else the first
-//!   visible one), `wait` ([`WAIT`]). An action naming nothing on the page
-//!   is refused.
+//!   visible one), `wait` ([`WAIT`] of real time, `hermetic::WAIT_ADVANCE`
+//!   more of the page's). An action naming nothing on the page is refused.
 //! - The browser's refusals are gameplan's errors: WebDriver refusing an
 //!   offered action (not interactable, click intercepted, stale, invalid
 //!   argument) is a note, and the action is taken out of that observation
@@ -49,9 +50,11 @@
 //! - Errors: `listener.js` runs in every document before the page's own
 //!   scripts (Chrome DevTools' `Page.addScriptToEvaluateOnNewDocument`
 //!   through chromedriver; late, after load, on another WebDriver server)
-//!   and keeps uncaught errors, rejections, failed loads and
+//!   and keeps uncaught errors, rejections, failed requests and
 //!   `console.error` calls; each observation takes them ([`MAX_ERRORS`] at
-//!   most) into [`Seen::console`].
+//!   most) into [`Seen::console`], sorted by `page_errors.rs` (a failed
+//!   request of the game as a [`FAILED_REQUEST`] line, an error an
+//!   unloaded script caused as a note).
 //! - Screenshots: one per observation (`step-NNNN.png`, `reset-N.png`;
 //!   not the session's first load, which a cell only compares with its
 //!   second), taken through DevTools on chromedriver right after the page
@@ -74,6 +77,8 @@
 
 mod capabilities;
 mod chromedriver;
+mod hermetic;
+mod page_errors;
 mod page_view;
 mod probe;
 mod scope;
@@ -95,7 +100,6 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use fantoccini::actions::{InputSource, KeyAction, KeyActions};
 use fantoccini::elements::Element;
 use fantoccini::error::{CmdError, ErrorStatus};
 use fantoccini::wd::{Capabilities, WebDriverCompatibleCommand};
@@ -105,6 +109,7 @@ use serde_json::{Value, json};
 pub use chromedriver::{
     BROWSER_PACKAGE, DRIVER_PACKAGE, find_programs, kill_browsers_of_this_process,
 };
+pub use page_errors::{FAILED_REQUEST, bare_message};
 
 use super::driver::{
     Acted, Answer, BrowserGame, Failure, GameSpec, Hello, Leaked, Refusal, Seen, SpawnError,
@@ -117,7 +122,8 @@ pub const MAX_TEXT: usize = 4000;
 pub const MAX_ELEMENTS: usize = 60;
 /// Page errors taken into one observation (the rest are counted).
 pub const MAX_ERRORS: usize = 20;
-/// How long `wait` waits.
+/// How long `wait` waits in real time (sound and video play on it), besides
+/// moving the page's virtual clock on.
 pub const WAIT: Duration = Duration::from_millis(500);
 /// How long the browser gets to start and open a session.
 const START_WITHIN: Duration = Duration::from_secs(30);
@@ -181,6 +187,18 @@ pub struct BrowserSession {
     pending_shot: Option<tokio::task::JoinHandle<Result<(), Failure>>>,
     acts: u64,
     resets: u64,
+    /// How long a reset's page load may take (`game.load_timeout`).
+    load_timeout: Duration,
+    /// The page runs on the virtual clock (`clock.js`, installed through
+    /// DevTools before the page's scripts).
+    clock: bool,
+    /// Virtual time the next read moves on besides
+    /// [`hermetic::ACT_ADVANCE`] (what `wait` asked for).
+    advance_extra: Duration,
+    /// Scripts that could not load since the page was loaded (outside
+    /// ones, and the game's own, a finding already): an error they cause
+    /// is a note naming them.
+    missing_scripts: Vec<String>,
 }
 
 impl BrowserSession {
@@ -205,7 +223,7 @@ impl BrowserSession {
             (
                 None,
                 external.clone(),
-                external_capabilities(timeout, game.viewport),
+                external_capabilities(timeout.max(game.load_timeout), game.viewport),
             )
         } else {
             let (program, browser) = find_programs(&spec.env)?;
@@ -215,7 +233,12 @@ impl BrowserSession {
             std::fs::create_dir_all(&profile).map_err(|e| {
                 SpawnError::Browser(format!("cannot create {}: {e}", profile.display()))
             })?;
-            let caps = chromium_capabilities(&browser, &profile, timeout, game.viewport);
+            let caps = chromium_capabilities(
+                &browser,
+                &profile,
+                timeout.max(game.load_timeout),
+                game.viewport,
+            );
             // From here the driver owns the profile: it is removed however
             // the session ends (stopped, failed to start, or dropped).
             let driver =
@@ -264,7 +287,8 @@ impl BrowserSession {
             }
             return Err(SpawnError::Browser(why));
         }
-        let session = BrowserSession {
+        let clock = driver.is_some();
+        let mut session = BrowserSession {
             client,
             driver,
             last_good: url.clone(),
@@ -288,7 +312,12 @@ impl BrowserSession {
             pending_shot: None,
             acts: 0,
             resets: 0,
+            load_timeout: game.load_timeout.max(timeout),
+            clock,
+            advance_extra: Duration::ZERO,
+            missing_scripts: Vec::new(),
         };
+        session.fit_viewport(game.viewport).await;
         // The listener is installed before each page's scripts at each
         // reset (with the seed); where the server is no chromedriver, the
         // observation script installs it late (after load) instead.
@@ -314,30 +343,29 @@ impl BrowserSession {
     /// not start.
     pub async fn reset(&mut self, seed: i64) -> Answer<Seen> {
         self.finish_screenshot(Op::Reset).await?;
-        self.install_listener(seed).await?;
         self.resets += 1;
+        if self.resets > 1 {
+            // What the page kept (a saved game, a cookie, a worker) would
+            // make it start elsewhere. (The first load has a fresh profile.)
+            self.clear_origin().await?;
+        }
+        self.install_listener(seed).await?;
+        self.missing_scripts.clear();
+        self.advance_extra = Duration::ZERO;
         let client = self.client.clone();
         let url = self.url.clone();
-        let again = self.resets > 1;
-        self.within(Op::Reset, async move {
-            if again {
-                // Storage outlives a reload: a game that saves progress
-                // would not start over. (The first load has a fresh profile.)
-                client
-                    .execute(
-                        "try { localStorage.clear(); sessionStorage.clear(); } catch (e) {}",
-                        vec![],
-                    )
-                    .await?;
-                // Navigating to the same URL reloads the page, except when
-                // only a fragment would change: then leave it first.
-                if url.contains('#') {
-                    navigate(&client, "about:blank").await?;
-                }
-            }
+        // A page load may take `game.load_timeout`: slow is not hung.
+        let load = within(Op::Reset, self.load_timeout, async move {
             navigate(&client, &url).await
         })
-        .await?;
+        .await;
+        if let Err(Failure::Hang { .. }) = load {
+            return Err(Failure::Hang {
+                during: Op::Reset,
+                waited: self.load_timeout,
+            });
+        }
+        load?;
         // A cell loads the page twice before it plays (the determinism
         // check) and plays from the second load: the first is compared,
         // never played, so it is not photographed.
@@ -358,47 +386,6 @@ impl BrowserSession {
         }
         self.last_good = load.href;
         Ok(Ok(observed))
-    }
-
-    /// Installs the listener, with `seed` for the page's randomness, to run
-    /// before the scripts of every page from now on (replacing the last
-    /// reset's). Only through chromedriver's DevTools; elsewhere the
-    /// observation installs the listener late and the page is not seeded.
-    async fn install_listener(&mut self, seed: i64) -> Result<(), Failure> {
-        if self.driver.is_none() {
-            return Ok(());
-        }
-        if let Some(id) = self.installed.take() {
-            let _ = self
-                .within(
-                    Op::Reset,
-                    self.client.issue_cmd(ChromeCdp {
-                        cmd: "Page.removeScriptToEvaluateOnNewDocument",
-                        params: json!({ "identifier": id }),
-                    }),
-                )
-                .await;
-        }
-        // The seed as the page's 32 bits: the same cell seed, the same board.
-        let source = format!(
-            "window.__gameplanSeed = {};\n{LISTENER}",
-            seed.rem_euclid(1 << 32)
-        );
-        let added = self
-            .within(
-                Op::Reset,
-                self.client.issue_cmd(ChromeCdp {
-                    cmd: "Page.addScriptToEvaluateOnNewDocument",
-                    params: json!({ "source": source }),
-                }),
-            )
-            .await;
-        self.installed = added.ok().and_then(|v| {
-            v.get("identifier")
-                .and_then(Value::as_str)
-                .map(str::to_owned)
-        });
-        Ok(())
     }
 
     /// What the session noted that is no finding, for the cell's report.
@@ -597,13 +584,15 @@ impl BrowserSession {
                 Ok(done.map_err(|(_, error)| Refusal { error }))
             }
             Action::Key(key) => {
-                let keys = KeyActions::new("keyboard".to_owned())
-                    .then(KeyAction::Down { value: *key })
-                    .then(KeyAction::Up { value: *key });
-                self.within(Op::Act, client.perform_actions(keys)).await?;
+                self.press(*key).await?;
                 Ok(Ok(()))
             }
             Action::Wait => {
+                // The page's time moves on; sound and video play on real
+                // time (a game that starts when its intro tune ends).
+                if self.clock {
+                    self.advance_extra += hermetic::WAIT_ADVANCE;
+                }
                 tokio::time::sleep(WAIT).await;
                 Ok(Ok(()))
             }
@@ -672,11 +661,14 @@ impl BrowserSession {
         shot: Option<&str>,
     ) -> Result<(Seen, bool, Load), Failure> {
         let script = self.script.clone();
+        let advance = hermetic::ACT_ADVANCE + std::mem::take(&mut self.advance_extra);
         let request = json!({
             "mode": "observe",
             "maxText": MAX_TEXT,
             "maxElements": MAX_ELEMENTS,
             "scope": self.scope.for_page(),
+            "advanceMs": hermetic::ms(advance),
+            "requestsMs": hermetic::ms(hermetic::REQUESTS_WITHIN),
         });
         let client = self.client.clone();
         let raw = self
@@ -702,7 +694,28 @@ impl BrowserSession {
                 None
             }
         };
-        let mut console = view.errors.clone();
+        let own_scripts = view.failed.iter().filter(|f| f.kind == "script");
+        for url in view
+            .offline_scripts
+            .iter()
+            .chain(own_scripts.map(|f| &f.url))
+        {
+            if !self.missing_scripts.contains(url) {
+                self.missing_scripts.push(url.clone());
+            }
+        }
+        let sorted = page_errors::sort(&view.errors, &view.failed, &self.missing_scripts);
+        for note in sorted.notes {
+            self.note(note);
+        }
+        for what in &view.pending {
+            self.note(format!(
+                "still in flight when the page was read ({} s after the action, the most a read \
+                 waits): {what}",
+                hermetic::REQUESTS_WITHIN.as_secs()
+            ));
+        }
+        let mut console = sorted.console;
         if console.len() > MAX_ERRORS {
             let more = console.len() - MAX_ERRORS;
             console.truncate(MAX_ERRORS);
@@ -1049,6 +1062,9 @@ mod tests {
             fields: vec![],
             field_refs: vec![],
             probe: None,
+            offline_scripts: vec![],
+            failed: vec![],
+            pending: vec![],
             keys: None,
             done: false,
             score: 0.0,

@@ -1,8 +1,10 @@
 // What gameplan reads from and finds in a page (run with WebDriver's
 // Execute Async Script; `listener.js` comes first). arguments[0] is the
-// request: {mode: "observe" | "find" | "input", label, maxText, scope};
-// "find" takes an offered action in `label`. `window.__gameplanProbe`,
-// when set before this script, is `game.probe` as a function.
+// request: {mode: "observe" | "find" | "input" | "advance", label, maxText,
+// scope, advanceMs (virtual time to move on first), requestsMs (real time
+// the page's requests are waited for, at most)}; "find" takes an offered
+// action in `label`. `window.__gameplanProbe`, when set before this
+// script, is `game.probe` as a function.
 // `scope` = {prefixes: [...], patterns: [regex source, ...]}: the URLs that
 // are the game (its origin or directory, plus `game.allow`).
 var request = arguments[0];
@@ -310,6 +312,43 @@ function probe() {
   }
 }
 
+// gameplan's own waiting runs on the browser's real timers (saved by
+// `listener.js` before `clock.js` gave the page virtual ones).
+var real = window.__gameplanReal || {
+  setTimeout: window.setTimeout.bind(window),
+  requestAnimationFrame: window.requestAnimationFrame.bind(window),
+  now: performance.now.bind(performance)
+};
+function pendingNow() {
+  return window.__gameplanPending ? window.__gameplanPending() : [];
+}
+
+// Until the page's requests in flight (fetch, XHR, a body being read, an
+// image, web fonts) have finished, or the real time `until` has come: a
+// page read while its data is on the way would read differently on replay.
+function quiet(until, then) {
+  function check() {
+    if (pendingNow().length === 0 || real.now() >= until) {
+      then();
+      return;
+    }
+    real.setTimeout(check, 5);
+  }
+  check();
+}
+
+// The page's virtual clock moved `ms` on (no clock: nothing to move),
+// waiting for its requests after each callback that ran, so what a timer
+// fetched is in the page before time moves past it.
+function advanced(ms, until, then) {
+  var clock = window.__gameplanClock;
+  if (!clock || !(ms > 0)) {
+    then();
+    return;
+  }
+  clock.advance(ms, function (step) { quiet(until, step); }, then);
+}
+
 // After the next animation frame (and at most 200 ms: a hidden page gets
 // none), and the task after it, what the last action started is in the
 // page; then, for at most SETTLE_MS, until no CSS animation or transition
@@ -318,7 +357,7 @@ function probe() {
 var SETTLE_MS = 1000;
 function settled(then) {
   var fired = false;
-  var started = Date.now();
+  var started = real.now();
   function running() {
     if (!document.getAnimations) return false;
     var all = document.getAnimations();
@@ -334,26 +373,61 @@ function settled(then) {
   }
   function check() {
     if (fired) return;
-    if (running() && Date.now() - started < SETTLE_MS) {
-      setTimeout(check, 16);
+    if (running() && real.now() - started < SETTLE_MS) {
+      real.setTimeout(check, 16);
       return;
     }
     fired = true;
     then();
   }
-  function go() { setTimeout(check, 0); }
+  function go() { real.setTimeout(check, 0); }
   var first = false;
-  requestAnimationFrame(function () { if (!first) { first = true; go(); } });
-  setTimeout(function () { if (!first) { first = true; go(); } }, 200);
+  real.requestAnimationFrame(function () { if (!first) { first = true; go(); } });
+  real.setTimeout(function () { if (!first) { first = true; go(); } }, 200);
+}
+
+// The requests that failed since the last read, each once: its status
+// from the browser's resource timing where the failure did not say it (an
+// element's `error` event), split into the game's own and the outside
+// hosts' (offline CI: a badge, a CDN).
+function failures() {
+  var taken = window.__gameplanFailed ? window.__gameplanFailed.splice(0) : [];
+  var seen = {};
+  var own = [];
+  var outside = [];
+  taken.forEach(function (f) {
+    var status = f.status;
+    if (!status && performance.getEntriesByName) {
+      var timed = performance.getEntriesByName(f.url);
+      for (var i = timed.length - 1; i >= 0; i--) {
+        if (timed[i].responseStatus) { status = timed[i].responseStatus; break; }
+      }
+    }
+    var key = f.method + ' ' + f.url + ' ' + status;
+    if (seen[key]) return;
+    seen[key] = true;
+    if (inScope(f.url)) {
+      own.push({ method: f.method, url: f.url, status: status, kind: f.kind });
+    } else {
+      outside.push({ url: f.url, kind: f.kind });
+    }
+  });
+  return { own: own, outside: outside };
 }
 
 if (request.mode === 'find') {
   done(offered(request.label));
 } else if (request.mode === 'input') {
   done(textInput());
+} else if (request.mode === 'advance') {
+  // Time moving on with no read (a key held down between its press and
+  // its release).
+  var deadline = real.now() + (request.requestsMs || 2000);
+  advanced(request.advanceMs || 0, deadline, function () { done(null); });
 } else {
   calmScreen();
-  settled(function () {
+  var until = real.now() + (request.requestsMs || 2000);
+  var read = function () {
     var hooks = window.gameplan || {};
     var seen = clickables().slice(0, request.maxElements || 60);
     var filled = fields();
@@ -361,12 +435,7 @@ if (request.mode === 'find') {
     var path = location.pathname.split('/').pop();
     var nav = performance.getEntriesByType ? performance.getEntriesByType('navigation')[0] : null;
     var errors = window.__gameplanErrors ? window.__gameplanErrors.splice(0) : [];
-    var offline = [];
-    errors = errors.filter(function (e) {
-      var m = /^Failed to load \S+ (\S+)$/.exec(e);
-      if (m && !inScope(m[1])) { offline.push(m[1]); return false; }
-      return true;
-    });
+    var failed = failures();
     done({
       title: document.title,
       page: path + location.search + location.hash,
@@ -392,7 +461,18 @@ if (request.mode === 'find') {
       refs: seen.map(function (c) { return c.el; }),
       score: Number(hooks.score) || 0,
       errors: errors,
-      offline: offline
+      failed: failed.own,
+      offline: failed.outside.map(function (f) { return f.url; }),
+      offlineScripts: failed.outside.filter(function (f) { return f.kind === 'script'; })
+        .map(function (f) { return f.url; }),
+      pending: pendingNow()
+    });
+  };
+  // Requests the action started, then time moved on, then what that
+  // started, then the page at rest.
+  quiet(until, function () {
+    advanced(request.advanceMs || 0, until, function () {
+      quiet(until, function () { settled(read); });
     });
   });
 }

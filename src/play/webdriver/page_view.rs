@@ -130,6 +130,16 @@ pub(super) struct PageView {
     /// font from a CDN): listed in the report, not findings.
     #[serde(default)]
     pub(super) offline: Vec<String>,
+    /// Those of `offline` that were scripts.
+    #[serde(default, rename = "offlineScripts")]
+    pub(super) offline_scripts: Vec<String>,
+    /// Requests of the game that failed or answered HTTP >= 400.
+    #[serde(default)]
+    pub(super) failed: Vec<super::page_errors::FailedRequest>,
+    /// Requests still in flight when the page was read (after
+    /// [`super::hermetic::REQUESTS_WITHIN`]).
+    #[serde(default)]
+    pub(super) pending: Vec<String>,
     pub(super) text: String,
     pub(super) elements: Vec<ElementView>,
     /// The form fields a person could fill in, each with its offers.

@@ -61,6 +61,11 @@ impl Scope {
             || self.allow.iter().any(|g| g.is_match(url))
     }
 
+    /// The URL prefixes of the game's own origin or directory.
+    pub fn prefixes(&self) -> &[String] {
+        &self.prefixes
+    }
+
     /// The scope as `page.js` takes it.
     pub fn for_page(&self) -> Value {
         json!({ "prefixes": self.prefixes, "patterns": self.patterns })

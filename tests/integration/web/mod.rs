@@ -2,5 +2,6 @@
 //! published-like pages, scope, load failures, and nothing left behind.
 
 mod browser;
+mod hermetic;
 mod real_pages;
 mod seen;
