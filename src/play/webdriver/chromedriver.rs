@@ -15,6 +15,9 @@ use std::time::{Duration, Instant};
 
 use tokio::process::Child;
 
+use fantoccini::wd::Capabilities;
+use fantoccini::{Client, ClientBuilder};
+
 use crate::play::driver::SpawnError;
 use crate::play::stdio::{MARKER_ENV, kill_marked};
 use crate::process::{Group, SpawnInGroup as _, Tail};
@@ -284,6 +287,45 @@ fn free_port() -> Result<u16, SpawnError> {
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .map_err(|e| SpawnError::Browser(format!("no free loopback port: {e}")))
+}
+
+/// How long the browser gets to start and open a session.
+const START_WITHIN: Duration = Duration::from_secs(30);
+
+/// A WebDriver session at `endpoint` (within [`START_WITHIN`]); when none
+/// opens, the browser gameplan started is stopped and what chromedriver
+/// said is in the error.
+pub(super) async fn connect(
+    capabilities: Capabilities,
+    endpoint: &str,
+    driver: Option<ChromeDriver>,
+) -> Result<(Client, Option<ChromeDriver>), SpawnError> {
+    let connected = tokio::time::timeout(
+        START_WITHIN,
+        ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+            .capabilities(capabilities)
+            .connect(endpoint),
+    )
+    .await;
+    match connected {
+        Ok(Ok(client)) => Ok((client, driver)),
+        failed => {
+            let why = match failed {
+                Ok(Err(e)) => e.to_string(),
+                _ => format!("no session within {} s", START_WITHIN.as_secs()),
+            };
+            let tail = driver.as_ref().map(ChromeDriver::output_tail);
+            if let Some(driver) = driver {
+                driver.stop().await;
+            }
+            Err(SpawnError::Browser(format!(
+                "no WebDriver session at {endpoint}: {why}{}",
+                tail.filter(|t| !t.is_empty())
+                    .map(|t| format!(" (chromedriver said: {t})"))
+                    .unwrap_or_default()
+            )))
+        }
+    }
 }
 
 #[cfg(test)]

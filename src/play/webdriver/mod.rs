@@ -100,10 +100,10 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use fantoccini::Client;
 use fantoccini::elements::Element;
 use fantoccini::error::{CmdError, ErrorStatus};
 use fantoccini::wd::{Capabilities, WebDriverCompatibleCommand};
-use fantoccini::{Client, ClientBuilder};
 use serde_json::{Value, json};
 
 pub use chromedriver::{
@@ -125,8 +125,6 @@ pub const MAX_ERRORS: usize = 20;
 /// How long `wait` waits in real time (sound and video play on it), besides
 /// moving the page's virtual clock on.
 pub const WAIT: Duration = Duration::from_millis(500);
-/// How long the browser gets to start and open a session.
-const START_WITHIN: Duration = Duration::from_secs(30);
 /// How long a polite close gets before the processes are killed.
 const CLOSE_WITHIN: Duration = Duration::from_secs(5);
 
@@ -246,32 +244,7 @@ impl BrowserSession {
             let endpoint = driver.url();
             (Some(driver), endpoint, caps)
         };
-        let connected = tokio::time::timeout(
-            START_WITHIN,
-            ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
-                .capabilities(capabilities)
-                .connect(&endpoint),
-        )
-        .await;
-        let client = match connected {
-            Ok(Ok(client)) => client,
-            failed => {
-                let why = match failed {
-                    Ok(Err(e)) => e.to_string(),
-                    _ => format!("no session within {} s", START_WITHIN.as_secs()),
-                };
-                let tail = driver.as_ref().map(chromedriver::ChromeDriver::output_tail);
-                if let Some(driver) = driver {
-                    driver.stop().await;
-                }
-                return Err(SpawnError::Browser(format!(
-                    "no WebDriver session at {endpoint}: {why}{}",
-                    tail.filter(|t| !t.is_empty())
-                        .map(|t| format!(" (chromedriver said: {t})"))
-                        .unwrap_or_default()
-                )));
-            }
-        };
+        let (client, driver) = chromedriver::connect(capabilities, &endpoint, driver).await?;
         let browser_version = client
             .capabilities()
             .and_then(|c| c.get("browserVersion"))
@@ -651,6 +624,40 @@ impl BrowserSession {
         .await
     }
 
+    /// The page's errors since the last read as `console` lines (failed
+    /// requests among them), and what is no finding as notes: what an
+    /// outside or missing script caused, what was still in flight.
+    fn page_errors(&mut self, view: &PageView) -> Vec<String> {
+        let own_scripts = view.failed.iter().filter(|f| f.kind == "script");
+        for url in view
+            .offline_scripts
+            .iter()
+            .chain(own_scripts.map(|f| &f.url))
+        {
+            if !self.missing_scripts.contains(url) {
+                self.missing_scripts.push(url.clone());
+            }
+        }
+        let sorted = page_errors::sort(&view.errors, &view.failed, &self.missing_scripts);
+        for note in sorted.notes {
+            self.note(note);
+        }
+        for what in &view.pending {
+            self.note(format!(
+                "still in flight when the page was read ({} s after the action, the most a read \
+                 waits): {what}",
+                hermetic::REQUESTS_WITHIN.as_secs()
+            ));
+        }
+        let mut console = sorted.console;
+        if console.len() > MAX_ERRORS {
+            let more = console.len() - MAX_ERRORS;
+            console.truncate(MAX_ERRORS);
+            console.push(format!("… and {more} more errors"));
+        }
+        console
+    }
+
     /// Reads the page (after it settled), takes its screenshot (its visual
     /// signature is part of the observation; the same picture is saved as
     /// `shot`, if any), and makes the observation; also whether the page
@@ -694,33 +701,7 @@ impl BrowserSession {
                 None
             }
         };
-        let own_scripts = view.failed.iter().filter(|f| f.kind == "script");
-        for url in view
-            .offline_scripts
-            .iter()
-            .chain(own_scripts.map(|f| &f.url))
-        {
-            if !self.missing_scripts.contains(url) {
-                self.missing_scripts.push(url.clone());
-            }
-        }
-        let sorted = page_errors::sort(&view.errors, &view.failed, &self.missing_scripts);
-        for note in sorted.notes {
-            self.note(note);
-        }
-        for what in &view.pending {
-            self.note(format!(
-                "still in flight when the page was read ({} s after the action, the most a read \
-                 waits): {what}",
-                hermetic::REQUESTS_WITHIN.as_secs()
-            ));
-        }
-        let mut console = sorted.console;
-        if console.len() > MAX_ERRORS {
-            let more = console.len() - MAX_ERRORS;
-            console.truncate(MAX_ERRORS);
-            console.push(format!("… and {more} more errors"));
-        }
+        let console = self.page_errors(&view);
         let done = view.done;
         for url in &view.offline {
             self.note(format!("could not load (offline?): {url}"));
