@@ -81,6 +81,121 @@
   };
   window.cancelIdleCallback = cancel;
 
+  // Sound and video on the virtual clock. Nobody hears a headless page,
+  // and a game that waits for its intro tune to end must start at the same
+  // step on every replay: `play()` plays nothing out loud, `currentTime`
+  // moves with the virtual clock, and `ended` comes once the media's
+  // duration has passed on it (a `loop` starts over). Until the media's
+  // length is known (its metadata loads in real time) the read of the page
+  // waits for it, as for a request in flight (`listener.js`).
+  var Media = window.HTMLMediaElement;
+  if (Media) {
+    var proto = Media.prototype;
+    var realPause = proto.pause;
+    var media = new WeakMap();
+    var of = function (el) {
+      var m = media.get(el);
+      if (!m) {
+        m = { playing: false, from: 0, offset: 0, ended: false, timer: null };
+        media.set(el, m);
+      }
+      return m;
+    };
+    var position = function (el) {
+      var m = of(el);
+      var at = m.offset + (m.playing ? (now - m.from) / 1000 : 0);
+      return isFinite(el.duration) ? Math.min(at, el.duration) : at;
+    };
+    var fire = function (el, type) {
+      add(function () { el.dispatchEvent(new Event(type)); }, 0, [], false);
+    };
+    var schedule = function (el) {
+      var m = of(el);
+      if (m.timer) {
+        cancel(m.timer);
+        m.timer = null;
+      }
+      if (!m.playing) return;
+      if (!isFinite(el.duration)) {
+        if (!el.error && el.networkState !== 3) {
+          // Its length is not known yet: the read waits for its metadata.
+          el.__gameplanWaiting = true;
+          el.addEventListener('loadedmetadata', function () {
+            el.__gameplanWaiting = false;
+            schedule(el);
+          }, { once: true });
+          el.addEventListener('error', function () { el.__gameplanWaiting = false; }, { once: true });
+        }
+        return;
+      }
+      m.timer = add(function () {
+        m.timer = null;
+        if (el.loop) {
+          m.offset = 0;
+          m.from = now;
+          schedule(el);
+          return;
+        }
+        m.offset = el.duration;
+        m.playing = false;
+        m.ended = true;
+        el.dispatchEvent(new Event('pause'));
+        el.dispatchEvent(new Event('ended'));
+      }, Math.max(0, el.duration - position(el)) * 1000, [], false);
+    };
+    proto.play = function () {
+      var m = of(this);
+      realPause.call(this);
+      if (m.ended) {
+        m.ended = false;
+        m.offset = 0;
+      }
+      if (!m.playing) {
+        m.playing = true;
+        m.from = now;
+        fire(this, 'play');
+        fire(this, 'playing');
+        schedule(this);
+      }
+      return Promise.resolve();
+    };
+    proto.pause = function () {
+      var m = of(this);
+      realPause.call(this);
+      if (!m.playing) return;
+      m.offset = position(this);
+      m.playing = false;
+      schedule(this);
+      fire(this, 'pause');
+    };
+    try {
+      Object.defineProperty(proto, 'currentTime', {
+        configurable: true,
+        get: function () { return position(this); },
+        set: function (value) {
+          var m = of(this);
+          m.offset = Math.max(0, Number(value) || 0);
+          m.from = now;
+          m.ended = false;
+          schedule(this);
+        }
+      });
+      Object.defineProperty(proto, 'paused', {
+        configurable: true,
+        get: function () { return !of(this).playing; }
+      });
+      Object.defineProperty(proto, 'ended', {
+        configurable: true,
+        get: function () { return of(this).ended; }
+      });
+    } catch (e) {}
+    // An `autoplay` element starts by itself, on real time: it plays on
+    // the virtual clock instead.
+    document.addEventListener('play', function (e) {
+      if (e.isTrusted && e.target instanceof Media) e.target.play();
+    }, true);
+  }
+
   function ClockDate() {
     if (!new.target) return new RealDate(start + Math.floor(now)).toString();
     var args = arguments.length === 0 ? [start + Math.floor(now)] : Array.prototype.slice.call(arguments);

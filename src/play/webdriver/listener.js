@@ -64,6 +64,11 @@
         if (!images[i].complete && images[i].currentSrc) out.push('image ' + images[i].currentSrc);
       }
       if (document.fonts && document.fonts.status === 'loading') out.push('web fonts');
+      // Media asked to play whose length is not known yet (`clock.js`).
+      var media = document.querySelectorAll('audio,video');
+      for (var j = 0; j < media.length; j++) {
+        if (media[j].__gameplanWaiting) out.push('media ' + media[j].currentSrc);
+      }
       return out;
     }
   });
@@ -114,15 +119,106 @@
   var XHR = window.XMLHttpRequest;
   if (XHR) {
     var open = XHR.prototype.open, send = XHR.prototype.send;
-    XHR.prototype.open = function (method, url) {
+    var listen = EventTarget.prototype.addEventListener;
+    // Answers in the order asked. A page that sends requests at once and
+    // keeps the answers as they come (`texts[i++] = xhr.response`) reads
+    // otherwise on each run as the network races; so an asynchronous
+    // XHR's closing events (readyState 4, load, error, timeout, abort,
+    // loadend) reach the page's handlers only once every XHR sent before
+    // it has closed, in the order they were sent (at most HOLD_MS of real
+    // time: a request that never ends does not hold the others for good).
+    var HOLD_MS = 2000;
+    var CLOSING = { load: 1, error: 1, timeout: 1, abort: 1, loadend: 1, readystatechange: 1 };
+    var turn = { next: 1, sent: 0, closed: {}, held: {} };
+    function flush() {
+      for (;;) {
+        var queue = turn.held[turn.next];
+        delete turn.held[turn.next];
+        (queue || []).forEach(function (call) { call(); });
+        if (!turn.closed[turn.next] || turn.next > turn.sent) return;
+        delete turn.closed[turn.next];
+        turn.next++;
+      }
+    }
+    function deliver(xhr, call) {
+      var seq = xhr.__gameplanSeq;
+      if (!seq || seq <= turn.next) {
+        call();
+        return;
+      }
+      (turn.held[seq] = turn.held[seq] || []).push(call);
+      real.setTimeout(function () {
+        if (!turn.held[seq]) return;
+        // The requests before it never ended: let them go by.
+        while (turn.next < seq) {
+          delete turn.closed[turn.next];
+          turn.next++;
+        }
+        flush();
+      }, HOLD_MS);
+    }
+    function ordered(type, fn) {
+      return function (e) {
+        var xhr = this;
+        if (type === 'readystatechange' && xhr.readyState !== 4) return fn.call(xhr, e);
+        deliver(xhr, function () {
+          if (typeof fn === 'function') fn.call(xhr, e);
+          else if (fn && typeof fn.handleEvent === 'function') fn.handleEvent(e);
+        });
+      };
+    }
+    var wrapped = new WeakMap();
+    XHR.prototype.addEventListener = function (type, fn, options) {
+      if (!CLOSING[type] || !fn) return listen.call(this, type, fn, options);
+      var by = wrapped.get(fn) || {};
+      by[type] = by[type] || ordered(type, fn);
+      wrapped.set(fn, by);
+      return listen.call(this, type, by[type], options);
+    };
+    XHR.prototype.removeEventListener = function (type, fn, options) {
+      var by = fn && wrapped.get(fn);
+      var remove = EventTarget.prototype.removeEventListener;
+      return remove.call(this, type, by && by[type] ? by[type] : fn, options);
+    };
+    Object.keys(CLOSING).forEach(function (type) {
+      try {
+        Object.defineProperty(XHR.prototype, 'on' + type, {
+          configurable: true,
+          get: function () { return (this.__gameplanOn || {})[type] || null; },
+          set: function (fn) {
+            var on = this.__gameplanOn;
+            if (!on) {
+              on = {};
+              Object.defineProperty(this, '__gameplanOn', { value: on, enumerable: false });
+            }
+            if (!(type in on)) {
+              listen.call(this, type, ordered(type, function (e) {
+                var handler = on[type];
+                if (typeof handler === 'function') handler.call(this, e);
+              }));
+            }
+            on[type] = typeof fn === 'function' ? fn : null;
+          }
+        });
+      } catch (e) {}
+    });
+    XHR.prototype.open = function (method, url, async) {
       this.__gameplanRequest = { method: String(method).toUpperCase(), url: absolute(url) };
+      this.__gameplanSync = arguments.length > 2 && !async;
       return open.apply(this, arguments);
     };
     XHR.prototype.send = function () {
       var xhr = this;
       var what = xhr.__gameplanRequest || { method: 'GET', url: '' };
       var done = start(what.method + ' ' + what.url);
-      var listen = EventTarget.prototype.addEventListener;
+      if (!xhr.__gameplanSync) {
+        var seq = ++turn.sent;
+        xhr.__gameplanSeq = seq;
+        listen.call(xhr, 'loadend', function () {
+          turn.closed[seq] = true;
+          if (seq === turn.next) flush();
+        });
+      }
       // A `file://` page's XHR answers status 0 when it succeeds: only the
       // `error` event says it failed.
       listen.call(xhr, 'error', function () { fail(what.method, what.url, 0, 'xhr'); });

@@ -396,14 +396,41 @@ fn the_published_countdowntimer_offline_is_notes_only() {
 
 #[test]
 fn the_published_pac_man_plays_its_intro_without_a_gesture() {
-    // Its intro tune starts the game when it ends; blocked, `play()` throws
-    // and the game waits at "GET READY!" for good.
-    let waits = format!("[{}]", ["\"wait\""; 4].join(", "));
-    let t = published("pac-man/lib", &waits, "stuck_after = 0");
+    // Its intro tune starts the game when it ends (the characters are
+    // released); blocked, `play()` throws and the game waits at "GET
+    // READY!" for good. The tune plays on the page's virtual clock, so the
+    // game starts at the same step on a replay.
+    let waits = format!("[{}]", ["\"wait\""; 6].join(", "));
+    let t = published(
+        "pac-man/lib",
+        &waits,
+        "stuck_after = 0\nprobe = \"({released: !window.globalConstants.stopCharacters})\"",
+    );
     t.run(&["plan", "run", "plan.toml"]).code(0);
     let cell = cell(&t);
     let report = report(&cell);
     assert_eq!(report["findings"], json!([]), "{report:#}");
+    let released: Vec<bool> = std::fs::read_to_string(cell.join("transcript.jsonl"))
+        .expect("transcript")
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|v| {
+            v.get("observation")?
+                .get("state")?
+                .get("released")?
+                .as_bool()
+        })
+        .collect();
+    assert_eq!(
+        released.first(),
+        Some(&false),
+        "GET READY at first: {released:?}"
+    );
+    assert_eq!(
+        released.last(),
+        Some(&true),
+        "the intro ended and play began: {released:?}"
+    );
     assert_replays(&t, &cell);
 }
 

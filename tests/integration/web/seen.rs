@@ -469,4 +469,8 @@ matrix = {{ persona = "*", seed = [1] }}
         "{} distinct screens in 60 actions",
         screens.len()
     );
+    // Its intro tune, its frames and its side panels' answers all run on
+    // the page's virtual clock and in the order asked: the 60 actions play
+    // the same way again.
+    assert_every_trace_replays(&t, &cells);
 }
