@@ -27,20 +27,27 @@
 # Floor: gameplan <= 1.20x the minimal peer; aim <= 1.10x.
 #
 # The long cell (LONG_ROUNDS rounds, default 3; 0 skips it): the per-action
-# cost of playing a real page, the published 2048 game vendored under
-# examples/games/2048/ (unchanged, from the npm registry), for 60 arrow-key
-# presses. gameplan: a one-cell plan whose scripted player presses the keys,
-# the whole `plan run` timed with 61 actions and with 1; the difference
-# over 60 is its time per action (start-up, plan load, session start and
-# the reports of one action cancel out). The peer (bench/browser_long_peer.py)
-# is a raw W3C client that does per action what a cell does (the key, one
-# read of the page, one screenshot written to disk, taken through DevTools
-# as gameplan takes it) and is timed the same way. Why fair: both run the same page from the same file with the same
-# chromedriver, Chromium flags, window and a fresh profile; the peer reads
-# the page with gameplan's own listener.js and page.js, so the browser does
-# the same work for both (including waiting for the page's animations to
-# settle, without which a screenshot shows tiles in flight and a trace
-# does not replay); what is compared is the client around it. Goal: <= 1.2x.
+# cost of playing a real canvas game, the published pac-man-game vendored
+# under tests/fixtures/web-games/pac-man/ (unchanged, from the npm
+# registry), for 60 arrow-key presses, each observation with its visual
+# signature (the screenshot decoded, averaged and quantized). gameplan: a
+# one-cell plan whose scripted player presses the keys, the whole `plan
+# run` timed with 61 actions and with 1; the difference over 60 is its time
+# per action (start-up, plan load, session start and the reports of one
+# action cancel out). The peer (bench/browser_long_peer.py) is a raw W3C
+# client that does per action what a cell does (the key held for 50 ms of
+# the page's virtual time, one read of the page after its clock moved
+# 250 ms, one screenshot written to disk, taken through DevTools as
+# gameplan takes it) and is timed the same way. Why fair: both run the same
+# page with the same chromedriver, Chromium flags, inner size and a fresh
+# profile; the peer installs gameplan's own listener.js and clock.js and
+# reads the page with page.js, so the browser does the same work for both
+# (the clock, waiting for requests and animations to settle, without which
+# a screenshot shows a frame in flight and a trace does not replay); what
+# is compared is the client around it, and gameplan's own work per action:
+# the signature of the screen, the journal and trace. The settle wait is in
+# both sides (it is the browser's work); PHASES=1 shows what it costs.
+# Goal: <= 1.2x.
 #
 # usage: bench/browser.sh [ROUNDS]     (LONG_ROUNDS=N: rounds of the long cell; NO_BUILD=1: use the release binary as built;
 #                                       PHASES=1: then time each phase of a cell)
@@ -114,10 +121,10 @@ print(f"gameplan / peer minimal, fastest rounds = {g[1] / m[1]:.2f}x  (each side
 import os
 print(f"load average {os.getloadavg()[0]:.2f} (1 min), {len(rounds('gameplan'))} rounds")
 PY
-# The long cell: time per action on a real page, gameplan vs the raw client.
+# The long cell: time per action on a real canvas game, gameplan vs the raw client.
 LONG_ROUNDS=${LONG_ROUNDS:-3}
 if [ "$LONG_ROUNDS" -gt 0 ]; then
-    cp -r examples/games/2048 "$WORK/repo/2048"
+    cp -r tests/fixtures/web-games/pac-man/lib "$WORK/repo/pacman"
     long_plan() {  # $1 = actions
         python3 - "$1" > "$WORK/repo/long.toml" <<'PY'
 import sys
@@ -127,9 +134,11 @@ print(f"""version = 1
 name = "browser-long"
 
 [game]
-id = "2048"
+id = "pac-man"
 driver = "webdriver"
-url = "2048/index.html"
+serve = "pacman"
+url = "index.html"
+keys = ["ArrowUp", "ArrowRight", "ArrowDown", "ArrowLeft"]
 viewport = [1280, 800]
 stuck_after = 1000
 
@@ -146,11 +155,23 @@ matrix = {{ persona = "*" }}
 PY
     }
     : > "$WORK/g1.txt"; : > "$WORK/g61.txt"; : > "$WORK/p1.txt"; : > "$WORK/p61.txt"
-    # The same reading gameplan asks for: its scope (the page's directory),
-    # and the listener with a seed, installed before the page's scripts.
-    REQUEST="{\"mode\":\"observe\",\"maxText\":4000,\"maxElements\":60,\"scope\":{\"prefixes\":[\"file://$WORK/repo/2048/\"],\"patterns\":[]}}"
-    { echo "window.__gameplanSeed = 1;"; cat src/play/webdriver/listener.js; } > "$WORK/listener.js"
-    LURL="file://$WORK/repo/2048/index.html"
+    # The peer's page is served by Python's http.server on loopback (the
+    # page loads once per round, which the 61 - 1 difference cancels out).
+    PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    (cd "$WORK/repo/pacman" && exec python3 -m http.server "$PORT" --bind 127.0.0.1 >/dev/null 2>&1) &
+    SERVER=$!
+    trap 'kill $SERVER 2>/dev/null; rm -rf "$WORK"' EXIT
+    sleep 1
+    # The same reading gameplan asks for: its scope (the served origin),
+    # the clock moved on 250 ms before each read and a pressed key held
+    # 50 ms (src/play/webdriver/hermetic.rs), the listener and the virtual
+    # clock with a seed and a start, installed before the page's scripts.
+    SCOPE="{\"prefixes\":[\"http://127.0.0.1:$PORT/\"],\"patterns\":[]}"
+    REQUEST="{\"mode\":\"observe\",\"maxText\":4000,\"maxElements\":60,\"scope\":$SCOPE,\"advanceMs\":250,\"requestsMs\":2000}"
+    HOLD="{\"mode\":\"advance\",\"advanceMs\":50,\"requestsMs\":2000,\"scope\":$SCOPE}"
+    { echo "window.__gameplanSeed = 1;"; echo "window.__gameplanClockStart = 1704186000000;";
+      cat src/play/webdriver/listener.js src/play/webdriver/clock.js; } > "$WORK/listener.js"
+    LURL="http://127.0.0.1:$PORT/index.html"
     i=0
     while [ "$i" -lt "$LONG_ROUNDS" ]; do
         i=$((i + 1))
@@ -164,7 +185,7 @@ PY
             python3 -c "print(f'{$t1 - $t0:.3f}')" >> "$WORK/g$n.txt"
             rm -rf "$WORK/shots"
             python3 bench/browser_long_peer.py "$LURL" "$n" "$WORK/shots" \
-                "$WORK/listener.js" src/play/webdriver/page.js "$REQUEST" 1280 800 >> "$WORK/p$n.txt"
+                "$WORK/listener.js" src/play/webdriver/page.js "$REQUEST" 1280 800 "$HOLD" >> "$WORK/p$n.txt"
         done
     done
     python3 - "$WORK" <<'PY'
@@ -174,7 +195,7 @@ def xs(name):
     return [float(x) for x in open(f"{work}/{name}.txt") if x.strip()]
 g = [(b - a) / 60 for a, b in zip(xs("g1"), xs("g61"))]
 p = [(b - a) / 60 for a, b in zip(xs("p1"), xs("p61"))]
-print(f"long cell (2048, 60 key presses), per action: gameplan {statistics.median(g) * 1000:.0f} ms, "
+print(f"long cell (pac-man, a canvas game, 60 key presses), per action: gameplan {statistics.median(g) * 1000:.0f} ms, "
       f"raw W3C client {statistics.median(p) * 1000:.0f} ms: {statistics.median(g) / statistics.median(p):.2f}x"
       f"  (median of round ratios {statistics.median(a / b for a, b in zip(g, p)):.2f}x; goal <= 1.20x)")
 print(f"  gameplan 61-action cell median {statistics.median(xs('g61')):.2f} s, peer {statistics.median(xs('p61')):.2f} s; "

@@ -117,9 +117,11 @@
       }
       if (!m.playing) return;
       if (!isFinite(el.duration)) {
-        if (!el.error && el.networkState !== 3) {
-          // Its length is not known yet: the read waits for its metadata.
-          el.__gameplanWaiting = true;
+        if (!el.error) {
+          // Its length is not known yet (its source may not even be
+          // chosen yet: a cached one is chosen after this script): the
+          // read waits for its metadata, when it has a source to load.
+          el.__gameplanWaiting = Boolean(el.src || el.currentSrc || el.querySelector('source'));
           el.addEventListener('loadedmetadata', function () {
             el.__gameplanWaiting = false;
             schedule(el);

@@ -7,7 +7,7 @@
 //! the failure names that key and quotes the JVM's own error (the line it
 //! writes on stdout). Bad limits are plan errors. Needs `javac` and `java`
 //! (`.ci/run` installs Debian's default-jdk-headless); the py4j test needs
-//! `PyPI`'s `py4j` (`pip install py4j`) and says so when it is missing.
+//! `PyPI`'s `py4j` (`pip install py4j`; `.ci/run` installs it) and fails without it.
 
 use crate::support::Test;
 
@@ -120,19 +120,16 @@ fn a_jvm_game_behind_a_launcher_that_hides_its_stderr_plays_under_the_default_li
 }
 
 #[test]
-#[expect(
-    clippy::print_stderr,
-    reason = "a test that cannot run here says so rather than pass in silence"
-)]
 fn a_jvm_game_started_by_py4j_launch_gateway_plays_under_the_default_limits() {
+    // Fails, not skips, without py4j: `.ci/run` installs it.
     let has_py4j = std::process::Command::new("python3")
         .args(["-c", "import py4j"])
         .status()
         .is_ok_and(|s| s.success());
-    if !has_py4j {
-        eprintln!("SKIPPED: PyPI's py4j is not installed here (`pip install py4j`)");
-        return;
-    }
+    assert!(
+        has_py4j,
+        "PyPI's py4j is not installed here: `python3 -m pip install py4j==0.10.9.9` (as .ci/run does)"
+    );
     plays_and_replays(&lamp(r#"["python3", "lamp_py4j.py", "-Xmx4g"]"#, ""));
 }
 
