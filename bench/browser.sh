@@ -146,6 +146,7 @@ stuck_after = 1000
 slug = "presser"
 card = "Presses the arrow keys in turn."
 player = {{ kind = "scripted", actions = {actions!r} }}
+patience = 1000                   # the default patience (40) would end the cell early
 
 [[steps]]
 id = "play"

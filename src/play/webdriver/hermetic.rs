@@ -186,7 +186,18 @@ pub(super) async fn fit_viewport(
     client
         .set_window_size(grown(ow, want_w, iw), grown(oh, want_h, ih))
         .await?;
-    let (iw, ih) = inner(&client.execute(measure, vec![]).await?);
+    // A busy browser lays the page out at its new size a moment after the
+    // window took it: a first screenshot before then would be of another
+    // size than every later one (and than a replay's).
+    let mut measured = inner(&client.execute(measure, vec![]).await?);
+    for _ in 0..20 {
+        if measured == (want_w, want_h) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+        measured = inner(&client.execute(measure, vec![]).await?);
+    }
+    let (iw, ih) = measured;
     Ok((
         u32::try_from(iw).unwrap_or_default(),
         u32::try_from(ih).unwrap_or_default(),
