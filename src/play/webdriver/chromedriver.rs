@@ -84,13 +84,52 @@ impl ChromeDriver {
         marker: &str,
         profile: PathBuf,
     ) -> Result<ChromeDriver, SpawnError> {
-        let port = match free_port() {
-            Ok(port) => port,
-            Err(e) => {
-                let _ = std::fs::remove_dir_all(&profile);
-                return Err(e);
+        // The port is free when asked for, then handed to chromedriver: a
+        // server started meanwhile (another cell's `serve`) may take it.
+        // Then chromedriver cannot listen there and what answers is not
+        // chromedriver: a new port, three times at most.
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let mut driver = match Self::spawn(program, env, marker) {
+                Ok(driver) => driver,
+                Err(e) => {
+                    let _ = std::fs::remove_dir_all(&profile);
+                    return Err(e);
+                }
+            };
+            match driver.wait_listening().await {
+                Ok(()) => {
+                    driver.profile = Some(profile);
+                    return Ok(driver);
+                }
+                Err(Listening::Taken) if attempt < 3 => driver.stop().await,
+                Err(Listening::Taken) => {
+                    let why = format!(
+                        "another server answered on chromedriver's port {} three times: {}",
+                        driver.port,
+                        driver.output_tail()
+                    );
+                    driver.stop().await;
+                    let _ = std::fs::remove_dir_all(&profile);
+                    return Err(SpawnError::Browser(why));
+                }
+                Err(Listening::Failed(e)) => {
+                    driver.stop().await;
+                    let _ = std::fs::remove_dir_all(&profile);
+                    return Err(e);
+                }
             }
-        };
+        }
+    }
+
+    /// chromedriver on a free loopback port, not yet listening.
+    fn spawn(
+        program: &Path,
+        env: &BTreeMap<String, String>,
+        marker: &str,
+    ) -> Result<ChromeDriver, SpawnError> {
+        let port = free_port()?;
         let mut command = tokio::process::Command::new(program);
         command
             .arg(format!("--port={port}"))
@@ -102,16 +141,9 @@ impl ChromeDriver {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
-        let (mut child, group) = match command.spawn_in_group() {
-            Ok(spawned) => spawned,
-            Err(e) => {
-                let _ = std::fs::remove_dir_all(&profile);
-                return Err(SpawnError::Browser(format!(
-                    "cannot run `{}`: {e}",
-                    program.display()
-                )));
-            }
-        };
+        let (mut child, group) = command
+            .spawn_in_group()
+            .map_err(|e| SpawnError::Browser(format!("cannot run `{}`: {e}", program.display())))?;
         let output = Tail::new(OUTPUT_TAIL);
         if let Some(stdout) = child.stdout.take() {
             output.keep(stdout);
@@ -119,17 +151,15 @@ impl ChromeDriver {
         if let Some(stderr) = child.stderr.take() {
             output.keep(stderr);
         }
-        let mut driver = ChromeDriver {
+        Ok(ChromeDriver {
             child: Some(child),
             group,
             port,
             marker: marker.to_owned(),
             output,
-            profile: Some(profile),
+            profile: None,
             finished: false,
-        };
-        driver.wait_listening().await?;
-        Ok(driver)
+        })
     }
 
     /// The URL of its WebDriver endpoint.
@@ -142,29 +172,32 @@ impl ChromeDriver {
         self.output.text().trim().to_owned()
     }
 
-    async fn wait_listening(&mut self) -> Result<(), SpawnError> {
+    /// Until chromedriver answers on its port: `Taken` when what answers
+    /// there is another server.
+    async fn wait_listening(&mut self) -> Result<(), Listening> {
         let deadline = Instant::now() + LISTEN_WITHIN;
         loop {
-            if tokio::net::TcpStream::connect(("127.0.0.1", self.port))
-                .await
-                .is_ok()
-            {
-                return Ok(());
+            if let Ok(stream) = tokio::net::TcpStream::connect(("127.0.0.1", self.port)).await {
+                return if is_chromedriver(stream).await {
+                    Ok(())
+                } else {
+                    Err(Listening::Taken)
+                };
             }
             if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
                 self.finished = true;
-                return Err(SpawnError::Browser(format!(
+                return Err(Listening::Failed(SpawnError::Browser(format!(
                     "chromedriver {status} before it listened: {}",
                     self.output_tail()
-                )));
+                ))));
             }
             if Instant::now() >= deadline {
-                return Err(SpawnError::Browser(format!(
+                return Err(Listening::Failed(SpawnError::Browser(format!(
                     "chromedriver did not listen on port {} within {} s: {}",
                     self.port,
                     LISTEN_WITHIN.as_secs(),
                     self.output_tail()
-                )));
+                ))));
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
@@ -282,6 +315,40 @@ fn kill_naming(needle: &str) {
 
 /// A port nobody listens on now (the kernel's pick; released at once for
 /// chromedriver to take).
+/// Why chromedriver is not there to talk to.
+enum Listening {
+    /// Another server answers on its port.
+    Taken,
+    Failed(SpawnError),
+}
+
+/// Whether the server on `stream` is chromedriver: its `/status` says so
+/// (a static file server started on the same port does not).
+async fn is_chromedriver(mut stream: tokio::net::TcpStream) -> bool {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let asked = async {
+        stream
+            .write_all(b"GET /status HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            .await?;
+        // Read until it says which server it is (or closes): a server
+        // may keep the connection open after its answer.
+        let mut answer = Vec::new();
+        let mut chunk = [0u8; 1024];
+        loop {
+            let n = stream.read(&mut chunk).await?;
+            answer.extend_from_slice(&chunk[..n]);
+            let text = String::from_utf8_lossy(&answer);
+            if n == 0 || text.contains("\"ready\"") || answer.len() > 64 * 1024 {
+                return Ok::<_, std::io::Error>(text.contains("\"ready\""));
+            }
+        }
+    };
+    // Slow to say: taken for chromedriver, as before this check.
+    tokio::time::timeout(Duration::from_secs(5), asked)
+        .await
+        .map_or(true, |answered| answered.unwrap_or(true))
+}
+
 fn free_port() -> Result<u16, SpawnError> {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
