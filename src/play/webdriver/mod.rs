@@ -122,8 +122,9 @@ pub const MAX_TEXT: usize = 4000;
 pub const MAX_ELEMENTS: usize = 60;
 /// Page errors taken into one observation (the rest are counted).
 pub const MAX_ERRORS: usize = 20;
-/// How long `wait` waits in real time (sound and video play on it), besides
-/// moving the page's virtual clock on.
+/// How long `wait` waits in real time (for what the page's clock does not
+/// hold: a worker, a request, a CSS animation), besides moving the page's
+/// virtual clock on.
 pub const WAIT: Duration = Duration::from_millis(500);
 /// How long a polite close gets before the processes are killed.
 const CLOSE_WITHIN: Duration = Duration::from_secs(5);
@@ -561,8 +562,8 @@ impl BrowserSession {
                 Ok(Ok(()))
             }
             Action::Wait => {
-                // The page's time moves on; sound and video play on real
-                // time (a game that starts when its intro tune ends).
+                // The page's time moves on (its sound and video with it),
+                // and real time for what the clock does not hold.
                 if self.clock {
                     self.advance_extra += hermetic::WAIT_ADVANCE;
                 }
