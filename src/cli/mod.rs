@@ -865,4 +865,12 @@ pub struct LlmPlayerArgs {
     /// llm: a minijinja prompt template instead of the built-in one (a plan's prompt_file).
     #[arg(long, value_name = "FILE")]
     pub prompt_file: Option<PathBuf>,
+    /// llm: who moves after the model answered badly twice: explorer, random, or stop (the
+    /// cell ends bad_answer) [default: explorer].
+    #[arg(long, value_name = "WHO", value_parser = ["explorer", "random", "stop"])]
+    pub fallback: Option<String>,
+    /// llm: never ask for structured output (a JSON Schema of the listed actions), even where
+    /// the server takes it.
+    #[arg(long)]
+    pub no_structured: bool,
 }

@@ -531,6 +531,8 @@ fn plain_player_of(args: &CellArgs) -> Result<PlayerSpec, String> {
         ("--price-output", llm.price_output.is_some()),
         ("--max-model-usd", llm.max_model_usd.is_some()),
         ("--prompt-file", llm.prompt_file.is_some()),
+        ("--fallback", llm.fallback.is_some()),
+        ("--no-structured", llm.no_structured),
     ]
     .into_iter()
     .filter_map(|(flag, given)| given.then_some(flag))
@@ -618,15 +620,17 @@ fn llm_player_of(cx: &Context, llm: &super::LlmPlayerArgs) -> Result<PlayerSpec,
     if let Some(key) = &client.api_key {
         redactor.register(key);
     }
-    Ok(PlayerSpec::Llm(Box::new(
-        crate::play::llm_player::LlmSpec {
-            client,
-            card,
-            prompt,
-            redactor,
-            slots: None,
-        },
-    )))
+    let mut spec = crate::play::llm_player::LlmSpec::new(client, card, redactor);
+    spec.prompt = prompt;
+    spec.structured = !llm.no_structured;
+    if let Some(who) = &llm.fallback {
+        spec.fallback = crate::plan::model::Fallback::ALL
+            .iter()
+            .find(|(name, _)| name == who)
+            .map(|(_, fallback)| *fallback)
+            .ok_or_else(|| format!("--fallback `{who}` is not explorer, random or stop"))?;
+    }
+    Ok(PlayerSpec::Llm(Box::new(spec)))
 }
 
 /// A card or prompt file, up to [`crate::template::MAX_PROMPT_FILE_BYTES`].

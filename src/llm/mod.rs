@@ -29,6 +29,14 @@
 //! - **Concurrency**: clients that share a semaphore ([`Client::sharing`],
 //!   the plan's `[pools] llm`) have at most that many requests in flight
 //!   together; a permit is held for one attempt, not across a backoff.
+//! - **Structured output** ([`Call::schema`]): a caller that wants JSON of
+//!   a known shape (the `llm` player's choice, an `enum` of the listed
+//!   actions) hands over its JSON Schema, and the client asks for it in the
+//!   first dialect the server takes (`structured`): OpenAI's `json_schema`
+//!   (OpenAI, vLLM, llama.cpp's `llama-server`, Ollama), then
+//!   llama-cpp-python's `json_object` with a `schema`. A 400 or 422 to one
+//!   dialect tries the next at once (not a retry: nothing was generated),
+//!   and a server that takes neither is asked in plain text from then on.
 //! - **Secrets**: the API key travels only in the `Authorization` header.
 //!   Every text this module hands back (answers, error messages, which may
 //!   quote a URL or a server's body) goes through the plan's
@@ -40,6 +48,10 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::template::Redactor;
+
+mod structured;
+
+pub use structured::Dialect;
 
 /// The most bytes of an answer the client reads; a larger body is a bad answer.
 pub const MAX_ANSWER_BYTES: usize = 256 * 1024;
@@ -181,6 +193,17 @@ pub struct Usage {
     /// The play stopped because the next call could pass `max_usd`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub stopped_by_budget: bool,
+    /// The `llm` player's re-asks: a bad answer asked again once.
+    #[serde(default)]
+    pub reasks: u64,
+    /// Moves the `llm` player's `fallback` took after a second bad answer.
+    #[serde(default)]
+    pub fallbacks: u64,
+    /// Whether answers came as structured output (`true`), the server
+    /// refused it or ignored it and answers were read as text (`false`),
+    /// or it was never asked for (absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub structured: Option<bool>,
 }
 
 /// One answer.
@@ -190,6 +213,23 @@ pub struct Answer {
     pub text: String,
     pub input_tokens: u64,
     pub output_tokens: u64,
+    /// The request asked for structured output and the server took it.
+    pub structured: bool,
+}
+
+/// How one call is asked, past its messages and answer length.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Call<'a> {
+    /// A JSON Schema the answer must follow, asked as structured output
+    /// where the server takes it (see the module doc).
+    pub schema: Option<&'a serde_json::Value>,
+    /// Seconds this call may take instead of the client's `timeout`.
+    pub timeout: Option<Duration>,
+    /// A call that timed out is not sent again. A local server (llama.cpp,
+    /// Ollama) goes on generating an answer nobody waits for, so a second
+    /// request only queues behind the first: for an answer the play can do
+    /// without ("How it felt"), one wait is enough.
+    pub once_on_timeout: bool,
 }
 
 /// Why a call gave no usable answer. Messages are redacted.
@@ -232,6 +272,8 @@ pub struct Client {
     usage: Mutex<Usage>,
     /// Requests in flight at once, across the clients sharing it.
     slots: Option<std::sync::Arc<tokio::sync::Semaphore>>,
+    /// The structured-output dialect to ask in next (see the module doc).
+    dialect: Mutex<Dialect>,
 }
 
 /// The body of a chat completion request.
@@ -242,6 +284,8 @@ struct ChatRequest<'a> {
     max_tokens: u32,
     #[serde(skip_serializing_if = "Option::is_none")]
     temperature: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    response_format: Option<serde_json::Value>,
 }
 
 #[derive(Deserialize)]
@@ -279,6 +323,16 @@ enum Attempt {
         after: Option<Duration>,
     },
     Failed(LlmError),
+    /// A 400 or 422 to a request that asked for structured output: the
+    /// server may not take that dialect.
+    FormatRefused(LlmError),
+}
+
+/// Why a request (with its retries) gave no answer.
+enum NotSent {
+    Failed(LlmError),
+    /// The server refused the request's structured-output dialect.
+    FormatRefused,
 }
 
 impl Client {
@@ -317,6 +371,7 @@ impl Client {
             redactor,
             usage: Mutex::new(usage),
             slots: None,
+            dialect: Mutex::new(Dialect::JsonSchema),
         })
     }
 
@@ -366,14 +421,57 @@ impl Client {
     /// One chat completion: the first choice's text, with at most
     /// `max_tokens` tokens of answer.
     pub async fn chat(&self, messages: &[Message], max_tokens: u32) -> Result<Answer, LlmError> {
+        self.chat_with(messages, max_tokens, Call::default()).await
+    }
+
+    /// [`Client::chat`], asked as `call` says.
+    pub async fn chat_with(
+        &self,
+        messages: &[Message],
+        max_tokens: u32,
+        call: Call<'_>,
+    ) -> Result<Answer, LlmError> {
         self.check_budget(messages, max_tokens)?;
+        loop {
+            let dialect = match call.schema {
+                Some(_) => *self.dialect.lock().unwrap_or_else(PoisonError::into_inner),
+                None => Dialect::Plain,
+            };
+            let body = ChatRequest {
+                model: &self.config.model,
+                messages,
+                max_tokens,
+                temperature: self.config.temperature,
+                response_format: call.schema.and_then(|schema| dialect.response_format(schema)),
+            };
+            match self.send(&body, call).await {
+                // Only a request with a `response_format` ends so: ask
+                // again at once in the next dialect (another cell may
+                // have moved on already).
+                Err(NotSent::FormatRefused) => {
+                    let mut current = self.dialect.lock().unwrap_or_else(PoisonError::into_inner);
+                    if *current == dialect {
+                        *current = dialect.next();
+                    }
+                }
+                Err(NotSent::Failed(e)) => return Err(e),
+                Ok(bytes) => {
+                    let mut answer = self.answered(&bytes)?;
+                    answer.structured = body.response_format.is_some();
+                    return Ok(answer);
+                }
+            }
+        }
+    }
+
+    /// The structured-output dialect the next call with a schema is asked in.
+    pub fn dialect(&self) -> Dialect {
+        *self.dialect.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// One request, with its retries: the answer's bytes, or how it failed.
+    async fn send(&self, body: &ChatRequest<'_>, call: Call<'_>) -> Result<Vec<u8>, NotSent> {
         let endpoint = self.config.endpoint();
-        let body = ChatRequest {
-            model: &self.config.model,
-            messages,
-            max_tokens,
-            temperature: self.config.temperature,
-        };
         let attempts = self.config.max_attempts.max(1);
         let mut wait = self.config.backoff;
         let mut last = String::new();
@@ -384,11 +482,19 @@ impl Client {
                 Some(slots) => slots.acquire().await.ok(),
                 None => None,
             };
-            let attempted = self.attempt(&endpoint, &body).await;
+            let attempted = self.attempt(&endpoint, body, call.timeout).await;
             drop(permit);
             match attempted {
-                Attempt::Answered(bytes) => return self.answered(&bytes),
-                Attempt::Failed(e) => return Err(e),
+                Attempt::Answered(bytes) => return Ok(bytes),
+                Attempt::Again { why, after: _ }
+                    if call.once_on_timeout && why.starts_with(TIMED_OUT) =>
+                {
+                    return Err(NotSent::Failed(LlmError::Unreachable {
+                        endpoint: self.redactor.redact(&endpoint),
+                        attempts: attempt,
+                        last: self.redactor.redact(&why),
+                    }));
+                }
                 Attempt::Again { why, after } => {
                     last = why;
                     if attempt < attempts {
@@ -401,17 +507,29 @@ impl Client {
                         wait = (wait * 2).min(MAX_BACKOFF);
                     }
                 }
+                Attempt::FormatRefused(_) if body.response_format.is_some() => {
+                    return Err(NotSent::FormatRefused);
+                }
+                Attempt::Failed(e) | Attempt::FormatRefused(e) => return Err(NotSent::Failed(e)),
             }
         }
-        Err(LlmError::Unreachable {
+        Err(NotSent::Failed(LlmError::Unreachable {
             endpoint: self.redactor.redact(&endpoint),
             attempts,
             last: self.redactor.redact(&last),
-        })
+        }))
     }
 
-    async fn attempt(&self, endpoint: &str, body: &ChatRequest<'_>) -> Attempt {
+    async fn attempt(
+        &self,
+        endpoint: &str,
+        body: &ChatRequest<'_>,
+        timeout: Option<Duration>,
+    ) -> Attempt {
         let mut request = self.http.post(endpoint).json(body);
+        if let Some(timeout) = timeout {
+            request = request.timeout(timeout);
+        }
         if let Some(key) = &self.config.api_key {
             request = request.bearer_auth(key);
         }
@@ -420,8 +538,8 @@ impl Client {
             Err(e) => {
                 let why = if e.is_timeout() {
                     format!(
-                        "no answer within {:.1} s",
-                        self.config.timeout.as_secs_f64()
+                        "{TIMED_OUT} {:.1} s",
+                        timeout.unwrap_or(self.config.timeout).as_secs_f64()
                     )
                 } else {
                     format!("cannot connect ({})", root_cause(&e))
@@ -462,11 +580,18 @@ impl Client {
         if !status.is_success() {
             let text = String::from_utf8_lossy(&bytes);
             let text = crate::text::cut(text.trim(), 300);
-            return Attempt::Failed(LlmError::Refused {
+            let refused = LlmError::Refused {
                 endpoint: self.redactor.redact(endpoint),
                 status: status.as_u16(),
                 body: self.redactor.redact(&text),
-            });
+            };
+            // A server that does not know a dialect of structured output
+            // says so as a bad request (400) or a failed validation (422).
+            return if matches!(status.as_u16(), 400 | 422) && body.response_format.is_some() {
+                Attempt::FormatRefused(refused)
+            } else {
+                Attempt::Failed(refused)
+            };
         }
         Attempt::Answered(bytes)
     }
@@ -503,9 +628,13 @@ impl Client {
             text: self.redactor.redact(&text),
             input_tokens: input,
             output_tokens: output,
+            structured: false,
         })
     }
 }
+
+/// How a timed-out attempt's reason starts (a call may not repeat one).
+const TIMED_OUT: &str = "no answer within";
 
 /// How many `{` (and, for each, `}`) [`json_in`] tries in prose.
 const JSON_TRIES: usize = 8;

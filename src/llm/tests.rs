@@ -313,3 +313,102 @@ fn json_is_found_in_prose_and_fences_and_nothing_else_is_taken_for_it() {
         started.elapsed()
     );
 }
+
+/// A schema asked of a server that refuses OpenAI's dialect (422, as
+/// llama-cpp-python's server does) and takes its own: the call is sent
+/// again at once in the next dialect, not counted as a retry, and later
+/// calls start there.
+#[test]
+fn structured_output_moves_to_the_dialect_the_server_takes_and_stays_there() {
+    let server = Server::start(vec![
+        Reply::Http(422, r#"{"detail":"response_format.type: json_schema"}"#.into()),
+        completion(r#"{"action":"north"}"#, 10, 5),
+        completion(r#"{"action":"east"}"#, 10, 5),
+    ]);
+    let client = Client::new(config(&server), Redactor::default()).expect("client");
+    let schema = serde_json::json!({"type": "object"});
+    let call = Call {
+        schema: Some(&schema),
+        ..Call::default()
+    };
+    let rt = runtime();
+    let first = rt
+        .block_on(client.chat_with(&[Message::user("go")], 16, call))
+        .expect("answered in the second dialect");
+    assert!(first.structured);
+    assert_eq!(first.text, r#"{"action":"north"}"#);
+    rt.block_on(client.chat_with(&[Message::user("go")], 16, call))
+        .expect("answered");
+    let bodies: Vec<serde_json::Value> = server
+        .seen
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(_, body)| serde_json::from_str(body).expect("json body"))
+        .collect();
+    let formats: Vec<&str> = bodies
+        .iter()
+        .map(|b| b["response_format"]["type"].as_str().unwrap_or("none"))
+        .collect();
+    assert_eq!(formats, ["json_schema", "json_object", "json_object"]);
+    assert_eq!(bodies[1]["response_format"]["schema"], schema);
+    assert_eq!(client.usage().retries, 0);
+    assert_eq!(client.dialect(), Dialect::JsonObject);
+}
+
+/// A server that takes no dialect is asked in plain text, and a plain
+/// request it refuses is the model's refusal (a wrong key stays a wrong key).
+#[test]
+fn a_server_that_takes_no_structured_output_is_asked_in_plain_text() {
+    let server = Server::start(vec![
+        Reply::Http(400, "unknown field response_format".into()),
+        Reply::Http(400, "unknown field response_format".into()),
+        completion("north", 10, 5),
+        Reply::Http(401, "bad key".into()),
+    ]);
+    let client = Client::new(config(&server), Redactor::default()).expect("client");
+    let schema = serde_json::json!({"type": "object"});
+    let call = Call {
+        schema: Some(&schema),
+        ..Call::default()
+    };
+    let rt = runtime();
+    let answer = rt
+        .block_on(client.chat_with(&[Message::user("go")], 16, call))
+        .expect("answered in plain text");
+    assert!(!answer.structured);
+    assert_eq!(client.dialect(), Dialect::Plain);
+    let refused = rt
+        .block_on(client.chat_with(&[Message::user("go")], 16, call))
+        .unwrap_err();
+    assert!(
+        matches!(refused, LlmError::Refused { status: 401, .. }),
+        "{refused:?}"
+    );
+    assert_eq!(server.requests(), 4);
+}
+
+/// A call that may wait once ("How it felt") is not sent again after a
+/// timeout: a local server would still be generating the first answer.
+#[test]
+fn a_call_asked_once_on_timeout_is_not_sent_again() {
+    let server = Server::start(vec![Reply::Silent]);
+    let client = Client::new(config(&server), Redactor::default()).expect("client");
+    let call = Call {
+        timeout: Some(Duration::from_millis(300)),
+        once_on_timeout: true,
+        ..Call::default()
+    };
+    let started = Instant::now();
+    let e = runtime()
+        .block_on(client.chat_with(&[Message::user("how was it?")], 16, call))
+        .unwrap_err();
+    assert!(
+        matches!(e, LlmError::Unreachable { attempts: 1, .. }),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("0.3 s"), "{e}");
+    assert!(started.elapsed() < Duration::from_secs(2));
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(server.requests(), 1);
+}

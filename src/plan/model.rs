@@ -300,7 +300,45 @@ pub enum Player {
         prompt_file: Option<String>,
         /// Seconds one request may take.
         timeout_secs: Option<u64>,
+        /// Who moves after a second bad answer (default explorer).
+        fallback: Fallback,
+        /// Ask for the choice as structured output (default true).
+        structured: bool,
+        /// "How it felt": seconds and answer tokens (defaults: the player's).
+        felt_timeout_secs: Option<u64>,
+        felt_max_tokens: Option<u32>,
     },
+}
+
+/// Who takes an `llm` player's move after its model answered badly twice.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Fallback {
+    /// The explorer: the action least tried from here (default).
+    #[default]
+    Explorer,
+    /// A seeded random pick.
+    Random,
+    /// Nobody: the cell ends `bad_answer`.
+    Stop,
+}
+
+impl Fallback {
+    pub const ALL: [(&'static str, Fallback); 3] = [
+        ("explorer", Fallback::Explorer),
+        ("random", Fallback::Random),
+        ("stop", Fallback::Stop),
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Fallback::Explorer => "explorer",
+            Fallback::Random => "random",
+            Fallback::Stop => "stop",
+        }
+    }
 }
 
 impl Player {

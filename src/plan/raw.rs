@@ -611,7 +611,30 @@ pub enum RawPlayer {
         prompt_file: Option<Spanned<String>>,
         /// Seconds one request may take before it is tried again (default 60).
         timeout: Option<Spanned<u64>>,
+        /// Who takes the move after the model answered badly twice:
+        /// `explorer` (default), `random`, or `stop` (the cell ends
+        /// `bad_answer`).
+        fallback: Option<Spanned<crate::plan::model::Fallback>>,
+        /// Ask for the choice as structured output, a JSON Schema of the
+        /// listed actions, where the server takes it (default true).
+        structured: Option<bool>,
+        /// Seconds "How it felt" may take (default 120); it is not asked
+        /// twice.
+        felt_timeout: Option<Spanned<u64>>,
+        /// Answer tokens "How it felt" may use (default 200).
+        felt_max_tokens: Option<Spanned<u32>>,
     },
+}
+
+impl Decode for crate::plan::model::Fallback {
+    fn decode(node: &Node, diags: &mut Diagnostics) -> Option<Self> {
+        decode_word(
+            node,
+            &crate::plan::model::Fallback::ALL,
+            "fallback",
+            diags,
+        )
+    }
 }
 
 /// A model's price: USD per million tokens.
@@ -687,6 +710,10 @@ impl Decode for RawPlayer {
                 let price = t.optional("price", diags);
                 let prompt_file = t.optional("prompt_file", diags);
                 let timeout = t.optional("timeout", diags);
+                let fallback = t.optional("fallback", diags);
+                let structured = t.optional("structured", diags);
+                let felt_timeout = t.optional("felt_timeout", diags);
+                let felt_max_tokens = t.optional("felt_max_tokens", diags);
                 RawPlayer::Llm {
                     model: model?,
                     base_url,
@@ -695,6 +722,10 @@ impl Decode for RawPlayer {
                     price,
                     prompt_file,
                     timeout,
+                    fallback,
+                    structured,
+                    felt_timeout,
+                    felt_max_tokens,
                 }
             }
         };

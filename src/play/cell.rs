@@ -813,27 +813,37 @@ async fn play(
             episode.add_finding(no_actions(episode, taken));
             return Ok(QuitReason::NoActions);
         }
-        let (action, proposals, by) = if let Some(action) = way_out.take() {
-            (action, Vec::new(), Some("gameplan"))
+        let (action, proposals, by, notes) = if let Some(action) = way_out.take() {
+            (action, Vec::new(), Some("gameplan"), Vec::new())
         } else {
             let Some(choice) = choose(&mut controller, player, episode, cancel).await else {
                 return Ok(QuitReason::Interrupted);
             };
+            let notes = player.take_notes();
             let choice = choice.inspect_err(|e| {
-                let error = serde_json::json!({"step": taken, "player_error": e.to_string()});
+                let mut error = serde_json::json!({"step": taken, "player_error": e.to_string()});
+                if !notes.model.is_empty() {
+                    error["model"] = serde_json::Value::from(notes.model.clone());
+                }
                 line(transcript, &error);
             })?;
             let Some(action) = choice.action else {
                 return Ok(QuitReason::ScriptEnd);
             };
-            (action, choice.proposals, None)
+            // A move the player's fallback took, its model having
+            // answered badly twice, is labelled so in transcript and trace.
+            let by = notes.fallback.map(|_| "fallback");
+            (action, choice.proposals, by, notes.model)
         };
         let before = episode.current.hash.clone();
         let stepped = episode.act(game, &action).await;
+        if let Some(by) = by {
+            episode.label_last_step(by);
+        }
         record_turn(
             episode,
             &stepped,
-            (&action, &proposals, by),
+            (&action, &proposals, by, &notes),
             metrics,
             transcript,
         );
@@ -912,12 +922,14 @@ async fn choose(
 }
 
 /// The transcript line and the metrics of one turn: `action`, the
-/// player's `proposals`, and `by` (`Some("gameplan")` for an action
-/// gameplan took itself, looking for a way out before it says `stuck`).
+/// player's `proposals`, `by` (`Some("gameplan")` for an action gameplan
+/// took itself, looking for a way out before it says `stuck`;
+/// `Some("fallback")` for one the player's fallback took) and a model's
+/// answers with how each was read (`model`).
 fn record_turn(
     episode: &Episode,
     stepped: &Stepped,
-    (action, proposals, by): (&str, &[String], Option<&str>),
+    (action, proposals, by, model): (&str, &[String], Option<&str>, &[serde_json::Value]),
     metrics: &mut Metrics,
     transcript: &mut Vec<u8>,
 ) {
@@ -962,6 +974,9 @@ fn record_turn(
     };
     if let Some(by) = by {
         entry["by"] = serde_json::Value::from(by);
+    }
+    if !model.is_empty() {
+        entry["model"] = serde_json::Value::from(model.to_vec());
     }
     line(transcript, &entry);
 }

@@ -223,6 +223,14 @@ impl Episode {
         }
     }
 
+    /// Labels the step just taken in the trace with who took it (see
+    /// `TraceStep::by`).
+    pub fn label_last_step(&mut self, by: &str) {
+        if let Some(step) = self.steps.last_mut() {
+            step.by = Some(by.to_owned());
+        }
+    }
+
     /// Takes `action` in `game` and records what happened.
     pub async fn act(&mut self, game: &mut impl Driver, action: &str) -> Stepped {
         let from = std::mem::take(&mut self.current.hash);
@@ -250,6 +258,7 @@ impl Episode {
                         events: acted.events.clone(),
                         refused: None,
                         screenshot: self.current.screenshot.clone(),
+                        by: None,
                     });
                 }
                 self.history.mark_outcome(&from, action, changed);
@@ -286,9 +295,11 @@ impl Episode {
                         events: Vec::new(),
                         refused: Some(refusal.error.clone()),
                         screenshot: None,
+                        by: None,
                     });
                 }
                 self.current.hash.clone_from(&from);
+                self.history.refused(&refusal.error);
                 self.history.mark_outcome(&from, action, false);
                 self.count_change(false, action, &from);
                 Stepped::Refused(refusal.error)
@@ -312,6 +323,7 @@ impl Episode {
                         events: Vec::new(),
                         refused: None,
                         screenshot: None,
+                        by: None,
                     });
                 }
                 self.current.hash = from;

@@ -78,7 +78,7 @@ impl PlayerSpec {
             PlayerSpec::Explorer => Box::new(Explorer {
                 rng: Rng::new(seed, "player"),
             }),
-            PlayerSpec::Llm(spec) => Box::new(LlmPlayer::new(spec)),
+            PlayerSpec::Llm(spec) => Box::new(LlmPlayer::new(spec, seed)),
         }
     }
 }
@@ -178,6 +178,15 @@ pub struct PlayerReport {
     pub quit_detail: Option<String>,
 }
 
+/// How a player made its last choice, for the cell's transcript: a
+/// model's raw answers and how each was read, and who moved when the
+/// player could not (`"explorer"` after two bad answers).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ChoiceNotes {
+    pub model: Vec<serde_json::Value>,
+    pub fallback: Option<&'static str>,
+}
+
 /// What [`Player::finish`] returns.
 pub type Finished<'a> = Pin<Box<dyn Future<Output = PlayerReport> + Send + 'a>>;
 
@@ -211,6 +220,12 @@ pub trait Player: Send {
         None
     }
 
+    /// How the last choice was made (taken once per turn; see
+    /// [`ChoiceNotes`]).
+    fn take_notes(&mut self) -> ChoiceNotes {
+        ChoiceNotes::default()
+    }
+
     /// The play is over: what the player adds to the report.
     fn finish<'a>(&'a mut self, _end: &'a PlayEnd) -> Finished<'a> {
         Box::pin(std::future::ready(PlayerReport::default()))
@@ -236,6 +251,8 @@ pub struct History {
     /// in a parser game): from a new observation, tried after the actions
     /// that never did.
     idle_anywhere: HashSet<String>,
+    /// What the game said when it refused the last action.
+    refusal: Option<String>,
 }
 
 impl History {
@@ -253,6 +270,7 @@ impl History {
     }
 
     pub fn record(&mut self, hash: &str, action: &str) {
+        self.refusal = None;
         self.actions.push(action.to_owned());
         let from = match self.tried.get_mut(hash) {
             Some(from) => from,
@@ -264,6 +282,16 @@ impl History {
                 from.insert(action.to_owned(), 1);
             }
         }
+    }
+
+    /// Remembers that the game refused the action just recorded, saying `error`.
+    pub fn refused(&mut self, error: &str) {
+        self.refusal = Some(error.to_owned());
+    }
+
+    /// What the game said refusing the last action, if it did.
+    pub fn last_refusal(&self) -> Option<&str> {
+        self.refusal.as_deref()
     }
 
     /// Remembers that `action` from the observation `hash` led into a trap.
@@ -306,6 +334,7 @@ impl History {
         self.traps.clear();
         self.idle.clear();
         self.idle_anywhere.clear();
+        self.refusal = None;
     }
 }
 

@@ -255,6 +255,11 @@ pub struct TraceStep {
     /// directory (a browser game's cell only; never compared by replay).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub screenshot: Option<String>,
+    /// Who took the action when the player did not: `fallback` (an `llm`
+    /// player's, after two bad answers) or `gameplan` (a way out tried
+    /// before `stuck`). Never compared by replay.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -524,6 +529,7 @@ mod tests {
             events: vec![],
             refused: None,
             screenshot: None,
+            by: None,
         });
         trace.resets.push(TraceReset {
             after: 1,
@@ -537,6 +543,7 @@ mod tests {
             events: vec![],
             refused: None,
             screenshot: None,
+            by: None,
         });
         trace.end = Some(QuitReason::Crash);
         let bytes = trace.to_jsonl();

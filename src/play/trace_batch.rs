@@ -343,6 +343,7 @@ mod tests {
                 events: vec![],
                 refused: None,
                 screenshot: None,
+                by: None,
             });
         }
         trace.end = Some(end);

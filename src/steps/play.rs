@@ -474,6 +474,10 @@ fn llm_spec(
         price,
         prompt_file,
         timeout_secs,
+        fallback,
+        structured,
+        felt_timeout_secs,
+        felt_max_tokens,
     } = &persona.player
     else {
         return Err(StepError(format!(
@@ -500,13 +504,17 @@ fn llm_spec(
     if let Some(secs) = timeout_secs {
         client.timeout = Duration::from_secs(*secs);
     }
-    Ok(LlmSpec {
-        client,
-        card,
-        prompt,
-        redactor: redactor.clone(),
-        slots: None,
-    })
+    let mut spec = LlmSpec::new(client, card, redactor.clone());
+    spec.prompt = prompt;
+    spec.fallback = *fallback;
+    spec.structured = *structured;
+    if let Some(secs) = felt_timeout_secs {
+        spec.felt_timeout = Duration::from_secs(*secs);
+    }
+    if let Some(tokens) = felt_max_tokens {
+        spec.felt_tokens = *tokens;
+    }
+    Ok(spec)
 }
 
 /// A repo file an `llm` player reads, up to [`crate::template::MAX_PROMPT_FILE_BYTES`].

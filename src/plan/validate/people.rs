@@ -6,6 +6,10 @@ use super::{
     RawPersona, RawPlayer, Span, Spanned, Validator,
 };
 
+/// The fewest and most answer tokens "How it felt" may be given.
+const FELT_MIN_TOKENS: u32 = 16;
+const FELT_MAX_TOKENS: u32 = 4096;
+
 impl Validator<'_> {
     pub(super) fn persona(&mut self, p: &RawPersona, budget: Option<&Budget>) -> Option<Persona> {
         let card = match (&p.card, &p.card_file) {
@@ -50,6 +54,10 @@ impl Validator<'_> {
                 price,
                 prompt_file,
                 timeout,
+                fallback,
+                structured,
+                felt_timeout,
+                felt_max_tokens,
             }) => {
                 let price = price.as_ref().and_then(|price| self.price(price));
                 self.llm_player(
@@ -57,9 +65,10 @@ impl Validator<'_> {
                     model,
                     price,
                     prompt_file.as_ref(),
-                    timeout.as_ref(),
+                    [timeout.as_ref(), felt_timeout.as_ref()],
                     budget,
                 );
+                self.felt_tokens(felt_max_tokens.as_ref());
                 Player::Llm {
                     model: model.value.clone(),
                     base_url: base_url.clone(),
@@ -68,6 +77,10 @@ impl Validator<'_> {
                     price,
                     prompt_file: prompt_file.as_ref().map(|f| f.value.clone()),
                     timeout_secs: timeout.as_ref().map(|t| t.value),
+                    fallback: fallback.as_ref().map(|f| f.value).unwrap_or_default(),
+                    structured: structured.unwrap_or(true),
+                    felt_timeout_secs: felt_timeout.as_ref().map(|t| t.value),
+                    felt_max_tokens: felt_max_tokens.as_ref().map(|t| t.value),
                 }
             }
         };
@@ -147,21 +160,23 @@ impl Validator<'_> {
         model: &Spanned<String>,
         price: Option<crate::token_price::Price>,
         prompt_file: Option<&Spanned<String>>,
-        timeout: Option<&Spanned<u64>>,
+        [timeout, felt_timeout]: [Option<&Spanned<u64>>; 2],
         budget: Option<&Budget>,
     ) {
         self.unpriced_model(&format!("persona `{slug}`"), "player", model, price, budget);
-        if let Some(t) = timeout
-            && t.value == 0
-        {
-            self.push(
-                Diagnostic::new(
-                    "plan::invalid_timeout",
-                    "`timeout` must be at least 1 second",
-                )
-                .at(t.span)
-                .label("0 seconds"),
-            );
+        for (key, t) in [("timeout", timeout), ("felt_timeout", felt_timeout)] {
+            if let Some(t) = t
+                && t.value == 0
+            {
+                self.push(
+                    Diagnostic::new(
+                        "plan::invalid_timeout",
+                        format!("`{key}` must be at least 1 second"),
+                    )
+                    .at(t.span)
+                    .label("0 seconds"),
+                );
+            }
         }
         if let Some(file) = prompt_file
             && let Some(source) = self.prompt_sized_file(
@@ -184,6 +199,27 @@ impl Validator<'_> {
                     d = d.help(help);
                 }
                 self.push(d);
+        }
+    }
+
+    /// "How it felt" needs room for a sentence, and a cap keeps its cost
+    /// (and a slow local server's time) bounded.
+    fn felt_tokens(&mut self, tokens: Option<&Spanned<u32>>) {
+        if let Some(t) = tokens
+            && !(FELT_MIN_TOKENS..=FELT_MAX_TOKENS).contains(&t.value)
+        {
+            self.push(
+                Diagnostic::new(
+                    "plan::invalid_value",
+                    format!(
+                        "`felt_max_tokens = {}` is out of range ({FELT_MIN_TOKENS}..={FELT_MAX_TOKENS})",
+                        t.value
+                    ),
+                )
+                .at(t.span)
+                .label("answer tokens for \"How it felt\"")
+                .help("three or four sentences take about 150 tokens; the default is 200"),
+            );
         }
     }
 

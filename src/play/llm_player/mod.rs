@@ -2,28 +2,39 @@
 //!
 //! Owns the prompts (a minijinja template of the persona card, the
 //! observation and the recent moves; [`DEFAULT_PROMPT`] ships in the binary,
-//! a plan may name its own `prompt_file`), reading an answer back into one
-//! listed action ([`match_action`]), the one retry on a bad answer, jev's
-//! selector call, and the "How it felt" paragraph at the end. The wire,
+//! a plan may name its own `prompt_file`), the choice asked as structured
+//! output (a JSON Schema whose `enum` is the listed actions; the client
+//! finds the dialect the server takes), reading an answer back into listed
+//! actions (`answers`), the one re-ask on a bad answer, the fallback after
+//! a second, jev's selector call, what each turn's answers were (for the
+//! transcript), and the "How it felt" paragraph at the end. The wire,
 //! retries, usage and the money bound are `crate::llm`'s; what a cell does
 //! when the player fails (its quit reason, the step's exit code) is the
 //! cell's and the step's.
 //!
-//! An answer must name exactly one of the listed actions: case, quotes,
-//! list markers and surrounding words are forgiven, another action is not
-//! (a listed `north` is not found in `northeast`), and an answer naming two
-//! listed actions is ambiguous, so bad. A bad answer is asked again once,
-//! quoting what was wrong; a second bad one ends the play (`bad_answer`).
+//! A list of one action needs no model call. A bad answer is asked again
+//! once, repeating the format; after a second, the move is the persona's
+//! `fallback`'s (`explorer` by default, `random`, or `stop`: only then
+//! does a bad answer end the play, `bad_answer`).
 
 use std::collections::VecDeque;
+use std::time::Duration;
 
 use serde_json::json;
 
-use super::players::{Finished, PlayEnd, Player, PlayerError, PlayerReport, Proposals, Turn};
+use super::players::{
+    ChoiceNotes, Finished, PlayEnd, Player, PlayerError, PlayerReport, Proposals, Turn, least_tried,
+};
+use super::rng::Rng;
 use super::trace::QuitReason;
-use crate::llm::{Client, ClientConfig, LlmError, Message};
+use crate::llm::{Call, Client, ClientConfig, LlmError, Message};
+pub use crate::plan::model::Fallback;
 use crate::template::Redactor;
 use crate::text::cut;
+
+mod answers;
+
+pub use answers::{match_action, pick};
 
 /// The prompt a plan that names no `prompt_file` plays with. It reads
 /// `persona` (the card), `observation` (`text`, `actions`, `score`,
@@ -97,10 +108,16 @@ pub const OBSERVATION_CHARS: usize = 8000;
 const MOVE_TOKENS: u32 = 64;
 /// Answer tokens asked for up to three alternatives.
 const ALTERNATIVES_TOKENS: u32 = 160;
-/// Answer tokens asked for "How it felt".
-const FELT_TOKENS: u32 = 400;
+/// Answer tokens asked for "How it felt" unless the persona says.
+pub const FELT_TOKENS: u32 = 200;
+/// Seconds "How it felt" may take unless the persona says: a paragraph is
+/// longer than a move, so a slow local server needs more than a move's
+/// timeout, and it is asked once (see [`Call::once_on_timeout`]).
+pub const FELT_TIMEOUT: Duration = Duration::from_secs(120);
 /// The most of "How it felt" a report keeps.
 const FELT_CHARS: usize = 2000;
+/// The most of one raw answer a transcript keeps.
+const ANSWER_CHARS: usize = 1000;
 
 /// An `llm` player as configured for one cell.
 #[derive(Clone)]
@@ -115,6 +132,31 @@ pub struct LlmSpec {
     /// The run's `[pools] llm`: model requests in flight at once, across
     /// every cell of the run.
     pub slots: Option<std::sync::Arc<tokio::sync::Semaphore>>,
+    /// Who moves after a second bad answer.
+    pub fallback: Fallback,
+    /// Ask for the choice as structured output (where the server takes it).
+    pub structured: bool,
+    /// "How it felt": seconds it may take and tokens it may use.
+    pub felt_timeout: Duration,
+    pub felt_tokens: u32,
+}
+
+impl LlmSpec {
+    /// A spec with the defaults for everything but the model, card and
+    /// secrets.
+    pub fn new(client: ClientConfig, card: String, redactor: Redactor) -> LlmSpec {
+        LlmSpec {
+            client,
+            card,
+            prompt: None,
+            redactor,
+            slots: None,
+            fallback: Fallback::Explorer,
+            structured: true,
+            felt_timeout: FELT_TIMEOUT,
+            felt_tokens: FELT_TOKENS,
+        }
+    }
 }
 
 impl std::fmt::Debug for LlmSpec {
@@ -124,13 +166,21 @@ impl std::fmt::Debug for LlmSpec {
             .field("client", &self.client)
             .field("card", &cut(&self.card, 40))
             .field("prompt", &self.prompt.as_ref().map(|p| cut(p, 40)))
+            .field("fallback", &self.fallback)
+            .field("structured", &self.structured)
             .finish_non_exhaustive()
     }
 }
 
 impl PartialEq for LlmSpec {
     fn eq(&self, other: &Self) -> bool {
-        self.client == other.client && self.card == other.card && self.prompt == other.prompt
+        self.client == other.client
+            && self.card == other.card
+            && self.prompt == other.prompt
+            && self.fallback == other.fallback
+            && self.structured == other.structured
+            && self.felt_timeout == other.felt_timeout
+            && self.felt_tokens == other.felt_tokens
     }
 }
 
@@ -145,6 +195,27 @@ struct Move {
     result: String,
 }
 
+/// Which call of a turn an answer was for.
+#[derive(Debug, Clone, Copy)]
+enum Asked {
+    /// One action (`standard`, each `rune` vote).
+    Move,
+    /// Up to three alternatives (`jev`).
+    Alternatives,
+    /// jev's selection among the alternatives.
+    Select,
+}
+
+impl Asked {
+    fn name(self) -> &'static str {
+        match self {
+            Asked::Move => "move",
+            Asked::Alternatives => "alternatives",
+            Asked::Select => "select",
+        }
+    }
+}
+
 pub struct LlmPlayer {
     client: Result<Client, LlmError>,
     card: String,
@@ -154,10 +225,24 @@ pub struct LlmPlayer {
     seen: usize,
     /// A proposal or selection was refused for the budget.
     budget_stop: bool,
+    fallback: Fallback,
+    /// The fallback's own random stream, apart from the controller's.
+    rng: Rng,
+    structured: bool,
+    felt_timeout: Duration,
+    felt_tokens: u32,
+    /// This turn's answers and how each was read, for the transcript.
+    notes: ChoiceNotes,
+    reasks: u64,
+    fallbacks: u64,
+    /// Some answer came as structured output / a schema was asked for.
+    structured_answers: bool,
+    schema_asked: bool,
 }
 
 impl LlmPlayer {
-    pub fn new(spec: &LlmSpec) -> LlmPlayer {
+    /// The player of `spec`; `seed` seeds its fallback.
+    pub fn new(spec: &LlmSpec, seed: i64) -> LlmPlayer {
         LlmPlayer {
             client: Client::new(spec.client.clone(), spec.redactor.clone())
                 .map(|client| client.sharing(spec.slots.clone())),
@@ -169,6 +254,16 @@ impl LlmPlayer {
             recent: VecDeque::with_capacity(HISTORY_LEN + 1),
             seen: 0,
             budget_stop: false,
+            fallback: spec.fallback,
+            rng: Rng::new(seed, "fallback"),
+            structured: spec.structured,
+            felt_timeout: spec.felt_timeout,
+            felt_tokens: spec.felt_tokens,
+            notes: ChoiceNotes::default(),
+            reasks: 0,
+            fallbacks: 0,
+            structured_answers: false,
+            schema_asked: false,
         }
     }
 
@@ -180,10 +275,20 @@ impl LlmPlayer {
         }
         self.seen = actions.len();
         if let Some(action) = actions.last() {
-            let text = turn.observation.text.split_whitespace().collect::<Vec<_>>();
+            // A refused action left the game as it was: what the game said
+            // is the news, not the room again.
+            let result = match turn.history.last_refusal() {
+                Some(error) => format!("refused: {error}"),
+                None => turn
+                    .observation
+                    .text
+                    .split_whitespace()
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            };
             self.recent.push_back(Move {
                 action: action.clone(),
-                result: cut(&text.join(" "), RESULT_CHARS),
+                result: cut(&result, RESULT_CHARS),
             });
             while self.recent.len() > HISTORY_LEN {
                 self.recent.pop_front();
@@ -200,47 +305,120 @@ impl LlmPlayer {
         })
     }
 
-    /// Asks the model, and once more on a bad answer; the actions it named.
+    /// Asks the model, once more on a bad answer, then the fallback: the
+    /// actions to propose. A list of one action asks nobody.
     async fn ask(
         &mut self,
+        (asked, turn): (Asked, &Turn<'_>),
         prompt: String,
         allowed: &[String],
         wanted: usize,
         max_tokens: u32,
     ) -> Result<Vec<String>, PlayerError> {
-        let client = self.client.as_ref().map_err(Clone::clone)?;
+        if let [only] = allowed {
+            self.note(json!({"call": asked.name(), "no_call": "one action listed", "read": [only]}));
+            return Ok(vec![only.clone()]);
+        }
+        let schema = self.structured.then(|| choice_schema(allowed, wanted));
+        if schema.is_some() {
+            self.schema_asked = true;
+        }
         let mut messages = vec![Message::user(prompt)];
-        let first = match client.chat(&messages, max_tokens).await {
-            Ok(answer) => answer,
-            Err(e) => return Err(self.failed(e)),
-        };
+        let first = self.call(&messages, max_tokens, schema.as_ref()).await?;
         let why = match pick(&first.text, allowed, wanted) {
-            Ok(picked) => return Ok(picked),
+            Ok(picked) => {
+                self.note_answer(asked, &first, Ok(&picked), false);
+                return Ok(picked);
+            }
             Err(why) => why,
         };
+        self.note_answer(asked, &first, Err(&why), false);
+        self.reasks += 1;
         messages.push(Message {
             role: "assistant",
             content: first.text.clone(),
         });
-        messages.push(Message::user(format!(
-            "That answer does not work: it {why}. Answer again with {} of these actions, written \
-             exactly as listed, and nothing else: {}",
-            if wanted > 1 { "up to three" } else { "one" },
-            allowed.join(", ")
-        )));
-        let second = match client.chat(&messages, max_tokens).await {
-            Ok(answer) => answer,
-            Err(e) => return Err(self.failed(e)),
+        messages.push(Message::user(reask(&why, allowed, wanted)));
+        let second = self.call(&messages, max_tokens, schema.as_ref()).await?;
+        let again = match pick(&second.text, allowed, wanted) {
+            Ok(picked) => {
+                self.note_answer(asked, &second, Ok(&picked), true);
+                return Ok(picked);
+            }
+            Err(again) => again,
         };
-        pick(&second.text, allowed, wanted).map_err(|again| {
-            PlayerError::Model(LlmError::BadAnswer(format!(
-                "asked twice, the model named no listed action: first `{}` ({why}), then `{}` \
-                 ({again}); the actions were {}",
-                cut(first.text.trim(), 80),
-                cut(second.text.trim(), 80),
-                cut(&allowed.join(", "), 200)
-            )))
-        })
+        self.note_answer(asked, &second, Err(&again), true);
+        let picked = match self.fallback {
+            Fallback::Stop => {
+                return Err(PlayerError::Model(LlmError::BadAnswer(format!(
+                    "asked twice, the model named no listed action: first `{}` ({why}), then \
+                     `{}` ({again}); the actions were {}",
+                    cut(first.text.trim(), 80),
+                    cut(second.text.trim(), 80),
+                    cut(&allowed.join(", "), 200)
+                ))));
+            }
+            Fallback::Explorer => {
+                least_tried(allowed, turn.hash, turn.history, wanted, &mut self.rng)
+            }
+            Fallback::Random => vec![allowed[self.rng.below(allowed.len())].clone()],
+        };
+        self.fallbacks += 1;
+        self.notes.fallback = Some(self.fallback.name());
+        self.note(json!({"call": asked.name(), "fallback": self.fallback.name(), "read": picked}));
+        Ok(picked)
+    }
+
+    /// One call of the model, its failure the play's.
+    async fn call(
+        &mut self,
+        messages: &[Message],
+        max_tokens: u32,
+        schema: Option<&serde_json::Value>,
+    ) -> Result<crate::llm::Answer, PlayerError> {
+        let client = self.client.as_ref().map_err(Clone::clone)?;
+        let call = Call {
+            schema,
+            ..Call::default()
+        };
+        match client.chat_with(messages, max_tokens, call).await {
+            Ok(mut answer) => {
+                // A server may take a `response_format` and still answer
+                // in prose: structured is what came back as JSON.
+                answer.structured &= serde_json::from_str::<serde_json::Value>(answer.text.trim())
+                    .is_ok_and(|v| v.is_object());
+                self.structured_answers |= answer.structured;
+                Ok(answer)
+            }
+            Err(e) => Err(self.failed(e)),
+        }
+    }
+
+    fn note(&mut self, note: serde_json::Value) {
+        self.notes.model.push(note);
+    }
+
+    /// A raw answer and how it was read, for the transcript.
+    fn note_answer(
+        &mut self,
+        asked: Asked,
+        answer: &crate::llm::Answer,
+        read: Result<&[String], &str>,
+        reask: bool,
+    ) {
+        let mut note = json!({
+            "call": asked.name(),
+            "answer": cut(&answer.text, ANSWER_CHARS),
+            "structured": answer.structured,
+        });
+        match read {
+            Ok(picked) => note["read"] = json!(picked),
+            Err(why) => note["bad"] = json!(why),
+        }
+        if reask {
+            note["reask"] = json!(true);
+        }
+        self.note(note);
     }
 
     fn failed(&mut self, e: LlmError) -> PlayerError {
@@ -278,8 +456,19 @@ impl Player for LlmPlayer {
             } else {
                 MOVE_TOKENS
             };
-            self.ask(prompt, &turn.observation.actions, wanted, tokens)
-                .await
+            let asked = if wanted > 1 {
+                Asked::Alternatives
+            } else {
+                Asked::Move
+            };
+            self.ask(
+                (asked, turn),
+                prompt,
+                &turn.observation.actions,
+                wanted,
+                tokens,
+            )
+            .await
         })
     }
 
@@ -295,8 +484,13 @@ impl Player for LlmPlayer {
                 "proposals": proposals,
             });
             let prompt = Self::render(SELECT_PROMPT, &context)?;
-            self.ask(prompt, proposals, 1, MOVE_TOKENS).await
+            self.ask((Asked::Select, turn), prompt, proposals, 1, MOVE_TOKENS)
+                .await
         }))
+    }
+
+    fn take_notes(&mut self) -> ChoiceNotes {
+        std::mem::take(&mut self.notes)
     }
 
     fn finish<'a>(&'a mut self, end: &'a PlayEnd) -> Finished<'a> {
@@ -322,8 +516,15 @@ impl Player for LlmPlayer {
                     "history": self.recent,
                     "findings": end.findings,
                 });
+                let call = Call {
+                    schema: None,
+                    timeout: Some(self.felt_timeout),
+                    once_on_timeout: true,
+                };
                 if let Ok(prompt) = crate::template::render_prompt(FELT_PROMPT, &context)
-                    && let Ok(answer) = client.chat(&[Message::user(prompt)], FELT_TOKENS).await
+                    && let Ok(answer) = client
+                        .chat_with(&[Message::user(prompt)], self.felt_tokens, call)
+                        .await
                 {
                     let text = answer.text.trim();
                     if !text.is_empty() {
@@ -333,6 +534,9 @@ impl Player for LlmPlayer {
             }
             let mut usage = client.usage();
             usage.stopped_by_budget = self.budget_stop;
+            usage.reasks = self.reasks;
+            usage.fallbacks = self.fallbacks;
+            usage.structured = self.schema_asked.then_some(self.structured_answers);
             PlayerReport {
                 felt,
                 model: Some(usage),
@@ -358,91 +562,41 @@ fn quit_words(quit: QuitReason) -> &'static str {
     }
 }
 
-/// The actions an answer names: one for `wanted == 1`; up to `wanted`
-/// distinct ones, a line each, otherwise. Why not, as "names no listed
-/// action" or "names more than one listed action (…)".
-pub fn pick(text: &str, allowed: &[String], wanted: usize) -> Result<Vec<String>, String> {
+/// The JSON Schema of a choice among `allowed`: `{"action": one of them}`,
+/// or `{"actions": [up to `wanted` of them]}`.
+fn choice_schema(allowed: &[String], wanted: usize) -> serde_json::Value {
+    let one = json!({"type": "string", "enum": allowed});
     if wanted > 1 {
-        let mut picked: Vec<String> = Vec::with_capacity(wanted);
-        for line in text.lines().filter(|l| !l.trim().is_empty()) {
-            if let Ok(action) = match_action(line, allowed)
-                && !picked.contains(&action)
-            {
-                picked.push(action);
-                if picked.len() == wanted {
-                    break;
-                }
-            }
-        }
-        if !picked.is_empty() {
-            return Ok(picked);
-        }
-    }
-    match_action(text, allowed).map(|action| vec![action])
-}
-
-/// The one listed action `text` names (see the module doc for the rules).
-pub fn match_action(text: &str, allowed: &[String]) -> Result<String, String> {
-    let cleaned = text
-        .trim()
-        .trim_start_matches(|c: char| c.is_ascii_digit() || matches!(c, '-' | '*' | '.' | ')'))
-        .trim_matches(|c: char| {
-            c.is_whitespace() || matches!(c, '"' | '\'' | '`' | '*' | '.' | '!' | ',' | ':' | ';')
+        json!({
+            "type": "object",
+            "properties": {"actions": {"type": "array", "items": one, "minItems": 1, "maxItems": wanted}},
+            "required": ["actions"],
+            "additionalProperties": false,
         })
-        .to_lowercase();
-    if let Some(exact) = allowed
-        .iter()
-        .find(|a| !a.trim().is_empty() && a.trim().to_lowercase() == cleaned)
-    {
-        return Ok(exact.clone());
-    }
-    let lower = text.to_lowercase();
-    // Each listed action with where it occurs as whole words.
-    let found: Vec<(&String, Vec<(usize, usize)>)> = allowed
-        .iter()
-        .filter(|a| !a.trim().is_empty())
-        .map(|a| (a, occurrences(&lower, &a.trim().to_lowercase())))
-        .filter(|(_, at)| !at.is_empty())
-        .collect();
-    // `go north` names `north` too: an action only found inside another
-    // found action does not count.
-    let mut named: Vec<&String> = Vec::with_capacity(found.len());
-    for (action, spans) in &found {
-        let inside_other = spans.iter().all(|&(s, e)| {
-            found.iter().any(|(other, others)| {
-                other != action
-                    && others
-                        .iter()
-                        .any(|&(os, oe)| os <= s && e <= oe && (oe - os) > (e - s))
-            })
-        });
-        if !inside_other && !named.contains(action) {
-            named.push(action);
-        }
-    }
-    match named.as_slice() {
-        [one] => Ok((*one).clone()),
-        [] => Err("names no listed action".to_owned()),
-        many => Err(format!(
-            "names more than one listed action ({})",
-            many.iter()
-                .map(|a| format!("`{a}`"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        )),
+    } else {
+        json!({
+            "type": "object",
+            "properties": {"action": one},
+            "required": ["action"],
+            "additionalProperties": false,
+        })
     }
 }
 
-/// Where `needle` occurs in `haystack` with no letter or digit either side.
-fn occurrences(haystack: &str, needle: &str) -> Vec<(usize, usize)> {
-    let word = |c: Option<char>| c.is_some_and(char::is_alphanumeric);
-    haystack
-        .match_indices(needle)
-        .map(|(start, m)| (start, start + m.len()))
-        .filter(|&(s, e)| {
-            !word(haystack[..s].chars().next_back()) && !word(haystack[e..].chars().next())
-        })
-        .collect()
+/// The re-ask after a bad answer: what was wrong, and the format again.
+fn reask(why: &str, allowed: &[String], wanted: usize) -> String {
+    let listed: String = allowed.iter().map(|a| format!("- {a}\n")).collect();
+    let format = if wanted > 1 {
+        format!(
+            "Answer again with up to {wanted} different actions from this list, one per line, \
+             the one you prefer first, each written exactly as listed, and nothing else"
+        )
+    } else {
+        "Answer again with exactly one action from this list, written exactly as listed, and \
+         nothing else"
+            .to_owned()
+    };
+    format!("That answer does not work: it {why}. {format}:\n{listed}")
 }
 
 #[cfg(test)]
@@ -451,46 +605,6 @@ mod tests {
 
     fn actions(list: &[&str]) -> Vec<String> {
         list.iter().map(|a| (*a).to_owned()).collect()
-    }
-
-    #[test]
-    fn an_answer_names_one_listed_action_whatever_its_case_quotes_and_words() {
-        let listed = actions(&["north", "go east", "Open Door"]);
-        for (answer, expected) in [
-            ("north", "north"),
-            ("  NORTH.\n", "north"),
-            ("\"open door\"", "Open Door"),
-            ("`go east`", "go east"),
-            ("I think I will go east, it looks safer.", "go east"),
-            ("1. north", "north"),
-            ("**Open door**!", "Open Door"),
-        ] {
-            assert_eq!(
-                match_action(answer, &listed).as_deref(),
-                Ok(expected),
-                "{answer}"
-            );
-        }
-    }
-
-    #[test]
-    fn another_action_or_two_actions_are_bad_answers() {
-        let listed = actions(&["north", "east", "go north"]);
-        assert_eq!(
-            match_action("northeast", &listed),
-            Err("names no listed action".to_owned())
-        );
-        assert_eq!(
-            match_action("I would rather dance.", &listed),
-            Err("names no listed action".to_owned())
-        );
-        let both = match_action("north or east?", &listed).unwrap_err();
-        assert!(both.contains("more than one"), "{both}");
-        // `go north` holds `north`: naming it is one action, not two.
-        assert_eq!(
-            match_action("Let's go north!", &listed).as_deref(),
-            Ok("go north")
-        );
     }
 
     #[test]
@@ -519,16 +633,5 @@ mod tests {
         assert!(observation.text.len() > crate::template::MAX_RENDERED_BYTES);
         assert!(prompt.len() < OBSERVATION_CHARS + 1000, "{}", prompt.len());
         assert!(prompt.contains("- north\n- south\n"), "{prompt}");
-    }
-
-    #[test]
-    fn alternatives_are_read_a_line_each_and_kept_distinct() {
-        let listed = actions(&["north", "east", "west"]);
-        assert_eq!(
-            pick("1. east\n2. north\n3. east\n4. west", &listed, 3),
-            Ok(actions(&["east", "north", "west"]))
-        );
-        assert_eq!(pick("fly\nwest", &listed, 3), Ok(actions(&["west"])));
-        assert!(pick("fly\nswim", &listed, 3).is_err());
     }
 }
