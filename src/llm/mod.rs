@@ -32,8 +32,8 @@
 //! - **Structured output** ([`Call::schema`]): a caller that wants JSON of
 //!   a known shape (the `llm` player's choice, an `enum` of the listed
 //!   actions) hands over its JSON Schema, and the client asks for it in the
-//!   first dialect the server takes (`structured`): OpenAI's `json_schema`
-//!   (OpenAI, vLLM, llama.cpp's `llama-server`, Ollama), then
+//!   first dialect the server takes (`structured`): `OpenAI`'s `json_schema`
+//!   (`OpenAI`, `vLLM`, llama.cpp's `llama-server`, Ollama), then
 //!   llama-cpp-python's `json_object` with a `schema`. A 400 or 422 to one
 //!   dialect tries the next at once (not a retry: nothing was generated),
 //!   and a server that takes neither is asked in plain text from then on.
@@ -442,7 +442,9 @@ impl Client {
                 messages,
                 max_tokens,
                 temperature: self.config.temperature,
-                response_format: call.schema.and_then(|schema| dialect.response_format(schema)),
+                response_format: call
+                    .schema
+                    .and_then(|schema| dialect.response_format(schema)),
             };
             match self.send(&body, call).await {
                 // Only a request with a `response_format` ends so: ask

@@ -1,7 +1,7 @@
 //! Structured output: how a JSON Schema for the answer is asked of an
 //! OpenAI-compatible server, in the dialects servers take.
 //!
-//! OpenAI, vLLM, llama.cpp's `llama-server` and Ollama take OpenAI's
+//! `OpenAI`, `vLLM`, llama.cpp's `llama-server` and Ollama take `OpenAI`'s
 //! `{"type": "json_schema", "json_schema": {"name", "strict", "schema"}}`;
 //! llama-cpp-python's server takes its own `{"type": "json_object",
 //! "schema": …}` and refuses the other with a 422. The client starts with
@@ -13,7 +13,7 @@ use serde_json::json;
 /// One way of asking for structured output, in the order they are tried.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Dialect {
-    /// OpenAI's `json_schema` response format.
+    /// `OpenAI`'s `json_schema` response format.
     JsonSchema,
     /// llama-cpp-python's `json_object` with a `schema`.
     JsonObject,
@@ -35,6 +35,7 @@ impl Dialect {
     }
 
     /// The dialect to try after this one was refused.
+    #[must_use]
     pub fn next(self) -> Dialect {
         match self {
             Dialect::JsonSchema => Dialect::JsonObject,

@@ -314,14 +314,17 @@ fn json_is_found_in_prose_and_fences_and_nothing_else_is_taken_for_it() {
     );
 }
 
-/// A schema asked of a server that refuses OpenAI's dialect (422, as
+/// A schema asked of a server that refuses `OpenAI`'s dialect (422, as
 /// llama-cpp-python's server does) and takes its own: the call is sent
 /// again at once in the next dialect, not counted as a retry, and later
 /// calls start there.
 #[test]
 fn structured_output_moves_to_the_dialect_the_server_takes_and_stays_there() {
     let server = Server::start(vec![
-        Reply::Http(422, r#"{"detail":"response_format.type: json_schema"}"#.into()),
+        Reply::Http(
+            422,
+            r#"{"detail":"response_format.type: json_schema"}"#.into(),
+        ),
         completion(r#"{"action":"north"}"#, 10, 5),
         completion(r#"{"action":"east"}"#, 10, 5),
     ]);

@@ -311,9 +311,7 @@ pub enum Player {
 }
 
 /// Who takes an `llm` player's move after its model answered badly twice.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, schemars::JsonSchema,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Fallback {
     /// The explorer: the action least tried from here (default).

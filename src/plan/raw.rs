@@ -628,12 +628,7 @@ pub enum RawPlayer {
 
 impl Decode for crate::plan::model::Fallback {
     fn decode(node: &Node, diags: &mut Diagnostics) -> Option<Self> {
-        decode_word(
-            node,
-            &crate::plan::model::Fallback::ALL,
-            "fallback",
-            diags,
-        )
+        decode_word(node, &crate::plan::model::Fallback::ALL, "fallback", diags)
     }
 }
 

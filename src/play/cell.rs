@@ -816,24 +816,10 @@ async fn play(
         let (action, proposals, by, notes) = if let Some(action) = way_out.take() {
             (action, Vec::new(), Some("gameplan"), Vec::new())
         } else {
-            let Some(choice) = choose(&mut controller, player, episode, cancel).await else {
-                return Ok(QuitReason::Interrupted);
-            };
-            let notes = player.take_notes();
-            let choice = choice.inspect_err(|e| {
-                let mut error = serde_json::json!({"step": taken, "player_error": e.to_string()});
-                if !notes.model.is_empty() {
-                    error["model"] = serde_json::Value::from(notes.model.clone());
-                }
-                line(transcript, &error);
-            })?;
-            let Some(action) = choice.action else {
-                return Ok(QuitReason::ScriptEnd);
-            };
-            // A move the player's fallback took, its model having
-            // answered badly twice, is labelled so in transcript and trace.
-            let by = notes.fallback.map(|_| "fallback");
-            (action, choice.proposals, by, notes.model)
+            match players_move(&mut controller, player, episode, cancel, transcript, taken).await? {
+                Ok(chosen) => chosen,
+                Err(end) => return Ok(end),
+            }
         };
         let before = episode.current.hash.clone();
         let stepped = episode.act(game, &action).await;
@@ -873,6 +859,46 @@ async fn play(
         reset_due = episode.is_stuck() && spec.player.resets_after_stuck();
     }
 }
+
+/// The player's next action, with its proposals, who took it (its
+/// fallback, labelled `fallback`) and the model's answers; the end of the
+/// play when there is none (interrupted, or a script ran out). A player
+/// error is written to the transcript with the answers that led to it.
+async fn players_move(
+    controller: &mut Controller,
+    player: &mut dyn Player,
+    episode: &Episode,
+    cancel: &tokio::sync::watch::Receiver<bool>,
+    transcript: &mut Vec<u8>,
+    taken: u64,
+) -> Result<Result<ChosenMove, QuitReason>, PlayError> {
+    let Some(choice) = choose(controller, player, episode, cancel).await else {
+        return Ok(Err(QuitReason::Interrupted));
+    };
+    let notes = player.take_notes();
+    let choice = choice.inspect_err(|e| {
+        let mut error = serde_json::json!({"step": taken, "player_error": e.to_string()});
+        if !notes.model.is_empty() {
+            error["model"] = serde_json::Value::from(notes.model.clone());
+        }
+        line(transcript, &error);
+    })?;
+    let Some(action) = choice.action else {
+        return Ok(Err(QuitReason::ScriptEnd));
+    };
+    // A move the player's fallback took, its model having answered badly
+    // twice, is labelled so in transcript and trace.
+    let by = notes.fallback.map(|_| "fallback");
+    Ok(Ok((action, choice.proposals, by, notes.model)))
+}
+
+/// An action to take, its proposals, who took it, and a model's answers.
+type ChosenMove = (
+    String,
+    Vec<String>,
+    Option<&'static str>,
+    Vec<serde_json::Value>,
+);
 
 /// The `stuck` finding of an observation that offers no action and is not done.
 fn no_actions(episode: &Episode, taken: u64) -> Spotted {

@@ -191,8 +191,23 @@ fn model_usage(model: &crate::llm::Usage) -> String {
         .max_usd
         .map(|m| format!(" of max_model_usd {m}"))
         .unwrap_or_default();
+    // How the answers were read: a reader judging the player wants to
+    // know how often the model needed help.
+    let answers = match model.structured {
+        Some(true) => "; answers as structured output",
+        Some(false) => "; answers read as text (no structured output)",
+        None => "",
+    };
+    let help = if model.reasks + model.fallbacks > 0 {
+        format!(
+            "; {} re-asked after a bad answer, {} moves by the fallback",
+            model.reasks, model.fallbacks
+        )
+    } else {
+        String::new()
+    };
     format!(
-        "`{}`, {} calls ({} retried), {} input + {} output tokens, {cost}{budget}",
+        "`{}`, {} calls ({} retried), {} input + {} output tokens, {cost}{budget}{answers}{help}",
         model.model, model.calls, model.retries, model.input_tokens, model.output_tokens
     )
 }

@@ -81,7 +81,11 @@ fn pick_structured(
         }
     }
     picked.truncate(wanted.max(1));
-    if picked.is_empty() { Err(why) } else { Ok(picked) }
+    if picked.is_empty() {
+        Err(why)
+    } else {
+        Ok(picked)
+    }
 }
 
 /// The one listed action `text` names (see the module doc for the rules).

@@ -233,11 +233,18 @@ pub struct LlmPlayer {
     felt_tokens: u32,
     /// This turn's answers and how each was read, for the transcript.
     notes: ChoiceNotes,
+    counts: AnswerCounts,
+}
+
+/// How the model's answers went over the play, for the report.
+#[derive(Debug, Default)]
+struct AnswerCounts {
     reasks: u64,
     fallbacks: u64,
-    /// Some answer came as structured output / a schema was asked for.
-    structured_answers: bool,
+    /// A schema was asked for.
     schema_asked: bool,
+    /// Some answer came back as structured output.
+    structured: bool,
 }
 
 impl LlmPlayer {
@@ -260,10 +267,7 @@ impl LlmPlayer {
             felt_timeout: spec.felt_timeout,
             felt_tokens: spec.felt_tokens,
             notes: ChoiceNotes::default(),
-            reasks: 0,
-            fallbacks: 0,
-            structured_answers: false,
-            schema_asked: false,
+            counts: AnswerCounts::default(),
         }
     }
 
@@ -316,13 +320,13 @@ impl LlmPlayer {
         max_tokens: u32,
     ) -> Result<Vec<String>, PlayerError> {
         if let [only] = allowed {
-            self.note(json!({"call": asked.name(), "no_call": "one action listed", "read": [only]}));
+            self.note(
+                json!({"call": asked.name(), "no_call": "one action listed", "read": [only]}),
+            );
             return Ok(vec![only.clone()]);
         }
         let schema = self.structured.then(|| choice_schema(allowed, wanted));
-        if schema.is_some() {
-            self.schema_asked = true;
-        }
+        self.counts.schema_asked |= schema.is_some();
         let mut messages = vec![Message::user(prompt)];
         let first = self.call(&messages, max_tokens, schema.as_ref()).await?;
         let why = match pick(&first.text, allowed, wanted) {
@@ -333,7 +337,7 @@ impl LlmPlayer {
             Err(why) => why,
         };
         self.note_answer(asked, &first, Err(&why), false);
-        self.reasks += 1;
+        self.counts.reasks += 1;
         messages.push(Message {
             role: "assistant",
             content: first.text.clone(),
@@ -363,7 +367,7 @@ impl LlmPlayer {
             }
             Fallback::Random => vec![allowed[self.rng.below(allowed.len())].clone()],
         };
-        self.fallbacks += 1;
+        self.counts.fallbacks += 1;
         self.notes.fallback = Some(self.fallback.name());
         self.note(json!({"call": asked.name(), "fallback": self.fallback.name(), "read": picked}));
         Ok(picked)
@@ -387,7 +391,7 @@ impl LlmPlayer {
                 // in prose: structured is what came back as JSON.
                 answer.structured &= serde_json::from_str::<serde_json::Value>(answer.text.trim())
                     .is_ok_and(|v| v.is_object());
-                self.structured_answers |= answer.structured;
+                self.counts.structured |= answer.structured;
                 Ok(answer)
             }
             Err(e) => Err(self.failed(e)),
@@ -534,9 +538,9 @@ impl Player for LlmPlayer {
             }
             let mut usage = client.usage();
             usage.stopped_by_budget = self.budget_stop;
-            usage.reasks = self.reasks;
-            usage.fallbacks = self.fallbacks;
-            usage.structured = self.schema_asked.then_some(self.structured_answers);
+            usage.reasks = self.counts.reasks;
+            usage.fallbacks = self.counts.fallbacks;
+            usage.structured = self.counts.schema_asked.then_some(self.counts.structured);
             PlayerReport {
                 felt,
                 model: Some(usage),
@@ -585,7 +589,12 @@ fn choice_schema(allowed: &[String], wanted: usize) -> serde_json::Value {
 
 /// The re-ask after a bad answer: what was wrong, and the format again.
 fn reask(why: &str, allowed: &[String], wanted: usize) -> String {
-    let listed: String = allowed.iter().map(|a| format!("- {a}\n")).collect();
+    let listed = allowed.iter().fold(String::new(), |mut listed, a| {
+        listed.push_str("- ");
+        listed.push_str(a);
+        listed.push('\n');
+        listed
+    });
     let format = if wanted > 1 {
         format!(
             "Answer again with up to {wanted} different actions from this list, one per line, \
@@ -633,5 +642,47 @@ mod tests {
         assert!(observation.text.len() > crate::template::MAX_RENDERED_BYTES);
         assert!(prompt.len() < OBSERVATION_CHARS + 1000, "{}", prompt.len());
         assert!(prompt.contains("- north\n- south\n"), "{prompt}");
+    }
+
+    #[test]
+    fn a_refused_action_is_remembered_with_what_the_game_said_not_the_room() {
+        let spec = LlmSpec::new(
+            ClientConfig::new("m"),
+            "A tester.".to_owned(),
+            Redactor::default(),
+        );
+        let mut player = LlmPlayer::new(&spec, 1);
+        let observation = crate::play::protocol::Observation {
+            text: "A dark hall. Doors lead north.".to_owned(),
+            actions: vec!["north".to_owned(), "up".to_owned()],
+            state: serde_json::Value::Null,
+            score: 0.0,
+        };
+        let mut history = crate::play::players::History::default();
+        history.record("h", "up");
+        history.refused("There are no stairs here.");
+        let turn = Turn {
+            observation: &observation,
+            hash: "h",
+            history: &history,
+            wanted: 1,
+        };
+        player.remember(&turn);
+        history.record("h", "north");
+        let turn = Turn {
+            observation: &observation,
+            hash: "h",
+            history: &history,
+            wanted: 1,
+        };
+        player.remember(&turn);
+        let results: Vec<&str> = player.recent.iter().map(|m| m.result.as_str()).collect();
+        assert_eq!(
+            results,
+            [
+                "refused: There are no stairs here.",
+                "A dark hall. Doors lead north."
+            ]
+        );
     }
 }

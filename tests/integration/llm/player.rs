@@ -22,6 +22,8 @@ enum Reply {
     Text(String, u64, u64),
     /// Accepts, reads the request, and never answers.
     Silent,
+    /// Refuses the request with this status and body.
+    Refuse(u16, &'static str),
 }
 
 /// A request as the server saw it.
@@ -33,6 +35,8 @@ struct Seen {
     /// The last message (a retry's complaint, when there was one).
     last: String,
     kind: PromptKind,
+    /// The request's `response_format` (`null` when it asked for none).
+    format: serde_json::Value,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,6 +137,14 @@ fn respond(mut stream: TcpStream, n: usize, reply: Reply) {
         Reply::Text(text, input, output) => {
             write_completion(&mut stream, n, &text, input, output);
         }
+        Reply::Refuse(status, body) => {
+            use std::io::Write;
+            let _ = write!(
+                stream,
+                "HTTP/1.1 {status} Refused\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
     }
 }
 
@@ -164,6 +176,7 @@ fn read_request(stream: &mut TcpStream) -> Option<Seen> {
         prompt: first,
         last,
         kind,
+        format: request.body["response_format"].clone(),
     })
 }
 
@@ -264,6 +277,29 @@ fn trace_actions(t: &Test, report_json_dir: &Path) -> Vec<String> {
         .collect()
 }
 
+/// Every raw answer is in the transcript with how it was read.
+fn raw_answers_are_kept(turns: &[serde_json::Value]) {
+    let first = &turns[0]["model"][0];
+    assert_eq!(first["call"], "move", "{first:#}");
+    assert!(
+        first["answer"]
+            .as_str()
+            .is_some_and(|a| a.starts_with("I'll try")),
+        "{first:#}"
+    );
+    assert_eq!(first["read"], serde_json::json!(["north"]), "{first:#}");
+}
+
+/// The turn lines of a cell's transcript (those with an action), in order.
+fn transcript_turns(dir: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(dir.join("transcript.jsonl"))
+        .expect("transcript")
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["action"].is_string())
+        .collect()
+}
+
 fn cell_dir(t: &Test, doc: &serde_json::Value, controller: &str) -> std::path::PathBuf {
     let step = doc["steps"]
         .as_array()
@@ -294,7 +330,11 @@ fn llm_plays_the_actions_the_model_names_and_keeps_its_key_secret() {
                 40,
             );
         }
-        let actions = listed(&seen.prompt);
+        // Doors only: the model wanders and never takes, uses or wins.
+        let actions: Vec<String> = listed(&seen.prompt)
+            .into_iter()
+            .filter(|a| ["north", "east", "south", "west"].contains(&a.as_str()))
+            .collect();
         let action = actions[n % actions.len()].clone();
         noted.lock().unwrap().push(action.clone());
         let text = match n % 3 {
@@ -319,25 +359,48 @@ fn llm_plays_the_actions_the_model_names_and_keeps_its_key_secret() {
     let report = &reports(&t, &doc)[0];
     let dir = cell_dir(&t, &doc, "standard");
     let actions = trace_actions(&t, &dir);
+    // A room with one way out asks nobody: the transcript says so.
+    let turns = transcript_turns(&dir);
+    let unasked: Vec<&serde_json::Value> = turns
+        .iter()
+        .filter(|turn| turn["model"][0]["no_call"] == "one action listed")
+        .collect();
+    assert!(
+        !unasked.is_empty(),
+        "the storeroom has one door: {turns:#?}"
+    );
+    let asked: Vec<String> = actions
+        .iter()
+        .zip(&turns)
+        .filter(|(_, turn)| turn["model"][0]["no_call"].is_null())
+        .map(|(action, _)| action.clone())
+        .collect();
     assert_eq!(
-        actions,
+        asked,
         *named.lock().unwrap(),
         "the cell took what the model named"
     );
     assert_eq!(report["player"], "llm", "{report:#}");
     assert_eq!(report["quit_reason"], "patience", "{report:#}");
     assert_eq!(report["actions_taken"], 14, "{report:#}");
-    // 14 moves and one "How it felt", each counted and priced.
-    assert_eq!(server.seen().len(), 15);
-    assert_eq!(report["model"]["calls"], 15, "{report:#}");
+    // Each asked move and one "How it felt", each counted and priced.
+    let moves = 14 - u32::try_from(unasked.len()).expect("few");
+    assert_eq!(server.seen().len(), moves as usize + 1);
+    assert_eq!(report["model"]["calls"], moves + 1, "{report:#}");
+    assert_eq!(report["model"]["reasks"], 0, "{report:#}");
+    assert_eq!(report["model"]["fallbacks"], 0, "{report:#}");
+    // The fake server takes the schema and answers in prose anyway.
+    assert_eq!(report["model"]["structured"], false, "{report:#}");
     assert_eq!(
         report["model"]["input_tokens"],
-        14 * 500 + 300,
+        moves * 500 + 300,
         "{report:#}"
     );
     let cost = report["model"]["cost_usd"].as_f64().expect("priced");
-    let expected = (14.0 * 500.0 + 300.0) / 1e6 + (14.0 * 5.0 + 40.0) * 4.0 / 1e6;
+    let expected =
+        (f64::from(moves) * 500.0 + 300.0) / 1e6 + (f64::from(moves) * 5.0 + 40.0) * 4.0 / 1e6;
     assert!((cost - expected).abs() < 1e-9, "{cost} vs {expected}");
+    raw_answers_are_kept(&turns);
     let md = std::fs::read_to_string(dir.join("report.md")).expect("report.md");
     let felt = md.split("## How it felt").nth(1).expect("How it felt");
     assert!(
@@ -355,7 +418,15 @@ fn llm_plays_the_actions_the_model_names_and_keeps_its_key_secret() {
         last_move.prompt.contains("A grumpy veteran"),
         "the card reaches the prompt"
     );
-    // The key went to the server, and nowhere else.
+    assert!(felt.contains("[redacted]"), "{md}");
+    the_key_went_to_the_server_and_nowhere_else(&t, &server, &out);
+}
+
+fn the_key_went_to_the_server_and_nowhere_else(
+    t: &Test,
+    server: &ModelServer,
+    out: &crate::support::Output,
+) {
     assert!(
         server
             .seen()
@@ -364,7 +435,6 @@ fn llm_plays_the_actions_the_model_names_and_keeps_its_key_secret() {
         "{:?}",
         server.seen()
     );
-    assert!(felt.contains("[redacted]"), "{md}");
     let leaked = files_holding(&t.path(".gameplan"), CANARY);
     assert!(leaked.is_empty(), "the key leaked into {leaked:?}");
     assert!(
@@ -374,7 +444,68 @@ fn llm_plays_the_actions_the_model_names_and_keeps_its_key_secret() {
 }
 
 #[test]
-fn llm_a_model_that_never_names_a_listed_action_is_asked_again_once_then_the_cell_quits() {
+fn llm_a_model_that_never_names_a_listed_action_is_asked_again_once_then_the_explorer_moves() {
+    let server = ModelServer::start(Box::new(|_, seen| {
+        if seen.kind == PromptKind::Felt {
+            return Reply::Text("I mostly danced.".into(), 10, 5);
+        }
+        Reply::Text("I would rather dance the tango.".into(), 100, 5)
+    }));
+    let t = repo(&plan(
+        "\"standard\"",
+        2,
+        "max_model_usd = 1.0",
+        &Player {
+            url: &server.url,
+            extra: "",
+        },
+    ));
+    let out = t.run(&["plan", "run", "plan.toml", "--json"]);
+    out.code(0);
+    let retry = &server.seen()[1].last;
+    assert!(
+        retry.contains("names no listed action")
+            && retry.contains("- read sign")
+            && retry.contains("exactly one action from this list"),
+        "the re-ask says what was wrong and repeats the format: {retry}"
+    );
+    let doc = out.json();
+    let report = &reports(&t, &doc)[0];
+    assert_eq!(report["quit_reason"], "patience", "{report:#}");
+    assert_eq!(report["actions_taken"], 2, "{report:#}");
+    // Two calls per asked move (the question and one re-ask), then the
+    // explorer's move; "How it felt" is still asked.
+    let fallbacks = report["model"]["fallbacks"].as_u64().expect("fallbacks");
+    assert!(fallbacks >= 1, "{report:#}");
+    assert_eq!(report["model"]["reasks"], fallbacks, "{report:#}");
+    assert_eq!(
+        server.count(PromptKind::Move) as u64,
+        2 * fallbacks,
+        "one question and one re-ask per move, no more"
+    );
+    assert_eq!(server.count(PromptKind::Felt), 1);
+    let dir = cell_dir(&t, &doc, "standard");
+    let turns = transcript_turns(&dir);
+    let first = &turns[0];
+    assert_eq!(first["by"], "fallback", "{first:#}");
+    assert_eq!(
+        first["model"][0]["bad"], "names no listed action",
+        "{first:#}"
+    );
+    assert_eq!(first["model"][1]["reask"], true, "{first:#}");
+    assert_eq!(first["model"][2]["fallback"], "explorer", "{first:#}");
+    let trace = std::fs::read_to_string(dir.join("trace.jsonl")).expect("trace");
+    let labelled = trace
+        .lines()
+        .filter(|l| l.contains("\"by\":\"fallback\""))
+        .count() as u64;
+    assert_eq!(labelled, fallbacks, "{trace}");
+    let md = std::fs::read_to_string(dir.join("report.md")).expect("report.md");
+    assert!(md.contains("fallback"), "{md}");
+}
+
+#[test]
+fn llm_with_fallback_stop_a_second_bad_answer_ends_the_cell() {
     let server = ModelServer::start(Box::new(|_, _| {
         Reply::Text("I would rather dance the tango.".into(), 100, 5)
     }));
@@ -384,7 +515,7 @@ fn llm_a_model_that_never_names_a_listed_action_is_asked_again_once_then_the_cel
         "max_actions = 10",
         &Player {
             url: &server.url,
-            extra: "",
+            extra: ", fallback = \"stop\"",
         },
     ));
     let out = t.run(&["plan", "run", "plan.toml", "--json"]);
@@ -393,23 +524,81 @@ fn llm_a_model_that_never_names_a_listed_action_is_asked_again_once_then_the_cel
     assert_eq!(
         server.seen().len(),
         2,
-        "one question and one retry, no more"
-    );
-    let retry = &server.seen()[1].last;
-    assert!(
-        retry.contains("names no listed action") && retry.contains("read sign"),
-        "the retry says what was wrong and lists the actions: {retry}"
+        "one question and one re-ask, no more"
     );
     let doc = out.json();
     let report = &reports(&t, &doc)[0];
     assert_eq!(report["quit_reason"], "bad_answer", "{report:#}");
     assert_eq!(report["actions_taken"], 0, "{report:#}");
+    assert_eq!(report["model"]["reasks"], 1, "{report:#}");
     let detail = report["quit_detail"].as_str().expect("quit_detail");
     assert!(detail.contains("dance the tango"), "{detail}");
     let said = doc["steps"][0]["message"]
         .as_str()
         .expect("the step says why");
     assert!(said.contains("named no listed action"), "{said}");
+    let dir = cell_dir(&t, &doc, "standard");
+    let transcript = std::fs::read_to_string(dir.join("transcript.jsonl")).expect("transcript");
+    assert!(
+        transcript.contains("player_error") && transcript.contains("dance the tango"),
+        "the raw answers are kept with the error: {transcript}"
+    );
+}
+
+/// The choice is asked as structured output, a JSON Schema whose `enum` is
+/// the listed actions; a server that refuses `OpenAI`'s dialect (422, as
+/// llama-cpp-python's does) is asked in its own, and a JSON answer is read.
+#[test]
+fn llm_asks_for_the_choice_as_a_json_schema_of_the_listed_actions() {
+    let server = ModelServer::start(Box::new(|n, seen| {
+        if seen.kind == PromptKind::Felt {
+            return Reply::Text("Fine.".into(), 10, 5);
+        }
+        if seen.format["type"] == "json_schema" {
+            return Reply::Refuse(422, r#"{"detail":"unknown response_format type"}"#);
+        }
+        let listed = seen.format["schema"]["properties"]["action"]["enum"].clone();
+        let pick = &listed[n % listed.as_array().map_or(1, Vec::len)];
+        Reply::Text(serde_json::json!({"action": pick}).to_string(), 100, 8)
+    }));
+    let t = repo(&plan(
+        "\"standard\"",
+        5,
+        "max_model_usd = 1.0",
+        &Player {
+            url: &server.url,
+            extra: "",
+        },
+    ));
+    let out = t.run(&["plan", "run", "plan.toml", "--json"]);
+    out.code(0);
+    let seen = server.seen();
+    assert_eq!(
+        seen[0].format["type"], "json_schema",
+        "{:?}",
+        seen[0].format
+    );
+    assert_eq!(
+        seen[0].format["json_schema"]["schema"]["properties"]["action"]["enum"],
+        serde_json::json!(["north", "east", "south", "west", "read sign", "down"]),
+    );
+    assert!(
+        seen[1..]
+            .iter()
+            .filter(|s| s.kind == PromptKind::Move)
+            .all(|s| s.format["type"] == "json_object"),
+        "once refused, the first dialect is not asked again"
+    );
+    assert!(
+        seen.iter()
+            .any(|s| s.kind == PromptKind::Felt && s.format.is_null())
+    );
+    let doc = out.json();
+    let report = &reports(&t, &doc)[0];
+    assert_eq!(report["actions_taken"], 5, "{report:#}");
+    assert_eq!(report["model"]["structured"], true, "{report:#}");
+    assert_eq!(report["model"]["reasks"], 0, "{report:#}");
+    assert_eq!(report["model"]["retries"], 0, "{report:#}");
 }
 
 #[test]
@@ -430,19 +619,20 @@ fn llm_usage_past_max_model_usd_stops_the_cell_on_budget_with_exit_2() {
     let out = t.run(&["plan", "run", "plan.toml", "--json"]);
     out.code(2);
     // 0.02, 0.04, then a call that fits (0.04 + its bound < 0.05) and passes
-    // it: 0.06; nothing after, no "How it felt" either.
+    // it: 0.06; nothing after, no "How it felt" either. The storeroom's one
+    // door (west) costs no call: two of the five actions were free.
     assert_eq!(server.seen().len(), 3, "{:?}", server.seen());
     let doc = out.json();
     let report = &reports(&t, &doc)[0];
     assert_eq!(report["quit_reason"], "budget", "{report:#}");
-    assert_eq!(report["actions_taken"], 3, "{report:#}");
+    assert_eq!(report["actions_taken"], 5, "{report:#}");
     assert_eq!(report["model"]["stopped_by_budget"], true, "{report:#}");
     assert_eq!(report["model"]["calls"], 3, "{report:#}");
     let said = doc["steps"][0]["message"]
         .as_str()
         .expect("the step says why");
     assert!(
-        said.contains("the model budget stopped the cell after 3 actions"),
+        said.contains("the model budget stopped the cell after 5 actions"),
         "{said}"
     );
     assert_eq!(doc["outcome"], "incomplete", "{doc:#}");
@@ -657,6 +847,34 @@ matrix = { persona = "*" }
     let check = t.check(&["plan.toml"]);
     let too_large = check.only("plan::file_too_large");
     at(too_large, &priced, "\"prompt.j2\"");
+    // The answer settings: a fallback nobody knows, a "How it felt" with
+    // no time or no room for a sentence; each at its value.
+    t.write("prompt.j2", "{{ persona }}");
+    let settings = priced.replace(
+        "prompt_file = \"prompt.j2\" }",
+        "prompt_file = \"prompt.j2\", fallback = \"explore\", felt_timeout = 0, felt_max_tokens = 8 }",
+    );
+    t.write("plan.toml", &settings);
+    let check = t.check(&["plan.toml"]);
+    check.codes(&[
+        "plan::unknown_value",
+        "plan::invalid_timeout",
+        "plan::invalid_value",
+    ]);
+    let problems = check.problems();
+    at(problems[0], &settings, "\"explore\"").help_has("explorer");
+    at(problems[1], &settings, "0, felt_max_tokens")
+        .message("`felt_timeout` must be at least 1 second");
+    at(problems[2], &settings, "8 }").message("`felt_max_tokens = 8` is out of range (16..=4096)");
+    let fine = settings
+        .replace("\"explore\"", "\"stop\"")
+        .replace("felt_timeout = 0", "felt_timeout = 300")
+        .replace(
+            "felt_max_tokens = 8",
+            "felt_max_tokens = 16, structured = false",
+        );
+    t.write("plan.toml", &fine);
+    t.check(&["plan.toml"]).codes(&[]);
 }
 
 #[test]
@@ -687,8 +905,9 @@ fn llm_pools_llm_bounds_the_model_requests_in_flight_across_cells() {
     let t = repo(&plan_with(1).replace("URL", &server.url));
     t.run(&["plan", "run", "plan.toml", "--concurrency", "3"])
         .code(0);
-    // Three cells of three turns, rune's of three calls a turn.
-    assert_eq!(server.count(PromptKind::Move), 9 + 3);
+    // Three cells of three turns, rune's of three calls a turn; the third
+    // turn, in the storeroom with its one door, asks nobody.
+    assert_eq!(server.count(PromptKind::Move), 2 + 2 * 3);
     assert_eq!(server.count(PromptKind::Felt), 3);
     assert_eq!(server.most_at_once(), 1, "llm = 1 let requests overlap");
 
@@ -911,7 +1130,8 @@ fn play_cli_llm_plays_one_cell_with_the_key_from_the_environment_and_writes_it_n
     );
     out.code(0).stdout_has("patience after 4 actions");
     let seen = server.seen();
-    assert_eq!(seen.len(), 5, "4 moves and How it felt: {seen:?}");
+    // north, east, west (the storeroom's one door: no call), east.
+    assert_eq!(seen.len(), 4, "3 asked moves and How it felt: {seen:?}");
     assert!(
         seen.iter()
             .all(|s| s.authorization == format!("Bearer {CANARY}")),
@@ -921,11 +1141,11 @@ fn play_cli_llm_plays_one_cell_with_the_key_from_the_environment_and_writes_it_n
     let report: serde_json::Value =
         serde_json::from_str(&t.read("cell/report.json")).expect("report.json");
     assert_eq!(report["player"], "llm", "{report:#}");
-    assert_eq!(report["model"]["calls"], 5, "{report:#}");
+    assert_eq!(report["model"]["calls"], 4, "{report:#}");
     let cost = report["model"]["cost_usd"]
         .as_f64()
         .expect("priced by the flags");
-    let expected = (4.0 * 100.0 + 200.0) / 1e6 + (4.0 * 3.0 + 20.0) * 4.0 / 1e6;
+    let expected = (3.0 * 100.0 + 200.0) / 1e6 + (3.0 * 3.0 + 20.0) * 4.0 / 1e6;
     assert!((cost - expected).abs() < 1e-9, "{cost} vs {expected}");
     assert!(
         t.read("cell/report.md")
@@ -1015,13 +1235,20 @@ fn play_cli_llm_flags_that_make_no_cell_are_exit_3_before_anything_is_sent() {
 
 #[test]
 fn play_cli_llm_exit_codes_say_how_the_model_ended_the_cell() {
-    // A model that never names a listed action: partial results, exit 2.
+    // A model that never names a listed action: the explorer moves for it
+    // and the cell plays to its patience; with `--fallback stop`, partial
+    // results, exit 2.
     let tango = ModelServer::start(Box::new(|_, _| Reply::Text("The tango!".into(), 10, 1)));
     let t = Test::new();
-    play_llm(&t, &tango.url, &[])
+    play_llm(&t, &tango.url, &["--patience", "2"]).code(0);
+    let played: serde_json::Value =
+        serde_json::from_str(&t.read("cell/report.json")).expect("report.json");
+    assert_eq!(played["model"]["fallbacks"], 2, "{played:#}");
+    let asked = tango.seen().len();
+    play_llm(&t, &tango.url, &["--fallback", "stop"])
         .code(2)
         .stderr_has("the player stopped");
-    assert_eq!(tango.seen().len(), 2, "one question, one retry");
+    assert_eq!(tango.seen().len() - asked, 2, "one question, one re-ask");
     // Past --max-model-usd: stopped on budget, exit 2.
     let dear = ModelServer::start(Box::new(|_, seen| {
         Reply::Text(listed(&seen.prompt)[0].clone(), 20_000, 1)
@@ -1039,7 +1266,7 @@ fn play_cli_llm_exit_codes_say_how_the_model_ended_the_cell() {
         ],
     )
     .code(2)
-    .stdout_has("budget after 3 actions");
+    .stdout_has("budget after 5 actions");
     // Nobody listens there: the endpoint never answered, exit 5.
     let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let url = format!("http://{}/v1", closed.local_addr().expect("addr"));
