@@ -325,6 +325,11 @@ impl LlmPlayer {
             );
             return Ok(vec![only.clone()]);
         }
+        // Room for the longest listed action, a few times for alternatives:
+        // a structured answer cut short is no JSON at all.
+        let longest = allowed.iter().map(String::len).max().unwrap_or(0);
+        let room = u32::try_from(wanted * (longest / 2 + 8) + 24).unwrap_or(u32::MAX);
+        let max_tokens = max_tokens.max(room);
         let schema = self.structured.then(|| choice_schema(allowed, wanted));
         self.counts.schema_asked |= schema.is_some();
         let mut messages = vec![Message::user(prompt)];
