@@ -35,7 +35,9 @@
 //!   first dialect the server takes (`structured`): `OpenAI`'s `json_schema`
 //!   (`OpenAI`, `vLLM`, llama.cpp's `llama-server`, Ollama), then
 //!   llama-cpp-python's `json_object` with a `schema`. A 400 or 422 to one
-//!   dialect tries the next at once (not a retry: nothing was generated),
+//!   dialect (or a 500 whose body names `response_format`, as
+//!   llama-cpp-python's server answers) tries the next at once (not a
+//!   retry: nothing was generated),
 //!   and a server that takes neither is asked in plain text from then on.
 //! - **Secrets**: the API key travels only in the `Authorization` header.
 //!   Every text this module hands back (answers, error messages, which may
@@ -557,6 +559,20 @@ impl Client {
             .and_then(|v| v.trim().parse::<u64>().ok())
             .map(Duration::from_secs);
         let read = read_capped(&mut response, MAX_ANSWER_BYTES).await;
+        // llama-cpp-python's server answers a `response_format` it does
+        // not know with a 500 naming it: no retry would change that.
+        if status.is_server_error()
+            && body.response_format.is_some()
+            && read
+                .as_ref()
+                .is_ok_and(|b| String::from_utf8_lossy(b).contains("response_format"))
+        {
+            return Attempt::FormatRefused(LlmError::Refused {
+                endpoint: self.redactor.redact(endpoint),
+                status: status.as_u16(),
+                body: "the server does not take this response_format".to_owned(),
+            });
+        }
         if status.as_u16() == 429 || status.is_server_error() {
             return Attempt::Again {
                 why: format!("HTTP {status}"),

@@ -314,8 +314,8 @@ fn json_is_found_in_prose_and_fences_and_nothing_else_is_taken_for_it() {
     );
 }
 
-/// A schema asked of a server that refuses `OpenAI`'s dialect (422, as
-/// llama-cpp-python's server does) and takes its own: the call is sent
+/// A schema asked of a server that refuses `OpenAI`'s dialect (422) and
+/// takes another: the call is sent
 /// again at once in the next dialect, not counted as a retry, and later
 /// calls start there.
 #[test]
@@ -414,4 +414,38 @@ fn a_call_asked_once_on_timeout_is_not_sent_again() {
     assert!(started.elapsed() < Duration::from_secs(2));
     std::thread::sleep(Duration::from_millis(100));
     assert_eq!(server.requests(), 1);
+}
+
+/// llama-cpp-python 0.3.36's server answers `OpenAI`'s dialect with a 500
+/// naming `response_format` (its words below): not a failure to retry
+/// three times, a dialect to leave at once.
+#[test]
+fn a_500_that_names_response_format_is_a_refused_dialect_not_a_retry() {
+    let server = Server::start(vec![
+        Reply::Http(
+            500,
+            r#"{"error":{"message":"1 validation error:\n  {'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), 'msg': \"Input should be 'text' or 'json_object'\"}","type":"internal_server_error"}}"#.into(),
+        ),
+        completion(r#"{"action":"north"}"#, 10, 5),
+        Reply::Http(500, r#"{"error":{"message":"out of memory"}}"#.into()),
+        completion(r#"{"action":"east"}"#, 10, 5),
+    ]);
+    let client = Client::new(config(&server), Redactor::default()).expect("client");
+    let schema = serde_json::json!({"type": "object"});
+    let call = Call {
+        schema: Some(&schema),
+        ..Call::default()
+    };
+    let rt = runtime();
+    let first = rt
+        .block_on(client.chat_with(&[Message::user("go")], 16, call))
+        .expect("answered in the next dialect");
+    assert!(first.structured);
+    assert_eq!(client.usage().retries, 0);
+    assert_eq!(client.dialect(), Dialect::JsonObject);
+    // Any other 500 is the server's trouble: retried, the dialect kept.
+    rt.block_on(client.chat_with(&[Message::user("go")], 16, call))
+        .expect("answered after a retry");
+    assert_eq!(client.usage().retries, 1);
+    assert_eq!(client.dialect(), Dialect::JsonObject);
 }

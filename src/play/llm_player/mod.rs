@@ -241,8 +241,8 @@ pub struct LlmPlayer {
 struct AnswerCounts {
     reasks: u64,
     fallbacks: u64,
-    /// A schema was asked for.
-    schema_asked: bool,
+    /// An answer came to a call that asked for a schema.
+    schema_answered: bool,
     /// Some answer came back as structured output.
     structured: bool,
 }
@@ -331,7 +331,6 @@ impl LlmPlayer {
         let room = u32::try_from(wanted * (longest / 2 + 8) + 24).unwrap_or(u32::MAX);
         let max_tokens = max_tokens.max(room);
         let schema = self.structured.then(|| choice_schema(allowed, wanted));
-        self.counts.schema_asked |= schema.is_some();
         let mut messages = vec![Message::user(prompt)];
         let first = self.call(&messages, max_tokens, schema.as_ref()).await?;
         let why = match pick(&first.text, allowed, wanted) {
@@ -396,6 +395,7 @@ impl LlmPlayer {
                 // in prose: structured is what came back as JSON.
                 answer.structured &= serde_json::from_str::<serde_json::Value>(answer.text.trim())
                     .is_ok_and(|v| v.is_object());
+                self.counts.schema_answered |= schema.is_some();
                 self.counts.structured |= answer.structured;
                 Ok(answer)
             }
@@ -535,7 +535,7 @@ impl Player for LlmPlayer {
                         .chat_with(&[Message::user(prompt)], self.felt_tokens, call)
                         .await
                 {
-                    let text = answer.text.trim();
+                    let text = whole_sentences(answer.text.trim());
                     if !text.is_empty() {
                         felt = Some(cut(text, FELT_CHARS));
                     }
@@ -545,13 +545,29 @@ impl Player for LlmPlayer {
             usage.stopped_by_budget = self.budget_stop;
             usage.reasks = self.counts.reasks;
             usage.fallbacks = self.counts.fallbacks;
-            usage.structured = self.counts.schema_asked.then_some(self.counts.structured);
+            usage.structured = self
+                .counts
+                .schema_answered
+                .then_some(self.counts.structured);
             PlayerReport {
                 felt,
                 model: Some(usage),
                 quit_detail: None,
             }
         })
+    }
+}
+
+/// `text` up to its last whole sentence: a paragraph cut off by its token
+/// cap ends mid-word, and a report quotes it. Text with no sentence end
+/// at all is kept as it is.
+fn whole_sentences(text: &str) -> &str {
+    if text.ends_with(['.', '!', '?', '"', ')']) {
+        return text;
+    }
+    match text.rfind(['.', '!', '?']) {
+        Some(end) => &text[..=end],
+        None => text,
     }
 }
 
@@ -689,5 +705,15 @@ mod tests {
                 "A dark hall. Doors lead north."
             ]
         );
+    }
+
+    #[test]
+    fn how_it_felt_cut_off_by_its_token_cap_ends_at_its_last_sentence() {
+        assert_eq!(
+            whole_sentences("Fun. The doors were odd! And then I found a"),
+            "Fun. The doors were odd!"
+        );
+        assert_eq!(whole_sentences("All good."), "All good.");
+        assert_eq!(whole_sentences("no end at all"), "no end at all");
     }
 }
