@@ -33,6 +33,8 @@ const HANG_AFTER: Duration = Duration::from_secs(120);
 pub struct Test {
     dir: tempfile::TempDir,
     env: BTreeMap<String, String>,
+    /// How long a command may run before it is called hung.
+    hang_after: Duration,
 }
 
 /// A test that fails half-way (a timing bound under load, say) can leave a
@@ -86,7 +88,19 @@ impl Test {
             std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".to_owned()),
         );
         env.insert("NO_COLOR".to_owned(), "1".to_owned());
-        Test { dir, env }
+        Test {
+            dir,
+            env,
+            hang_after: HANG_AFTER,
+        }
+    }
+
+    /// Waits `limit` for each command before calling it hung (instead of
+    /// two minutes): for a run whose every turn waits on a real model.
+    #[must_use]
+    pub fn hang_after(mut self, limit: Duration) -> Self {
+        self.hang_after = limit;
+        self
     }
 
     /// Writes a file (text or bytes) at a repo-relative path, creating directories.
@@ -160,6 +174,7 @@ impl Test {
             command_line: format!("gameplan {}", args.join(" ")),
             child,
             started,
+            hang_after: self.hang_after,
             stdout,
             stderr,
             roots: roots(self.dir.path()),
@@ -242,6 +257,7 @@ pub struct Spawned {
     command_line: String,
     child: std::process::Child,
     started: Instant,
+    hang_after: Duration,
     stdout: std::thread::JoinHandle<Vec<u8>>,
     stderr: std::thread::JoinHandle<Vec<u8>>,
     roots: Vec<PathBuf>,
@@ -303,10 +319,13 @@ impl Spawned {
             if let Some(status) = self.child.try_wait().expect("wait for gameplan") {
                 break status;
             }
-            if self.started.elapsed() > HANG_AFTER {
+            if self.started.elapsed() > self.hang_after {
                 let _ = self.child.kill();
                 let _ = self.child.wait();
-                panic!("`{}` hung: killed after {HANG_AFTER:?}", self.command_line);
+                panic!(
+                    "`{}` hung: killed after {:?}",
+                    self.command_line, self.hang_after
+                );
             }
             std::thread::sleep(Duration::from_millis(5));
         };

@@ -16,7 +16,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 
+use std::time::Duration;
+
 use crate::support::Test;
+
+/// How long one run may take: every turn waits on a model that shares
+/// two cores with the rest of the test suite.
+const RUN_LIMIT: Duration = Duration::from_secs(600);
 
 /// The name the server answers to (`model.sh`'s `--model_alias`).
 const MODEL: &str = "smollm2-135m";
@@ -150,7 +156,7 @@ id = "maze"
 command = ["builtin:maze"]
 
 [budget]
-max_actions = 10
+max_actions = 8
 max_model_usd = 0.10
 
 [pools]
@@ -159,7 +165,7 @@ llm = 1
 [[personas]]
 slug = "veteran"
 card = "A grumpy veteran of text adventures who reads every sign and opens every door."
-patience = 10
+patience = 8
 {player}
 
 [[steps]]
@@ -169,7 +175,7 @@ matrix = {{ persona = "*", controller = "*" }}
 "#,
         player = player(&server.url)
     );
-    let t = Test::new().file("plan.toml", plan);
+    let t = Test::new().hang_after(RUN_LIMIT).file("plan.toml", plan);
     let out = t.run(&["plan", "run", "plan.toml", "--json"]);
     let doc = out.json();
     every_cell_played_with_the_model(&reports(&t, &doc), 3);
@@ -188,7 +194,7 @@ fn llm_a_real_small_model_plays_the_example_web_game_under_every_controller() {
     let plan = example("examples/web.toml")
         .replace(
             "player = { kind = \"explorer\" }\npatience = 40",
-            &format!("{}\npatience = 8", player(&server.url)),
+            &format!("{}\npatience = 5", player(&server.url)),
         )
         .replace(
             "description = ",
@@ -204,6 +210,7 @@ fn llm_a_real_small_model_plays_the_example_web_game_under_every_controller() {
         "the example changed: {plan}"
     );
     let t = Test::new()
+        .hang_after(RUN_LIMIT)
         .file(
             "examples/games/web/index.html",
             example("examples/games/web/index.html"),
