@@ -1,5 +1,6 @@
 //! What a finding can be and how bad it is: its category (crash, hang,
-//! error, refused, stuck, console) and severity, with their names.
+//! error, refused, stuck, console, invariant, coverage) and severity, with
+//! their names.
 //!
 //! A leaf, because the plan speaks of them (`fail_on`, a gate's rules) as
 //! much as play finds them, and the plan sits below play.
@@ -24,16 +25,24 @@ pub enum Category {
     Stuck,
     /// A browser console error or page crash (webdriver driver).
     Console,
+    /// One of the plan's `[[invariants]]` was broken: the game broke its
+    /// own rules (severity: the invariant's, high by default).
+    Invariant,
+    /// A `sometimes` invariant that no player ever saw hold: a part of the
+    /// game the playtest never reached.
+    Coverage,
 }
 
 impl Category {
-    pub const ALL: [Category; 6] = [
+    pub const ALL: [Category; 8] = [
         Category::Crash,
         Category::Hang,
         Category::Error,
         Category::Refused,
         Category::Stuck,
         Category::Console,
+        Category::Invariant,
+        Category::Coverage,
     ];
 
     pub fn name(self) -> &'static str {
@@ -44,6 +53,8 @@ impl Category {
             Category::Refused => "refused",
             Category::Stuck => "stuck",
             Category::Console => "console",
+            Category::Invariant => "invariant",
+            Category::Coverage => "coverage",
         }
     }
 
@@ -51,9 +62,9 @@ impl Category {
     pub fn severity(self) -> Severity {
         match self {
             Category::Crash => Severity::Critical,
-            Category::Hang => Severity::High,
+            Category::Hang | Category::Invariant => Severity::High,
             Category::Error | Category::Console => Severity::Medium,
-            Category::Refused | Category::Stuck => Severity::Low,
+            Category::Refused | Category::Stuck | Category::Coverage => Severity::Low,
         }
     }
 }

@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 pub use super::kinds::{Params, StepKind};
 pub use super::raw::{BackendKind, Driver, ExecutorKind, LensKind, LensOver};
@@ -220,6 +220,60 @@ pub struct Game {
     pub goal: Option<String>,
     /// webdriver: seconds the first page load may take.
     pub load_timeout_secs: u64,
+    /// The plan's `[[invariants]]`: the rules every play of this game is
+    /// held to (they enter the build hash's key as the goal does).
+    pub invariants: Vec<Invariant>,
+}
+
+/// A rule the game must keep (`[[invariants]]`; docs/invariants.md).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Invariant {
+    /// What the rule says, in words.
+    pub name: String,
+    /// When the expression must (or must not) hold.
+    pub kind: InvariantKind,
+    /// A minijinja expression over `obs` and `prev`.
+    pub expr: String,
+    /// `eventually`: within how many actions of a reset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub within: Option<u64>,
+    pub severity: Severity,
+    /// Counted in a cell's progress (`milestones`) the first time it holds.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub milestone: bool,
+}
+
+/// The four ways an invariant's expression is judged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum InvariantKind {
+    /// Must hold after every action.
+    Always,
+    /// Must not hold after any action.
+    Never,
+    /// Must hold within `within` actions of every reset.
+    Eventually,
+    /// Must hold at least once in the whole playtest.
+    Sometimes,
+}
+
+impl InvariantKind {
+    pub const ALL: [InvariantKind; 4] = [
+        InvariantKind::Always,
+        InvariantKind::Never,
+        InvariantKind::Eventually,
+        InvariantKind::Sometimes,
+    ];
+
+    /// The plan key that gives it (`always`, …).
+    pub fn name(self) -> &'static str {
+        match self {
+            InvariantKind::Always => "always",
+            InvariantKind::Never => "never",
+            InvariantKind::Eventually => "eventually",
+            InvariantKind::Sometimes => "sometimes",
+        }
+    }
 }
 
 /// Seconds a browser game's first page may take to load, by default.

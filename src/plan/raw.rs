@@ -43,6 +43,9 @@ pub struct RawPlan {
     pub lenses: Vec<RawLens>,
     #[schemars(default)]
     pub gates: Vec<RawGate>,
+    /// Rules the game must keep: a broken one is an `invariant` finding.
+    #[schemars(default)]
+    pub invariants: Vec<RawInvariant>,
     /// Findings that fail the run (exit 1) without a gate: categories
     /// (`crash`, `hang`, ...) and severities, each severity meaning itself
     /// or worse (`high`: high or critical). `plan run --fail-on` overrides it.
@@ -128,6 +131,7 @@ impl RawPlan {
         let personas = t.optional("personas", diags);
         let lenses = t.optional("lenses", diags);
         let gates = t.optional("gates", diags);
+        let invariants = t.optional("invariants", diags);
         let fail_on = t
             .entry("fail_on")
             .and_then(|e| Decode::decode(&e.value, diags).map(|v| Spanned::new(v, e.key_span)));
@@ -156,6 +160,7 @@ impl RawPlan {
             ("personas", personas.is_some()),
             ("lenses", lenses.is_some()),
             ("gates", gates.is_some()),
+            ("invariants", invariants.is_some()),
             ("steps", steps.is_some()),
         ] {
             if !read && t.entry(key).is_some() {
@@ -186,6 +191,7 @@ impl RawPlan {
             personas: personas.unwrap_or_default(),
             lenses: lenses.unwrap_or_default(),
             gates: gates.unwrap_or_default(),
+            invariants: invariants.unwrap_or_default(),
             fail_on,
             steps,
             unreadable,
@@ -502,6 +508,58 @@ impl Decode for RawGame {
             probe,
             goal,
             load_timeout,
+        })
+    }
+}
+
+/// A rule the game must keep (`[[invariants]]`; docs/invariants.md): one
+/// of `always`, `never`, `eventually` (with `within`) or `sometimes`, a
+/// minijinja expression over `obs` and `prev`.
+#[derive(Debug, Clone, PartialEq, JsonSchema)]
+#[schemars(deny_unknown_fields, rename = "Invariant")]
+pub struct RawInvariant {
+    /// What the rule says, in words: the finding's title names it.
+    pub name: Spanned<String>,
+    /// Must hold after every action.
+    pub always: Option<Spanned<String>>,
+    /// Must not hold after any action.
+    pub never: Option<Spanned<String>>,
+    /// Must hold within `within` actions of every reset.
+    pub eventually: Option<Spanned<String>>,
+    /// Must hold at least once in the whole playtest (unmet: a `coverage` finding).
+    pub sometimes: Option<Spanned<String>>,
+    /// `eventually`'s window, in actions after a reset.
+    pub within: Option<Spanned<u64>>,
+    /// The broken rule's severity: critical, high (default), medium, low.
+    pub severity: Option<Spanned<String>>,
+    /// Count the first step it holds in the cell's progress (`milestones`).
+    pub milestone: Option<bool>,
+}
+
+impl Decode for RawInvariant {
+    fn decode(node: &Node, diags: &mut Diagnostics) -> Option<Self> {
+        let mut t = TableReader::new(node, "an invariant", diags)?;
+        let name: Option<Spanned<String>> = t.required("name", diags);
+        if let Some(name) = &name {
+            t.describe(format!("invariant `{}`", name.value));
+        }
+        let always = t.optional("always", diags);
+        let never = t.optional("never", diags);
+        let eventually = t.optional("eventually", diags);
+        let sometimes = t.optional("sometimes", diags);
+        let within = t.optional("within", diags);
+        let severity = t.optional("severity", diags);
+        let milestone = t.optional("milestone", diags);
+        t.finish(diags);
+        Some(RawInvariant {
+            name: name?,
+            always,
+            never,
+            eventually,
+            sometimes,
+            within,
+            severity,
+            milestone,
         })
     }
 }

@@ -199,6 +199,7 @@ pub async fn play_cell_watched(
             let mut episode =
                 Episode::new(first, &spec.persona, controller_name, spec.game.stuck_after);
             episode.set_goal(spec.game.goal.as_deref());
+            episode.set_invariants(&spec.game.invariants);
             line(
                 &mut transcript,
                 &serde_json::json!({"hello": {"name": hello.name, "version": hello.version}}),
@@ -235,6 +236,8 @@ pub async fn play_cell_watched(
                 goal_step: episode.goal_step(),
                 max_score: episode.max_score(),
                 distinct_observations: metrics.distinct_observations.max(1),
+                milestones: episode.invariants().milestones(),
+                sometimes: episode.invariants().sometimes(),
             };
             play_notes = std::mem::take(&mut episode.notes);
             (end, episode.findings, said)

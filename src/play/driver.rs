@@ -97,6 +97,8 @@ pub struct GameSpec {
     /// `game.goal`: an expression over `obs` and `prev` that holds when
     /// the cell reached its goal (besides a `goal` event).
     pub goal: Option<String>,
+    /// The plan's `[[invariants]]`, judged after every action.
+    pub invariants: Vec<crate::plan::model::Invariant>,
 }
 
 /// What the `webdriver` driver opens (see [`super::webdriver`]).
@@ -159,6 +161,7 @@ impl GameSpec {
             limits: ResourceLimits::default(),
             secret_env: std::collections::BTreeSet::new(),
             goal: None,
+            invariants: Vec::new(),
         }
     }
 

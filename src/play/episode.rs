@@ -39,6 +39,7 @@
 use super::driver::{Driver, Failure, Seen};
 use super::findings::{Category, Evidence, FindingSet, Spotted, last_actions, normalize};
 use super::goal::Goal;
+use super::invariants::Invariants;
 use super::players::History;
 use super::protocol::{Event, EventKind, Op};
 use super::trace::{TraceReset, TraceStep};
@@ -84,6 +85,8 @@ pub struct Episode {
     goal: Option<Goal>,
     /// The action (every episode counted) after which the goal was first reached.
     goal_step: Option<u64>,
+    /// The plan's invariants, judged after every action.
+    invariants: Invariants,
     /// The highest score seen.
     max_score: f64,
     /// What the play should say that is no finding (a goal that cannot be
@@ -115,6 +118,7 @@ impl Episode {
             stuck: false,
             goal: None,
             goal_step: None,
+            invariants: Invariants::default(),
             max_score: f64::NEG_INFINITY,
             notes: Vec::new(),
             entered: None,
@@ -146,6 +150,16 @@ impl Episode {
     /// Evaluates `goal` (`game.goal`) after every action from now on.
     pub fn set_goal(&mut self, goal: Option<&str>) {
         self.goal = goal.map(Goal::new);
+    }
+
+    /// Judges `invariants` after every action from now on.
+    pub fn set_invariants(&mut self, invariants: &[crate::plan::model::Invariant]) {
+        self.invariants = Invariants::new(invariants);
+    }
+
+    /// The play's invariants: their milestones and `sometimes` so far.
+    pub fn invariants(&self) -> &Invariants {
+        &self.invariants
     }
 
     /// The action (every episode counted) after which the goal was first
@@ -199,6 +213,7 @@ impl Episode {
                 self.stuck = false;
                 self.entered = None;
                 self.since_reset = self.history.actions().len();
+                self.invariants.reset();
                 self.spot_console(after, "", None);
                 Ok(())
             }
@@ -240,8 +255,9 @@ impl Episode {
         match game.act(action).await {
             Ok(Ok(acted)) => {
                 let changed = acted.seen.hash != from;
-                // The goal reads the observation before this one as `prev`.
-                let before = if self.goal.is_some() {
+                // The goal and the invariants read the observation before
+                // this one as `prev`.
+                let before = if self.goal.is_some() || !self.invariants.is_empty() {
                     Some(std::mem::replace(&mut self.current, acted.seen))
                 } else {
                     self.current = acted.seen;
@@ -264,6 +280,7 @@ impl Episode {
                 self.history.mark_outcome(&from, action, changed);
                 self.count_change(changed, action, &from);
                 let goal = self.goal_holds(before.as_ref().map(|b| &b.observation));
+                self.judge_invariants(before.as_ref(), step, action);
                 let event = acted.events.iter().any(|e| e.kind == EventKind::Goal);
                 if (goal || event) && self.goal_step.is_none() {
                     self.goal_step = Some(step);
@@ -385,6 +402,47 @@ impl Episode {
                 self.notes.push(note);
                 false
             }
+        }
+    }
+
+    /// An `invariant` finding per rule the action just taken broke,
+    /// fingerprinted by the rule's name (one broken rule is one finding
+    /// wherever it breaks), with the rule's severity.
+    fn judge_invariants(&mut self, before: Option<&Seen>, step: u64, action: &str) {
+        if self.invariants.is_empty() {
+            return;
+        }
+        let since = self.episode_actions().len() as u64;
+        let (broken, mut notes) = self.invariants.check(
+            &self.current.observation,
+            since,
+            before.map(|b| &b.observation),
+            step,
+        );
+        self.notes.append(&mut notes);
+        let from = before.map_or("", |b| b.hash.as_str());
+        for broke in broken {
+            let rule = &broke.invariant;
+            let title = match rule.kind {
+                crate::plan::model::InvariantKind::Eventually => format!(
+                    "Invariant `{}` did not hold within {} actions of a reset",
+                    rule.name,
+                    rule.within.unwrap_or(1)
+                ),
+                _ => format!("Invariant `{}` broken after `{action}`", rule.name),
+            };
+            let spotted = Spotted {
+                category: Category::Invariant,
+                title,
+                location: format!(
+                    "invariant
+{}",
+                    rule.name
+                ),
+                evidence: self.evidence(step, from, Some(broke.detail), None),
+            };
+            self.findings
+                .add_rated(spotted, rule.severity, &self.persona, &self.controller);
         }
     }
 

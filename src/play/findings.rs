@@ -281,6 +281,18 @@ pub struct FindingSet {
 impl FindingSet {
     /// Records a finding; a second one with the same id only counts.
     pub fn add(&mut self, spotted: Spotted, persona: &str, controller: &str) {
+        let severity = spotted.category.severity();
+        self.add_rated(spotted, severity, persona, controller);
+    }
+
+    /// [`Self::add`] with a severity of its own (a broken invariant's).
+    pub fn add_rated(
+        &mut self,
+        spotted: Spotted,
+        severity: Severity,
+        persona: &str,
+        controller: &str,
+    ) {
         let id = spotted.id();
         if let Some(known) = self.findings.iter_mut().find(|f| f.id == id) {
             known.occurrences += 1;
@@ -290,7 +302,7 @@ impl FindingSet {
             id,
             title: spotted.title,
             category: spotted.category,
-            severity: spotted.category.severity(),
+            severity,
             persona: persona.to_owned(),
             controller: controller.to_owned(),
             evidence: spotted.evidence,

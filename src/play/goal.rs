@@ -19,9 +19,10 @@ use serde::{Deserialize, Serialize};
 use super::protocol::Observation;
 use crate::template::{CompiledExpression, Redactor, Templates};
 
-/// The environment goals are compiled in: no `env`, no secrets (a goal
-/// reads the observation only), the caps every plan expression has.
-static GOALS: LazyLock<Templates> =
+/// The environment goals and invariants are compiled in: no `env`, no
+/// secrets (they read the observation only), the caps every plan
+/// expression has.
+pub(super) static GOALS: LazyLock<Templates> =
     LazyLock::new(|| Templates::new(std::collections::BTreeMap::new(), Redactor::default()));
 
 /// `game.goal`, compiled once for a whole play.
@@ -96,7 +97,7 @@ impl Goal {
 
 /// An observation as a goal reads it: `text`, `actions`, `state`,
 /// `score` and `step` (actions since the reset).
-fn view(obs: &Observation, step: u64) -> minijinja::Value {
+pub(super) fn view(obs: &Observation, step: u64) -> minijinja::Value {
     minijinja::context! {
         text => obs.text.as_str(),
         actions => minijinja::Value::from(minijinja::value::Serde(&obs.actions)),
@@ -119,6 +120,14 @@ pub struct Progress {
     pub max_score: f64,
     /// Different observations seen, the first one included.
     pub distinct_observations: u64,
+    /// Each `milestone` invariant, and the cell's first action after
+    /// which it held (absent: it never held).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub milestones: std::collections::BTreeMap<String, u64>,
+    /// Each `sometimes` invariant, and whether it held at least once in
+    /// this cell (the aggregate asks whether any cell met it).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub sometimes: std::collections::BTreeMap<String, bool>,
 }
 
 /// The median of `values` (none when empty): steps to the goal.

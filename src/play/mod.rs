@@ -32,6 +32,7 @@ pub mod driver;
 pub mod episode;
 pub mod findings;
 pub mod goal;
+pub mod invariants;
 pub mod llm_player;
 pub mod players;
 pub mod protocol;

@@ -95,6 +95,7 @@ impl ReplayOptions {
             game.stuck_after = stuck_after;
         }
         game.goal.clone_from(&trace.header.game.goal);
+        game.invariants.clone_from(&trace.header.game.invariants);
         game.limits = self.limits;
         // The limits the game was played under, when the trace says and the
         // replay runs limited at all.
@@ -305,6 +306,7 @@ pub async fn run_inputs(
                 spec.stuck_after,
             );
             episode.set_goal(spec.goal.as_deref());
+            episode.set_invariants(&spec.invariants);
             let mut end = None;
             let mut failure = None;
             for input in inputs {

@@ -620,6 +620,7 @@ fn episode_at<'e>(
         game.stuck_after,
     ));
     ep.set_goal(game.goal.as_deref());
+    ep.set_invariants(&game.invariants);
     ep
 }
 

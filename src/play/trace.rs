@@ -155,6 +155,10 @@ pub struct TraceGame {
     /// replay evaluates it too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub goal: Option<String>,
+    /// The plan's invariants as played: a replay and a shrink judge the
+    /// same rules, so a broken one is found again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub invariants: Vec<crate::plan::model::Invariant>,
 }
 
 /// The limits a stdio game was played under (`None`: no limit), as
@@ -361,6 +365,7 @@ impl Trace {
                 action_timeout: Some(game.action_timeout.as_secs_f64()),
                 stuck_after: Some(game.stuck_after),
                 goal: game.goal.clone(),
+                invariants: game.invariants.clone(),
             },
             seed,
             persona: persona.to_owned(),

@@ -49,6 +49,7 @@ pub fn spec(cx: &StepContext) -> Result<GameSpec, StepError> {
     }
     spec.env.extend(game.env.clone());
     spec.goal.clone_from(&game.goal);
+    spec.invariants.clone_from(&game.invariants);
     spec.limits.memory = game.limits.memory;
     spec.limits.address_space = game.limits.address_space;
     spec.limits.cpu_seconds = game.limits.cpu_seconds;
@@ -130,6 +131,7 @@ pub fn reuse(cx: &KeyContext<'_>, kind: &str, settings: &Value) -> Result<Reuse,
                 "viewport": game.viewport,
                 "probe": game.probe,
                 "goal": game.goal,
+                "invariants": game.invariants,
                 "load_timeout": game.load_timeout_secs,
                 "env": game.env,
                 "limits": game.limits,

@@ -93,6 +93,7 @@ impl Validator<'_> {
                 .load_timeout
                 .as_ref()
                 .map_or(crate::plan::model::DEFAULT_LOAD_TIMEOUT, |t| t.value),
+            invariants: Vec::new(),
         })
     }
 
@@ -127,23 +128,8 @@ impl Validator<'_> {
     /// typo is a plan error, not a cell that never reaches its goal.
     fn game_goal(&mut self, g: &crate::plan::raw::RawGame) -> Option<String> {
         let goal = g.goal.as_ref()?;
-        if let Err(e) = self
-            .templates
-            .check_expression(&goal.value, &["obs", "prev"])
-        {
-            let mut diagnostic =
-                Diagnostic::new("plan::invalid_expression", format!("`goal`: {}", e.message))
-                    .at(goal.span)
-                    .label("not an expression gameplan can evaluate");
-            diagnostic = diagnostic.help(e.help.unwrap_or_else(|| {
-                "write a boolean expression over `obs` (text, actions, state, score, step) and \
-                 `prev`, e.g. `obs.state.level >= 2`"
-                    .to_owned()
-            }));
-            self.push(diagnostic);
-            return None;
-        }
-        Some(goal.value.clone())
+        self.observation_expression(goal, "goal")
+            .then(|| goal.value.clone())
     }
 
     /// `[game] limits`, checked (a stdio game's only; sane minimums) and

@@ -6,6 +6,7 @@
 //! file has no problem at all.
 
 mod game;
+mod invariants;
 mod people;
 mod steps;
 
@@ -415,7 +416,21 @@ impl Validator<'_> {
                     .map(|s| s.kind.span)
             },
         );
-        let game = self.game(raw, plays);
+        let mut game = self.game(raw, plays);
+        let invariants = self.invariants(raw);
+        match (&mut game, raw.invariants.first()) {
+            (Some(game), _) => game.invariants = invariants,
+            (None, Some(first)) if readable("game") => self.push(
+                Diagnostic::new(
+                    "plan::missing_game",
+                    "`[[invariants]]` judge plays of the game, and this plan has no [game]",
+                )
+                .at(first.name.span)
+                .label("a rule of no game")
+                .help("add the [game] they are rules of, or remove the invariants"),
+            ),
+            (None, _) => {}
+        }
         let fail_on = self.fail_on(raw);
         if let (Some(steps), true, true) = (&raw.steps, readable("steps"), readable("gates")) {
             self.unrun_gates(raw, &steps.value);

@@ -10,6 +10,7 @@ mod confirm;
 mod explorer;
 mod findings;
 mod in_a_plan;
+mod invariants;
 mod maze_bridge;
 mod maze_player;
 mod program_check;

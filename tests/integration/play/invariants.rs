@@ -1,0 +1,200 @@
+//! `[[invariants]]` on a stdio game: examples/games/coins.py as shipped
+//! breaks none of the rules a user writes from docs/invariants.md, and a
+//! copy with each of three rule bugs planted (a purse that shrinks, a
+//! step that skips a room, a coin that is never picked up) is caught by
+//! the rule it breaks, with the values in the evidence; the trace
+//! records the rules, so a replay of the cell judges them again; a
+//! `milestone` is counted in `progress`; `plan check` names a rule it
+//! cannot read where it is written (`plan.toml:10:`).
+
+use std::path::Path;
+
+use crate::support::Test;
+
+const RULES: &str = r#"
+[[invariants]]
+name = "the purse never shrinks"
+always = "prev is none or obs.state.purse >= prev.state.purse"
+
+[[invariants]]
+name = "the player stays in the five rooms"
+always = "obs.state.at >= 0 and obs.state.at < 5"
+severity = "critical"
+
+[[invariants]]
+name = "no more coins than were hidden"
+never = "obs.state.purse > 3"
+
+[[invariants]]
+name = "a coin in the purse"
+sometimes = "obs.state.purse >= 1"
+milestone = true
+"#;
+
+const PLAYERS: &str = r#"
+[[personas]]
+slug = "mapper"
+card = "Tries what it has not tried."
+player = { kind = "explorer" }
+patience = 40
+
+[[personas]]
+slug = "wanderer"
+card = "Anything at random."
+player = { kind = "random" }
+patience = 40
+
+[[steps]]
+id = "play"
+kind = "play"
+matrix = { persona = "*", seed = [1, 2] }
+"#;
+
+/// A test dir with coins.py (`planted` applied to its source: (from, to))
+/// and a plan holding the rules.
+fn game(planted: Option<(&str, &str)>) -> Test {
+    let source = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/games/coins.py"),
+    )
+    .expect("coins.py");
+    let source = match planted {
+        Some((from, to)) => {
+            assert!(source.contains(from), "coins.py has `{from}`");
+            source.replacen(from, to, 1)
+        }
+        None => source,
+    };
+    Test::new().file("coins.py", source).file(
+        "plan.toml",
+        format!(
+            "version = 1\nname = \"rules\"\n\n[game]\nid = \"coins\"\ncommand = [\"python3\", \"coins.py\"]\naction_timeout = 5\n{RULES}{PLAYERS}"
+        ),
+    )
+}
+
+/// Every cell's report.json, with its directory.
+fn reports(t: &Test, doc: &serde_json::Value) -> Vec<(String, serde_json::Value)> {
+    doc["playtest"]["cells"]
+        .as_array()
+        .expect("cells")
+        .iter()
+        .map(|cell| {
+            let md = cell["report"].as_str().expect("report path");
+            let dir = md.trim_end_matches("report.md").to_owned();
+            let report =
+                serde_json::from_str(&t.read(&format!("{dir}report.json"))).expect("report.json");
+            (dir, report)
+        })
+        .collect()
+}
+
+/// The invariant findings of every cell: (cell dir, finding).
+fn broken(t: &Test) -> Vec<(String, serde_json::Value)> {
+    let out = t.run(&["plan", "run", "plan.toml", "--json"]);
+    out.code(0);
+    reports(t, &out.json())
+        .into_iter()
+        .flat_map(|(dir, report)| {
+            report["findings"]
+                .as_array()
+                .expect("findings")
+                .iter()
+                .filter(|f| f["category"] == "invariant")
+                .map(|f| (dir.clone(), f.clone()))
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+#[test]
+fn the_game_as_shipped_breaks_no_rule_and_counts_its_milestone() {
+    let t = game(None);
+    let out = t.run(&["plan", "run", "plan.toml", "--json"]);
+    out.code(0);
+    let cells = reports(&t, &out.json());
+    assert_eq!(cells.len(), 4);
+    let mut milestones = 0;
+    for (_, report) in &cells {
+        let findings = report["findings"].as_array().expect("findings");
+        assert!(
+            findings.iter().all(|f| f["category"] != "invariant"),
+            "{report:#}"
+        );
+        let notes = report["notes"].to_string();
+        assert!(!notes.contains("could not be evaluated"), "{notes}");
+        let progress = &report["progress"];
+        if let Some(step) = progress["milestones"]["a coin in the purse"].as_u64() {
+            milestones += 1;
+            assert!(step >= 1 && step <= report["actions_taken"].as_u64().unwrap());
+            assert_eq!(progress["sometimes"]["a coin in the purse"], true);
+        }
+    }
+    assert!(milestones >= 2, "{milestones} cells took a coin");
+}
+
+#[test]
+fn each_planted_rule_bug_is_caught_by_the_rule_it_breaks() {
+    let bugs = [
+        (
+            "state[\"purse\"] += 1",
+            "state[\"purse\"] += 1 if state[\"purse\"] < 1 else -1",
+            "the purse never shrinks",
+            "high",
+            "prev.state.purse = ",
+        ),
+        (
+            "state[\"at\"] += 1",
+            "state[\"at\"] += 2",
+            "the player stays in the five rooms",
+            "critical",
+            "obs.state.at = 5",
+        ),
+        (
+            "state[\"coins\"].discard(state[\"at\"])",
+            "pass",
+            "no more coins than were hidden",
+            "high",
+            "obs.state.purse = 4",
+        ),
+    ];
+    for (from, to, rule, severity, value) in bugs {
+        let t = game(Some((from, to)));
+        let found = broken(&t);
+        assert!(!found.is_empty(), "`{to}` broke no rule");
+        for (dir, finding) in &found {
+            assert_eq!(
+                finding["title"].as_str().map(|s| s.contains(rule)),
+                Some(true),
+                "`{to}` broke another rule: {finding:#}"
+            );
+            assert_eq!(finding["severity"], severity, "{finding:#}");
+            let detail = finding["evidence"]["detail"].as_str().expect("detail");
+            assert!(detail.contains(value), "`{to}`: {detail}");
+            // The trace holds the rules: a replay plays the same game.
+            t.run(&["replay", &format!("{dir}trace.jsonl")]).code(0);
+        }
+        // One rule broken is one finding per cell, however often.
+        let ids: std::collections::BTreeSet<_> =
+            found.iter().map(|(_, f)| f["id"].to_string()).collect();
+        assert_eq!(ids.len(), 1, "{found:#?}");
+    }
+}
+
+#[test]
+fn plan_check_names_a_rule_it_cannot_read_where_it_is_written() {
+    let t = Test::new().file(
+        "plan.toml",
+        "version = 1\nname = \"rules\"\n\n[game]\nid = \"coins\"\ncommand = [\"python3\", \"coins.py\"]\n\n\
+         [[invariants]]\nname = \"score\"\nalways = \"obs.scor >= 0\"\n\n\
+         [[invariants]]\nname = \"two\"\nalways = \"true\"\nnever = \"false\"\n\n\
+         [[invariants]]\nname = \"late\"\neventually = \"obs.state.done\"\n",
+    );
+    let out = t.run(&["plan", "check", "plan.toml"]);
+    out.code(3);
+    let err = &out.stderr;
+    assert!(err.contains("`obs` has no field `scor`"), "{err}");
+    assert!(err.contains("did you mean `score`"), "{err}");
+    assert!(err.contains("plan.toml:10:"), "{err}");
+    assert!(err.contains("has both `always` and `never`"), "{err}");
+    assert!(err.contains("`eventually` without `within`"), "{err}");
+}
