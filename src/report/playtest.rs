@@ -42,6 +42,13 @@ pub struct Playtest {
     /// The `aggregate.md` of the aggregate step this playtest is, when one ran.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub aggregate: Option<String>,
+    /// The baseline the findings were labelled against (`--baseline`, as
+    /// given), when there was one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<String>,
+    /// With a baseline: its findings this run did not meet again.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fixed: Option<Vec<super::baseline::BaselineFinding>>,
 }
 
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
@@ -103,6 +110,10 @@ pub struct FindingLine {
     /// For a crash or a hang: the command that cuts that trace down.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shrink: Option<String>,
+    /// Against the run's baseline (`plan run --baseline`): `new` or
+    /// `known`; absent without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<super::baseline::Label>,
 }
 
 /// Where a finding was met first.
@@ -148,9 +159,29 @@ pub struct RunFinding<'a> {
     pub step: &'a str,
     /// A crash or hang that did not reproduce on replay.
     pub unconfirmed: bool,
+    /// Not known to the run's baseline (every finding is new without one).
+    pub new: bool,
 }
 
 impl Playtest {
+    /// Labels every finding `new` or `known` against `baseline` (the new
+    /// first) and lists the baseline's findings not met again: what an
+    /// aggregate step wrote, for a plan without one too, so `--fail-on
+    /// new:…` judges by the same labels either way.
+    pub fn compare(&mut self, baseline: &super::baseline::Baseline) {
+        baseline.label_lines(&mut self.findings);
+        for s in &mut self.simulations {
+            baseline.label_lines(&mut s.findings);
+        }
+        let seen = self
+            .findings
+            .iter()
+            .chain(self.simulations.iter().flat_map(|s| &s.findings))
+            .map(|f| f.id.as_str());
+        self.fixed = Some(baseline.fixed(seen));
+        self.baseline = Some(baseline.source.clone());
+    }
+
     /// Every distinct finding of the run's play cells and simulations, by
     /// fingerprint (a bug met by both is one), most severe first.
     pub fn distinct_findings(&self) -> Vec<RunFinding<'_>> {
@@ -173,6 +204,7 @@ impl Playtest {
                 title: &f.title,
                 step: &f.first.step,
                 unconfirmed: f.unconfirmed,
+                new: f.baseline != Some(super::baseline::Label::Known),
             });
         }
         out.sort_by_key(|f| f.severity);
@@ -359,6 +391,8 @@ fn from_aggregate(
         findings,
         simulations,
         aggregate: Some(shown(&path.with_file_name(AGGREGATE_MD))),
+        baseline: None,
+        fixed: agg.fixed.clone(),
     }
 }
 
@@ -434,6 +468,7 @@ fn simulated_line(
             .map(shrink_command),
         trace,
         unconfirmed: false,
+        baseline: None,
     }
 }
 
@@ -771,6 +806,7 @@ mod tests {
             replay: Some(replay_command("r/trace.jsonl")),
             shrink: None,
             unconfirmed: false,
+            baseline: None,
         }
     }
 
@@ -816,6 +852,8 @@ mod tests {
                 findings: vec![stuck_at("aaaa", "vault"), crash],
             }],
             aggregate: None,
+            baseline: None,
+            fixed: None,
         };
         let found: Vec<(&str, Severity)> = playtest
             .distinct_findings()
