@@ -548,7 +548,9 @@ pub fn text(playtest: &Playtest) -> String {
             },
             super::plural(playtest.findings.len(), "distinct finding")
         );
+        baseline_line(&mut out, playtest);
         finding_lines(&mut out, &playtest.findings, "cell");
+        fixed_lines(&mut out, playtest);
         cell_warnings(&mut out, &playtest.cells);
         let dirs: Vec<&str> = playtest
             .cells
@@ -592,6 +594,33 @@ pub fn text(playtest: &Playtest) -> String {
         finding_lines(&mut out, &s.findings, "game");
     }
     out
+}
+
+/// With a baseline: how the findings stand against it, in a line.
+fn baseline_line(out: &mut String, playtest: &Playtest) {
+    let (Some(source), Some(fixed)) = (&playtest.baseline, &playtest.fixed) else {
+        return;
+    };
+    let (new, known) = super::baseline::counts(&playtest.findings);
+    let _ = writeln!(
+        out,
+        "  against the baseline {source}: {new} new, {known} known, {} fixed",
+        fixed.len()
+    );
+}
+
+/// With a baseline: each of its findings this run did not meet again.
+fn fixed_lines(out: &mut String, playtest: &Playtest) {
+    for f in playtest.fixed.iter().flatten() {
+        let _ = writeln!(
+            out,
+            "  fixed    {:<8} {:<8} {}  {}",
+            f.severity,
+            f.category,
+            f.id,
+            one_line(&f.title, TITLE_WIDTH)
+        );
+    }
 }
 
 /// The cells' warnings: the first few, each with its cell; a count of the rest.
@@ -638,9 +667,14 @@ fn finding_lines(out: &mut String, findings: &[FindingLine], unit: &str) {
         } else {
             ""
         };
+        // Against a baseline, each line says whether the change brought it.
+        let label = f
+            .baseline
+            .map(|l| format!("{:<8} ", l.name()))
+            .unwrap_or_default();
         let _ = writeln!(
             out,
-            "  {:<8} {:<8} {}  {}{differs}{flaky}",
+            "  {label}{:<8} {:<8} {}  {}{differs}{flaky}",
             f.severity, f.category, f.id, titles[i],
         );
         let more = match f.met.saturating_sub(1) {
