@@ -89,6 +89,45 @@ fn main_run(t: &Test) -> (String, String) {
     (found[0].0.clone(), run_id)
 }
 
+/// The pull request run's files: `aggregate.json` carries the labels and
+/// `fixed`, `aggregate.md` lists the new first and names the fixed, and
+/// in `JUnit` B's case fails on new:crash while A's passes as fixed.
+fn pr_files(t: &Test, run_id: &str, a: &str, b: &str) {
+    // aggregate.json carries the labels and `fixed`; aggregate.md lists
+    // the new first and names the fixed.
+    let dir = format!(".gameplan/runs/{run_id}/steps/aggregate");
+    let agg: serde_json::Value =
+        serde_json::from_str(&t.read(&format!("{dir}/aggregate.json"))).expect("aggregate.json");
+    assert_eq!(agg["findings"][0]["baseline"], "new");
+    assert_eq!(agg["fixed"][0]["id"], a);
+    let md = t.read(&format!("{dir}/aggregate.md"));
+    assert!(
+        md.contains("- Against the baseline: 1 new, 0 known, 1 fixed"),
+        "{md}"
+    );
+    let new_at = md.find("### New").expect("a New part");
+    let fixed_at = md.find("### Fixed (1)").expect("a Fixed part");
+    assert!(new_at < fixed_at, "{md}");
+    assert!(md[new_at..fixed_at].contains(b), "{md}");
+    assert!(md[fixed_at..].contains(a), "{md}");
+
+    // JUnit: B's case fails on new:crash, A's case passes as fixed.
+    let junit = t.read("junit.xml");
+    let case_of = |id: &str| {
+        let at = junit
+            .find(&format!("<testcase name=\"{id} "))
+            .unwrap_or_else(|| panic!("no case for {id}: {junit}"));
+        let end = junit[at..]
+            .find("</testcase>")
+            .map_or(junit.len(), |e| at + e);
+        junit[at..end].to_owned()
+    };
+    assert!(case_of(b).contains("<failure"), "{junit}");
+    let fixed_case = case_of(a);
+    assert!(!fixed_case.contains("<failure"), "{junit}");
+    assert!(fixed_case.contains("fixed:"), "{junit}");
+}
+
 /// The issue's "done when": a change that fixes bug A and adds bug B
 /// reports one `new` and one `fixed`, and `--fail-on new:crash` fails only
 /// on the new; a build that still has only A passes with A `known`.
@@ -134,40 +173,7 @@ fn a_change_that_fixes_one_bug_and_adds_another_is_one_new_and_one_fixed() {
         serde_json::json!(["new:crash"])
     );
 
-    // aggregate.json carries the labels and `fixed`; aggregate.md lists
-    // the new first and names the fixed.
-    let run_id = doc["run_id"].as_str().expect("run_id");
-    let dir = format!(".gameplan/runs/{run_id}/steps/aggregate");
-    let agg: serde_json::Value =
-        serde_json::from_str(&t.read(&format!("{dir}/aggregate.json"))).expect("aggregate.json");
-    assert_eq!(agg["findings"][0]["baseline"], "new");
-    assert_eq!(agg["fixed"][0]["id"], a.as_str());
-    let md = t.read(&format!("{dir}/aggregate.md"));
-    assert!(
-        md.contains("- Against the baseline: 1 new, 0 known, 1 fixed"),
-        "{md}"
-    );
-    let new_at = md.find("### New").expect("a New part");
-    let fixed_at = md.find("### Fixed (1)").expect("a Fixed part");
-    assert!(new_at < fixed_at, "{md}");
-    assert!(md[new_at..fixed_at].contains(b.as_str()), "{md}");
-    assert!(md[fixed_at..].contains(a.as_str()), "{md}");
-
-    // JUnit: B's case fails on new:crash, A's case passes as fixed.
-    let junit = t.read("junit.xml");
-    let case_of = |id: &str| {
-        let at = junit
-            .find(&format!("<testcase name=\"{id} "))
-            .unwrap_or_else(|| panic!("no case for {id}: {junit}"));
-        let end = junit[at..]
-            .find("</testcase>")
-            .map_or(junit.len(), |e| at + e);
-        junit[at..end].to_owned()
-    };
-    assert!(case_of(b).contains("<failure"), "{junit}");
-    let fixed_case = case_of(&a);
-    assert!(!fixed_case.contains("<failure"), "{junit}");
-    assert!(fixed_case.contains("fixed:"), "{junit}");
+    pr_files(&t, doc["run_id"].as_str().expect("run_id"), &a, b);
 
     // The text summary says it too.
     t.run(&[
