@@ -447,6 +447,11 @@ pub struct Gate {
     pub name: String,
     pub lenses: Vec<String>,
     pub reviewers: Vec<String>,
+    /// `only_new`: its lenses over `findings` judge only the findings the
+    /// run's baseline does not know. Left out of the model's JSON when
+    /// false, so plans without it keep their hash.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub only_new: bool,
 }
 
 /// A program to run: through `sh -c`, or an argv without a shell.

@@ -314,3 +314,82 @@ fn a_bad_baseline_is_refused_before_anything_runs() {
         .code(3)
         .stderr_has(&format!("run {id} of `lever` has no aggregate step"));
 }
+
+/// A gate over findings with `only_new = true`: a crash the baseline knows
+/// does not stop it, a new one does.
+const NEW_CRASH_GATE: &str = r#"
+[[lenses]]
+name = "no-crash"
+kind = "rule"
+over = "findings"
+when = "unit.category == 'crash'"
+
+[[gates]]
+name = "no-new-crash"
+lenses = ["no-crash"]
+only_new = true
+
+[[steps]]
+id = "no-new-crash"
+kind = "gate"
+needs = ["aggregate"]
+"#;
+
+#[test]
+fn a_gate_with_only_new_judges_only_the_new_findings() {
+    let t = repo(Some(BUG_A));
+    let (a, _) = main_run(&t);
+    t.write("plan.toml", format!("{PLAN}{NEW_CRASH_GATE}"));
+    // Still only A: known, so the gate judges nothing and passes.
+    t.run(&[
+        "plan",
+        "run",
+        "plan.toml",
+        "--baseline",
+        "main-aggregate.json",
+    ])
+    .code(0)
+    .stdout_has(&format!("  known    critical crash    {a}"));
+    // B is new: the gate stands on it.
+    t.write("game.py", build(Some(BUG_B)));
+    let pr = t.run(&[
+        "plan",
+        "run",
+        "plan.toml",
+        "--baseline",
+        "main-aggregate.json",
+    ]);
+    pr.code(1).stdout_has("no-new-crash").stdout_has(BUG_B);
+    assert!(!pr.stdout.contains(&format!("{a}: ")), "{pr}");
+    // Without a baseline every finding is new.
+    t.write("game.py", build(Some(BUG_A)));
+    t.run(&["plan", "run", "plan.toml"])
+        .code(1)
+        .stdout_has(BUG_A);
+
+    // On a gate with no lens over findings it narrows nothing: an error.
+    let wrong = PLAN.to_owned()
+        + r#"
+[[lenses]]
+name = "played"
+kind = "rule"
+over = "runs"
+when = "unit.state != 'succeeded'"
+
+[[gates]]
+name = "played"
+lenses = ["played"]
+only_new = true
+"#;
+    t.write("plan.toml", &wrong);
+    let check = t.check(&["plan.toml"]);
+    let problem = check.only("plan::only_new_without_findings");
+    assert!(
+        problem
+            .message
+            .contains("gate `played` has `only_new = true` but no lens over `findings`"),
+        "{problem:?}"
+    );
+    let (line, column) = crate::support::pos(&wrong, "only_new = true");
+    problem.at(line, column + "only_new = ".len());
+}
