@@ -85,7 +85,10 @@ pub(super) fn open_journal(
                     partition: options.partition.clone(),
                     prepared_by: options.prepared_by.clone(),
                     prices_whole_plan: options.prices_whole_plan,
-                    baseline: options.baseline.clone(),
+                    baseline: options
+                        .baseline
+                        .as_ref()
+                        .and_then(|b| serde_json::to_value(b).ok()),
                     fail_on: options.fail_on.iter().map(|f| f.name()).collect(),
                 },
             });
@@ -164,7 +167,12 @@ pub(super) fn carry_over(
     }
     // A resume compares with the baseline the run started with: the
     // labels its aggregate and `new:` judge by must not change mid-run.
-    match (&options.baseline, &history.options.baseline) {
+    let started: Option<crate::report::baseline::Baseline> = history
+        .options
+        .baseline
+        .as_ref()
+        .and_then(|b| serde_json::from_value(b.clone()).ok());
+    match (&options.baseline, &started) {
         (Some(given), Some(started)) if given.digest != started.digest => {
             return Err(StartError::OtherBaseline {
                 run_id: history.run_id.clone(),
