@@ -393,3 +393,58 @@ only_new = true
     let (line, column) = crate::support::pos(&wrong, "only_new = true");
     problem.at(line, column + "only_new = ".len());
 }
+
+/// A run is compared with one baseline: its journal keeps the baseline's
+/// findings, so a resume without `--baseline` uses them (even with the file
+/// gone), and a resume given another baseline is refused.
+#[test]
+fn a_resume_keeps_the_runs_baseline_and_refuses_another() {
+    let t = repo(Some(BUG_A));
+    let (a, _) = main_run(&t);
+    let held = PLAN.replace(
+        "needs = [\"play\"]\nalways = true",
+        "needs = [\"play\", \"hold\"]\nalways = true",
+    ) + r#"
+[[steps]]
+id = "hold"
+kind = "command"
+run = "echo $$ > hold.pid; while [ ! -f release ]; do sleep 0.05; done"
+"#;
+    t.write("plan.toml", held);
+    t.write("game.py", build(Some(BUG_B)));
+    let gameplan = t.spawn(&[
+        "plan",
+        "run",
+        "plan.toml",
+        "--baseline",
+        "main-aggregate.json",
+        "--fail-on",
+        "new:crash",
+    ]);
+    crate::support::wait_until(
+        "`hold` to start",
+        std::time::Duration::from_secs(60),
+        || !t.read("hold.pid").trim().is_empty(),
+    );
+    let killed = gameplan.kill9();
+    assert_eq!(killed.code, None, "{killed}");
+
+    t.write("other.json", r#"{"aggregate": 1, "findings": []}"#);
+    t.run(&["plan", "resume", "--baseline", "other.json"])
+        .code(3)
+        .stderr_has("was started with --baseline main-aggregate.json")
+        .stderr_has("Nothing was run or charged");
+
+    std::fs::remove_file(t.path("main-aggregate.json")).expect("rm");
+    t.write("release", "");
+    let doc = t.run(&["plan", "resume", "--json"]).code(1).json();
+    let found = findings(&doc);
+    assert_eq!(found.len(), 1, "{doc:#}");
+    assert!(found[0].1.contains(BUG_B), "{doc:#}");
+    assert_eq!(found[0].2, "new");
+    assert_eq!(doc["playtest"]["fixed"][0]["id"], a.as_str());
+    assert_eq!(
+        doc["fail_on"]["selectors"],
+        serde_json::json!(["new:crash"])
+    );
+}
