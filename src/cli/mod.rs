@@ -552,15 +552,23 @@ pub struct RunArgs {
     pub state_dir: Option<PathBuf>,
     /// Fail the run (exit 1) when a finding is of one of these categories
     /// (crash, hang, error, refused, stuck, console) or of one of these
-    /// severities or worse (critical, high, medium, low). Overrides the
-    /// plan's `fail_on`; a resume without it keeps the run's.
+    /// severities or worse (critical, high, medium, low); `new:` in front
+    /// (new:crash) takes only the findings --baseline does not know (without
+    /// a baseline, every finding is new). Overrides the plan's `fail_on`; a
+    /// resume without it keeps the run's.
     #[arg(
         long,
-        value_name = "CATEGORY|SEVERITY,...",
+        value_name = "[new:]CATEGORY|SEVERITY,...",
         value_delimiter = ',',
         value_parser = parse_fail_on
     )]
     pub fail_on: Vec<crate::plan::model::FailOn>,
+    /// Compare the findings with an earlier run's: its aggregate.json, or
+    /// its run id in the state directory. Each finding is labelled new or
+    /// known (by its fingerprint) and the baseline's findings not met again
+    /// are listed as fixed. A resume without it keeps the run's.
+    #[arg(long, value_name = "FILE|RUN_ID")]
+    pub baseline: Option<String>,
 }
 
 fn parse_shard(text: &str) -> Result<crate::shard::ShardSpec, String> {

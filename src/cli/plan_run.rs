@@ -500,6 +500,7 @@ pub(super) fn execute(
         cx.console.err(&message);
         return Err(exit_code::PLAN_ERROR);
     }
+    let baseline = read_baseline(cx, args, state_dir)?;
     let options = RunOptions {
         no_reuse: args.no_reuse,
         fail_fast: args.fail_fast,
@@ -520,6 +521,7 @@ pub(super) fn execute(
         prepared_by: part.prepared_by.clone(),
         given: part.given.clone(),
         prices_whole_plan: part.prices_whole_plan,
+        baseline,
     };
     let kinds = Arc::new(Kinds::for_run(RunSettings {
         concurrency: options.effective_concurrency(),
@@ -580,6 +582,24 @@ pub(super) fn execute(
         redactor,
         state_dir: state_dir.to_path_buf(),
     })
+}
+
+/// `--baseline`, read before anything is locked, run or charged: a
+/// baseline that cannot be read is the command's mistake, said at once
+/// (exit 3).
+fn read_baseline(
+    cx: &Context,
+    args: &RunArgs,
+    state_dir: &Path,
+) -> Result<Option<crate::report::baseline::Baseline>, u8> {
+    args.baseline
+        .as_deref()
+        .map(|given| crate::report::baseline::Baseline::load(given, state_dir))
+        .transpose()
+        .map_err(|message| {
+            cx.console.err(&format!("error: {message}\n"));
+            exit_code::PLAN_ERROR
+        })
 }
 
 /// Writes the run's report where it was asked for (`--junit`, the GitHub

@@ -32,6 +32,8 @@ pub struct KeyMaker<'a> {
     pub plan_path: Option<&'a Path>,
     /// Given by `plan explain` only: see [`KeyContext::units`].
     pub units: Option<&'a crate::reuse::UnitStore>,
+    /// See [`KeyContext::baseline`].
+    pub baseline: Option<&'a crate::report::baseline::Baseline>,
 }
 
 impl KeyMaker<'_> {
@@ -85,6 +87,7 @@ impl KeyMaker<'_> {
             env: self.env,
             plan_path: self.plan_path,
             units: self.units,
+            baseline: self.baseline,
         };
         // Inputs are expanded and hashed back to back here, with nothing
         // run in between: one stat per input file serves both.

@@ -127,6 +127,9 @@ pub struct RunOptions {
     /// The price question covers every cell of the plan, not only those of
     /// this run's part (`--shard prepare` buys the job its shards play).
     pub prices_whole_plan: bool,
+    /// `--baseline`: what an earlier run found, read before anything ran;
+    /// recorded so a resume compares with the same findings.
+    pub baseline: Option<crate::report::baseline::Baseline>,
 }
 
 /// A step decided elsewhere ([`RunOptions::given`]).
@@ -217,6 +220,15 @@ pub enum StartError {
     },
     #[error("{0}")]
     Journal(String),
+    /// A resume given another `--baseline` than the run started with.
+    #[error(
+        "run {run_id} was started with --baseline {started} and this resume names --baseline {given}, which holds other findings; one run compares with one baseline. Nothing was run or charged; resume without --baseline (or with the same one), or start a new run with `--new`"
+    )]
+    OtherBaseline {
+        run_id: String,
+        started: String,
+        given: String,
+    },
     /// The plan's backend cannot be reached or opened before anything ran.
     #[error(
         "the plan's `{kind}` backend cannot be used: {message}. Nothing was run or charged; check `[backend]` in the plan"

@@ -105,7 +105,7 @@ pub fn judge_findings(
         .filter(|f| {
             selectors
                 .iter()
-                .any(|s| s.matches(f.category, f.severity, f.unconfirmed))
+                .any(|s| s.matches(f.category, f.severity, f.unconfirmed, f.new))
         })
         .map(|f| MatchedFinding {
             id: f.id.to_owned(),
@@ -116,7 +116,7 @@ pub fn judge_findings(
         .collect();
     FindingsVerdict {
         fail_on: Some(FailOnReport {
-            selectors: selectors.iter().map(|s| s.name().to_owned()).collect(),
+            selectors: selectors.iter().map(|s| s.name()).collect(),
             from: from.to_owned(),
             judged: findings.len(),
             matched,

@@ -54,6 +54,8 @@ fn decide(
         kinds,
         plan_path: Some(&loaded.source.path),
         units: (!no_reuse).then_some(&units),
+        // What a preview decides is the cells, which no baseline changes.
+        baseline: None,
     };
     let last_keys = store.last_keys(&loaded.plan.name);
     let n = pipeline.graph.node_count();

@@ -171,6 +171,11 @@ pub struct RecordedOptions {
     /// `--shard prepare`: the price covers every cell of the plan.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub prices_whole_plan: bool,
+    /// `--baseline`: the findings it held (the engine's document, which
+    /// the journal keeps as given), so a resume compares with the same
+    /// ones even if the file changed or went away.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<serde_json::Value>,
 }
 
 /// One journal record.

@@ -75,14 +75,28 @@ pub struct Plan {
 
 /// One entry of `fail_on` / `--fail-on`: a finding category, or a severity
 /// that stands for itself and every worse one (`high` is high or critical),
-/// as `trivy --severity` but ordered.
+/// as `trivy --severity` but ordered; with `new:` in front (`new:crash`),
+/// only the findings a baseline does not know (`plan run --baseline`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FailOn {
+pub struct FailOn {
+    pub select: Select,
+    /// `new:`: only findings labelled `new` against the run's baseline
+    /// (without a baseline every finding is new, so a pull request run
+    /// that lost its baseline fails rather than passes).
+    pub only_new: bool,
+}
+
+/// What a [`FailOn`] entry selects, `new:` aside.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Select {
     Category(Category),
     Severity(Severity),
     /// A crash or hang that did not reproduce when replayed.
     Unconfirmed,
 }
+
+/// The prefix of a [`FailOn`] entry that judges only new findings.
+pub const NEW_PREFIX: &str = "new:";
 
 impl FailOn {
     /// Every severity, most severe first (the order `Severity` sorts in).
@@ -93,8 +107,17 @@ impl FailOn {
         Severity::Low,
     ];
 
-    /// Every name `fail_on` takes: the categories, then the severities.
-    pub fn names() -> Vec<&'static str> {
+    /// An entry that judges every finding, new or known.
+    pub fn of(select: Select) -> FailOn {
+        FailOn {
+            select,
+            only_new: false,
+        }
+    }
+
+    /// Every name `fail_on` takes without `new:`: the categories, then the
+    /// severities, then `unconfirmed`.
+    fn plain_names() -> Vec<&'static str> {
         Category::ALL
             .iter()
             .map(|c| c.name())
@@ -103,53 +126,94 @@ impl FailOn {
             .collect()
     }
 
+    /// Every name `fail_on` takes: each plain name, then each with `new:`.
+    pub fn names() -> Vec<String> {
+        let plain = Self::plain_names();
+        plain
+            .iter()
+            .map(|n| (*n).to_owned())
+            .chain(plain.iter().map(|n| format!("{NEW_PREFIX}{n}")))
+            .collect()
+    }
+
     /// Reads one name; the error is the help to show (a "did you mean").
     pub fn parse(text: &str) -> Result<FailOn, String> {
         let text = text.trim();
+        let (only_new, name) = match text.strip_prefix(NEW_PREFIX) {
+            Some(rest) => (true, rest.trim()),
+            None => (false, text),
+        };
+        let select = Self::parse_select(name)?;
+        Ok(FailOn { select, only_new })
+    }
+
+    fn parse_select(text: &str) -> Result<Select, String> {
         if text == "unconfirmed" {
-            return Ok(FailOn::Unconfirmed);
+            return Ok(Select::Unconfirmed);
         }
         if let Some(c) = Category::ALL.iter().find(|c| c.name() == text) {
-            return Ok(FailOn::Category(*c));
+            return Ok(Select::Category(*c));
         }
         if let Some(s) = Self::SEVERITIES.iter().find(|s| severity_name(**s) == text) {
-            return Ok(FailOn::Severity(*s));
+            return Ok(Select::Severity(*s));
         }
-        let names = Self::names();
+        let names = Self::plain_names();
         let all = super::diagnostic::one_of(&names);
         Err(
             match super::diagnostic::did_you_mean(text, names.iter().copied()) {
-                Some(hint) => format!("{hint} (a finding category or a severity: {all})"),
-                None => format!("use a finding category or a severity: {all}"),
+                Some(hint) => format!(
+                    "{hint} (a finding category or a severity: {all}; `new:` in front judges \
+                     only findings a --baseline does not know)"
+                ),
+                None => format!(
+                    "use a finding category or a severity: {all}; `new:` in front judges only \
+                     findings a --baseline does not know"
+                ),
             },
         )
     }
 
-    pub fn name(self) -> &'static str {
-        match self {
-            FailOn::Category(c) => c.name(),
-            FailOn::Severity(s) => severity_name(s),
-            FailOn::Unconfirmed => "unconfirmed",
+    /// The name as written (`crash`, `new:crash`).
+    pub fn name(self) -> String {
+        let plain = match self.select {
+            Select::Category(c) => c.name(),
+            Select::Severity(s) => severity_name(s),
+            Select::Unconfirmed => "unconfirmed",
+        };
+        if self.only_new {
+            format!("{NEW_PREFIX}{plain}")
+        } else {
+            plain.to_owned()
         }
     }
 
     /// Whether a finding of this category and severity (`unconfirmed`: a
-    /// crash or hang that did not reproduce) is one this entry fails the
-    /// run on. A category selects only what was confirmed: a red check
-    /// must be a bug someone can reproduce.
-    pub fn matches(self, category: Category, severity: Severity, unconfirmed: bool) -> bool {
-        match self {
-            FailOn::Category(c) => c == category && !unconfirmed,
-            FailOn::Unconfirmed => unconfirmed,
+    /// crash or hang that did not reproduce; `new`: not in the run's
+    /// baseline) is one this entry fails the run on. A category selects
+    /// only what was confirmed: a red check must be a bug someone can
+    /// reproduce.
+    pub fn matches(
+        self,
+        category: Category,
+        severity: Severity,
+        unconfirmed: bool,
+        new: bool,
+    ) -> bool {
+        if self.only_new && !new {
+            return false;
+        }
+        match self.select {
+            Select::Category(c) => c == category && !unconfirmed,
+            Select::Unconfirmed => unconfirmed,
             // `Severity` sorts most severe first.
-            FailOn::Severity(s) => severity <= s,
+            Select::Severity(s) => severity <= s,
         }
     }
 }
 
 impl Serialize for FailOn {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(self.name())
+        serializer.serialize_str(&self.name())
     }
 }
 
@@ -437,6 +501,11 @@ pub struct Gate {
     pub name: String,
     pub lenses: Vec<String>,
     pub reviewers: Vec<String>,
+    /// `only_new`: its lenses over `findings` judge only the findings the
+    /// run's baseline does not know. Left out of the model's JSON when
+    /// false, so plans without it keep their hash.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub only_new: bool,
 }
 
 /// A program to run: through `sh -c`, or an argv without a shell.
@@ -511,18 +580,37 @@ mod tests {
             );
         }
         let high = FailOn::parse("high").unwrap();
-        assert!(high.matches(super::Category::Crash, Severity::Critical, false));
-        assert!(high.matches(super::Category::Hang, Severity::High, false));
-        assert!(!high.matches(super::Category::Error, Severity::Medium, false));
+        assert!(high.matches(super::Category::Crash, Severity::Critical, false, false));
+        assert!(high.matches(super::Category::Hang, Severity::High, false, true));
+        assert!(!high.matches(super::Category::Error, Severity::Medium, false, true));
         // A hang that did not reproduce is selected by `unconfirmed`, not `hang`.
         let hang = FailOn::parse("hang").unwrap();
-        assert!(hang.matches(super::Category::Hang, Severity::High, false));
-        assert!(!hang.matches(super::Category::Hang, Severity::Low, true));
+        assert!(hang.matches(super::Category::Hang, Severity::High, false, false));
+        assert!(!hang.matches(super::Category::Hang, Severity::Low, true, true));
         let flaky = FailOn::parse("unconfirmed").unwrap();
-        assert!(flaky.matches(super::Category::Hang, Severity::Low, true));
-        assert!(!flaky.matches(super::Category::Hang, Severity::High, false));
+        assert!(flaky.matches(super::Category::Hang, Severity::Low, true, false));
+        assert!(!flaky.matches(super::Category::Hang, Severity::High, false, true));
         assert!(
             FailOn::parse("crsh")
+                .unwrap_err()
+                .contains("did you mean `crash`?")
+        );
+    }
+
+    /// `new:` judges only what a baseline does not know, and reads back
+    /// as written.
+    #[test]
+    fn new_in_front_matches_only_new_findings() {
+        let new_crash = FailOn::parse("new:crash").unwrap();
+        assert!(new_crash.only_new);
+        assert_eq!(new_crash.name(), "new:crash");
+        assert!(new_crash.matches(super::Category::Crash, Severity::Critical, false, true));
+        assert!(!new_crash.matches(super::Category::Crash, Severity::Critical, false, false));
+        let crash = FailOn::parse("crash").unwrap();
+        assert!(crash.matches(super::Category::Crash, Severity::Critical, false, false));
+        assert!(FailOn::names().contains(&"new:hang".to_owned()));
+        assert!(
+            FailOn::parse("new:crsh")
                 .unwrap_err()
                 .contains("did you mean `crash`?")
         );

@@ -978,6 +978,10 @@ pub struct RawGate {
     /// Personas who review after the lenses pass (one lens pass per reviewer).
     #[schemars(default)]
     pub reviewers: Vec<Spanned<String>>,
+    /// Its lenses over `findings` judge only the findings a `--baseline`
+    /// does not know (`new`; without a baseline every finding is new).
+    #[schemars(default)]
+    pub only_new: Option<Spanned<bool>>,
 }
 
 impl Decode for RawGate {
@@ -989,11 +993,13 @@ impl Decode for RawGate {
         }
         let lenses = t.required("lenses", diags);
         let reviewers = t.optional("reviewers", diags);
+        let only_new = t.optional("only_new", diags);
         t.finish(diags);
         Some(RawGate {
             name: name?,
             lenses: lenses?,
             reviewers: reviewers.unwrap_or_default(),
+            only_new,
         })
     }
 }

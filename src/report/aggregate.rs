@@ -27,6 +27,7 @@ use std::fmt::Write as _;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::baseline::Label;
 use super::playtest::{FindingLine, FoundAt, SimulationLine, replay_command, shrink_command};
 use crate::play::CellReport;
 use crate::play::cell_report::CellState;
@@ -62,6 +63,11 @@ pub struct Aggregate {
     pub controllers: ControllerComparison,
     /// The simulations it read, each with its distinct findings.
     pub simulations: Vec<SimulationLine>,
+    /// Present when the run had a baseline (`plan run --baseline`): the
+    /// baseline's findings this merge did not meet again. Each finding
+    /// then says `baseline`: `new` or `known`, and the new come first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fixed: Option<Vec<super::baseline::BaselineFinding>>,
 }
 
 /// How a cell ended, as the aggregate counts it.
@@ -230,6 +236,7 @@ pub fn merge_findings(cells: &[CellInput]) -> Vec<FindingLine> {
                         .map(shrink_command),
                     trace: cell.trace.clone(),
                     unconfirmed: finding.unconfirmed,
+                    baseline: None,
                 });
                 lines.len() - 1
             });
@@ -279,6 +286,7 @@ pub fn build(
         cells: rows,
         findings,
         simulations,
+        fixed: None,
     }
 }
 
@@ -445,6 +453,14 @@ pub fn markdown(agg: &Aggregate) -> String {
         .count();
     let _ = writeln!(md, "- Cells: {} ({complete} complete)", agg.cells.len());
     let _ = writeln!(md, "- Distinct findings: {}", agg.findings.len());
+    if let Some(fixed) = &agg.fixed {
+        let (new, known) = super::baseline::counts(&agg.findings);
+        let _ = writeln!(
+            md,
+            "- Against the baseline: {new} new, {known} known, {} fixed",
+            fixed.len()
+        );
+    }
     for s in &agg.simulations {
         let _ = writeln!(
             md,
@@ -463,10 +479,54 @@ pub fn markdown(agg: &Aggregate) -> String {
 
 fn findings_section(md: &mut String, agg: &Aggregate) {
     md.push_str("\n## Findings\n\n");
-    if agg.findings.is_empty() {
-        md.push_str("None.\n");
+    let Some(fixed) = &agg.fixed else {
+        if agg.findings.is_empty() {
+            md.push_str("None.\n");
+        }
+        finding_items(md, agg.findings.iter());
+        return;
+    };
+    // Against a baseline: what the change brought first, then what was
+    // there before, then what it fixed.
+    for label in [Label::New, Label::Known] {
+        let mine: Vec<&FindingLine> = agg
+            .findings
+            .iter()
+            .filter(|f| f.baseline == Some(label))
+            .collect();
+        let _ = writeln!(md, "### {} ({})\n", label_heading(label), mine.len());
+        if mine.is_empty() {
+            md.push_str("None.\n");
+        }
+        finding_items(md, mine.into_iter());
+        md.push('\n');
     }
-    for f in &agg.findings {
+    let _ = writeln!(md, "### Fixed ({})\n", fixed.len());
+    if fixed.is_empty() {
+        md.push_str("None: every finding of the baseline was met again.\n");
+    }
+    for f in fixed {
+        let _ = writeln!(
+            md,
+            "- **{}** {} `{}`: {}",
+            f.severity,
+            f.category,
+            f.id,
+            f.title.replace('\n', " ")
+        );
+    }
+}
+
+/// A part's heading: what its label means.
+fn label_heading(label: Label) -> &'static str {
+    match label {
+        Label::New => "New: not in the baseline",
+        Label::Known => "Known: in the baseline too",
+    }
+}
+
+fn finding_items<'a>(md: &mut String, findings: impl Iterator<Item = &'a FindingLine>) {
+    for f in findings {
         let _ = writeln!(
             md,
             "- **{}** {} {} `{}`: {}",
@@ -618,49 +678,69 @@ pub(crate) fn severity_of(name: &str) -> Severity {
 /// passes the rest (`run_summary`): a finding alone never turns a CI check
 /// red, as it never fails the run. Paths are the run directory's, as in
 /// `aggregate.json`, so a reused aggregate reports what it first did.
+///
+/// Against a baseline the new findings come first (as in `aggregate.json`),
+/// each case says `new` or `known`, and each fixed finding is a passed
+/// case of the same name its finding had, so a test report shows the bug's
+/// case turn green.
 pub fn junit_cases(agg: &Aggregate) -> Vec<super::run::JunitCase> {
-    agg.findings
-        .iter()
-        .map(|f| {
-            let mut text = format!(
-                "{} {} {}: {}\nwhere: {}\nmet by {} ({}), first in {} seed {} ({})\nreport: {}\n",
-                f.severity,
-                f.category,
-                f.id,
-                f.title,
-                f.location,
-                super::plural(usize::try_from(f.met).unwrap_or(usize::MAX), "cell"),
-                f.found_by.join(", "),
-                f.first.step,
-                f.first.seed,
-                if f.first.controller.is_empty() {
-                    f.first.persona.clone()
-                } else {
-                    format!("{}/{}", f.first.persona, f.first.controller)
-                },
-                f.report,
-            );
-            for command in [&f.replay, &f.shrink].into_iter().flatten() {
-                let _ = writeln!(text, "{command}");
-            }
-            text.push_str(
-                "(paths are relative to the run's directory, .gameplan/runs/<run-id>/)\n",
-            );
-            super::run::JunitCase {
-                name: format!("{} {}", f.id, f.title),
-                classname: f.category.clone(),
-                outcome: super::run::CaseOutcome::Skipped {
-                    message: format!(
-                        "{} {}: not judged (set --fail-on or fail_on to fail on it)",
-                        f.severity, f.category
-                    ),
-                },
-                time_ms: None,
-                text: Some(text),
-                finding: Some(f.id.clone()),
-            }
-        })
-        .collect()
+    let mut cases: Vec<super::run::JunitCase> = agg.findings.iter().map(finding_case).collect();
+    for f in agg.fixed.iter().flatten() {
+        cases.push(super::run::JunitCase {
+            name: format!("{} {}", f.id, f.title),
+            classname: f.category.clone(),
+            outcome: super::run::CaseOutcome::Passed,
+            time_ms: None,
+            text: Some(format!(
+                "fixed: {} {} {}: {}\nthe baseline had it; this run did not meet it again\n",
+                f.severity, f.category, f.id, f.title
+            )),
+            finding: None,
+        });
+    }
+    cases
+}
+
+fn finding_case(f: &FindingLine) -> super::run::JunitCase {
+    let label = f
+        .baseline
+        .map(|l| format!("{} ", l.name()))
+        .unwrap_or_default();
+    let mut text = format!(
+        "{label}{} {} {}: {}\nwhere: {}\nmet by {} ({}), first in {} seed {} ({})\nreport: {}\n",
+        f.severity,
+        f.category,
+        f.id,
+        f.title,
+        f.location,
+        super::plural(usize::try_from(f.met).unwrap_or(usize::MAX), "cell"),
+        f.found_by.join(", "),
+        f.first.step,
+        f.first.seed,
+        if f.first.controller.is_empty() {
+            f.first.persona.clone()
+        } else {
+            format!("{}/{}", f.first.persona, f.first.controller)
+        },
+        f.report,
+    );
+    for command in [&f.replay, &f.shrink].into_iter().flatten() {
+        let _ = writeln!(text, "{command}");
+    }
+    text.push_str("(paths are relative to the run's directory, .gameplan/runs/<run-id>/)\n");
+    super::run::JunitCase {
+        name: format!("{} {}", f.id, f.title),
+        classname: f.category.clone(),
+        outcome: super::run::CaseOutcome::Skipped {
+            message: format!(
+                "{label}{} {}: not judged (set --fail-on or fail_on to fail on it)",
+                f.severity, f.category
+            ),
+        },
+        time_ms: None,
+        text: Some(text),
+        finding: Some(f.id.clone()),
+    }
 }
 
 #[cfg(test)]

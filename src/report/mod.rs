@@ -7,6 +7,7 @@
 //! request) and redacts secrets on the way out.
 
 pub mod aggregate;
+pub mod baseline;
 pub mod diagnostics;
 pub mod explain;
 pub mod gc;

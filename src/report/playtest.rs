@@ -42,6 +42,13 @@ pub struct Playtest {
     /// The `aggregate.md` of the aggregate step this playtest is, when one ran.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub aggregate: Option<String>,
+    /// The baseline the findings were labelled against (`--baseline`, as
+    /// given), when there was one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<String>,
+    /// With a baseline: its findings this run did not meet again.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fixed: Option<Vec<super::baseline::BaselineFinding>>,
 }
 
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
@@ -103,6 +110,10 @@ pub struct FindingLine {
     /// For a crash or a hang: the command that cuts that trace down.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shrink: Option<String>,
+    /// Against the run's baseline (`plan run --baseline`): `new` or
+    /// `known`; absent without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<super::baseline::Label>,
 }
 
 /// Where a finding was met first.
@@ -148,9 +159,29 @@ pub struct RunFinding<'a> {
     pub step: &'a str,
     /// A crash or hang that did not reproduce on replay.
     pub unconfirmed: bool,
+    /// Not known to the run's baseline (every finding is new without one).
+    pub new: bool,
 }
 
 impl Playtest {
+    /// Labels every finding `new` or `known` against `baseline` (the new
+    /// first) and lists the baseline's findings not met again: what an
+    /// aggregate step wrote, for a plan without one too, so `--fail-on
+    /// new:…` judges by the same labels either way.
+    pub fn compare(&mut self, baseline: &super::baseline::Baseline) {
+        baseline.label_lines(&mut self.findings);
+        for s in &mut self.simulations {
+            baseline.label_lines(&mut s.findings);
+        }
+        let seen = self
+            .findings
+            .iter()
+            .chain(self.simulations.iter().flat_map(|s| &s.findings))
+            .map(|f| f.id.as_str());
+        self.fixed = Some(baseline.fixed(seen));
+        self.baseline = Some(baseline.source.clone());
+    }
+
     /// Every distinct finding of the run's play cells and simulations, by
     /// fingerprint (a bug met by both is one), most severe first.
     pub fn distinct_findings(&self) -> Vec<RunFinding<'_>> {
@@ -173,6 +204,7 @@ impl Playtest {
                 title: &f.title,
                 step: &f.first.step,
                 unconfirmed: f.unconfirmed,
+                new: f.baseline != Some(super::baseline::Label::Known),
             });
         }
         out.sort_by_key(|f| f.severity);
@@ -359,6 +391,8 @@ fn from_aggregate(
         findings,
         simulations,
         aggregate: Some(shown(&path.with_file_name(AGGREGATE_MD))),
+        baseline: None,
+        fixed: agg.fixed.clone(),
     }
 }
 
@@ -434,6 +468,7 @@ fn simulated_line(
             .map(shrink_command),
         trace,
         unconfirmed: false,
+        baseline: None,
     }
 }
 
@@ -513,7 +548,9 @@ pub fn text(playtest: &Playtest) -> String {
             },
             super::plural(playtest.findings.len(), "distinct finding")
         );
+        baseline_line(&mut out, playtest);
         finding_lines(&mut out, &playtest.findings, "cell");
+        fixed_lines(&mut out, playtest);
         cell_warnings(&mut out, &playtest.cells);
         let dirs: Vec<&str> = playtest
             .cells
@@ -557,6 +594,33 @@ pub fn text(playtest: &Playtest) -> String {
         finding_lines(&mut out, &s.findings, "game");
     }
     out
+}
+
+/// With a baseline: how the findings stand against it, in a line.
+fn baseline_line(out: &mut String, playtest: &Playtest) {
+    let (Some(source), Some(fixed)) = (&playtest.baseline, &playtest.fixed) else {
+        return;
+    };
+    let (new, known) = super::baseline::counts(&playtest.findings);
+    let _ = writeln!(
+        out,
+        "  against the baseline {source}: {new} new, {known} known, {} fixed",
+        fixed.len()
+    );
+}
+
+/// With a baseline: each of its findings this run did not meet again.
+fn fixed_lines(out: &mut String, playtest: &Playtest) {
+    for f in playtest.fixed.iter().flatten() {
+        let _ = writeln!(
+            out,
+            "  fixed    {:<8} {:<8} {}  {}",
+            f.severity,
+            f.category,
+            f.id,
+            one_line(&f.title, TITLE_WIDTH)
+        );
+    }
 }
 
 /// The cells' warnings: the first few, each with its cell; a count of the rest.
@@ -603,9 +667,14 @@ fn finding_lines(out: &mut String, findings: &[FindingLine], unit: &str) {
         } else {
             ""
         };
+        // Against a baseline, each line says whether the change brought it.
+        let label = f
+            .baseline
+            .map(|l| format!("{:<8} ", l.name()))
+            .unwrap_or_default();
         let _ = writeln!(
             out,
-            "  {:<8} {:<8} {}  {}{differs}{flaky}",
+            "  {label}{:<8} {:<8} {}  {}{differs}{flaky}",
             f.severity, f.category, f.id, titles[i],
         );
         let more = match f.met.saturating_sub(1) {
@@ -771,6 +840,7 @@ mod tests {
             replay: Some(replay_command("r/trace.jsonl")),
             shrink: None,
             unconfirmed: false,
+            baseline: None,
         }
     }
 
@@ -816,6 +886,8 @@ mod tests {
                 findings: vec![stuck_at("aaaa", "vault"), crash],
             }],
             aggregate: None,
+            baseline: None,
+            fixed: None,
         };
         let found: Vec<(&str, Severity)> = playtest
             .distinct_findings()

@@ -399,6 +399,7 @@ pub fn markdown(report: &RunReport) -> String {
             section.text.replace("```", "'''")
         );
     }
+    baseline_markdown(&mut out, report);
     if let Some(fail_on) = report.fail_on.as_ref().filter(|f| !f.matched.is_empty()) {
         let ids: Vec<String> = fail_on
             .matched
@@ -419,4 +420,50 @@ pub fn markdown(report: &RunReport) -> String {
         );
     }
     out
+}
+
+/// With a baseline (`--baseline`): the findings the change brought first,
+/// then those the baseline knew, then the baseline's findings this run did
+/// not meet again, so a pull request's page says what it broke and fixed.
+fn baseline_markdown(out: &mut String, report: &RunReport) {
+    let Some(playtest) = &report.playtest else {
+        return;
+    };
+    let (Some(source), Some(fixed)) = (&playtest.baseline, &playtest.fixed) else {
+        return;
+    };
+    let (new, known) = super::baseline::counts(&playtest.findings);
+    let _ = writeln!(
+        out,
+        "#### Findings against the baseline `{source}`: {new} new, {known} known, {} fixed\n",
+        fixed.len()
+    );
+    for label in [super::baseline::Label::New, super::baseline::Label::Known] {
+        for f in playtest
+            .findings
+            .iter()
+            .filter(|f| f.baseline == Some(label))
+        {
+            let _ = writeln!(
+                out,
+                "- **{}** {} {} `{}`: {}",
+                label.name(),
+                f.severity,
+                f.category,
+                f.id,
+                f.title.replace('\n', " ")
+            );
+        }
+    }
+    for f in fixed {
+        let _ = writeln!(
+            out,
+            "- **fixed** {} {} `{}`: {}",
+            f.severity,
+            f.category,
+            f.id,
+            f.title.replace('\n', " ")
+        );
+    }
+    out.push('\n');
 }

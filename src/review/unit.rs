@@ -140,7 +140,9 @@ fn files_keeping(
 
 /// One unit per distinct finding of the aggregates (`aggregate.json`
 /// files), in their order; a finding two aggregates share is one unit.
-pub fn findings(aggregates: &[PathBuf]) -> Result<Vec<Unit>, String> {
+/// `only_new` (a gate's): a finding the run's baseline knows (`baseline`:
+/// `known`) is no unit; without a baseline every finding is new.
+pub fn findings(aggregates: &[PathBuf], only_new: bool) -> Result<Vec<Unit>, String> {
     let mut units: Vec<Unit> = Vec::new();
     for path in aggregates {
         let bytes =
@@ -158,6 +160,9 @@ pub fn findings(aggregates: &[PathBuf]) -> Result<Vec<Unit>, String> {
                 continue;
             };
             if units.iter().any(|u| u.id == id) {
+                continue;
+            }
+            if only_new && fields.get("baseline").and_then(Value::as_str) == Some("known") {
                 continue;
             }
             let sha256 = sha256_hex(line.to_string().as_bytes());
@@ -280,12 +285,16 @@ mod tests {
             r#"{"findings":[{"id":"crash-1","category":"crash","title":"died"}]}"#,
         )
         .expect("write");
-        let units = findings(&[a.clone(), b]).expect("units");
+        let units = findings(&[a.clone(), b], false).expect("units");
         let ids: Vec<&str> = units.iter().map(|u| u.id.as_str()).collect();
         assert_eq!(ids, ["crash-1", "stuck-2"]);
         let fields = units[0].fields(dir.path()).expect("fields");
         assert_eq!(fields["category"], "crash");
         std::fs::write(&a, "{").expect("torn");
-        assert!(findings(&[a]).unwrap_err().contains("is not an aggregate"));
+        assert!(
+            findings(&[a], false)
+                .unwrap_err()
+                .contains("is not an aggregate")
+        );
     }
 }

@@ -101,16 +101,19 @@ impl Kind for Aggregate {
     }
 
     fn reuse(&self, cx: &KeyContext<'_>) -> Result<Reuse, StepError> {
-        let mut key = ReuseKey::new(
-            "aggregate",
-            json!({
-                "format": AGGREGATE_FORMAT,
-                "personas": persona_cards(cx.plan)
-                    .into_iter()
-                    .map(|p| json!({"persona": p.slug, "card": p.card}))
-                    .collect::<Vec<_>>(),
-            }),
-        );
+        let mut settings = json!({
+            "format": AGGREGATE_FORMAT,
+            "personas": persona_cards(cx.plan)
+                .into_iter()
+                .map(|p| json!({"persona": p.slug, "card": p.card}))
+                .collect::<Vec<_>>(),
+        });
+        // The labels and `fixed` come from the baseline's findings: another
+        // baseline is another aggregate. Without one the key is as it was.
+        if let Some(baseline) = cx.baseline {
+            settings["baseline"] = json!(baseline.digest);
+        }
+        let mut key = ReuseKey::new("aggregate", settings);
         for read in reads(cx.pipeline, &cx.instance.id)? {
             let Some(upstream) = cx.upstream.iter().find(|u| u.id == read.id) else {
                 return Ok(Reuse::Never(format!(
@@ -366,7 +369,11 @@ fn write(cx: &StepContext) -> Result<Written, StepError> {
             simulations.push(line);
         }
     }
-    let aggregate = crate::report::aggregate::build(&cells, &persona_cards(&cx.plan), simulations);
+    let mut aggregate =
+        crate::report::aggregate::build(&cells, &persona_cards(&cx.plan), simulations);
+    if let Some(baseline) = &cx.baseline {
+        baseline.apply(&mut aggregate);
+    }
     let mut json = serde_json::to_string_pretty(&aggregate)
         .map_err(|e| StepError(format!("cannot encode the aggregate: {e}")))?;
     json.push('\n');

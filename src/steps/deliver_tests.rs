@@ -339,6 +339,7 @@ impl Fixture {
             left_by: "r1".into(),
             note: Arc::new(move |text: &str| notes.lock().unwrap().push(text.to_owned())),
             units: crate::reuse::UnitStore::open(&self.dir.path().join(".gameplan")),
+            baseline: None,
         }
     }
 

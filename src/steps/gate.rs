@@ -11,7 +11,8 @@
 //!   gates after it are not run (the engine skips what needs a step that
 //!   did not pass).
 //! - **Units**: `files` from the lens's globs; `findings` from every
-//!   `aggregate.json` among the steps the gate needs (directly or not);
+//!   `aggregate.json` among the steps the gate needs (directly or not;
+//!   with the gate's `only_new`, those not `known` to the run's baseline);
 //!   `runs` from every play cell `report.json` among them; `patches` from
 //!   the lens's patch series (`review::patches`). A lens with nothing to
 //!   judge (globs that match no file, no aggregate, no play report) is
@@ -81,6 +82,8 @@ fn gate_of<'p>(plan: &'p Plan, params: &Params, id: &str) -> Result<&'p PlanGate
 /// Where a lens's units come from, besides its own `files` globs.
 struct Sources {
     aggregates: Vec<PathBuf>,
+    /// The gate's `only_new`: its `findings` units are the new findings only.
+    only_new: bool,
     reports: Vec<(String, PathBuf)>,
     /// `files` units by glob list: lenses of a gate over the same files
     /// share one walk, one hashing and one read of each file.
@@ -95,6 +98,7 @@ impl Sources {
     fn of(io: &StepIo) -> Sources {
         let mut sources = Sources {
             aggregates: Vec::new(),
+            only_new: false,
             reports: Vec::new(),
             files: Mutex::new(Vec::new()),
         };
@@ -150,7 +154,7 @@ impl Sources {
                  need an `aggregate` step (the default pipeline does)"
                     .into(),
             ),
-            LensOver::Findings => unit::findings(&self.aggregates),
+            LensOver::Findings => unit::findings(&self.aggregates, self.only_new),
             LensOver::Runs if self.reports.is_empty() => Err(
                 "no play report to read: a lens over runs needs the gate step to need the `play` \
                  cells (directly or through `aggregate`)"
@@ -373,7 +377,8 @@ impl Kind for Gate {
                 cancel: cx.cancel.clone(),
                 model_budget: &model_budget,
             };
-            let sources = Sources::of(io);
+            let mut sources = Sources::of(io);
+            sources.only_new = gate.only_new;
             let units_of = |lens: &Lens| sources.units(&cx.root, &cx.hashes, lens);
             // The file-hash cache it filled is saved when the run closes.
             let review = judge_gate(&judging, &cx.plan, &gate, &units_of).await;

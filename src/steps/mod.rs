@@ -298,6 +298,9 @@ pub struct KeyContext<'a> {
     /// many units each lens would judge and reuse); a run passes `None`,
     /// since the step counts that itself as it runs.
     pub units: Option<&'a crate::reuse::UnitStore>,
+    /// The run's baseline (`plan run --baseline`): an aggregate labels its
+    /// findings against it, so it enters the aggregate's key.
+    pub baseline: Option<&'a crate::report::baseline::Baseline>,
 }
 
 /// Everything one step instance may use while it runs.
@@ -329,6 +332,8 @@ pub struct StepContext {
     /// (`<state>/units/`): unit-level reuse, such as a clean verdict per
     /// lens × unit. The kind owns the keys and what enters them.
     pub units: crate::reuse::UnitStore,
+    /// The run's baseline (`plan run --baseline`), when it has one.
+    pub baseline: Option<Arc<crate::report::baseline::Baseline>>,
 }
 
 /// How one attempt of a step ended. Each maps to a step state and to an

@@ -598,6 +598,7 @@ needs = ["build", "register"]
             env: &env,
             plan_path: None,
             units: None,
+            baseline: None,
         };
         Play::new(Redactor::default()).reuse(&cx).expect("a key")
     }

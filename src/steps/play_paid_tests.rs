@@ -246,6 +246,7 @@ needs = ["register"]
             left_by: "test-run".into(),
             note: Arc::new(|_: &str| {}),
             units: crate::reuse::UnitStore::open(&self.root().join(".gameplan")),
+            baseline: None,
         };
         let conn = Connection {
             backend: Arc::new(LocalBackend::new(Arc::clone(&self.ledger))),

@@ -622,6 +622,7 @@ always = true
             left_by: "run-1".into(),
             note: Arc::new(move |text: &str| heard.lock().expect("notes").push(text.to_owned())),
             units: crate::reuse::UnitStore::open(dir),
+            baseline: None,
         };
         (cx, notes)
     }

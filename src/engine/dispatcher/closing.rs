@@ -25,6 +25,7 @@ pub(super) fn close(
     journal: &JournalWriter,
     cancelled: &Cancelled,
     fail_on: &[crate::plan::model::FailOn],
+    baseline: Option<&crate::report::baseline::Baseline>,
     leg: Leg,
 ) -> RunReport {
     let Leg {
@@ -57,8 +58,7 @@ pub(super) fn close(
         .iter()
         .map(|i| run.reports[i.index()].clone())
         .collect();
-    let parts = playtest_parts(&pipeline, &shared.kinds, &run_dir);
-    let playtest = crate::report::playtest::collect(&steps, &parts);
+    let playtest = playtest_of(&pipeline, &shared.kinds, &run_dir, &steps, baseline);
     let verdict = crate::engine::outcome::judge_findings(
         playtest.as_ref(),
         judged(&pipeline, &shared.kinds, &run.reports),
@@ -359,6 +359,23 @@ pub(super) fn junit_cases(
             })
         })
         .collect()
+}
+
+/// The run's playtest, its findings labelled against the baseline when
+/// the run has one (a plan without an aggregate step gets its labels here).
+fn playtest_of(
+    pipeline: &Pipeline,
+    kinds: &Kinds,
+    run_dir: &RunDir,
+    steps: &[StepReport],
+    baseline: Option<&crate::report::baseline::Baseline>,
+) -> Option<crate::report::playtest::Playtest> {
+    let parts = playtest_parts(pipeline, kinds, run_dir);
+    let mut playtest = crate::report::playtest::collect(steps, &parts);
+    if let (Some(playtest), Some(baseline)) = (playtest.as_mut(), baseline) {
+        playtest.compare(baseline);
+    }
+    playtest
 }
 
 /// What each step's kind adds to the run's playtest

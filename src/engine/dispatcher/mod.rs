@@ -69,6 +69,8 @@ struct Shared {
     units: crate::reuse::UnitStore,
     /// See [`super::RunOptions::reuse_only`].
     reuse_only: std::collections::BTreeSet<String>,
+    /// See [`super::RunOptions::baseline`].
+    baseline: Option<Arc<crate::report::baseline::Baseline>>,
 }
 
 /// Runs the request to its end: opens (or resumes) the journal, sets the
@@ -127,6 +129,7 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
         prices_whole_plan: options.prices_whole_plan,
         units: unit_store(&state_dir, options.no_reuse),
         reuse_only: options.reuse_only.iter().cloned().collect(),
+        baseline: options.baseline.clone().map(Arc::new),
         root: loaded.root.clone(),
         plan_file: plan_file(&loaded),
         run_id: run_id.clone(),
@@ -173,6 +176,7 @@ pub async fn run(request: RunRequest, progress: &Progress) -> Result<RunReport, 
         &journal,
         &cancelled,
         &options.fail_on,
+        options.baseline.as_ref(),
         Leg {
             started,
             resumed,
@@ -628,6 +632,7 @@ impl Run {
             kinds: &self.shared.kinds,
             plan_path: None,
             units: None,
+            baseline: self.shared.baseline.as_deref(),
         };
         match maker.key(node, |need| self.outputs[need.index()].clone()) {
             Ok(Reuse::Key(key)) => Ok(Some(key)),
@@ -664,6 +669,7 @@ impl Run {
                 Arc::new(move |text: &str| progress.note(text))
             },
             units: self.shared.units.clone(),
+            baseline: self.shared.baseline.clone(),
         }
     }
 

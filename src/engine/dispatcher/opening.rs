@@ -85,11 +85,11 @@ pub(super) fn open_journal(
                     partition: options.partition.clone(),
                     prepared_by: options.prepared_by.clone(),
                     prices_whole_plan: options.prices_whole_plan,
-                    fail_on: options
-                        .fail_on
-                        .iter()
-                        .map(|f| f.name().to_owned())
-                        .collect(),
+                    baseline: options
+                        .baseline
+                        .as_ref()
+                        .and_then(|b| serde_json::to_value(b).ok()),
+                    fail_on: options.fail_on.iter().map(|f| f.name()).collect(),
                 },
             });
             if let Err(e) = first {
@@ -164,6 +164,24 @@ pub(super) fn carry_over(
             .iter()
             .filter_map(|name| crate::plan::model::FailOn::parse(name).ok())
             .collect();
+    }
+    // A resume compares with the baseline the run started with: the
+    // labels its aggregate and `new:` judge by must not change mid-run.
+    let started: Option<crate::report::baseline::Baseline> = history
+        .options
+        .baseline
+        .as_ref()
+        .and_then(|b| serde_json::from_value(b.clone()).ok());
+    match (&options.baseline, &started) {
+        (Some(given), Some(started)) if given.digest != started.digest => {
+            return Err(StartError::OtherBaseline {
+                run_id: history.run_id.clone(),
+                started: started.source.clone(),
+                given: given.source.clone(),
+            });
+        }
+        (None, Some(started)) => options.baseline = Some(started.clone()),
+        _ => {}
     }
     // A resume runs the part of the plan the run was started for,
     // whatever part this command named.

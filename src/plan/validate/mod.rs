@@ -370,6 +370,7 @@ impl Validator<'_> {
                     self.reference(lens, &lens_names, "plan::unknown_lens", "lens");
                 }
             }
+            self.only_new(g, raw);
             for reviewer in &g.reviewers {
                 if readable("personas") {
                     self.reference(
@@ -389,6 +390,7 @@ impl Validator<'_> {
                 name: g.name.value.clone(),
                 lenses: g.lenses.iter().map(|l| l.value.clone()).collect(),
                 reviewers: g.reviewers.iter().map(|r| r.value.clone()).collect(),
+                only_new: g.only_new.as_ref().is_some_and(|o| o.value),
             })
             .collect();
         let gate_names: Vec<&str> = raw.gates.iter().map(|g| g.name.value.as_str()).collect();
@@ -458,6 +460,36 @@ impl Validator<'_> {
             steps,
         });
         (plan, self.diags)
+    }
+
+    /// A gate's `only_new` narrows its lenses over `findings`: on a gate
+    /// with none it would narrow nothing, which reads as a mistake.
+    fn only_new(&mut self, gate: &crate::plan::raw::RawGate, raw: &RawPlan) {
+        let Some(only_new) = gate.only_new.as_ref().filter(|o| o.value) else {
+            return;
+        };
+        let over_findings = gate.lenses.iter().any(|name| {
+            raw.lenses.iter().any(|l| {
+                l.name.value == name.value && l.over.value == crate::plan::raw::LensOver::Findings
+            })
+        });
+        if !over_findings {
+            self.push(
+                Diagnostic::new(
+                    "plan::only_new_without_findings",
+                    format!(
+                        "gate `{}` has `only_new = true` but no lens over `findings`",
+                        gate.name.value
+                    ),
+                )
+                .at(only_new.span)
+                .label("narrows nothing")
+                .help(
+                    "`only_new` keeps a gate's lenses over findings to the findings a \
+                     --baseline does not know; add such a lens to the gate, or drop `only_new`",
+                ),
+            );
+        }
     }
 
     /// `fail_on`: every name a category or a severity.

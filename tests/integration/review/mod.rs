@@ -1,6 +1,7 @@
 //! Review gates: lenses (command, rule, llm), gates and their verdict,
 //! dispositions, patches, `--fail-on`, `JUnit`, unit reuse.
 
+mod baseline;
 mod clippy_lens;
 mod command_lens_limits;
 mod discharge;
