@@ -139,7 +139,7 @@ pub fn shrink(
         }
         Ok(ShrinkOutcome::NotAFailure(end)) => {
             cx.console.err(&format!(
-                "gameplan: {} ends `{}`, not in a crash or a hang: there is nothing to shrink\n",
+                "gameplan: {} ends `{}`, not in a crash or a hang, and broke none of the invariants its header records: there is nothing to shrink\n",
                 trace_path.display(),
                 end.map_or("none", crate::play::QuitReason::name)
             ));

@@ -262,6 +262,9 @@ pub struct Run {
     pub failure_id: Option<String>,
     /// The game's observation when the run ended (what a divergence shows).
     pub last: Option<serde_json::Value>,
+    /// The ids of the `invariant` findings the run made, in the order
+    /// found (what shrinking a broken rule keeps).
+    pub broken: Vec<String>,
     /// Why the game never gave its first observation, as a cell that did
     /// not play says it (the limits in force, its stderr), when it did not.
     pub not_played: Option<NotPlayed>,
@@ -296,6 +299,7 @@ pub async fn run_inputs(
                 failure: Some(failure),
                 failure_id: Some(id),
                 last: None,
+                broken: Vec::new(),
             }
         }
         Ok(first) => {
@@ -339,7 +343,15 @@ pub async fn run_inputs(
                     .find(|f| f.category.name() == end.map_or("", QuitReason::name))
                     .map(|f| f.id.clone())
             });
+            let broken = episode
+                .findings
+                .as_slice()
+                .iter()
+                .filter(|f| f.category == super::findings::Category::Invariant)
+                .map(|f| f.id.clone())
+                .collect();
             Run {
+                broken,
                 steps: std::mem::take(&mut episode.steps),
                 resets: std::mem::take(&mut episode.resets),
                 end,

@@ -10,6 +10,11 @@
 //! cut there (a free reduction). The result is the trace of the last run
 //! that failed, so `replay` confirms it. Bounded by a time limit: when it
 //! runs out, the shortest sequence found so far is the answer.
+//!
+//! A trace that ends otherwise but whose play broke one of its
+//! `[[invariants]]` (the header records them) is shrunk to the first rule
+//! it broke: a candidate still fails when it breaks that rule (the same
+//! finding id), and is cut at the action after which it broke.
 
 use std::time::{Duration, Instant};
 
@@ -42,13 +47,16 @@ pub enum ShrinkOutcome {
 
 pub async fn shrink(trace: &Trace, options: &ShrinkOptions) -> Result<ShrinkOutcome, PlayError> {
     let Some(target) = trace.end.filter(|e| e.is_failure()) else {
-        return Ok(ShrinkOutcome::NotAFailure(trace.end));
+        if trace.header.game.invariants.is_empty() {
+            return Ok(ShrinkOutcome::NotAFailure(trace.end));
+        }
+        return shrink_invariant(trace, options).await;
     };
     let started = Instant::now();
     let inputs = trace.inputs();
     let original = trace.steps.len();
     let first = run_inputs(trace, &options.replay, &inputs, |_| false).await?;
-    let mut runs = 1u64;
+    let runs = 1u64;
     if first.end != Some(target) {
         return Ok(ShrinkOutcome::NotReproduced {
             got: first.failure.as_ref().map_or_else(
@@ -58,11 +66,91 @@ pub async fn shrink(trace: &Trace, options: &ShrinkOptions) -> Result<ShrinkOutc
         });
     }
     let fingerprint = first.failure_id.clone();
-    let mut best = first;
+    let (best, more, timed_out) = search(
+        trace,
+        options,
+        first,
+        |run| still_fails(run, target, fingerprint.as_deref()),
+        |_| false,
+        started,
+    )
+    .await?;
+    let runs = runs + more;
+    let mut shrunk = Trace::new(trace.header.clone());
+    shrunk.steps = best.steps;
+    shrunk.resets = best.resets;
+    shrunk.end = Some(target);
+    Ok(ShrinkOutcome::Shrunk {
+        trace: Box::new(shrunk),
+        original,
+        runs,
+        timed_out,
+    })
+}
+
+/// Shrinks a trace to the first invariant its play broke (see the
+/// module doc).
+async fn shrink_invariant(
+    trace: &Trace,
+    options: &ShrinkOptions,
+) -> Result<ShrinkOutcome, PlayError> {
+    let started = Instant::now();
+    let original = trace.steps.len();
+    let inputs = trace.inputs();
+    // Played until the first rule breaks: the free reduction.
+    let best = run_inputs(trace, &options.replay, &inputs, |episode| {
+        episode
+            .findings
+            .as_slice()
+            .iter()
+            .any(|f| f.category == super::findings::Category::Invariant)
+    })
+    .await?;
+    let mut runs = 1u64;
+    let Some(rule) = best.broken.first().cloned() else {
+        return Ok(ShrinkOutcome::NotAFailure(trace.end));
+    };
+    let broke = |episode: &super::episode::Episode| {
+        episode.findings.as_slice().iter().any(|f| f.id == rule)
+    };
+    let (best, more, timed_out) = search(
+        trace,
+        options,
+        best,
+        |run| run.broken.contains(&rule),
+        broke,
+        started,
+    )
+    .await?;
+    runs += more;
+    let mut shrunk = Trace::new(trace.header.clone());
+    shrunk.steps = best.steps;
+    shrunk.resets = best.resets;
+    shrunk.end = best.end;
+    Ok(ShrinkOutcome::Shrunk {
+        trace: Box::new(shrunk),
+        original,
+        runs,
+        timed_out,
+    })
+}
+
+/// Delta debugging from `best` (a run that fails): each candidate plays
+/// in a fresh game, stopping where `stop` says, and is kept when `still`
+/// says it fails the same way. Returns the shortest failing run, the game
+/// runs it took, and whether the time limit cut it short.
+async fn search(
+    trace: &Trace,
+    options: &ShrinkOptions,
+    mut best: Run,
+    still: impl Fn(&Run) -> bool,
+    stop: impl Fn(&super::episode::Episode) -> bool + Sync,
+    started: Instant,
+) -> Result<(Run, u64, bool), PlayError> {
     let mut current: Vec<Input> = best.inputs();
-    let mut timed_out = false;
+    let mut runs = 0u64;
     let mut n = 2usize;
-    'search: while current.len() >= 2 {
+    while current.len() >= 2 {
         let chunks = split(current.len(), n);
         let mut reduced = false;
         // Complements first (drop one chunk), then each chunk alone: on
@@ -79,15 +167,14 @@ pub async fn shrink(trace: &Trace, options: &ShrinkOptions) -> Result<ShrinkOutc
             .chain(chunks.iter().map(|&(from, to)| current[from..to].to_vec()));
         for candidate in candidates {
             if started.elapsed() >= options.time_limit {
-                timed_out = true;
-                break 'search;
+                return Ok((best, runs, true));
             }
             if candidate.is_empty() {
                 continue;
             }
-            let run = run_inputs(trace, &options.replay, &candidate, |_| false).await?;
+            let run = run_inputs(trace, &options.replay, &candidate, |e| stop(e)).await?;
             runs += 1;
-            if still_fails(&run, target, fingerprint.as_deref()) {
+            if still(&run) {
                 current = run.inputs();
                 best = run;
                 n = n.saturating_sub(1).max(2);
@@ -102,16 +189,7 @@ pub async fn shrink(trace: &Trace, options: &ShrinkOptions) -> Result<ShrinkOutc
             n = (n * 2).min(current.len());
         }
     }
-    let mut shrunk = Trace::new(trace.header.clone());
-    shrunk.steps = best.steps;
-    shrunk.resets = best.resets;
-    shrunk.end = Some(target);
-    Ok(ShrinkOutcome::Shrunk {
-        trace: Box::new(shrunk),
-        original,
-        runs,
-        timed_out,
-    })
+    Ok((best, runs, false))
 }
 
 fn still_fails(run: &Run, target: QuitReason, fingerprint: Option<&str>) -> bool {

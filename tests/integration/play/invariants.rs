@@ -3,7 +3,8 @@
 //! copy with each of three rule bugs planted (a purse that shrinks, a
 //! step that skips a room, a coin that is never picked up) is caught by
 //! the rule it breaks, with the values in the evidence; the trace
-//! records the rules, so a replay of the cell judges them again; a
+//! records the rules, so a replay of the cell judges them again, and a
+//! shrink cuts it to a short repro that still breaks the rule; a
 //! `milestone` is counted in `progress`; `plan check` names a rule it
 //! cannot read where it is written (`plan.toml:10:`).
 
@@ -173,6 +174,18 @@ fn each_planted_rule_bug_is_caught_by_the_rule_it_breaks() {
             // The trace holds the rules: a replay plays the same game.
             t.run(&["replay", &format!("{dir}trace.jsonl")]).code(0);
         }
+        // Shrunk to a short repro that still breaks the rule, and replays.
+        let (dir, finding) = &found[0];
+        let trace = format!("{dir}trace.jsonl");
+        t.run(&["shrink", &trace, "--out", "short.jsonl"]).code(0);
+        let steps = |text: &str| text.lines().filter(|l| l.contains("\"action\"")).count();
+        let (long, short) = (steps(&t.read(&trace)), steps(&t.read("short.jsonl")));
+        let at = finding["evidence"]["step"].as_u64().expect("step");
+        assert!(
+            short >= 1 && short <= long && short as u64 <= at,
+            "`{to}`: {short} actions shrunk from {long}, broken at {at}"
+        );
+        t.run(&["replay", "short.jsonl"]).code(0);
         // One rule broken is one finding per cell, however often.
         let ids: std::collections::BTreeSet<_> =
             found.iter().map(|(_, f)| f["id"].to_string()).collect();
