@@ -38,7 +38,8 @@ trap cleanup EXIT
 bash tests/llm/model.sh serve "$work/server" >&2
 url=$(cat "$work/server/url")
 
-# The recording proxy: forwards each POST to the server, keeps its body.
+# The recording proxy: forwards each POST to the server, keeps the body
+# of each one answered 200.
 "$venv/bin/python" - "$url" "$work/requests.jsonl" "$work/proxy_url" <<'PY' &
 import http.server, sys, urllib.request
 upstream, out, url_file = sys.argv[1].rstrip("/"), sys.argv[2], sys.argv[3]
@@ -46,8 +47,6 @@ class Proxy(http.server.BaseHTTPRequestHandler):
     def log_message(self, *a): pass
     def do_POST(self):
         body = self.rfile.read(int(self.headers["Content-Length"]))
-        with open(out, "ab") as f:
-            f.write(body.replace(b"\n", b" ") + b"\n")
         path = self.path[len("/v1"):] if self.path.startswith("/v1") else self.path
         req = urllib.request.Request(upstream + path, data=body, headers={"Content-Type": "application/json"})
         try:
@@ -55,6 +54,11 @@ class Proxy(http.server.BaseHTTPRequestHandler):
                 status, data = r.status, r.read()
         except urllib.error.HTTPError as e:
             status, data = e.code, e.read()
+        # Only what the server answered: a request in a dialect it refused
+        # (gameplan's first json_schema, about 5 ms) is no model call.
+        if status == 200:
+            with open(out, "ab") as f:
+                f.write(body.replace(b"\n", b" ") + b"\n")
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
