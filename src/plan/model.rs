@@ -566,6 +566,45 @@ pub const KEY_NAMES: [&str; 9] = [
     "ArrowRight",
 ];
 
+/// The `obs.…` and `prev.…` paths `expr` reads (dotted names, in order,
+/// once each), outside string literals.
+pub fn observation_paths(expr: &str) -> Vec<String> {
+    let chars: Vec<char> = expr.chars().collect();
+    let mut paths: Vec<String> = Vec::new();
+    let mut quote: Option<char> = None;
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        if let Some(q) = quote {
+            if c == '\\' {
+                i += 1;
+            } else if c == q {
+                quote = None;
+            }
+            i += 1;
+            continue;
+        }
+        if c == '"' || c == '\'' {
+            quote = Some(c);
+            i += 1;
+            continue;
+        }
+        let boundary = i == 0 || !(chars[i - 1].is_alphanumeric() || "_.".contains(chars[i - 1]));
+        let word: String = chars[i..]
+            .iter()
+            .take_while(|c| c.is_alphanumeric() || **c == '_' || **c == '.')
+            .collect();
+        if boundary && (word.starts_with("obs.") || word.starts_with("prev.")) {
+            let path = word.trim_end_matches('.').to_owned();
+            if !paths.contains(&path) {
+                paths.push(path);
+            }
+        }
+        i += word.chars().count().max(1);
+    }
+    paths
+}
+
 #[cfg(test)]
 mod tests {
     use super::{FailOn, Severity, severity_name};
@@ -614,5 +653,16 @@ mod tests {
                 .unwrap_err()
                 .contains("did you mean `crash`?")
         );
+    }
+
+    #[test]
+    fn the_paths_an_expression_reads() {
+        assert_eq!(
+            super::observation_paths(
+                "obs.state.board | max <= 2048 and 'obs.x' in obs.text and prev.score < obs.score"
+            ),
+            ["obs.state.board", "obs.text", "prev.score", "obs.score"]
+        );
+        assert!(super::observation_paths("true").is_empty());
     }
 }

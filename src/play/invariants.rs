@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 
 use super::goal::{GOALS, view};
 use super::protocol::Observation;
-use crate::plan::model::{Invariant, InvariantKind};
+use crate::plan::model::{Invariant, InvariantKind, observation_paths};
 use crate::template::CompiledExpression;
 
 /// The most characters of one value an evidence line quotes.
@@ -67,7 +67,7 @@ impl Invariants {
                 compiled: GOALS
                     .compile_expression_owned(&spec.expr)
                     .map_err(|e| e.message),
-                paths: read_paths(&spec.expr)
+                paths: observation_paths(&spec.expr)
                     .into_iter()
                     .filter_map(|p| {
                         let compiled = GOALS.compile_expression_owned(&p).ok()?;
@@ -212,45 +212,6 @@ fn values(paths: &[(String, CompiledExpression<'static>)], ctx: &minijinja::Valu
         .join("; ")
 }
 
-/// The `obs.…` and `prev.…` paths `expr` reads (dotted names, in order,
-/// once each), outside string literals.
-fn read_paths(expr: &str) -> Vec<String> {
-    let chars: Vec<char> = expr.chars().collect();
-    let mut paths: Vec<String> = Vec::new();
-    let mut quote: Option<char> = None;
-    let mut i = 0;
-    while i < chars.len() {
-        let c = chars[i];
-        if let Some(q) = quote {
-            if c == '\\' {
-                i += 1;
-            } else if c == q {
-                quote = None;
-            }
-            i += 1;
-            continue;
-        }
-        if c == '"' || c == '\'' {
-            quote = Some(c);
-            i += 1;
-            continue;
-        }
-        let boundary = i == 0 || !(chars[i - 1].is_alphanumeric() || "_.".contains(chars[i - 1]));
-        let word: String = chars[i..]
-            .iter()
-            .take_while(|c| c.is_alphanumeric() || **c == '_' || **c == '.')
-            .collect();
-        if boundary && (word.starts_with("obs.") || word.starts_with("prev.")) {
-            let path = word.trim_end_matches('.').to_owned();
-            if !paths.contains(&path) {
-                paths.push(path);
-            }
-        }
-        i += word.chars().count().max(1);
-    }
-    paths
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -364,16 +325,5 @@ mod tests {
             rules.sometimes().values().copied().collect::<Vec<_>>(),
             [true]
         );
-    }
-
-    #[test]
-    fn the_paths_an_expression_reads() {
-        assert_eq!(
-            read_paths(
-                "obs.state.board | max <= 2048 and 'obs.x' in obs.text and prev.score < obs.score"
-            ),
-            ["obs.state.board", "obs.text", "prev.score", "obs.score"]
-        );
-        assert!(read_paths("true").is_empty());
     }
 }

@@ -6,7 +6,7 @@
 use super::Validator;
 use crate::plan::decode::Spanned;
 use crate::plan::diagnostic::{Diagnostic, did_you_mean, one_of};
-use crate::plan::model::{Invariant, InvariantKind, Severity};
+use crate::plan::model::{Invariant, InvariantKind, Severity, observation_paths};
 use crate::plan::raw::{RawInvariant, RawPlan};
 
 /// What an observation has: the fields an expression reads after `obs.`
@@ -217,39 +217,11 @@ impl Validator<'_> {
 /// The first `obs.FIELD` or `prev.FIELD` of `expr` whose field an
 /// observation does not have, outside string literals.
 fn unknown_field(expr: &str) -> Option<(String, String)> {
-    let chars: Vec<char> = expr.chars().collect();
-    let mut quote: Option<char> = None;
-    let mut i = 0;
-    while i < chars.len() {
-        let c = chars[i];
-        match quote {
-            Some(_) if c == '\\' => i += 1,
-            Some(q) if c == q => quote = None,
-            Some(_) => {}
-            None if c == '"' || c == '\'' => quote = Some(c),
-            None => {
-                let boundary = i == 0
-                    || !(chars[i - 1].is_alphanumeric()
-                        || chars[i - 1] == '_'
-                        || chars[i - 1] == '.');
-                for var in ["obs", "prev"] {
-                    let word: Vec<char> = var.chars().collect();
-                    let after = i + word.len();
-                    if boundary && chars[i..].starts_with(&word) && chars.get(after) == Some(&'.') {
-                        let field: String = chars[after + 1..]
-                            .iter()
-                            .take_while(|c| c.is_alphanumeric() || **c == '_')
-                            .collect();
-                        if !field.is_empty() && !OBSERVATION_FIELDS.contains(&field.as_str()) {
-                            return Some((var.to_owned(), field));
-                        }
-                    }
-                }
-            }
-        }
-        i += 1;
-    }
-    None
+    observation_paths(expr).into_iter().find_map(|path| {
+        let mut parts = path.split('.');
+        let (var, field) = (parts.next()?, parts.next()?);
+        (!OBSERVATION_FIELDS.contains(&field)).then(|| (var.to_owned(), field.to_owned()))
+    })
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@
 
 use std::path::Path;
 
+use super::cell_reports;
 use crate::support::Test;
 
 const RULES: &str = r#"
@@ -73,27 +74,11 @@ fn game(planted: Option<(&str, &str)>) -> Test {
     )
 }
 
-/// Every cell's report.json, with its directory.
-fn reports(t: &Test, doc: &serde_json::Value) -> Vec<(String, serde_json::Value)> {
-    doc["playtest"]["cells"]
-        .as_array()
-        .expect("cells")
-        .iter()
-        .map(|cell| {
-            let md = cell["report"].as_str().expect("report path");
-            let dir = md.trim_end_matches("report.md").to_owned();
-            let report =
-                serde_json::from_str(&t.read(&format!("{dir}report.json"))).expect("report.json");
-            (dir, report)
-        })
-        .collect()
-}
-
 /// The invariant findings of every cell: (cell dir, finding).
 fn broken(t: &Test) -> Vec<(String, serde_json::Value)> {
     let out = t.run(&["plan", "run", "plan.toml", "--json"]);
     out.code(0);
-    reports(t, &out.json())
+    cell_reports(t, &out.json())
         .into_iter()
         .flat_map(|(dir, report)| {
             report["findings"]
@@ -112,7 +97,7 @@ fn the_game_as_shipped_breaks_no_rule_and_counts_its_milestone() {
     let t = game(None);
     let out = t.run(&["plan", "run", "plan.toml", "--json"]);
     out.code(0);
-    let cells = reports(&t, &out.json());
+    let cells = cell_reports(&t, &out.json());
     assert_eq!(cells.len(), 4);
     let mut milestones = 0;
     for (_, report) in &cells {

@@ -19,3 +19,23 @@ mod program_limits;
 mod resident_limits;
 mod search_after_traps;
 mod stuck_and_goals;
+
+/// Every cell of a `plan run --json` document, as (its directory, its
+/// report.json).
+pub(super) fn cell_reports(
+    t: &crate::support::Test,
+    doc: &serde_json::Value,
+) -> Vec<(String, serde_json::Value)> {
+    doc["playtest"]["cells"]
+        .as_array()
+        .expect("cells")
+        .iter()
+        .map(|cell| {
+            let md = cell["report"].as_str().expect("report path");
+            let dir = md.trim_end_matches("report.md").to_owned();
+            let report =
+                serde_json::from_str(&t.read(&format!("{dir}report.json"))).expect("report.json");
+            (dir, report)
+        })
+        .collect()
+}

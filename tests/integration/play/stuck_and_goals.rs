@@ -10,6 +10,7 @@
 
 use std::path::Path;
 
+use super::cell_reports;
 use crate::support::Test;
 
 fn fixture(name: &str) -> String {
@@ -53,21 +54,6 @@ fn rows(text: &str) -> Vec<serde_json::Value> {
         .collect()
 }
 
-fn cells(t: &Test, doc: &serde_json::Value) -> Vec<(String, serde_json::Value)> {
-    doc["playtest"]["cells"]
-        .as_array()
-        .expect("cells")
-        .iter()
-        .map(|cell| {
-            let md = cell["report"].as_str().expect("report path").to_owned();
-            let dir = md.trim_end_matches("report.md").to_owned();
-            let report =
-                serde_json::from_str(&t.read(&format!("{dir}report.json"))).expect("report.json");
-            (dir, report)
-        })
-        .collect()
-}
-
 #[test]
 fn a_room_one_turn_leaves_is_no_softlock_and_a_real_one_is_one_finding() {
     let t = Test::new().file("plan.toml", plan("games/way_out.py", "", SEARCHERS));
@@ -87,7 +73,7 @@ fn a_room_one_turn_leaves_is_no_softlock_and_a_real_one_is_one_finding() {
     // Gameplan tried the cell's untried actions itself, in the listed
     // order, and the last of them, the hatch, led out: no finding there.
     let mut led_out = None;
-    for (dir, _) in cells(&t, &doc) {
+    for (dir, _) in cell_reports(&t, &doc) {
         let transcript = rows(&t.read(&format!("{dir}transcript.jsonl")));
         let by_gameplan: Vec<&serde_json::Value> = transcript
             .iter()
@@ -126,7 +112,7 @@ kind = "play"
     let t = Test::new().file("plan.toml", plan("games/way_out.py", "", rest));
     let out = t.run(&["plan", "run", "plan.toml", "--json"]);
     out.code(0);
-    let (_, report) = cells(&t, &out.json()).remove(0);
+    let (_, report) = cell_reports(&t, &out.json()).remove(0);
     assert_eq!(report["quit_reason"], "patience", "{report:#}");
     assert_eq!(report["findings"], serde_json::json!([]), "{report:#}");
     let notes = report["notes"].to_string();
@@ -146,7 +132,7 @@ fn game_goal_ends_a_cell_as_done_and_progress_says_how_far_each_came() {
     let out = t.run(&["plan", "run", "plan.toml", "--json"]);
     out.code(0);
     let mut reached = 0;
-    for (dir, report) in cells(&t, &out.json()) {
+    for (dir, report) in cell_reports(&t, &out.json()) {
         let progress = &report["progress"];
         assert!(
             progress["distinct_observations"].as_u64() >= Some(2),
@@ -185,7 +171,7 @@ kind = "play"
     );
     let out = t.run(&["plan", "run", "plan.toml", "--json"]);
     out.code(0);
-    let (_, report) = cells(&t, &out.json()).remove(0);
+    let (_, report) = cell_reports(&t, &out.json()).remove(0);
     let notes: Vec<&str> = report["notes"]
         .as_array()
         .expect("notes")
@@ -282,7 +268,7 @@ max_steps = 100
         "{doc:#}"
     );
     // They did bump: gameplan tried the way out for them.
-    let bumped = cells(&t, &doc).iter().any(|(dir, _)| {
+    let bumped = cell_reports(&t, &doc).iter().any(|(dir, _)| {
         t.read(&format!("{dir}transcript.jsonl"))
             .contains("\"by\":\"gameplan\"")
     });
