@@ -22,6 +22,11 @@ const LOG_FILE: &str = "log";
 const STOPPED_FILE: &str = "stopped";
 /// How long a stopped job's processes get to end after SIGTERM.
 const GRACE: Duration = Duration::from_secs(5);
+/// How long a job's directory may lack its pid before the job counts as
+/// never started: its shell writes the pid as its first act, so only a
+/// submitter killed between making the directory and starting the shell
+/// leaves one without (and nothing would ever start it).
+const STARTING: Duration = Duration::from_secs(5);
 
 /// Runs jobs on this machine.
 #[derive(Debug, Default)]
@@ -42,9 +47,11 @@ fn pid_of(job: &JobSpec) -> Option<i32> {
 
 fn start(job: &JobSpec) -> Result<(), ExecError> {
     fs::create_dir_all(&job.dir).map_err(io("create", &job.dir))?;
-    // The shell writes the exit code only once the command ended, through a
-    // rename, so a reader sees no code or the whole code.
-    let script = "exec >\"$0/log\" 2>&1; \"$@\"; code=$?; echo $code > \"$0/exit.tmp\" && mv \"$0/exit.tmp\" \"$0/exit\"";
+    // The shell records its own pid first (a submitter killed right after
+    // the spawn leaves no running job without one), and writes the exit
+    // code only once the command ended; both through a rename, so a reader
+    // sees nothing or the whole number.
+    let script = "echo $$ > \"$0/pid.sh\" && mv \"$0/pid.sh\" \"$0/pid\"; exec >\"$0/log\" 2>&1; \"$@\"; code=$?; echo $code > \"$0/exit.tmp\" && mv \"$0/exit.tmp\" \"$0/exit\"";
     let (child, _) = Command::new("sh")
         .arg("-c")
         .arg(script)
@@ -57,8 +64,12 @@ fn start(job: &JobSpec) -> Result<(), ExecError> {
         .stderr(Stdio::null())
         .spawn_in_group()
         .map_err(|e| ExecError(format!("cannot start job {}: {e}", job.submission_id)))?;
+    // Written here too, so a `cancel` right after the submit finds it; the
+    // same number as the shell's, through a rename of its own.
     let pid_path = job.dir.join(PID_FILE);
-    fs::write(&pid_path, child.id().to_string()).map_err(io("write", &pid_path))?;
+    let tmp = job.dir.join("pid.tmp");
+    fs::write(&tmp, child.id().to_string()).map_err(io("write", &tmp))?;
+    fs::rename(&tmp, &pid_path).map_err(io("write", &pid_path))?;
     // Not waited for: the job runs on when this gameplan ends (its reaper
     // is whoever inherits it).
     drop(child);
@@ -88,9 +99,19 @@ fn state(job: &JobSpec) -> JobState {
         Some(_) => ended(job).unwrap_or_else(|| {
             JobState::Failed("its process died without an exit code".to_owned())
         }),
-        None if job.dir.exists() => JobState::Pending,
+        None if starting(job) => JobState::Pending,
+        // Never started (or no directory at all): the coordinator submits
+        // it again under the same id.
         None => JobState::Unknown,
     }
+}
+
+/// The job's directory was made a moment ago and its shell may not yet
+/// have written its pid.
+fn starting(job: &JobSpec) -> bool {
+    fs::metadata(&job.dir)
+        .and_then(|m| m.modified())
+        .is_ok_and(|made| made.elapsed().unwrap_or_default() < STARTING)
 }
 
 impl Executor for Local {
@@ -138,5 +159,70 @@ impl Executor for Local {
                 .await;
             Ok(())
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::SystemTime;
+
+    fn spec(dir: &Path, argv: &[&str]) -> JobSpec {
+        JobSpec {
+            submission_id: "job-1".to_owned(),
+            cells: vec!["cell".to_owned()],
+            argv: argv.iter().map(|&a| a.to_owned()).collect(),
+            cwd: dir.to_path_buf(),
+            env: std::collections::BTreeMap::new(),
+            dir: dir.join("job-1"),
+            num_cpus: 1.0,
+        }
+    }
+
+    async fn until_over(job: &JobSpec) -> JobState {
+        for _ in 0..200 {
+            let now = state(job);
+            if now.is_over() {
+                return now;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("job never ended: {:?}", state(job));
+    }
+
+    #[tokio::test]
+    async fn a_directory_left_without_a_pid_by_a_killed_submitter_is_started_again() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let job = spec(tmp.path(), &["true"]);
+        // The submitter made the directory, then died before the shell ran.
+        fs::create_dir_all(&job.dir).expect("dir");
+        assert_eq!(state(&job), JobState::Pending, "a moment ago: starting");
+        let long_ago = SystemTime::now() - Duration::from_secs(60);
+        fs::File::open(&job.dir)
+            .and_then(|d| d.set_modified(long_ago))
+            .expect("age the directory");
+        assert_eq!(state(&job), JobState::Unknown, "never started");
+        Local.submit(&job).await.expect("submit");
+        assert_eq!(until_over(&job).await, JobState::Succeeded);
+    }
+
+    #[tokio::test]
+    async fn the_job_s_shell_records_its_pid_before_the_game_runs_and_a_running_job_is_not_started_twice()
+     {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        // The command sees the pid file already there: the shell wrote it
+        // first, whether or not the submitter lived to write its own.
+        let job = spec(
+            tmp.path(),
+            &["sh", "-c", "cat job-1/pid; echo >> runs; sleep 0.3"],
+        );
+        Local.submit(&job).await.expect("submit");
+        Local.submit(&job).await.expect("submit again");
+        assert_eq!(until_over(&job).await, JobState::Succeeded);
+        let pid = pid_of(&job).expect("a pid");
+        let log = fs::read_to_string(job.dir.join(LOG_FILE)).expect("log");
+        assert_eq!(log.trim(), pid.to_string(), "the pid as the game saw it");
+        let runs = fs::read_to_string(tmp.path().join("runs")).expect("runs");
+        assert_eq!(runs.lines().count(), 1, "started twice");
     }
 }
