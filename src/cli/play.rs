@@ -417,6 +417,7 @@ pub fn play_cell(cx: &Context, args: &CellArgs) -> u8 {
         patience: args.patience,
         max_actions: args.max_actions,
         max_wall: args.max_wall.map(Duration::from_secs),
+        repeat: None,
     };
     let Some(runtime) = runtime() else {
         return exit_code::PLAN_ERROR;

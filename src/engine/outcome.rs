@@ -102,11 +102,7 @@ pub fn judge_findings(
     }
     let matched = findings
         .iter()
-        .filter(|f| {
-            selectors
-                .iter()
-                .any(|s| s.matches(f.category, f.severity, f.unconfirmed, f.new))
-        })
+        .filter(|f| selectors.iter().any(|s| s.matches(&f.judged())))
         .map(|f| MatchedFinding {
             id: f.id.to_owned(),
             category: f.category.name().to_owned(),

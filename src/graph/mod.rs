@@ -171,7 +171,8 @@ fn cell_values(axes: &[Axis]) -> Vec<Vec<(String, String)>> {
     out
 }
 
-fn cell_id(step: &str, cell: &[(String, String)]) -> String {
+/// An instance's id: the step's, then its matrix values (`play[kid,jev,1]`).
+pub fn cell_id(step: &str, cell: &[(String, String)]) -> String {
     if cell.is_empty() {
         return step.to_owned();
     }

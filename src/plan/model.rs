@@ -75,8 +75,10 @@ pub struct Plan {
 
 /// One entry of `fail_on` / `--fail-on`: a finding category, or a severity
 /// that stands for itself and every worse one (`high` is high or critical),
-/// as `trivy --severity` but ordered; with `new:` in front (`new:crash`),
-/// only the findings a baseline does not know (`plan run --baseline`).
+/// as `trivy --severity` but ordered; `flaky` or `unconfirmed`. With `new:`
+/// in front (`new:crash`), only the findings a baseline does not know (`plan
+/// run --baseline`); with `stable:` (`stable:crash`), only those every
+/// repeat met (a play step's `repeat`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FailOn {
     pub select: Select,
@@ -84,19 +86,40 @@ pub struct FailOn {
     /// (without a baseline every finding is new, so a pull request run
     /// that lost its baseline fails rather than passes).
     pub only_new: bool,
+    /// `stable:`: not findings labelled `flaky` (without repeats no
+    /// finding is, so a plan that dropped its `repeat` fails rather than
+    /// passes).
+    pub only_stable: bool,
 }
 
-/// What a [`FailOn`] entry selects, `new:` aside.
+/// What a [`FailOn`] entry selects, `new:` and `stable:` aside.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Select {
     Category(Category),
     Severity(Severity),
     /// A crash or hang that did not reproduce when replayed.
     Unconfirmed,
+    /// A finding some repeats of its cells met and others did not.
+    Flaky,
+}
+
+/// What [`FailOn::matches`] reads of a finding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Judged {
+    pub category: Category,
+    pub severity: Severity,
+    /// A crash or hang that did not reproduce when replayed.
+    pub unconfirmed: bool,
+    /// Not in the run's baseline (every finding, without one).
+    pub new: bool,
+    /// Labelled `flaky` over its cells' repeats.
+    pub flaky: bool,
 }
 
 /// The prefix of a [`FailOn`] entry that judges only new findings.
 pub const NEW_PREFIX: &str = "new:";
+/// The prefix of a [`FailOn`] entry that leaves flaky findings out.
+pub const STABLE_PREFIX: &str = "stable:";
 
 impl FailOn {
     /// Every severity, most severe first (the order `Severity` sorts in).
@@ -107,49 +130,81 @@ impl FailOn {
         Severity::Low,
     ];
 
-    /// An entry that judges every finding, new or known.
+    /// An entry that judges every finding, new or known, flaky or stable.
     pub fn of(select: Select) -> FailOn {
         FailOn {
             select,
             only_new: false,
+            only_stable: false,
         }
     }
 
-    /// Every name `fail_on` takes without `new:`: the categories, then the
-    /// severities, then `unconfirmed`.
+    /// Every name `fail_on` takes without a prefix: the categories, then
+    /// the severities, then `unconfirmed` and `flaky`.
     fn plain_names() -> Vec<&'static str> {
         Category::ALL
             .iter()
             .map(|c| c.name())
             .chain(Self::SEVERITIES.iter().map(|s| severity_name(*s)))
-            .chain(["unconfirmed"])
+            .chain(["unconfirmed", "flaky"])
             .collect()
     }
 
-    /// Every name `fail_on` takes: each plain name, then each with `new:`.
+    /// Every name `fail_on` takes, as [`FailOn::name`] writes it: each
+    /// plain name, with `new:`, with `stable:` (but `flaky`), with both.
     pub fn names() -> Vec<String> {
         let plain = Self::plain_names();
-        plain
+        let stable: Vec<String> = plain
+            .iter()
+            .filter(|n| **n != "flaky")
+            .map(|n| format!("{STABLE_PREFIX}{n}"))
+            .collect();
+        let unprefixed: Vec<String> = plain
             .iter()
             .map(|n| (*n).to_owned())
-            .chain(plain.iter().map(|n| format!("{NEW_PREFIX}{n}")))
-            .collect()
+            .chain(stable)
+            .collect();
+        let with_new: Vec<String> = unprefixed
+            .iter()
+            .map(|n| format!("{NEW_PREFIX}{n}"))
+            .collect();
+        unprefixed.into_iter().chain(with_new).collect()
     }
 
     /// Reads one name; the error is the help to show (a "did you mean").
     pub fn parse(text: &str) -> Result<FailOn, String> {
-        let text = text.trim();
-        let (only_new, name) = match text.strip_prefix(NEW_PREFIX) {
-            Some(rest) => (true, rest.trim()),
-            None => (false, text),
-        };
+        let mut name = text.trim();
+        let (mut only_new, mut only_stable) = (false, false);
+        loop {
+            if let Some(rest) = name.strip_prefix(NEW_PREFIX) {
+                only_new = true;
+                name = rest.trim();
+            } else if let Some(rest) = name.strip_prefix(STABLE_PREFIX) {
+                only_stable = true;
+                name = rest.trim();
+            } else {
+                break;
+            }
+        }
         let select = Self::parse_select(name)?;
-        Ok(FailOn { select, only_new })
+        if only_stable && select == Select::Flaky {
+            return Err(
+                "`stable:flaky` selects nothing: a finding is stable or flaky; use `flaky`"
+                    .to_owned(),
+            );
+        }
+        Ok(FailOn {
+            select,
+            only_new,
+            only_stable,
+        })
     }
 
     fn parse_select(text: &str) -> Result<Select, String> {
-        if text == "unconfirmed" {
-            return Ok(Select::Unconfirmed);
+        match text {
+            "unconfirmed" => return Ok(Select::Unconfirmed),
+            "flaky" => return Ok(Select::Flaky),
+            _ => {}
         }
         if let Some(c) = Category::ALL.iter().find(|c| c.name() == text) {
             return Ok(Select::Category(*c));
@@ -159,54 +214,44 @@ impl FailOn {
         }
         let names = Self::plain_names();
         let all = super::diagnostic::one_of(&names);
+        let prefixes = "`new:` in front judges only findings a --baseline does not know, \
+                        `stable:` leaves out findings some repeats did not meet";
         Err(
             match super::diagnostic::did_you_mean(text, names.iter().copied()) {
-                Some(hint) => format!(
-                    "{hint} (a finding category or a severity: {all}; `new:` in front judges \
-                     only findings a --baseline does not know)"
-                ),
-                None => format!(
-                    "use a finding category or a severity: {all}; `new:` in front judges only \
-                     findings a --baseline does not know"
-                ),
+                Some(hint) => {
+                    format!("{hint} (a finding category or a severity: {all}; {prefixes})")
+                }
+                None => format!("use a finding category or a severity: {all}; {prefixes}"),
             },
         )
     }
 
-    /// The name as written (`crash`, `new:crash`).
+    /// The name as written (`crash`, `new:stable:crash`).
     pub fn name(self) -> String {
         let plain = match self.select {
             Select::Category(c) => c.name(),
             Select::Severity(s) => severity_name(s),
             Select::Unconfirmed => "unconfirmed",
+            Select::Flaky => "flaky",
         };
-        if self.only_new {
-            format!("{NEW_PREFIX}{plain}")
-        } else {
-            plain.to_owned()
-        }
+        let new = if self.only_new { NEW_PREFIX } else { "" };
+        let stable = if self.only_stable { STABLE_PREFIX } else { "" };
+        format!("{new}{stable}{plain}")
     }
 
-    /// Whether a finding of this category and severity (`unconfirmed`: a
-    /// crash or hang that did not reproduce; `new`: not in the run's
-    /// baseline) is one this entry fails the run on. A category selects
+    /// Whether this entry fails the run on `finding`. A category selects
     /// only what was confirmed: a red check must be a bug someone can
     /// reproduce.
-    pub fn matches(
-        self,
-        category: Category,
-        severity: Severity,
-        unconfirmed: bool,
-        new: bool,
-    ) -> bool {
-        if self.only_new && !new {
+    pub fn matches(self, finding: &Judged) -> bool {
+        if (self.only_new && !finding.new) || (self.only_stable && finding.flaky) {
             return false;
         }
         match self.select {
-            Select::Category(c) => c == category && !unconfirmed,
-            Select::Unconfirmed => unconfirmed,
+            Select::Category(c) => c == finding.category && !finding.unconfirmed,
+            Select::Unconfirmed => finding.unconfirmed,
+            Select::Flaky => finding.flaky,
             // `Severity` sorts most severe first.
-            Select::Severity(s) => severity <= s,
+            Select::Severity(s) => finding.severity <= s,
         }
     }
 }
@@ -506,6 +551,10 @@ pub struct Gate {
     /// false, so plans without it keep their hash.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub only_new: bool,
+    /// `only_stable`: its lenses over `findings` leave out the findings
+    /// labelled `flaky`. Left out of the model's JSON when false.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub only_stable: bool,
 }
 
 /// A program to run: through `sh -c`, or an argv without a shell.
@@ -607,7 +656,46 @@ pub fn observation_paths(expr: &str) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{FailOn, Severity, severity_name};
+    use super::{Category, FailOn, Judged, Severity, severity_name};
+
+    fn judged(category: Category, severity: Severity, unconfirmed: bool, new: bool) -> Judged {
+        Judged {
+            category,
+            severity,
+            unconfirmed,
+            new,
+            flaky: false,
+        }
+    }
+
+    /// `flaky` selects what some repeats met; `stable:` leaves it out, and
+    /// both prefixes read back as written, in either order.
+    #[test]
+    fn flaky_selects_findings_some_repeats_missed_and_stable_leaves_them_out() {
+        let flaky_crash = Judged {
+            flaky: true,
+            ..judged(Category::Crash, Severity::Critical, false, true)
+        };
+        let stable_crash = judged(Category::Crash, Severity::Critical, false, true);
+        let flaky = FailOn::parse("flaky").unwrap();
+        assert!(flaky.matches(&flaky_crash));
+        assert!(!flaky.matches(&stable_crash));
+        let stable = FailOn::parse("stable:crash").unwrap();
+        assert!(!stable.matches(&flaky_crash));
+        assert!(stable.matches(&stable_crash));
+        assert!(FailOn::parse("crash").unwrap().matches(&flaky_crash));
+        let both = FailOn::parse("stable:new:crash").unwrap();
+        assert_eq!(both.name(), "new:stable:crash");
+        assert_eq!(FailOn::parse(&both.name()), Ok(both));
+        for name in FailOn::names() {
+            assert_eq!(FailOn::parse(&name).map(FailOn::name), Ok(name));
+        }
+        assert!(
+            FailOn::parse("stable:flaky")
+                .unwrap_err()
+                .contains("selects nothing")
+        );
+    }
 
     #[test]
     fn fail_on_reads_the_severity_names_findings_write() {
@@ -619,16 +707,16 @@ mod tests {
             );
         }
         let high = FailOn::parse("high").unwrap();
-        assert!(high.matches(super::Category::Crash, Severity::Critical, false, false));
-        assert!(high.matches(super::Category::Hang, Severity::High, false, true));
-        assert!(!high.matches(super::Category::Error, Severity::Medium, false, true));
+        assert!(high.matches(&judged(Category::Crash, Severity::Critical, false, false)));
+        assert!(high.matches(&judged(Category::Hang, Severity::High, false, true)));
+        assert!(!high.matches(&judged(Category::Error, Severity::Medium, false, true)));
         // A hang that did not reproduce is selected by `unconfirmed`, not `hang`.
         let hang = FailOn::parse("hang").unwrap();
-        assert!(hang.matches(super::Category::Hang, Severity::High, false, false));
-        assert!(!hang.matches(super::Category::Hang, Severity::Low, true, true));
+        assert!(hang.matches(&judged(Category::Hang, Severity::High, false, false)));
+        assert!(!hang.matches(&judged(Category::Hang, Severity::Low, true, true)));
         let flaky = FailOn::parse("unconfirmed").unwrap();
-        assert!(flaky.matches(super::Category::Hang, Severity::Low, true, false));
-        assert!(!flaky.matches(super::Category::Hang, Severity::High, false, true));
+        assert!(flaky.matches(&judged(Category::Hang, Severity::Low, true, false)));
+        assert!(!flaky.matches(&judged(Category::Hang, Severity::High, false, true)));
         assert!(
             FailOn::parse("crsh")
                 .unwrap_err()
@@ -643,10 +731,10 @@ mod tests {
         let new_crash = FailOn::parse("new:crash").unwrap();
         assert!(new_crash.only_new);
         assert_eq!(new_crash.name(), "new:crash");
-        assert!(new_crash.matches(super::Category::Crash, Severity::Critical, false, true));
-        assert!(!new_crash.matches(super::Category::Crash, Severity::Critical, false, false));
+        assert!(new_crash.matches(&judged(Category::Crash, Severity::Critical, false, true)));
+        assert!(!new_crash.matches(&judged(Category::Crash, Severity::Critical, false, false)));
         let crash = FailOn::parse("crash").unwrap();
-        assert!(crash.matches(super::Category::Crash, Severity::Critical, false, false));
+        assert!(crash.matches(&judged(Category::Crash, Severity::Critical, false, false)));
         assert!(FailOn::names().contains(&"new:hang".to_owned()));
         assert!(
             FailOn::parse("new:crsh")

@@ -982,6 +982,10 @@ pub struct RawGate {
     /// does not know (`new`; without a baseline every finding is new).
     #[schemars(default)]
     pub only_new: Option<Spanned<bool>>,
+    /// Its lenses over `findings` leave out the findings labelled `flaky`
+    /// (met by some repeats of their cells only; a play step's `repeat`).
+    #[schemars(default)]
+    pub only_stable: Option<Spanned<bool>>,
 }
 
 impl Decode for RawGate {
@@ -994,12 +998,14 @@ impl Decode for RawGate {
         let lenses = t.required("lenses", diags);
         let reviewers = t.optional("reviewers", diags);
         let only_new = t.optional("only_new", diags);
+        let only_stable = t.optional("only_stable", diags);
         t.finish(diags);
         Some(RawGate {
             name: name?,
             lenses: lenses?,
             reviewers: reviewers.unwrap_or_default(),
             only_new,
+            only_stable,
         })
     }
 }

@@ -59,6 +59,8 @@ pub struct CellSpec {
     pub max_actions: Option<u64>,
     /// `budget.max_wall_seconds`, if any.
     pub max_wall: Option<Duration>,
+    /// Which play of its cell this is, under `repeat = N`.
+    pub repeat: Option<super::cell_report::Repeat>,
 }
 
 /// What a cell produced.
@@ -283,6 +285,7 @@ pub async fn play_cell_watched(
         quit_detail: player_report.quit_detail,
         felt: player_report.felt,
         model: player_report.model,
+        repeat: spec.repeat.clone(),
     };
     let files = write_files(out_dir, &report, &transcript, &trace)?;
     Ok(CellResult { report, files })
@@ -1103,6 +1106,7 @@ mod tests {
             patience: 1,
             max_actions: None,
             max_wall: None,
+            repeat: None,
         };
         let (_stop, cancel) = tokio::sync::watch::channel(false);
         spawnable(&play_cell(&spec, Path::new("."), cancel.clone()));

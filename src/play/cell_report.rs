@@ -135,4 +135,21 @@ pub struct CellReport {
     /// An `llm` player's calls, tokens and cost.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<crate::llm::Usage>,
+    /// Which play of its cell this was, under a play step's `repeat = N`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repeat: Option<Repeat>,
+}
+
+/// One play of a cell its step plays `repeat = N` times: the aggregate
+/// labels a finding `stable` or `flaky k/N` by counting the plays of each
+/// cell that met it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Repeat {
+    /// 1 to `of`; play 1 is the cell's own seed, the others derived from it.
+    pub index: u32,
+    /// The step's `repeat`.
+    pub of: u32,
+    /// The cell all the plays repeat: the step id with its other matrix
+    /// values (`play[kid,jev]`).
+    pub cell: String,
 }

@@ -46,7 +46,7 @@ pub mod trace_batch;
 pub mod webdriver;
 
 pub use cell::{CellResult, CellSpec, PlayError, play_cell};
-pub use cell_report::{CellReport, CellState};
+pub use cell_report::{CellReport, CellState, Repeat};
 pub use controllers::ControllerKind;
 pub use driver::{BrowserGame, Driver, GameSpec, GameTarget, ResourceLimits, Session};
 pub use findings::{Category, Finding};

@@ -237,6 +237,7 @@ pub fn merge_findings(cells: &[CellInput]) -> Vec<FindingLine> {
                     trace: cell.trace.clone(),
                     unconfirmed: finding.unconfirmed,
                     baseline: None,
+                    repeats: None,
                 });
                 lines.len() - 1
             });
@@ -255,14 +256,19 @@ pub fn merge_findings(cells: &[CellInput]) -> Vec<FindingLine> {
             }
         }
     }
+    super::repeats::label(&mut lines, cells);
     // A stable sort: among equals, the order first met stays.
     lines.sort_by_key(FindingLine::rank);
     lines
 }
 
-/// Crashes and hangs are what `gameplan shrink` cuts down.
+/// Crashes, hangs and broken invariants are what `gameplan shrink` cuts
+/// down.
 pub(crate) fn shrinkable(category: Category) -> bool {
-    matches!(category, Category::Crash | Category::Hang)
+    matches!(
+        category,
+        Category::Crash | Category::Hang | Category::Invariant
+    )
 }
 
 /// A persona of the plan: its slug and its card as the aggregate shows it.
@@ -529,10 +535,13 @@ fn finding_items<'a>(md: &mut String, findings: impl Iterator<Item = &'a Finding
     for f in findings {
         let _ = writeln!(
             md,
-            "- **{}** {} {} `{}`: {}",
+            "- **{}** {} {}{} `{}`: {}",
             f.severity,
             f.category,
             plural_cells(f.cells.len()),
+            f.repeats
+                .map(|r| format!(", {}", r.text()))
+                .unwrap_or_default(),
             f.id,
             f.title.replace('\n', " ")
         );
@@ -702,10 +711,13 @@ pub fn junit_cases(agg: &Aggregate) -> Vec<super::run::JunitCase> {
 }
 
 fn finding_case(f: &FindingLine) -> super::run::JunitCase {
-    let label = f
+    let mut label = f
         .baseline
         .map(|l| format!("{} ", l.name()))
         .unwrap_or_default();
+    if let Some(r) = f.repeats {
+        label = format!("{label}{} ", r.text());
+    }
     let mut text = format!(
         "{label}{} {} {}: {}\nwhere: {}\nmet by {} ({}), first in {} seed {} ({})\nreport: {}\n",
         f.severity,

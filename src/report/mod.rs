@@ -17,6 +17,7 @@ pub mod play_results;
 pub mod playtest;
 pub mod progress;
 pub mod quote;
+pub mod repeats;
 pub mod review;
 pub mod run;
 pub mod run_summary;

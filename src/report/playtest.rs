@@ -114,6 +114,11 @@ pub struct FindingLine {
     /// `known`; absent without one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub baseline: Option<super::baseline::Label>,
+    /// Over the repeats of the cells that met it (a play step's `repeat =
+    /// N`): `stable` when every play met it, else `flaky` with the counts;
+    /// absent without repeats.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repeats: Option<super::repeats::Repeats>,
 }
 
 /// Where a finding was met first.
@@ -161,6 +166,21 @@ pub struct RunFinding<'a> {
     pub unconfirmed: bool,
     /// Not known to the run's baseline (every finding is new without one).
     pub new: bool,
+    /// Labelled `flaky` over its cells' repeats.
+    pub flaky: bool,
+}
+
+impl RunFinding<'_> {
+    /// What `fail_on` reads of it.
+    pub fn judged(&self) -> crate::plan::model::Judged {
+        crate::plan::model::Judged {
+            category: self.category,
+            severity: self.severity,
+            unconfirmed: self.unconfirmed,
+            new: self.new,
+            flaky: self.flaky,
+        }
+    }
 }
 
 impl Playtest {
@@ -205,6 +225,9 @@ impl Playtest {
                 step: &f.first.step,
                 unconfirmed: f.unconfirmed,
                 new: f.baseline != Some(super::baseline::Label::Known),
+                flaky: f
+                    .repeats
+                    .is_some_and(|r| r.label == super::repeats::Stability::Flaky),
             });
         }
         out.sort_by_key(|f| f.severity);
@@ -469,6 +492,7 @@ fn simulated_line(
         trace,
         unconfirmed: false,
         baseline: None,
+        repeats: None,
     }
 }
 
@@ -667,6 +691,10 @@ fn finding_lines(out: &mut String, findings: &[FindingLine], unit: &str) {
         } else {
             ""
         };
+        let repeats = f
+            .repeats
+            .map(|r| format!("  [{}]", r.text()))
+            .unwrap_or_default();
         // Against a baseline, each line says whether the change brought it.
         let label = f
             .baseline
@@ -674,7 +702,7 @@ fn finding_lines(out: &mut String, findings: &[FindingLine], unit: &str) {
             .unwrap_or_default();
         let _ = writeln!(
             out,
-            "  {label}{:<8} {:<8} {}  {}{differs}{flaky}",
+            "  {label}{:<8} {:<8} {}  {}{differs}{flaky}{repeats}",
             f.severity, f.category, f.id, titles[i],
         );
         let more = match f.met.saturating_sub(1) {
@@ -841,6 +869,7 @@ mod tests {
             shrink: None,
             unconfirmed: false,
             baseline: None,
+            repeats: None,
         }
     }
 

@@ -138,11 +138,21 @@ fn files_keeping(
         .collect()
 }
 
+/// Which findings a gate's lenses over `findings` judge.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Narrow {
+    /// `only_new`: a finding the run's baseline knows (`baseline`: `known`)
+    /// is no unit; without a baseline every finding is new.
+    pub only_new: bool,
+    /// `only_stable`: a finding labelled `flaky` over its cells' repeats
+    /// is no unit; without repeats no finding is.
+    pub only_stable: bool,
+}
+
 /// One unit per distinct finding of the aggregates (`aggregate.json`
-/// files), in their order; a finding two aggregates share is one unit.
-/// `only_new` (a gate's): a finding the run's baseline knows (`baseline`:
-/// `known`) is no unit; without a baseline every finding is new.
-pub fn findings(aggregates: &[PathBuf], only_new: bool) -> Result<Vec<Unit>, String> {
+/// files), in their order; a finding two aggregates share is one unit;
+/// `narrow` (a gate's) leaves some out.
+pub fn findings(aggregates: &[PathBuf], narrow: Narrow) -> Result<Vec<Unit>, String> {
     let mut units: Vec<Unit> = Vec::new();
     for path in aggregates {
         let bytes =
@@ -162,7 +172,11 @@ pub fn findings(aggregates: &[PathBuf], only_new: bool) -> Result<Vec<Unit>, Str
             if units.iter().any(|u| u.id == id) {
                 continue;
             }
-            if only_new && fields.get("baseline").and_then(Value::as_str) == Some("known") {
+            if narrow.only_new && fields.get("baseline").and_then(Value::as_str) == Some("known") {
+                continue;
+            }
+            let label = fields.get("repeats").and_then(|r| r.get("label"));
+            if narrow.only_stable && label.and_then(Value::as_str) == Some("flaky") {
                 continue;
             }
             let sha256 = sha256_hex(line.to_string().as_bytes());
@@ -285,14 +299,14 @@ mod tests {
             r#"{"findings":[{"id":"crash-1","category":"crash","title":"died"}]}"#,
         )
         .expect("write");
-        let units = findings(&[a.clone(), b], false).expect("units");
+        let units = findings(&[a.clone(), b], Narrow::default()).expect("units");
         let ids: Vec<&str> = units.iter().map(|u| u.id.as_str()).collect();
         assert_eq!(ids, ["crash-1", "stuck-2"]);
         let fields = units[0].fields(dir.path()).expect("fields");
         assert_eq!(fields["category"], "crash");
         std::fs::write(&a, "{").expect("torn");
         assert!(
-            findings(&[a], false)
+            findings(&[a], Narrow::default())
                 .unwrap_err()
                 .contains("is not an aggregate")
         );

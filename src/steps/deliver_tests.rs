@@ -426,6 +426,7 @@ fn report(cell: &str, state: CellState) -> CellReport {
         quit_detail: None,
         felt: None,
         model: None,
+        repeat: None,
     }
 }
 

@@ -12,7 +12,8 @@
 //!   did not pass).
 //! - **Units**: `files` from the lens's globs; `findings` from every
 //!   `aggregate.json` among the steps the gate needs (directly or not;
-//!   with the gate's `only_new`, those not `known` to the run's baseline);
+//!   with the gate's `only_new`, those not `known` to the run's baseline,
+//!   with `only_stable`, those not labelled `flaky`);
 //!   `runs` from every play cell `report.json` among them; `patches` from
 //!   the lens's patch series (`review::patches`). A lens with nothing to
 //!   judge (globs that match no file, no aggregate, no play report) is
@@ -82,8 +83,9 @@ fn gate_of<'p>(plan: &'p Plan, params: &Params, id: &str) -> Result<&'p PlanGate
 /// Where a lens's units come from, besides its own `files` globs.
 struct Sources {
     aggregates: Vec<PathBuf>,
-    /// The gate's `only_new`: its `findings` units are the new findings only.
-    only_new: bool,
+    /// The gate's `only_new` and `only_stable`: which findings its
+    /// `findings` units are.
+    narrow: unit::Narrow,
     reports: Vec<(String, PathBuf)>,
     /// `files` units by glob list: lenses of a gate over the same files
     /// share one walk, one hashing and one read of each file.
@@ -98,7 +100,7 @@ impl Sources {
     fn of(io: &StepIo) -> Sources {
         let mut sources = Sources {
             aggregates: Vec::new(),
-            only_new: false,
+            narrow: unit::Narrow::default(),
             reports: Vec::new(),
             files: Mutex::new(Vec::new()),
         };
@@ -154,7 +156,7 @@ impl Sources {
                  need an `aggregate` step (the default pipeline does)"
                     .into(),
             ),
-            LensOver::Findings => unit::findings(&self.aggregates, self.only_new),
+            LensOver::Findings => unit::findings(&self.aggregates, self.narrow),
             LensOver::Runs if self.reports.is_empty() => Err(
                 "no play report to read: a lens over runs needs the gate step to need the `play` \
                  cells (directly or through `aggregate`)"
@@ -378,7 +380,10 @@ impl Kind for Gate {
                 model_budget: &model_budget,
             };
             let mut sources = Sources::of(io);
-            sources.only_new = gate.only_new;
+            sources.narrow = unit::Narrow {
+                only_new: gate.only_new,
+                only_stable: gate.only_stable,
+            };
             let units_of = |lens: &Lens| sources.units(&cx.root, &cx.hashes, lens);
             // The file-hash cache it filled is saved when the run closes.
             let review = judge_gate(&judging, &cx.plan, &gate, &units_of).await;

@@ -42,6 +42,7 @@ use super::{
     BoxFuture, KeyContext, Kind, Outputs, Reuse, StepContext, StepError, StepIo, StepOutcome,
 };
 use crate::graph::Instance;
+use crate::plan::kinds::play::{PlayParams, REPEAT_AXIS};
 use crate::plan::model::{Controller, Params, Persona, Plan, Player, Step, StepKind};
 use crate::play::QuitReason;
 use crate::play::cell::play_cell_watched;
@@ -322,6 +323,8 @@ struct Cell<'p> {
     seed: i64,
     /// The player's and the selector's seed.
     player_seed: i64,
+    /// Which play of the cell this is, under `repeat = N`.
+    repeat: Option<crate::play::Repeat>,
 }
 
 /// One seed from a cell's seed and a persona's own: a fixed, documented
@@ -334,6 +337,19 @@ fn mix_seeds(cell: i64, own: i64) -> i64 {
     )]
     let mixed = ((cell as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (own as u64)) as i64;
     mixed
+}
+
+/// The seed of play `index` of a repeated cell whose own seed is `seed`:
+/// splitmix64's finalizer over the pair (neighbouring seeds and indexes
+/// give unrelated games), cut to 31 bits, so a game in any language (a
+/// JavaScript number, a C `int`) reads it exactly.
+fn repeat_seed(seed: i64, index: u32) -> i64 {
+    #[expect(clippy::cast_sign_loss, reason = "bits, not numbers")]
+    let mut z = (seed as u64).wrapping_add(u64::from(index).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    i64::try_from(z >> 33).unwrap_or_default()
 }
 
 impl<'p> Cell<'p> {
@@ -394,12 +410,55 @@ impl<'p> Cell<'p> {
             (Some(cell), Some(own)) => mix_seeds(cell, own),
             _ => seed,
         };
+        let repeat = Self::repeat(step, instance)?;
+        // Play 1 is the cell's own seeds (adding `repeat` keeps the play it
+        // had); play k derives both from them and k, so each play is another
+        // game and another path through it, the same on every run.
+        let (seed, player_seed) = match &repeat {
+            Some(r) if r.index > 1 => (
+                repeat_seed(seed, r.index),
+                repeat_seed(player_seed, r.index),
+            ),
+            _ => (seed, player_seed),
+        };
         Ok(Cell {
             persona,
             controller,
             seed,
             player_seed,
+            repeat,
         })
+    }
+
+    /// The play of its cell `instance` is, from the `repeat` axis its
+    /// step's `repeat = N` added.
+    fn repeat(step: &Step, instance: &Instance) -> Result<Option<crate::play::Repeat>, StepError> {
+        let Params::Play(PlayParams {
+            repeat: Some(of), ..
+        }) = &step.params
+        else {
+            return Ok(None);
+        };
+        let Some((_, value)) = instance.cell.iter().find(|(axis, _)| axis == REPEAT_AXIS) else {
+            return Ok(None);
+        };
+        let index = value.parse::<u32>().map_err(|_| {
+            StepError(format!(
+                "the repeat `{value}` of `{}` is not a whole number",
+                instance.id
+            ))
+        })?;
+        let others: Vec<(String, String)> = instance
+            .cell
+            .iter()
+            .filter(|(axis, _)| axis != REPEAT_AXIS)
+            .cloned()
+            .collect();
+        Ok(Some(crate::play::Repeat {
+            index,
+            of: *of,
+            cell: crate::graph::cell_id(&step.id, &others),
+        }))
     }
 
     fn patience(&self) -> u64 {
@@ -456,6 +515,7 @@ pub(crate) fn cell_spec_redacted(
         patience: cell.patience(),
         max_actions: cx.plan.budget.max_actions,
         max_wall: Cell::max_wall(&cx.plan, &cx.step),
+        repeat: cell.repeat,
     })
 }
 
@@ -621,6 +681,19 @@ needs = ["build", "register"]
             key_with(None, Some("job-1")),
             Reuse::AfterUpstream(why) if why.contains("`build` runs first")
         ));
+    }
+
+    /// Play 2 of seed 1 is a fixed number a game of any language reads
+    /// exactly; other plays and seeds give other games.
+    #[test]
+    fn a_repeat_s_seed_is_fixed_small_and_differs_by_play_and_seed() {
+        assert_eq!(super::repeat_seed(1, 2), 1_601_554_128);
+        assert_eq!(super::repeat_seed(1, 3), 2_085_212_535);
+        let seeds: std::collections::BTreeSet<i64> = (2..50)
+            .flat_map(|k| [1, 2, -1].map(|s| super::repeat_seed(s, k)))
+            .collect();
+        assert_eq!(seeds.len(), 48 * 3);
+        assert!(seeds.iter().all(|s| (0..1 << 31).contains(s)));
     }
 
     #[test]

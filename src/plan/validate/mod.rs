@@ -370,7 +370,9 @@ impl Validator<'_> {
                     self.reference(lens, &lens_names, "plan::unknown_lens", "lens");
                 }
             }
-            self.only_new(g, raw);
+            for narrow in [&g.only_new, &g.only_stable] {
+                self.narrows(g, narrow.as_ref(), raw);
+            }
             for reviewer in &g.reviewers {
                 if readable("personas") {
                     self.reference(
@@ -391,6 +393,7 @@ impl Validator<'_> {
                 lenses: g.lenses.iter().map(|l| l.value.clone()).collect(),
                 reviewers: g.reviewers.iter().map(|r| r.value.clone()).collect(),
                 only_new: g.only_new.as_ref().is_some_and(|o| o.value),
+                only_stable: g.only_stable.as_ref().is_some_and(|o| o.value),
             })
             .collect();
         let gate_names: Vec<&str> = raw.gates.iter().map(|g| g.name.value.as_str()).collect();
@@ -462,11 +465,22 @@ impl Validator<'_> {
         (plan, self.diags)
     }
 
-    /// A gate's `only_new` narrows its lenses over `findings`: on a gate
-    /// with none it would narrow nothing, which reads as a mistake.
-    fn only_new(&mut self, gate: &crate::plan::raw::RawGate, raw: &RawPlan) {
-        let Some(only_new) = gate.only_new.as_ref().filter(|o| o.value) else {
+    /// A gate's `only_new` or `only_stable` narrows its lenses over
+    /// `findings`: on a gate with none it would narrow nothing, which reads
+    /// as a mistake.
+    fn narrows(
+        &mut self,
+        gate: &crate::plan::raw::RawGate,
+        narrow: Option<&Spanned<bool>>,
+        raw: &RawPlan,
+    ) {
+        let Some(set) = narrow.filter(|o| o.value) else {
             return;
+        };
+        let (key, code) = if gate.only_new.as_ref().is_some_and(|o| o.span == set.span) {
+            ("only_new", "plan::only_new_without_findings")
+        } else {
+            ("only_stable", "plan::only_stable_without_findings")
         };
         let over_findings = gate.lenses.iter().any(|name| {
             raw.lenses.iter().any(|l| {
@@ -476,18 +490,23 @@ impl Validator<'_> {
         if !over_findings {
             self.push(
                 Diagnostic::new(
-                    "plan::only_new_without_findings",
+                    code,
                     format!(
-                        "gate `{}` has `only_new = true` but no lens over `findings`",
+                        "gate `{}` has `{key} = true` but no lens over `findings`",
                         gate.name.value
                     ),
                 )
-                .at(only_new.span)
+                .at(set.span)
                 .label("narrows nothing")
-                .help(
-                    "`only_new` keeps a gate's lenses over findings to the findings a \
-                     --baseline does not know; add such a lens to the gate, or drop `only_new`",
-                ),
+                .help(format!(
+                    "`{key}` keeps a gate's lenses over findings to the findings {}; add such a \
+                     lens to the gate, or drop `{key}`",
+                    if key == "only_new" {
+                        "a --baseline does not know"
+                    } else {
+                        "every repeat met"
+                    }
+                )),
             );
         }
     }

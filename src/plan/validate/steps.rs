@@ -8,6 +8,7 @@ use super::{
     RawStep, Span, Spanned, Step, Validator,
 };
 use crate::plan::kinds::StepCheck;
+use crate::plan::kinds::play::REPEAT_AXIS;
 
 /// The steps `step` needs, directly or through others, each once.
 pub(super) fn upstream<'a>(
@@ -127,7 +128,7 @@ impl Validator<'_> {
                 );
             }
             match all.iter().find(|o| o.id.value == per.value) {
-                Some(target) if target.matrix.is_none() => self.push(
+                Some(target) if target.matrix.is_none() && !repeats(target) => self.push(
                     Diagnostic::new("plan::per_not_matrix", format!("`per` names step `{}`, which has no matrix", per.value))
                         .at(per.span)
                         .label("not a matrix step")
@@ -149,6 +150,16 @@ impl Validator<'_> {
                 refs,
             },
         );
+        let mut matrix = matrix;
+        if let Params::Play(play) = &params
+            && let Some(n) = play.repeat.filter(|&n| n > 1)
+        {
+            // Last, so a repeat's id reads `play[kid,jev,2]` after its cell's.
+            matrix.push(Axis {
+                name: REPEAT_AXIS.to_owned(),
+                values: (1..=n).map(|k| k.to_string()).collect(),
+            });
+        }
         Step {
             id: s.id.value.clone(),
             kind,
@@ -368,4 +379,10 @@ impl Validator<'_> {
             }
         }
     }
+}
+
+/// A play step whose `repeat` makes it a matrix of its own.
+fn repeats(step: &RawStep) -> bool {
+    matches!(&step.params, crate::plan::kinds::RawParams::Play(p)
+        if p.repeat.as_ref().is_some_and(|r| r.value > 1))
 }

@@ -16,6 +16,7 @@ mod maze_player;
 mod program_check;
 mod program_env;
 mod program_limits;
+mod repeats;
 mod resident_limits;
 mod search_after_traps;
 mod stuck_and_goals;
