@@ -446,10 +446,13 @@ fn baseline_markdown(out: &mut String, report: &RunReport) {
         {
             let _ = writeln!(
                 out,
-                "- **{}** {} {} `{}`: {}",
+                "- **{}** {} {}{} `{}`: {}",
                 label.name(),
                 f.severity,
                 f.category,
+                f.repeats
+                    .map(|r| format!(" ({})", r.text()))
+                    .unwrap_or_default(),
                 f.id,
                 f.title.replace('\n', " ")
             );
