@@ -6,6 +6,7 @@
 // around RUN_ID or JUnit would show literally.
 #![expect(clippy::doc_markdown, reason = "doc comments are --help text")]
 
+mod check;
 mod game;
 mod gc;
 mod ledger;
@@ -57,6 +58,29 @@ pub enum Command {
     /// Check, inspect and run plans.
     #[command(subcommand)]
     Plan(PlanCommand),
+    /// Is this machine ready to run PLAN? One row per thing a run needs, each with its fix.
+    ///
+    /// pass / warn / fail for: the plan and the secrets it reads, the backend and the token's
+    /// scopes (a plan that pays), chromedriver and Chromium with their versions (a web game),
+    /// the program a stdio game starts and the runtime behind it (python, java, node), the Ray
+    /// head (an `[executor]` of kind ray), free disk under the state directory, and the
+    /// concurrency this machine is good for. Exits 0 with no fail, 1 otherwise. Nothing is
+    /// charged, played or written.
+    Check {
+        /// The plan file (.toml, .yaml or .yml); without one, the machine's rows only.
+        #[arg(value_name = "PLAN")]
+        plan: Option<PathBuf>,
+        #[command(flatten)]
+        load: LoadArgs,
+        /// The state directory whose disk and ledger are checked [default: .gameplan
+        /// beside the plan].
+        #[arg(long, value_name = "DIR")]
+        state_dir: Option<PathBuf>,
+        /// Print one JSON document: `{"ok": bool, "rows": [{"check", "status", "detail",
+        /// "fix"}]}`.
+        #[arg(long)]
+        json: bool,
+    },
     /// Internal: the per-run step launcher (started by `plan run`).
     #[command(name = "__launch", hide = true)]
     Launch {
@@ -714,6 +738,12 @@ pub fn expand_failure(plan: &std::path::Path, e: &crate::graph::ExpandError) -> 
 pub fn dispatch(cli: Cli, cx: &Context) -> u8 {
     match cli.command {
         Command::Plan(command) => plan(command, cx),
+        Command::Check {
+            plan,
+            load,
+            state_dir,
+            json,
+        } => check::run(cx, plan.as_deref(), &load, state_dir.as_deref(), json),
         Command::Gc {
             keep_runs,
             max_store,

@@ -30,7 +30,7 @@ const OUTPUT_TAIL: usize = 4 * 1024;
 
 /// The Chromium binaries tried, in order, and the Debian package of each
 /// program the driver needs.
-const BROWSERS: [&str; 3] = ["chromium", "chromium-browser", "google-chrome"];
+pub const BROWSERS: [&str; 3] = ["chromium", "chromium-browser", "google-chrome"];
 pub const BROWSER_PACKAGE: &str = "chromium";
 pub const DRIVER_PACKAGE: &str = "chromium-driver";
 

@@ -107,7 +107,7 @@ use fantoccini::wd::{Capabilities, WebDriverCompatibleCommand};
 use serde_json::{Value, json};
 
 pub use chromedriver::{
-    BROWSER_PACKAGE, DRIVER_PACKAGE, find_programs, kill_browsers_of_this_process,
+    BROWSER_PACKAGE, BROWSERS, DRIVER_PACKAGE, find_programs, kill_browsers_of_this_process,
 };
 pub use page_errors::{FAILED_REQUEST, bare_message};
 

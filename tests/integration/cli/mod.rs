@@ -1,6 +1,7 @@
 //! What a person meets at the terminal: output modes and progress,
 //! `plan status`, `plan runs`, `gc`, shell completions and install.
 
+mod check;
 mod output;
 mod shell;
 mod status_runs_gc;
