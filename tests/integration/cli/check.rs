@@ -3,6 +3,8 @@
 //! parts: a PATH without chromedriver, `gameplan serve` on loopback with a
 //! token made for the test, a wrapper script that starts java.
 
+use std::os::unix::fs::PermissionsExt as _;
+
 use crate::support::{ALL_SCOPES, Served, Test};
 
 /// The row `check` of a `check --json` document.
@@ -184,7 +186,6 @@ kind = "play"
 
 #[test]
 fn a_jvm_behind_a_wrapper_script_is_found_and_an_address_space_limit_on_it_is_a_warning() {
-    use std::os::unix::fs::PermissionsExt as _;
     let t = Test::new().file("plan.toml", WRAPPED).file(
         "run.sh",
         "#!/bin/sh\n# the studio's launcher\nexec java -Xmx64m -jar game.jar \"$@\"\n",
@@ -233,7 +234,6 @@ fn a_ray_head_that_does_not_answer_fails_the_executor_row() {
         "[game]",
         "[executor]\nkind = \"ray\"\naddress = \"http://127.0.0.1:9\"\nshared_dir = \"/tmp\"\n\n[game]",
     );
-    use std::os::unix::fs::PermissionsExt as _;
     let t = Test::new()
         .file("plan.toml", &plan)
         .file("run.sh", "#!/bin/sh\n");
