@@ -210,9 +210,10 @@ fn further(table: &ProgressTable) -> Option<String> {
             .then(score(b).total_cmp(&score(a)))
     });
     let (first, second) = (ranked[0], ranked[1]);
+    let ahead = rate(first) > rate(second) || score(first) > score(second);
     let verdict = if rate(first) > rate(second) {
         format!("`{}` got further", first.controller)
-    } else if score(first) > score(second) {
+    } else if ahead {
         if table.goal {
             format!(
                 "`{}` got further on score (the same completion)",
@@ -230,19 +231,26 @@ fn further(table: &ProgressTable) -> Option<String> {
         .map(|(i, c)| {
             let n = &c.numbers;
             let score = n.median_max_score.map_or_else(|| "-".to_owned(), number);
+            // The verdict names the first when it got further.
+            let who = if i == 0 && ahead {
+                "it".to_owned()
+            } else {
+                format!("`{}`", c.controller)
+            };
             match (table.goal, i) {
                 (true, 0) => format!(
-                    "`{}` reached the goal in {} of {} cells (median max score {score})",
-                    c.controller, n.goals_reached, n.played
+                    "{who} reached the goal in {} of {} cells (median max score {score})",
+                    n.goals_reached, n.played
                 ),
                 (true, _) => format!(
-                    "`{}` in {} of {} (median max score {score})",
-                    c.controller, n.goals_reached, n.played
+                    "{who} in {} of {} (median max score {score})",
+                    n.goals_reached, n.played
                 ),
-                (false, _) => format!(
-                    "`{}` a median max score of {score} over {} cells",
-                    c.controller, n.played
+                (false, 0) => format!(
+                    "{who} had a median max score of {score} over {} cells",
+                    n.played
                 ),
+                (false, _) => format!("{who} {score} over {}", n.played),
             }
         })
         .collect();
@@ -369,5 +377,156 @@ pub fn section(md: &mut String, agg: &Aggregate) {
             median(n.median_max_score),
             median(n.median_distinct_observations)
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::play::cell_report::{GameInfo, Metrics};
+    use crate::play::goal::Progress;
+
+    /// A cell of `persona` × `controller` that ended as `state` with
+    /// `score` as its max and the goal reached at `goal` (if it was).
+    fn cell(
+        persona: &str,
+        controller: &str,
+        state: CellState,
+        score: f64,
+        goal: Option<u64>,
+    ) -> CellInput {
+        let step = format!("play[{persona},{controller},1]");
+        CellInput {
+            report: Some(CellReport {
+                report: 1,
+                persona: persona.into(),
+                controller: controller.into(),
+                player: "explorer".into(),
+                seed: 1,
+                game: GameInfo {
+                    command: vec!["builtin:maze".into()],
+                    name: "maze".into(),
+                    version: "1".into(),
+                },
+                state,
+                actions_taken: 12,
+                quit_reason: crate::play::QuitReason::Patience,
+                findings: Vec::new(),
+                metrics: Metrics::default(),
+                progress: Progress {
+                    goal_reached: goal.is_some(),
+                    goal_step: goal,
+                    max_score: score,
+                    distinct_observations: 5,
+                    sometimes: [("a coin".to_owned(), score > 0.0)].into(),
+                    ..Progress::default()
+                },
+                leaked: Vec::new(),
+                not_played: None,
+                warnings: Vec::new(),
+                notes: Vec::new(),
+                quit_detail: None,
+                felt: None,
+                model: None,
+            }),
+            report_sha256: None,
+            report_md: format!("steps/{step}/report.md"),
+            trace: None,
+            step,
+            persona: persona.into(),
+            controller: controller.into(),
+            seed: 1,
+        }
+    }
+
+    fn merged(cells: &[CellInput], plan: &PlanProgress) -> Aggregate {
+        let mut agg = super::super::aggregate::build(cells, &[], Vec::new());
+        apply(&mut agg, cells, plan);
+        agg
+    }
+
+    /// Only cells that played to an end are counted; the others are in
+    /// `cells` so the reader sees what the rates leave out.
+    #[test]
+    fn an_interrupted_cell_is_listed_but_not_counted() {
+        let cells = [
+            cell("kid", "rune", CellState::Succeeded, 3.0, Some(7)),
+            cell("kid", "rune", CellState::Interrupted, 9.0, Some(2)),
+            cell("kid", "standard", CellState::Succeeded, 1.0, None),
+        ];
+        let plan = PlanProgress {
+            goal: true,
+            sometimes: Vec::new(),
+        };
+        let table = merged(&cells, &plan).progress.expect("a table");
+        let rune = &table.rows[0].numbers;
+        assert_eq!((rune.cells, rune.played, rune.goals_reached), (2, 1, 1));
+        assert_eq!(rune.completion_rate, Some(1.0));
+        assert_eq!(rune.median_steps_to_goal, Some(7.0));
+        assert_eq!(rune.median_max_score, Some(3.0));
+        let standard = &table.rows[1].numbers;
+        assert_eq!(standard.completion_rate, Some(0.0));
+        assert_eq!(standard.median_steps_to_goal, None);
+    }
+
+    /// Without a goal the table has score and coverage, and no completion
+    /// (0% would read as "nobody made it"); the comparison goes by score.
+    #[test]
+    fn without_a_goal_the_table_shows_score_and_coverage_only() {
+        let cells = [
+            cell("kid", "rune", CellState::Succeeded, 3.0, None),
+            cell("kid", "standard", CellState::Succeeded, 1.0, None),
+        ];
+        let agg = merged(&cells, &PlanProgress::default());
+        let table = agg.progress.as_ref().expect("a table");
+        assert!(!table.goal);
+        assert_eq!(table.rows[0].numbers.completion_rate, None);
+        let md = super::super::aggregate::markdown(&agg);
+        assert!(
+            md.contains("| persona | controller | cells | played | median max score | coverage |"),
+            "{md}"
+        );
+        assert!(md.contains("| kid | rune | 1 | 1 | 3 | 5 |"), "{md}");
+        assert_eq!(
+            agg.controllers.further.as_deref(),
+            Some(
+                "`rune` got further on score (no goal): it had a median max score of 3 over 1 \
+                 cells, `standard` 1 over 1. Evidence from these cells and seeds, not proof: \
+                 another seed may rank them otherwise."
+            )
+        );
+    }
+
+    /// A goal event reached by a cell is a goal even when the plan has no
+    /// `game.goal`; a `sometimes` one cell met gives no finding, one no
+    /// cell met gives one, and one no cell played gives none.
+    #[test]
+    fn a_sometimes_rule_is_a_finding_only_when_cells_played_it_and_none_met_it() {
+        let cells = [
+            cell("kid", "rune", CellState::Succeeded, 0.0, Some(4)),
+            cell("kid", "standard", CellState::Succeeded, 0.0, None),
+        ];
+        let plan = PlanProgress {
+            goal: false,
+            sometimes: vec![
+                ("a coin".into(), "obs.state.purse >= 1".into()),
+                ("a key".into(), "obs.state.key".into()),
+            ],
+        };
+        let agg = merged(&cells, &plan);
+        assert!(agg.progress.as_ref().is_some_and(|t| t.goal));
+        assert_eq!(agg.findings.len(), 1, "{:#?}", agg.findings);
+        let f = &agg.findings[0];
+        assert_eq!(f.title, "no player ever reached a coin");
+        assert_eq!(f.location, "sometimes a coin: `obs.state.purse >= 1`");
+        assert_eq!(
+            (f.category.as_str(), f.severity.as_str()),
+            ("coverage", "low")
+        );
+        assert_eq!(f.cells.len(), 2);
+        assert_eq!(f.replay, None);
+        let met = [cell("kid", "rune", CellState::Succeeded, 2.0, None)];
+        assert!(merged(&met, &plan).findings.is_empty());
+        assert!(merged(&[], &plan).progress.is_none());
     }
 }
