@@ -326,8 +326,8 @@ pub fn section(md: &mut String, agg: &Aggregate) {
     );
     if table.goal {
         md.push_str(
-            "completion is the cells that reached the goal of those; the median steps to the \
-             goal are of the cells that reached it; ",
+            "completion is how many of those reached the goal; the median steps to the goal \
+             are of the cells that reached it; ",
         );
     } else {
         md.push_str(

@@ -13,8 +13,10 @@
 //!   that left no report (it never ran) is listed as such.
 //! - **Key**: the output digest of each cell it reads (its `report.json`
 //!   among the cell's files; a cell that comes out the same keys the same)
-//!   by cell id, the format version and the personas' cards. When a cell it
-//!   reads did not succeed (it did not play) the aggregate is merged afresh
+//!   by cell id, the format version, the personas' cards, and whether the
+//!   game has a goal and its `sometimes` rules (the progress table and the
+//!   `coverage` findings, `report::progress_table`, read them). When a cell
+//!   it reads did not succeed (it did not play) the aggregate is merged afresh
 //!   and not stored; when it reads cells through other steps, whose outputs
 //!   do not show the cells', it is never reused.
 //! - **Publishing**: when the run has a job (`register`'s record) and a
