@@ -238,6 +238,7 @@ pub async fn play_cell_watched(
                 goal_step: episode.goal_step(),
                 max_score: episode.max_score(),
                 distinct_observations: metrics.distinct_observations.max(1),
+                coverage: super::goal::coverage(&trace.steps, &trace.resets),
                 milestones: episode.invariants().milestones(),
                 sometimes: episode.invariants().sometimes(),
             };

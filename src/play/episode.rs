@@ -173,6 +173,13 @@ impl Episode {
         self.max_score
     }
 
+    /// How many different observations the play saw: every observation an
+    /// action was taken from, and the current one (exact for a play
+    /// without resets, a simulated game's; a cell counts its own).
+    pub fn distinct_observations(&self) -> u64 {
+        self.history.observations_with(&self.current.hash)
+    }
+
     /// How many actions were taken, in all episodes.
     pub fn step(&self) -> u64 {
         self.history.actions().len() as u64

@@ -11,12 +11,14 @@
 //! is said once, as a note, never a panic or a finding: the plan is wrong,
 //! not the game.
 
+use std::collections::HashSet;
 use std::sync::LazyLock;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::protocol::Observation;
+use super::trace::{TraceReset, TraceStep};
 use crate::template::{CompiledExpression, Redactor, Templates};
 
 /// The environment goals and invariants are compiled in: no `env`, no
@@ -120,6 +122,15 @@ pub struct Progress {
     pub max_score: f64,
     /// Different observations seen, the first one included.
     pub distinct_observations: u64,
+    /// How the distinct observations grew: the `i`th number (from 0) is
+    /// how many different observations the cell had seen (the first one
+    /// and every episode's included) right after its action `10 × (i + 1)`,
+    /// so a cell of 25 actions has two numbers and a cell of fewer than 10
+    /// none. Never decreasing; the count at the cell's end is
+    /// `distinct_observations`. A flat stretch is a stretch of play that
+    /// found nothing new.
+    #[serde(default)]
+    pub coverage: Vec<u64>,
     /// Each `milestone` invariant, and the cell's first action after
     /// which it held (absent: it never held).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
@@ -128,6 +139,44 @@ pub struct Progress {
     /// this cell (the aggregate asks whether any cell met it).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub sometimes: std::collections::BTreeMap<String, bool>,
+}
+
+/// Every how many actions `Progress::coverage` counts.
+pub const COVERAGE_EVERY: u64 = 10;
+
+/// `Progress::coverage` of a play, read from its trace: its `steps` and
+/// its `resets` (the opening's included, each with how many steps came
+/// before it), as the cell counted `distinct_observations` (an action the
+/// game refused or failed answering leaves the observation as it was).
+pub fn coverage(steps: &[TraceStep], resets: &[TraceReset]) -> Vec<u64> {
+    let mut seen: HashSet<&str> = HashSet::new();
+    let mut resets = resets.iter().peekable();
+    let mut counts = Vec::with_capacity(steps.len() / 10);
+    for (done, step) in (0u64..).zip(steps) {
+        while let Some(reset) = resets.next_if(|r| r.after <= done) {
+            seen.extend(reset.obs.as_deref());
+        }
+        seen.extend(step.obs.as_deref());
+        if (done + 1).is_multiple_of(COVERAGE_EVERY) {
+            counts.push(seen.len() as u64);
+        }
+    }
+    counts
+}
+
+/// The median of `values` (none when empty): a max score, or any count
+/// shown as a median.
+pub fn median_f64(values: &mut [f64]) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    values.sort_unstable_by(f64::total_cmp);
+    let mid = values.len() / 2;
+    Some(if values.len().is_multiple_of(2) {
+        f64::midpoint(values[mid - 1], values[mid])
+    } else {
+        values[mid]
+    })
 }
 
 /// The median of `values` (none when empty): steps to the goal.
@@ -191,5 +240,48 @@ mod tests {
         assert_eq!(median(&mut []), None);
         assert_eq!(median(&mut [7, 3, 5]), Some(5.0));
         assert_eq!(median(&mut [4, 2, 8, 6]), Some(5.0));
+        assert_eq!(median_f64(&mut []), None);
+        assert_eq!(median_f64(&mut [1.5, 0.0, 9.0]), Some(1.5));
+        assert_eq!(median_f64(&mut [4.0, 1.0, 2.0, 8.0]), Some(3.0));
+    }
+
+    fn step(n: u64, obs: Option<&str>) -> TraceStep {
+        TraceStep {
+            step: n,
+            action: "go".into(),
+            obs: obs.map(str::to_owned),
+            events: Vec::new(),
+            refused: None,
+            screenshot: None,
+            by: None,
+        }
+    }
+
+    /// After every 10 actions, every episode counted: a reset's first
+    /// observation counts from the action after it, a failed action adds
+    /// nothing, and the actions after the last tenth are not counted.
+    #[test]
+    fn coverage_counts_distinct_observations_after_every_ten_actions() {
+        let reset = |after: u64, obs: &str| TraceReset {
+            after,
+            seed: 1,
+            obs: Some(obs.to_owned()),
+        };
+        // 25 actions: a new place for each of the first 5, then back and
+        // forth, a reset to a new start after 12, one failed answer.
+        let mut steps: Vec<TraceStep> = (1..=25)
+            .map(|n| {
+                let place = if n <= 5 {
+                    format!("p{n}")
+                } else {
+                    format!("p{}", n % 2)
+                };
+                step(n, Some(&place))
+            })
+            .collect();
+        steps[20].obs = None;
+        let resets = [reset(0, "start"), reset(12, "other start")];
+        assert_eq!(coverage(&steps, &resets), vec![7, 8]);
+        assert_eq!(coverage(&steps[..9], &resets), Vec::<u64>::new());
     }
 }

@@ -260,6 +260,12 @@ impl History {
         &self.actions
     }
 
+    /// How many different observations an action was taken from, `current`
+    /// counted too when none was.
+    pub fn observations_with(&self, current: &str) -> u64 {
+        self.tried.len() as u64 + u64::from(!self.tried.contains_key(current))
+    }
+
     /// How many times `action` was taken from the observation `hash`.
     pub fn tried(&self, hash: &str, action: &str) -> u32 {
         self.tried

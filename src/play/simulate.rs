@@ -126,6 +126,15 @@ pub struct StrategyGoals {
     /// The median of the steps to the goal of the games that reached it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub median_steps_to_goal: Option<f64>,
+    /// The median of each game's highest score (of the games that gave a
+    /// first observation: a game that failed at its reset showed none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub median_max_score: Option<f64>,
+    /// Coverage: the median of each game's distinct observations (of the
+    /// games that gave a first observation), as a cell's
+    /// `progress.distinct_observations` counts them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub median_distinct_observations: Option<f64>,
 }
 
 /// One distinct finding of a simulation.
@@ -196,19 +205,34 @@ struct Tally {
     written: Vec<IndexEntry>,
     processes: u64,
     leaked: Vec<Leaked>,
-    /// Per strategy name: games played and the steps to the goal of those
-    /// that reached it.
-    goals: BTreeMap<&'static str, (u64, Vec<u64>)>,
+    /// Per strategy name: how its games fared.
+    goals: BTreeMap<&'static str, GoalTally>,
     notes: Vec<String>,
 }
 
+/// One strategy's games: how many, and of each what `StrategyGoals`
+/// takes the median of.
+#[derive(Debug, Default)]
+struct GoalTally {
+    games: u64,
+    /// The steps to the goal of the games that reached it.
+    steps: Vec<u64>,
+    /// Each game's highest score (of the games that opened).
+    max_scores: Vec<f64>,
+    /// Each game's distinct observations (of the games that opened).
+    distinct: Vec<u64>,
+}
+
 impl Tally {
-    /// Counts a game of strategy `kind` for the goal rate, and keeps the
-    /// notes of its episode (each once).
+    /// Counts a game of strategy `kind` for the goal rate, its max score
+    /// and its distinct observations, and keeps the notes of its episode
+    /// (each once).
     fn count_goals(&mut self, kind: &'static str, ep: &mut Episode) {
         let goals = self.goals.entry(kind).or_default();
-        goals.0 += 1;
-        goals.1.extend(ep.goal_step());
+        goals.games += 1;
+        goals.steps.extend(ep.goal_step());
+        goals.max_scores.push(ep.max_score());
+        goals.distinct.push(ep.distinct_observations());
         for note in ep.notes.drain(..) {
             if !self.notes.contains(&note) {
                 self.notes.push(note);
@@ -325,11 +349,12 @@ pub async fn simulate(
     })
 }
 
-/// The goal rate and median steps to the goal of each strategy, in the
-/// order the spec names them.
+/// The goal rate, median steps to the goal, median max score and median
+/// distinct observations of each strategy, in the order the spec names
+/// them.
 fn strategy_goals(
     strategies: &[PlayerSpec],
-    goals: &mut BTreeMap<&'static str, (u64, Vec<u64>)>,
+    goals: &mut BTreeMap<&'static str, GoalTally>,
 ) -> Vec<StrategyGoals> {
     let mut names = strategy_names(strategies);
     names.dedup();
@@ -338,7 +363,12 @@ fn strategy_goals(
         .into_iter()
         .filter(|name| seen.insert(*name))
         .map(|name| {
-            let (games, mut steps) = goals.remove(name).unwrap_or_default();
+            let GoalTally {
+                games,
+                mut steps,
+                mut max_scores,
+                mut distinct,
+            } = goals.remove(name).unwrap_or_default();
             let reached = steps.len() as u64;
             #[expect(
                 clippy::cast_precision_loss,
@@ -355,6 +385,8 @@ fn strategy_goals(
                 goals: reached,
                 goal_rate,
                 median_steps_to_goal: super::goal::median(&mut steps),
+                median_max_score: super::goal::median_f64(&mut max_scores),
+                median_distinct_observations: super::goal::median(&mut distinct),
             }
         })
         .collect()
@@ -466,10 +498,12 @@ fn merge(into: &mut Tally, t: Tally) {
     into.written.extend(t.written);
     into.processes += t.processes;
     into.leaked.extend(t.leaked);
-    for (name, (games, steps)) in t.goals {
+    for (name, tally) in t.goals {
         let known = into.goals.entry(name).or_default();
-        known.0 += games;
-        known.1.extend(steps);
+        known.games += tally.games;
+        known.steps.extend(tally.steps);
+        known.max_scores.extend(tally.max_scores);
+        known.distinct.extend(tally.distinct);
     }
     for note in t.notes {
         if !into.notes.contains(&note) {
@@ -790,13 +824,13 @@ impl Worker<'_> {
             .map(PlayerSpec::kind)
             .find(|k| *k == kind)
         {
-            self.tally.goals.entry(strategy).or_default().0 += 1;
+            self.tally.goals.entry(strategy).or_default().games += 1;
         } else if self.spec.strategies.is_empty() {
             self.tally
                 .goals
                 .entry(PlayerSpec::Random.kind())
                 .or_default()
-                .0 += 1;
+                .games += 1;
         }
         let mut found = FindingSet::default();
         found.add(failure_finding(failure, 0, "", None, &[]), "", "");

@@ -14,7 +14,10 @@
 //! did not play is listed, never counted complete), a "How it felt" section
 //! per persona gathered from its cells, a controller comparison (runs,
 //! complete, findings seen by several controllers or by one only, with its
-//! limits said plainly), and the simulations it read.
+//! limits said plainly, and which controller got further), the simulations
+//! it read, and how far the players got (`report::progress_table`: the
+//! progress table, and a `coverage` finding per `sometimes` rule no cell
+//! met, added after the merge).
 //!
 //! Paths in `aggregate.json` are relative to the run's directory
 //! (`steps/play[kid,jev,1]/trace.jsonl`): the document says the same for a
@@ -68,6 +71,11 @@ pub struct Aggregate {
     /// then says `baseline`: `new` or `known`, and the new come first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fixed: Option<Vec<super::baseline::BaselineFinding>>,
+    /// How far the players got, per persona × controller and per
+    /// controller (`report::progress_table`); present when a cell played
+    /// to an end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<super::progress_table::ProgressTable>,
 }
 
 /// How a cell ended, as the aggregate counts it.
@@ -158,6 +166,10 @@ pub struct ControllerComparison {
     pub seen_by_several: Vec<String>,
     /// Findings met by the cells of one controller only.
     pub seen_by_one: Vec<SeenByOne>,
+    /// Which controller got further (completion, then median max score),
+    /// with counts; absent with fewer than two controllers that played.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub further: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -293,6 +305,7 @@ pub fn build(
         findings,
         simulations,
         fixed: None,
+        progress: None,
     }
 }
 
@@ -439,6 +452,7 @@ fn compare_controllers(cells: &[AggregateCell], findings: &[FindingLine]) -> Con
         controllers,
         seen_by_several,
         seen_by_one,
+        further: None,
     }
 }
 
@@ -477,6 +491,7 @@ pub fn markdown(agg: &Aggregate) -> String {
         );
     }
     findings_section(&mut md, agg);
+    super::progress_table::section(&mut md, agg);
     felt_section(&mut md, agg);
     comparison_section(&mut md, agg);
     cells_section(&mut md, agg);
@@ -598,6 +613,9 @@ fn comparison_section(md: &mut String, agg: &Aggregate) {
             row.only_here.len()
         );
     }
+    if let Some(further) = &agg.controllers.further {
+        let _ = writeln!(md, "\n{further}");
+    }
     let _ = writeln!(
         md,
         "\nSeen by several controllers: {}\n",
@@ -644,6 +662,10 @@ fn cells_section(md: &mut String, agg: &Aggregate) {
                 "- `{}`: {} games, {} completed, {} crashed, {} hung, {} truncated ({})",
                 s.step, s.games, s.completed, s.crashed, s.hung, s.truncated, s.summary
             );
+            if !s.goals.is_empty() {
+                let goals = super::play_results::strategy_goals(&s.goals);
+                let _ = writeln!(md, "  - per strategy: {goals}");
+            }
             for f in &s.findings {
                 let _ = writeln!(
                     md,

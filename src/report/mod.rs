@@ -16,6 +16,7 @@ pub mod play_cell;
 pub mod play_results;
 pub mod playtest;
 pub mod progress;
+pub mod progress_table;
 pub mod quote;
 pub mod repeats;
 pub mod review;

@@ -269,9 +269,10 @@ pub fn simulate(
     text
 }
 
-/// Each strategy's goal rate and median steps to the goal, on one line:
-/// `random 3/10 games (30%), median 14 steps; explorer 7/10 games (70%),
-/// median 9 steps`.
+/// Each strategy's goal rate, median steps to the goal, median max score
+/// and coverage (median distinct observations), on one line: `random
+/// 3/10 games (30%), median 14 steps to it, median max score 1, median 6
+/// observations; explorer 7/10 games (70%), …`.
 pub fn strategy_goals(strategies: &[crate::play::simulate::StrategyGoals]) -> String {
     strategies
         .iter()
@@ -286,10 +287,27 @@ pub fn strategy_goals(strategies: &[crate::play::simulate::StrategyGoals]) -> St
             if let Some(median) = s.median_steps_to_goal {
                 let _ = write!(part, ", median {median} steps to it");
             }
+            if let Some(score) = s.median_max_score {
+                let _ = write!(part, ", median max score {}", number(score));
+            }
+            if let Some(seen) = s.median_distinct_observations {
+                let _ = write!(part, ", median {seen} observations");
+            }
             part
         })
         .collect::<Vec<_>>()
         .join("; ")
+}
+
+/// A number as people read it: whole numbers without a point, others to
+/// two decimals (`3`, `2.5`, `0.33`).
+pub fn number(value: f64) -> String {
+    if value.fract() == 0.0 && value.abs() < 1e15 {
+        format!("{value:.0}")
+    } else {
+        let text = format!("{value:.2}");
+        text.trim_end_matches('0').trim_end_matches('.').to_owned()
+    }
 }
 
 /// One line per cell: where its report is and what it found.

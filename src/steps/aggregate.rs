@@ -13,8 +13,10 @@
 //!   that left no report (it never ran) is listed as such.
 //! - **Key**: the output digest of each cell it reads (its `report.json`
 //!   among the cell's files; a cell that comes out the same keys the same)
-//!   by cell id, the format version and the personas' cards. When a cell it
-//!   reads did not succeed (it did not play) the aggregate is merged afresh
+//!   by cell id, the format version, the personas' cards, and whether the
+//!   game has a goal and its `sometimes` rules (the progress table and the
+//!   `coverage` findings, `report::progress_table`, read them). When a cell
+//!   it reads did not succeed (it did not play) the aggregate is merged afresh
 //!   and not stored; when it reads cells through other steps, whose outputs
 //!   do not show the cells', it is never reused.
 //! - **Publishing**: when the run has a job (`register`'s record) and a
@@ -36,12 +38,13 @@ use crate::backend::api::{AggregateCompleteRequest, FileDigest, JobRef, UploadRe
 use crate::backend::{Connection, UploadTarget};
 use crate::graph::Pipeline;
 use crate::journal::run::file_name;
-use crate::plan::model::{Card, Plan, StepKind};
+use crate::plan::model::{Card, InvariantKind, Plan, StepKind};
 use crate::play::{CellReport, SimulateSummary};
 use crate::report::aggregate::{
     AGGREGATE_FORMAT, AGGREGATE_JSON, AGGREGATE_MD, CellInput, PersonaCard,
 };
 use crate::report::playtest::SimulationLine;
+use crate::report::progress_table::PlanProgress;
 use crate::reuse::{RestoreScope, ReuseKey, sha256_hex};
 
 pub struct Aggregate;
@@ -82,6 +85,22 @@ fn reads(pipeline: &Pipeline, id: &str) -> Result<Vec<Read>, StepError> {
         .collect())
 }
 
+/// What the progress table and the coverage findings read of the plan.
+fn plan_progress(plan: &Plan) -> PlanProgress {
+    let Some(game) = &plan.game else {
+        return PlanProgress::default();
+    };
+    PlanProgress {
+        goal: game.goal.is_some(),
+        sometimes: game
+            .invariants
+            .iter()
+            .filter(|i| i.kind == InvariantKind::Sometimes)
+            .map(|i| (i.name.clone(), i.expr.clone()))
+            .collect(),
+    }
+}
+
 fn persona_cards(plan: &Plan) -> Vec<PersonaCard> {
     plan.personas
         .iter()
@@ -113,6 +132,14 @@ impl Kind for Aggregate {
         if let Some(baseline) = cx.baseline {
             settings["baseline"] = json!(baseline.digest);
         }
+        // The progress table and the coverage findings read the plan's
+        // goal and `sometimes` rules (and an aggregate stored before the
+        // table existed is not reused without it).
+        let progress = plan_progress(cx.plan);
+        settings["progress"] = json!({
+            "goal": progress.goal,
+            "sometimes": progress.sometimes,
+        });
         let mut key = ReuseKey::new("aggregate", settings);
         for read in reads(cx.pipeline, &cx.instance.id)? {
             let Some(upstream) = cx.upstream.iter().find(|u| u.id == read.id) else {
@@ -371,6 +398,7 @@ fn write(cx: &StepContext) -> Result<Written, StepError> {
     }
     let mut aggregate =
         crate::report::aggregate::build(&cells, &persona_cards(&cx.plan), simulations);
+    crate::report::progress_table::apply(&mut aggregate, &cells, &plan_progress(&cx.plan));
     if let Some(baseline) = &cx.baseline {
         baseline.apply(&mut aggregate);
     }

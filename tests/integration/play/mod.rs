@@ -1,7 +1,7 @@
 //! Play on game processes (the stdio bridge): cells, the maze, replay and
 //! shrink, findings and their confirmation, the explorer, a program's
 //! check, environment and limits, play as a step of a plan, stuck places
-//! and goals.
+//! and goals, and how far the players got in the aggregate.
 
 mod bridge;
 mod budget_env_pools;
@@ -16,6 +16,7 @@ mod maze_player;
 mod program_check;
 mod program_env;
 mod program_limits;
+mod progress;
 mod repeats;
 mod resident_limits;
 mod search_after_traps;

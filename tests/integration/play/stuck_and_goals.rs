@@ -189,7 +189,7 @@ kind = "play"
 }
 
 #[test]
-fn simulate_prints_the_goal_rate_and_median_steps_of_each_strategy() {
+fn simulate_prints_the_goal_rate_median_steps_score_and_coverage_of_each_strategy() {
     let rest = r#"[[steps]]
 id = "sim"
 kind = "simulate"
@@ -204,7 +204,8 @@ max_steps = 80
     let out = t.run(&["plan", "run", "plan.toml"]);
     out.code(0)
         .stdout_has("  goal: random ")
-        .stdout_has("; explorer ");
+        .stdout_has("; explorer ")
+        .stdout_has(" observations");
     let id = t.run_ids().pop().expect("a run");
     let summary: serde_json::Value =
         serde_json::from_str(&t.read(&format!(".gameplan/runs/{id}/steps/sim/summary.json")))
@@ -216,6 +217,13 @@ max_steps = 80
         let goals = s["goals"].as_u64().expect("goals");
         assert!(goals > 0, "{s}");
         assert!(s["median_steps_to_goal"].as_f64() > Some(1.0), "{s}");
+        // How far the games got besides: score and coverage, as a cell's.
+        let score = s["median_max_score"].as_f64().expect("median max score");
+        assert!((0.0..=1.0).contains(&score), "{s}");
+        assert!(
+            s["median_distinct_observations"].as_f64() >= Some(1.0),
+            "{s}"
+        );
     }
     assert_eq!(
         summary["completed"],
