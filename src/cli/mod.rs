@@ -19,6 +19,7 @@ mod plan_run;
 mod plan_runs;
 mod plan_shard;
 mod play;
+mod report;
 mod schema;
 mod serve;
 mod shell;
@@ -58,6 +59,23 @@ pub enum Command {
     /// Check, inspect and run plans.
     #[command(subcommand)]
     Plan(PlanCommand),
+    /// Write a run's report.html again (the newest run without RUN_ID) and print its path.
+    ///
+    /// The page every run writes in its directory: the verdict, findings with their
+    /// screenshots and replay commands, cells, progress and coverage, how it felt, the
+    /// controller comparison. Rendered from the run's summary.json, so a run must have ended.
+    Report {
+        #[arg(value_name = "RUN_ID")]
+        run_id: Option<String>,
+        /// Write it here instead of the run's directory.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+        /// Open it in the desktop's browser (`xdg-open`).
+        #[arg(long)]
+        open: bool,
+        #[arg(long, value_name = "DIR")]
+        state_dir: Option<PathBuf>,
+    },
     /// Is this machine ready to run PLAN? One row per thing a run needs, each with its fix.
     ///
     /// pass / warn / fail for: the plan and the secrets it reads, the backend and the token's
@@ -738,6 +756,18 @@ pub fn expand_failure(plan: &std::path::Path, e: &crate::graph::ExpandError) -> 
 pub fn dispatch(cli: Cli, cx: &Context) -> u8 {
     match cli.command {
         Command::Plan(command) => plan(command, cx),
+        Command::Report {
+            run_id,
+            out,
+            open,
+            state_dir,
+        } => report::run(
+            cx,
+            run_id.as_deref(),
+            out.as_deref(),
+            open,
+            state_dir.as_deref(),
+        ),
         Command::Check {
             plan,
             load,

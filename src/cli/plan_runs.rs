@@ -148,7 +148,7 @@ impl<'a> Resumability<'a> {
     }
 }
 
-fn read(state_dir: &Path, run_id: Option<&str>) -> Result<RunHistory, String> {
+pub(super) fn read(state_dir: &Path, run_id: Option<&str>) -> Result<RunHistory, String> {
     let id = match run_id {
         Some(id) => id.to_owned(),
         None => run_ids(state_dir)

@@ -11,6 +11,7 @@ pub mod baseline;
 pub mod diagnostics;
 pub mod explain;
 pub mod gc;
+pub mod html;
 pub mod ledger;
 pub mod play_cell;
 pub mod play_results;

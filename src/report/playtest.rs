@@ -33,7 +33,7 @@ use crate::play::{CellReport, SimulateSummary};
 const FAILURE_LINE_FINDINGS: usize = 5;
 
 /// The `playtest` part of `plan run --json`.
-#[derive(Debug, Clone, Default, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Playtest {
     pub cells: Vec<CellLine>,
     /// Every distinct finding of the play cells (by fingerprint), most severe first.
@@ -51,7 +51,7 @@ pub struct Playtest {
     pub fixed: Option<Vec<super::baseline::BaselineFinding>>,
 }
 
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CellLine {
     pub step: String,
     pub persona: String,
@@ -593,6 +593,14 @@ pub fn text(playtest: &Playtest) -> String {
         }
         if let Some(aggregate) = &playtest.aggregate {
             let _ = writeln!(out, "  merged: {aggregate} (and aggregate.json beside it)");
+        }
+        // `<run dir>/steps/<cell>/report.md`: the page is in the run's dir.
+        if let Some(run_dir) = Path::new(&playtest.cells[0].report).ancestors().nth(3) {
+            let _ = writeln!(
+                out,
+                "  page: {}",
+                run_dir.join(super::html::REPORT_HTML).display()
+            );
         }
     }
     for s in &playtest.simulations {

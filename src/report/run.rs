@@ -13,7 +13,7 @@ use crate::journal::run::{RunOutcome, StepState};
 pub const NOT_RUN: &str = "not run: ";
 
 /// One step's line in the run report.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct StepReport {
     pub id: String,
     pub kind: String,
@@ -35,7 +35,7 @@ pub struct StepReport {
 }
 
 /// The document `plan run --json` prints (schema: `schemas/run.schema.json`).
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct RunReport {
     pub run_id: String,
     pub plan: String,
@@ -150,7 +150,7 @@ pub struct SummarySection {
 }
 
 /// What `fail_on` judged.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct FailOnReport {
     /// The categories and severities it fails on, as given.
     pub selectors: Vec<String>,
@@ -163,7 +163,7 @@ pub struct FailOnReport {
 }
 
 /// A finding that matched `fail_on` (its whole line is in `playtest.findings`).
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct MatchedFinding {
     pub id: String,
     pub category: String,

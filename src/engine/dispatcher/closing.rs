@@ -130,6 +130,11 @@ pub(super) fn close(
         let summary = serde_json::to_vec_pretty(&report).unwrap_or_default();
         let _ = crate::journal::atomic_write(&run_dir.summary(), &summary);
     }
+    // The page a reviewer opens; an unfinished run's too (it says so).
+    // Best effort: a page that cannot be written costs no run.
+    if run_dir.journal().exists() {
+        let _ = crate::report::html::write(&report, &run_dir.dir);
+    }
     keeping.wait();
     free(run, shared, pipeline);
     report

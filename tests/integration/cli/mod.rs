@@ -3,5 +3,6 @@
 
 mod check;
 mod output;
+mod report_page;
 mod shell;
 mod status_runs_gc;

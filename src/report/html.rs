@@ -1,0 +1,282 @@
+//! `report.html`: one self-contained page per run, what a reviewer opens
+//! in a browser (docs/running.md › The HTML report).
+//!
+//! Rendered from the run's summary ([`RunReport`], as `summary.json`
+//! holds it), its `aggregate.json` when an aggregate step wrote one, and
+//! each finding's first cell's `report.json` (its evidence: the
+//! screenshot, the last actions, the stderr tail). The template
+//! (`report.html` beside this file) is compiled into the binary: inline
+//! CSS, no script, nothing fetched when viewed; images are the run's own
+//! files, linked by paths relative to the page, which lives in the run's
+//! directory. The coverage chart is SVG drawn here. `gameplan report`
+//! renders it again from a finished run.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+use super::run::RunReport;
+
+/// The page's file name, in the run's directory.
+pub const REPORT_HTML: &str = "report.html";
+
+const TEMPLATE: &str = include_str!("report.html");
+
+/// The coverage chart's line colours, one per cell, in turn.
+const COLOURS: [&str; 6] = [
+    "#0969da", "#cf222e", "#1a7f37", "#8250df", "#9a6700", "#57606a",
+];
+
+/// Renders the page of `report`, the run whose directory is `run_dir`.
+pub fn render(report: &RunReport, run_dir: &Path) -> Result<String, String> {
+    let run = serde_json::to_value(report).map_err(|e| e.to_string())?;
+    let prefix = shown_prefix(report, run_dir);
+    let relative = |p: &str| p.strip_prefix(&prefix).unwrap_or(p).to_owned();
+    let aggregate = aggregate_of(run_dir);
+    let playtest = report.playtest.as_ref();
+    let findings: Vec<Value> = playtest
+        .map(|p| {
+            p.findings
+                .iter()
+                .map(|f| finding(f, run_dir, &relative))
+                .collect()
+        })
+        .unwrap_or_default();
+    let cells: Vec<Value> = playtest
+        .map(|p| {
+            p.cells
+                .iter()
+                .map(|c| {
+                    let mut v = serde_json::to_value(c).unwrap_or_default();
+                    v["report"] = json!(relative(&c.report));
+                    v
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let gates: Vec<Value> = report
+        .steps
+        .iter()
+        .filter(|s| s.kind == "gate")
+        .map(|s| json!({"id": s.id, "word": s.state.word(), "message": s.message}))
+        .collect();
+    let coverage = coverage_svg(run_dir, playtest);
+    let context = json!({
+        "run": run,
+        "verdict": verdict(report.exit_code),
+        "duration": format!("{:.2} s", f64::from(u32::try_from(report.duration_ms).unwrap_or(u32::MAX)) / 1000.0),
+        "gates": gates,
+        "findings": findings,
+        "fixed": playtest.and_then(|p| p.fixed.clone()).unwrap_or_default(),
+        "cells": cells,
+        "progress": aggregate.as_ref().map(|a| progress(&a["progress"])),
+        "personas": aggregate.as_ref().map(|a| a["personas"].clone()),
+        "controllers": aggregate.as_ref().map(|a| a["controllers"].clone()),
+        // Drawn here, escaped here: the template marks it safe.
+        "coverage_svg": coverage,
+    });
+    let mut env = minijinja::Environment::new();
+    env.add_template("report.html", TEMPLATE)
+        .map_err(|e| format!("the report template: {e}"))?;
+    let template = env.get_template("report.html").map_err(|e| e.to_string())?;
+    template
+        .render(minijinja::Value::from(minijinja::value::Serde(&context)))
+        .map_err(|e| format!("the report template: {e}"))
+}
+
+/// Writes `report.html` into `run_dir`; its path.
+pub fn write(report: &RunReport, run_dir: &Path) -> Result<PathBuf, String> {
+    let page = render(report, run_dir)?;
+    let path = run_dir.join(REPORT_HTML);
+    crate::journal::atomic_write(&path, page.as_bytes())
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    Ok(path)
+}
+
+/// The exit code as a word and the colour of its banner.
+fn verdict(code: u8) -> Value {
+    let (word, class) = match code {
+        crate::exit_code::SUCCESS => ("passed", "pass"),
+        crate::exit_code::FAILED => ("failed", "fail"),
+        crate::exit_code::INCOMPLETE => ("incomplete", "other"),
+        crate::exit_code::CANCELED => ("canceled", "other"),
+        _ => ("stopped", "fail"),
+    };
+    json!({"word": word, "class": class})
+}
+
+/// How the summary writes paths into the run's directory
+/// (`.gameplan/runs/<id>/`, relative to the repo root), so each can be
+/// made relative to the page.
+fn shown_prefix(report: &RunReport, run_dir: &Path) -> String {
+    let mut cells = report.playtest.iter().flat_map(|p| &p.cells);
+    let marker = format!("{}/", report.run_id);
+    cells
+        .find_map(|c| {
+            let at = c.report.find(&marker)?;
+            Some(c.report[..at + marker.len()].to_owned())
+        })
+        .unwrap_or_else(|| format!("{}/", run_dir.display()))
+}
+
+/// The run's `aggregate.json`, when one of its steps wrote one.
+fn aggregate_of(run_dir: &Path) -> Option<Value> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(run_dir.join("steps"))
+        .ok()?
+        .filter_map(|e| Some(e.ok()?.path().join("aggregate.json")))
+        .filter(|p| p.is_file())
+        .collect();
+    found.sort();
+    let bytes = std::fs::read(found.first()?).ok()?;
+    serde_json::from_slice(&bytes).ok()
+}
+
+/// A finding as the page shows it: its line, its labels, and the evidence
+/// of the first cell that met it.
+fn finding(
+    f: &super::playtest::FindingLine,
+    run_dir: &Path,
+    relative: &impl Fn(&str) -> String,
+) -> Value {
+    let mut labels = Vec::new();
+    if f.unconfirmed {
+        labels.push("unconfirmed".to_owned());
+    }
+    if let Some(r) = f.repeats {
+        labels.push(r.text());
+    }
+    if let Some(b) = f.baseline {
+        labels.push(b.name().to_owned());
+    }
+    let cell_dir = run_dir
+        .join("steps")
+        .join(crate::journal::run::file_name(&f.first.step));
+    let evidence = evidence_of(&cell_dir, &f.id);
+    let cell_rel = format!("steps/{}/", crate::journal::run::file_name(&f.first.step));
+    json!({
+        "id": f.id,
+        "severity": f.severity,
+        "category": f.category,
+        "title": f.title,
+        "labels": labels,
+        "met": f.met,
+        "found_by": f.found_by,
+        "first": f.first,
+        "report": relative(&f.report),
+        "replay": f.replay,
+        "shrink": f.shrink,
+        "at": evidence.get("step"),
+        "last_actions": evidence.get("last_actions"),
+        "detail": evidence.get("detail"),
+        "stderr_tail": evidence.get("stderr_tail"),
+        "screenshot": evidence
+            .get("screenshot")
+            .and_then(Value::as_str)
+            .map(|s| format!("{cell_rel}{s}")),
+    })
+}
+
+/// The evidence of finding `id` in the cell report of `cell_dir`.
+fn evidence_of(cell_dir: &Path, id: &str) -> serde_json::Map<String, Value> {
+    let report: Option<Value> = std::fs::read(cell_dir.join("report.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok());
+    report
+        .as_ref()
+        .and_then(|r| r["findings"].as_array())
+        .and_then(|list| list.iter().find(|f| f["id"] == id))
+        .and_then(|f| f["evidence"].as_object().cloned())
+        .unwrap_or_default()
+}
+
+/// The progress table's rows with their completion rate written out.
+fn progress(table: &Value) -> Value {
+    let mut table = table.clone();
+    if let Some(rows) = table["rows"].as_array_mut() {
+        for row in rows {
+            row["completion_rate_text"] = match row["completion_rate"].as_f64() {
+                Some(rate) => json!(format!("{:.0}%", rate * 100.0)),
+                None => json!("–"),
+            };
+            row["coverage"] = row["median_distinct_observations"].clone();
+        }
+    }
+    table
+}
+
+/// Coverage as lines, one per cell: distinct observations after every 10
+/// actions (`progress.coverage` of each `report.json`). None when no cell
+/// played 10 actions.
+fn coverage_svg(run_dir: &Path, playtest: Option<&super::playtest::Playtest>) -> Option<String> {
+    let series: Vec<(String, Vec<f64>)> = playtest?
+        .cells
+        .iter()
+        .filter_map(|c| {
+            let dir = run_dir
+                .join("steps")
+                .join(crate::journal::run::file_name(&c.step));
+            let report: Value =
+                serde_json::from_slice(&std::fs::read(dir.join("report.json")).ok()?).ok()?;
+            let points: Vec<f64> = report["progress"]["coverage"]
+                .as_array()?
+                .iter()
+                .filter_map(Value::as_f64)
+                .collect();
+            (!points.is_empty()).then(|| (c.step.clone(), points))
+        })
+        .collect();
+    if series.is_empty() {
+        return None;
+    }
+    let (width, height, pad) = (640.0, 220.0, 36.0);
+    let longest = series
+        .iter()
+        .map(|(_, p)| p.len())
+        .max()
+        .unwrap_or(1)
+        .max(2);
+    let top = series
+        .iter()
+        .flat_map(|(_, p)| p.iter().copied())
+        .fold(1.0_f64, f64::max);
+    #[expect(clippy::cast_precision_loss, reason = "a few hundred points at most")]
+    let x = |i: usize| pad + (width - 2.0 * pad) * i as f64 / (longest - 1) as f64;
+    let y = |v: f64| height - pad - (height - 2.0 * pad) * v / top;
+    let mut svg = format!(
+        r#"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="{width}" height="{height}" role="img" aria-label="coverage">"#
+    );
+    let _ = write!(
+        svg,
+        r##"<line x1="{pad}" y1="{b}" x2="{r}" y2="{b}" stroke="#d0d7de"/><line x1="{pad}" y1="{pad}" x2="{pad}" y2="{b}" stroke="#d0d7de"/><text x="{pad}" y="{t}">{top}</text><text x="{r}" y="{l}" text-anchor="end">{n} actions</text>"##,
+        b = height - pad,
+        r = width - pad,
+        t = pad - 6.0,
+        l = height - pad + 16.0,
+        n = longest * 10,
+    );
+    for (i, (step, points)) in series.iter().enumerate() {
+        let coords: Vec<String> = points
+            .iter()
+            .enumerate()
+            .map(|(k, v)| format!("{:.1},{:.1}", x(k), y(*v)))
+            .collect();
+        let _ = write!(
+            svg,
+            r#"<polyline fill="none" stroke-width="1.5" stroke="{}" points="{}"><title>{}</title></polyline>"#,
+            COLOURS[i % COLOURS.len()],
+            coords.join(" "),
+            escape(step)
+        );
+    }
+    svg.push_str("</svg>");
+    Some(svg)
+}
+
+/// `text` safe inside an SVG (XML) element.
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}

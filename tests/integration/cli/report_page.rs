@@ -1,0 +1,185 @@
+//! `report.html`: the page every run writes in its directory, opened as a
+//! reviewer would, in headless Chromium through chromedriver (gameplan's
+//! own browser driver, `gameplan play --url`, whose probe reads the page
+//! and which reports any console error as a finding): every finding of
+//! aggregate.json is on it, every image loads, nothing errs.
+//! `gameplan report` writes it again.
+
+use serde_json::Value;
+
+use crate::support::Test;
+
+const LEVER: &str = include_str!("../../fixtures/games/lever.py");
+
+/// The lever game crashing on one seed in three, played three times.
+const PLAN: &str = r#"version = 1
+name = "lever"
+controllers = ["standard"]
+
+[game]
+id = "lever"
+driver = "stdio"
+command = ["python3", "game.py"]
+inputs = ["game.py"]
+
+[[personas]]
+slug = "kid"
+card = "Presses on."
+player = { kind = "explorer" }
+
+[[steps]]
+id = "play"
+kind = "play"
+matrix = { persona = "*", controller = "*" }
+seed = 1
+repeat = 3
+
+[[steps]]
+id = "aggregate"
+kind = "aggregate"
+needs = ["play"]
+always = true
+"#;
+
+/// A page whose button throws: a console finding with a screenshot.
+const THROWING_PAGE: &str = "<title>Throws</title><h1 id=\"h\">Ready</h1>\
+    <button onclick=\"document.getElementById('h').textContent = 'Clicked'; \
+    throw new Error('the score board is undefined')\">Go</button>";
+
+const WEB_PLAN: &str = r#"version = 1
+name = "page"
+
+[game]
+id = "page"
+driver = "webdriver"
+url = "page.html"
+
+[[personas]]
+slug = "clicker"
+card = "Clicks."
+player = { kind = "scripted", actions = ["click:Go"] }
+
+[[steps]]
+id = "play"
+kind = "play"
+matrix = { persona = "*" }
+
+[[steps]]
+id = "aggregate"
+kind = "aggregate"
+needs = ["play"]
+"#;
+
+/// What the probe reads of the page: the finding ids, the images that did
+/// not load, the coverage lines and the verdict.
+const PROBE: &str = "({ids: [...document.querySelectorAll('.finding')].map(e => e.id.replace('finding-', '')), \
+    images: document.images.length, \
+    broken: [...document.images].filter(i => !i.complete || i.naturalWidth === 0).map(i => i.src), \
+    lines: document.querySelectorAll('svg polyline').length, \
+    verdict: document.getElementById('verdict').textContent, \
+    labels: [...document.querySelectorAll('.label')].map(e => e.textContent)})";
+
+/// The run directory of the test's one run.
+fn run_dir(t: &Test) -> String {
+    format!(".gameplan/runs/{}", t.run_ids().last().expect("a run"))
+}
+
+/// Opens `page` (in `dir`) in headless Chromium; what the probe read, and
+/// the findings gameplan's browser driver made of the page itself.
+fn open(t: &Test, dir: &str, page: &str) -> (Value, Vec<Value>) {
+    t.run(&[
+        "play", "--player", "scripted", "--action", "wait", "--serve", dir, "--url", page,
+        "--probe", PROBE, "--out", "seen",
+    ])
+    .code(0);
+    let first = std::fs::read_to_string(t.path("seen/transcript.jsonl"))
+        .expect("transcript")
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find_map(|v| v.get("observation").cloned())
+        .expect("an observation of the page");
+    let report: Value =
+        serde_json::from_str(&t.read("seen/report.json")).expect("the page's cell report");
+    let findings = report["findings"].as_array().cloned().unwrap_or_default();
+    (first["state"].clone(), findings)
+}
+
+fn aggregate_ids(t: &Test) -> Vec<String> {
+    let agg: Value =
+        serde_json::from_str(&t.read(&format!("{}/steps/aggregate/aggregate.json", run_dir(t))))
+            .expect("aggregate.json");
+    agg["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .map(|f| f["id"].as_str().expect("id").to_owned())
+        .collect()
+}
+
+#[test]
+fn a_runs_page_shows_every_finding_with_its_labels_and_coverage_and_opens_without_an_error() {
+    let every = LEVER.replace("EVERY = 1 ", "EVERY = 2 ");
+    let t = Test::new().file("plan.toml", PLAN).file("game.py", every);
+    t.run(&["plan", "run", "plan.toml"])
+        .code(0)
+        .stdout_has("  page: .gameplan/runs/")
+        .stdout_has("/report.html");
+    let dir = run_dir(&t);
+    let (seen, errors) = open(&t, &dir, "report.html");
+    assert!(errors.is_empty(), "the page itself errs: {errors:#?}");
+    let ids: Vec<String> = seen["ids"]
+        .as_array()
+        .expect("ids")
+        .iter()
+        .map(|v| v.as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(ids, aggregate_ids(&t));
+    assert_eq!(seen["labels"], serde_json::json!(["flaky 1/3"]));
+    assert!(
+        seen["verdict"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("passed, exit code 0")),
+        "{seen}"
+    );
+    // No cell played 10 actions: no coverage lines to draw.
+    assert_eq!(seen["lines"], 0);
+
+    // Written again from the run's summary: the same page.
+    let first = t.read(&format!("{dir}/report.html"));
+    std::fs::remove_file(t.path(&format!("{dir}/report.html"))).expect("rm");
+    t.run(&["report"])
+        .code(0)
+        .stdout_has(&format!("{dir}/report.html"));
+    assert_eq!(t.read(&format!("{dir}/report.html")), first);
+}
+
+#[test]
+fn a_browser_runs_page_shows_the_screenshot_of_its_finding_and_every_image_loads() {
+    let t = Test::new()
+        .file("plan.toml", WEB_PLAN)
+        .file("page.html", THROWING_PAGE);
+    t.run(&["plan", "run", "plan.toml"]).code(0);
+    let ids = aggregate_ids(&t);
+    assert!(!ids.is_empty(), "the thrown error is a finding");
+    let dir = run_dir(&t);
+    let (seen, errors) = open(&t, &dir, "report.html");
+    assert!(errors.is_empty(), "the page itself errs: {errors:#?}");
+    let shown: Vec<&str> = seen["ids"]
+        .as_array()
+        .expect("ids")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(shown, ids);
+    assert!(
+        seen["images"].as_u64().is_some_and(|n| n >= 1),
+        "the finding's screenshot is on the page: {seen}"
+    );
+    assert_eq!(seen["broken"], serde_json::json!([]), "{seen}");
+}
+
+#[test]
+fn report_in_a_repo_without_runs_says_there_is_none() {
+    let t = Test::new();
+    t.run(&["report"]).code(3).stderr_has("error: no runs in");
+}
