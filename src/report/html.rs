@@ -28,6 +28,14 @@ const COLOURS: [&str; 6] = [
     "#0969da", "#cf222e", "#1a7f37", "#8250df", "#9a6700", "#57606a",
 ];
 
+/// The page's path as the run's summary shows paths (from the repo root),
+/// read off a cell's report path (`<run dir>/steps/<cell>/report.md`).
+pub fn shown_path(playtest: &super::playtest::Playtest) -> Option<String> {
+    let cell = playtest.cells.first()?;
+    let run_dir = Path::new(&cell.report).ancestors().nth(3)?;
+    Some(run_dir.join(REPORT_HTML).display().to_string())
+}
+
 /// Renders the page of `report`, the run whose directory is `run_dir`.
 pub fn render(report: &RunReport, run_dir: &Path) -> Result<String, String> {
     let run = serde_json::to_value(report).map_err(|e| e.to_string())?;

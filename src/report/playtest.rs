@@ -594,13 +594,8 @@ pub fn text(playtest: &Playtest) -> String {
         if let Some(aggregate) = &playtest.aggregate {
             let _ = writeln!(out, "  merged: {aggregate} (and aggregate.json beside it)");
         }
-        // `<run dir>/steps/<cell>/report.md`: the page is in the run's dir.
-        if let Some(run_dir) = Path::new(&playtest.cells[0].report).ancestors().nth(3) {
-            let _ = writeln!(
-                out,
-                "  page: {}",
-                run_dir.join(super::html::REPORT_HTML).display()
-            );
+        if let Some(page) = super::html::shown_path(playtest) {
+            let _ = writeln!(out, "  page: {page}");
         }
     }
     for s in &playtest.simulations {

@@ -376,6 +376,12 @@ pub fn markdown(report: &RunReport) -> String {
         );
     }
     out.push('\n');
+    if let Some(page) = report.playtest.as_ref().and_then(super::html::shown_path) {
+        let _ = writeln!(
+            out,
+            "The run's page: `{page}` (keep the run's directory as an artifact to open it).\n"
+        );
+    }
     // Steps an incomplete one stopped: a gate that could not judge
     // everything must not read as if the gates after it passed.
     for step in &report.steps {
