@@ -130,9 +130,16 @@ fn caught(bug: &Bug) {
         "`{}`: {short} actions shrunk from {long}, broken at {at}",
         bug.planted
     );
+    // The replay judges the trace's rules again and names the broken one.
     t.run(&["replay", "short.jsonl"])
         .code(0)
-        .stdout_has("every observation hash matches");
+        .stdout_has("every observation hash matches")
+        .stdout_has(&format!(
+            "again: Invariant `{}` broken after `{}` (step {short})",
+            bug.rule,
+            last_action(&t.read("short.jsonl"))
+        ))
+        .stdout_has(bug.values[0].split_once(" = ").expect("a value").0);
 }
 
 #[test]
@@ -199,6 +206,16 @@ fn a_merge_that_loses_both_tiles_breaks_no_tile_is_lost() {
         rule: "no tile is lost",
         values: &["obs.state.tiles = [2,2]", "prev.state.tiles = [2,2,2]"],
     });
+}
+
+/// The last action a trace's steps took.
+fn last_action(trace: &str) -> String {
+    trace
+        .lines()
+        .rev()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find_map(|v| v["action"].as_str().map(str::to_owned))
+        .expect("an action")
 }
 
 /// The first fenced `toml` block under `heading` in a docs page.
