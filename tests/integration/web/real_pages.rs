@@ -196,8 +196,7 @@ matrix = { persona = "*" }
 }
 
 #[test]
-fn the_published_2048_is_served_played_with_its_arrow_keys_breaks_none_of_its_rules_and_every_trace_replays()
- {
+fn the_published_2048_is_played_with_its_arrow_keys_breaks_no_rule_and_every_trace_replays() {
     let t = with_repo_dir(Test::new(), "examples/games/2048").file(
         "examples/2048.toml",
         std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/2048.toml"))

@@ -9,7 +9,7 @@
 //! `gameplan shrink` cuts the cell's trace to a repro of a move or two
 //! that still breaks that rule, and `gameplan replay` confirms it. The
 //! game as published breaks none of the rules: `real_pages.rs`'s
-//! `the_published_2048_is_served_…` plays examples/2048.toml with them
+//! `the_published_2048_is_played_…` plays examples/2048.toml with them
 //! and finds nothing.
 
 use std::path::Path;
