@@ -33,6 +33,7 @@ use super::cell::{PlayError, open, quit_for};
 use super::cell_report::NotPlayed;
 use super::driver::{BrowserGame, Driver, Failure, GameSpec, GameTarget, ResourceLimits, Session};
 use super::episode::{Episode, Stepped};
+use super::findings::Finding;
 use super::protocol::observation_hash;
 use super::trace::{Input, QuitReason, Trace, TraceReset, TraceStep};
 
@@ -143,6 +144,9 @@ pub enum ReplayOutcome {
         /// Why the game never gave its first observation, when it did not
         /// (again): the limits in force and its stderr.
         not_played: Option<NotPlayed>,
+        /// The `[[invariants]]` the replay broke (judged again from the
+        /// trace's header), as `invariant` findings in the order found.
+        broken: Vec<Finding>,
     },
     /// The first place where the game did otherwise.
     Diverged {
@@ -262,9 +266,9 @@ pub struct Run {
     pub failure_id: Option<String>,
     /// The game's observation when the run ended (what a divergence shows).
     pub last: Option<serde_json::Value>,
-    /// The ids of the `invariant` findings the run made, in the order
-    /// found (what shrinking a broken rule keeps).
-    pub broken: Vec<String>,
+    /// The `invariant` findings the run made, in the order found (what
+    /// shrinking a broken rule keeps, by id; what a replay says it broke).
+    pub broken: Vec<Finding>,
     /// Why the game never gave its first observation, as a cell that did
     /// not play says it (the limits in force, its stderr), when it did not.
     pub not_played: Option<NotPlayed>,
@@ -348,7 +352,7 @@ pub async fn run_inputs(
                 .as_slice()
                 .iter()
                 .filter(|f| f.category == super::findings::Category::Invariant)
-                .map(|f| f.id.clone())
+                .cloned()
                 .collect();
             Run {
                 broken,
@@ -452,6 +456,7 @@ fn compare(trace: &Trace, run: &Run) -> ReplayOutcome {
             steps,
             end: expected_end,
             not_played: run.not_played.clone(),
+            broken: run.broken.clone(),
         }
     } else {
         ReplayOutcome::Diverged {

@@ -107,7 +107,7 @@ async fn shrink_invariant(
     })
     .await?;
     let mut runs = 1u64;
-    let Some(rule) = best.broken.first().cloned() else {
+    let Some(rule) = best.broken.first().map(|f| f.id.clone()) else {
         return Ok(ShrinkOutcome::NotAFailure(trace.end));
     };
     let broke = |episode: &super::episode::Episode| {
@@ -117,7 +117,7 @@ async fn shrink_invariant(
         trace,
         options,
         best,
-        |run| run.broken.contains(&rule),
+        |run| run.broken.iter().any(|f| f.id == rule),
         broke,
         started,
     )

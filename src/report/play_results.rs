@@ -16,6 +16,7 @@ pub fn replay(trace: &Path, outcome: &ReplayOutcome, timeout: (Duration, Timeout
             steps,
             end,
             not_played,
+            broken,
         } => {
             let mut text = format!(
                 "{}: confirmed: {}, every observation hash matches, same end `{}` ({})\n",
@@ -32,6 +33,20 @@ pub fn replay(trace: &Path, outcome: &ReplayOutcome, timeout: (Duration, Timeout
                     "  {}",
                     why.strip_prefix("the cell did not play: ").unwrap_or(&why)
                 );
+            }
+            // The rules it broke again (the trace's header holds them):
+            // what a shrunk repro is for.
+            for finding in broken {
+                let _ = writeln!(
+                    text,
+                    "  again: {} (step {})",
+                    finding.title, finding.evidence.step
+                );
+                if let Some(detail) = &finding.evidence.detail {
+                    for line in detail.lines() {
+                        let _ = writeln!(text, "    {line}");
+                    }
+                }
             }
             text
         }

@@ -170,7 +170,10 @@ fn each_planted_rule_bug_is_caught_by_the_rule_it_breaks() {
             short >= 1 && short <= long && short as u64 <= at,
             "`{to}`: {short} actions shrunk from {long}, broken at {at}"
         );
-        t.run(&["replay", "short.jsonl"]).code(0);
+        t.run(&["replay", "short.jsonl"])
+            .code(0)
+            .stdout_has(&format!("again: Invariant `{rule}` broken after"))
+            .stdout_has(value);
         // One rule broken is one finding per cell, however often.
         let ids: std::collections::BTreeSet<_> =
             found.iter().map(|(_, f)| f["id"].to_string()).collect();

@@ -4,4 +4,5 @@
 mod browser;
 mod hermetic;
 mod real_pages;
+mod rules;
 mod seen;

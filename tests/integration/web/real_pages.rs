@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use crate::support::Test;
 
 /// `test` with every file under the repo directory `dir`, at the same paths.
-fn with_repo_dir(mut test: Test, dir: &str) -> Test {
+pub(super) fn with_repo_dir(mut test: Test, dir: &str) -> Test {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     for entry in walkdir::WalkDir::new(root.join(dir)) {
         let entry = entry.expect("walk");
@@ -196,7 +196,7 @@ matrix = { persona = "*" }
 }
 
 #[test]
-fn the_published_2048_is_served_played_with_its_arrow_keys_and_every_trace_replays() {
+fn the_published_2048_is_played_with_its_arrow_keys_breaks_no_rule_and_every_trace_replays() {
     let t = with_repo_dir(Test::new(), "examples/games/2048").file(
         "examples/2048.toml",
         std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/2048.toml"))
@@ -231,6 +231,20 @@ fn the_published_2048_is_served_played_with_its_arrow_keys_and_every_trace_repla
             boards.len() > 5,
             "the board changed as keys were pressed: {}",
             boards.len()
+        );
+        // The plan's rules (tests/integration/web/rules.rs plants bugs
+        // that break them) were judged on the probe's state and held:
+        // every observation has the board, every rule could be read, and
+        // the rules met merges.
+        for o in &seen {
+            assert!(o["state"]["tiles"].is_array(), "{o}");
+            assert!(o["state"]["score"].is_number(), "{o}");
+        }
+        let notes = report["notes"].to_string();
+        assert!(!notes.contains("could not be evaluated"), "{notes}");
+        assert_eq!(
+            report["progress"]["sometimes"]["two tiles merged"], true,
+            "{report:#}"
         );
     }
     assert_every_trace_replays(&t, &cells);
