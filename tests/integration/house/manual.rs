@@ -104,8 +104,17 @@ fn the_readme_is_a_front_door_of_at_most_250_lines() {
         "README.md is {lines} lines: the manual goes under docs/"
     );
     assert!(
-        readme.contains("cargo test --locked"),
+        readme.contains("bash .ci/test"),
         "README names the command that runs every test"
+    );
+    // CI runs exactly that command, and that command runs the suite after
+    // installing what it needs.
+    let ci = std::fs::read_to_string(repo().join(".ci/run")).expect(".ci/run");
+    assert!(ci.contains("\nbash .ci/test\n"), ".ci/run runs README's test command");
+    let test = std::fs::read_to_string(repo().join(".ci/test")).expect(".ci/test");
+    assert!(
+        test.contains("bash .ci/setup") && test.contains("cargo test --locked"),
+        ".ci/test installs, then runs the suite"
     );
     assert!(
         readme.contains("docs/README.md"),
