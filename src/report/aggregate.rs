@@ -761,7 +761,10 @@ fn finding_case(f: &FindingLine) -> super::run::JunitCase {
     for command in [&f.replay, &f.shrink].into_iter().flatten() {
         let _ = writeln!(text, "{command}");
     }
-    text.push_str("(paths are relative to the run's directory, .gameplan/runs/<run-id>/)\n");
+    text.push_str(
+        "(paths are relative to the run's directory, .gameplan/runs/<run-id>/, whose \
+         report.html shows every finding with its evidence)\n",
+    );
     super::run::JunitCase {
         name: format!("{} {}", f.id, f.title),
         classname: f.category.clone(),
