@@ -243,6 +243,7 @@ pub async fn play_cell_watched(
                 sometimes: episode.invariants().sometimes(),
             };
             play_notes = std::mem::take(&mut episode.notes);
+            warnings.extend(episode.invariants().unjudged());
             (end, episode.findings, said)
         }
     };

@@ -37,8 +37,11 @@ struct Rule {
     /// The paths the expression reads (`obs.state.score`), each compiled:
     /// their values are the evidence of a break.
     paths: Vec<(String, CompiledExpression<'static>)>,
-    /// Whether its failure to evaluate was said already.
-    said: bool,
+    /// Why it first failed to evaluate, once it did (said as a note then).
+    failed: Option<String>,
+    /// Whether it evaluated at least once: a rule that never did judged
+    /// nothing, which the cell warns of.
+    evaluated: bool,
     /// `eventually`: held (or was reported) in this episode.
     settled: bool,
     /// The cell's first action after which the expression held.
@@ -75,7 +78,8 @@ impl Invariants {
                     })
                     .collect(),
                 spec: spec.clone(),
-                said: false,
+                failed: None,
+                evaluated: false,
                 settled: false,
                 first_held: None,
             })
@@ -120,10 +124,13 @@ impl Invariants {
                 Err(message) => Err(message.clone()),
             };
             let holds = match holds {
-                Ok(holds) => holds,
+                Ok(holds) => {
+                    rule.evaluated = true;
+                    holds
+                }
                 Err(message) => {
-                    if !rule.said {
-                        rule.said = true;
+                    if rule.failed.is_none() {
+                        rule.failed = Some(format!("at step {step}: {message}"));
                         notes.push(format!(
                             "invariant `{}` (`{}`) could not be evaluated at step {step}: \
                              {message}; where it fails it judges nothing (fix the expression: \
@@ -172,6 +179,25 @@ impl Invariants {
             });
         }
         (broken, notes)
+    }
+
+    /// A warning for each rule whose expression failed on every
+    /// observation it was given: it judged nothing in this cell, so no
+    /// finding of it means nothing.
+    pub fn unjudged(&self) -> Vec<String> {
+        self.rules
+            .iter()
+            .filter(|r| !r.evaluated)
+            .filter_map(|r| {
+                Some(format!(
+                    "invariant `{}` judged nothing: its expression `{}` failed on every \
+                     observation (first {}); fix it, or the probe or bridge state it reads",
+                    r.spec.name,
+                    crate::text::cut(&r.spec.expr, 80),
+                    r.failed.as_ref()?
+                ))
+            })
+            .collect()
     }
 
     /// The cell's first action after which each `milestone` rule held.
@@ -320,7 +346,18 @@ mod tests {
             rules.sometimes().values().copied().collect::<Vec<_>>(),
             [false]
         );
+        // Failed on everything so far: it judged nothing, and says so.
+        let unjudged = rules.unjudged();
+        assert_eq!(unjudged.len(), 1, "{unjudged:?}");
+        assert!(
+            unjudged[0].starts_with(
+                "invariant `always prev.state.level <= obs.state.level` judged nothing"
+            ) && unjudged[0].contains("(first at step 1: "),
+            "{}",
+            unjudged[0]
+        );
         rules.check(&obs(0.0, 3), 3, Some(&obs(0.0, 1)), 3);
+        assert!(rules.unjudged().is_empty(), "it judged step 3");
         assert_eq!(
             rules.sometimes().values().copied().collect::<Vec<_>>(),
             [true]

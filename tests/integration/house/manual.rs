@@ -110,7 +110,10 @@ fn the_readme_is_a_front_door_of_at_most_250_lines() {
     // CI runs exactly that command, and that command runs the suite after
     // installing what it needs.
     let ci = std::fs::read_to_string(repo().join(".ci/run")).expect(".ci/run");
-    assert!(ci.contains("\nbash .ci/test\n"), ".ci/run runs README's test command");
+    assert!(
+        ci.contains("\nbash .ci/test\n"),
+        ".ci/run runs README's test command"
+    );
     let test = std::fs::read_to_string(repo().join(".ci/test")).expect(".ci/test");
     assert!(
         test.contains("bash .ci/setup") && test.contains("cargo test --locked"),

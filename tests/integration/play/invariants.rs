@@ -108,6 +108,7 @@ fn the_game_as_shipped_breaks_no_rule_and_counts_its_milestone() {
         );
         let notes = report["notes"].to_string();
         assert!(!notes.contains("could not be evaluated"), "{notes}");
+        assert_eq!(report["warnings"], serde_json::json!([]), "{report:#}");
         let progress = &report["progress"];
         if let Some(step) = progress["milestones"]["a coin in the purse"].as_u64() {
             milestones += 1;
@@ -198,4 +199,39 @@ fn plan_check_names_a_rule_it_cannot_read_where_it_is_written() {
     assert!(err.contains("plan.toml:10:"), "{err}");
     assert!(err.contains("has both `always` and `never`"), "{err}");
     assert!(err.contains("`eventually` without `within`"), "{err}");
+}
+
+/// A rule that fails to evaluate on every observation judged nothing: a
+/// run with no invariant finding must not read as a pass of that rule, so
+/// each cell warns of it in the summary, where a note would go unseen.
+#[test]
+fn a_rule_that_never_evaluates_is_a_warning_of_every_cell_not_a_silent_pass() {
+    let t = game(None);
+    t.write(
+        "plan.toml",
+        t.read("plan.toml").replace(
+            "[[invariants]]\nname = \"the purse never shrinks\"",
+            "[[invariants]]\nname = \"a rule that cannot be read\"\nalways = \"obs.step // 0 >= 0\"\n\n[[invariants]]\nname = \"the purse never shrinks\"",
+        ),
+    );
+    let out = t.run(&["plan", "run", "plan.toml"]);
+    out.code(0).stdout_has(
+        "invariant `a rule that cannot be read` judged nothing: its expression `obs.step // 0 >= 0` failed on every observation (first at step 1: ",
+    );
+    let doc = t
+        .run(&["plan", "run", "plan.toml", "--json"])
+        .code(0)
+        .json();
+    for (dir, report) in cell_reports(&t, &doc) {
+        let warnings = report["warnings"].to_string();
+        assert!(
+            warnings.contains("a rule that cannot be read"),
+            "{dir}: {warnings}"
+        );
+        // The rules that do evaluate warn of nothing.
+        assert!(
+            !warnings.contains("the purse never shrinks"),
+            "{dir}: {warnings}"
+        );
+    }
 }
