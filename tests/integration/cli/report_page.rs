@@ -9,38 +9,6 @@ use serde_json::Value;
 
 use crate::support::Test;
 
-const LEVER: &str = include_str!("../../fixtures/games/lever.py");
-
-/// The lever game crashing on one seed in three, played three times.
-const PLAN: &str = r#"version = 1
-name = "lever"
-controllers = ["standard"]
-
-[game]
-id = "lever"
-driver = "stdio"
-command = ["python3", "game.py"]
-inputs = ["game.py"]
-
-[[personas]]
-slug = "kid"
-card = "Presses on."
-player = { kind = "explorer" }
-
-[[steps]]
-id = "play"
-kind = "play"
-matrix = { persona = "*", controller = "*" }
-seed = 1
-repeat = 3
-
-[[steps]]
-id = "aggregate"
-kind = "aggregate"
-needs = ["play"]
-always = true
-"#;
-
 /// A page whose button throws: a console finding with a screenshot.
 const THROWING_PAGE: &str = "<title>Throws</title><h1 id=\"h\">Ready</h1>\
     <button onclick=\"document.getElementById('h').textContent = 'Clicked'; \
@@ -118,8 +86,10 @@ fn aggregate_ids(t: &Test) -> Vec<String> {
 
 #[test]
 fn a_runs_page_shows_every_finding_with_its_labels_and_coverage_and_opens_without_an_error() {
-    let every = LEVER.replace("EVERY = 1 ", "EVERY = 2 ");
-    let t = Test::new().file("plan.toml", PLAN).file("game.py", every);
+    // The lever game crashing on one seed in three, played three times.
+    let t = Test::new()
+        .file("plan.toml", crate::play::repeats::PLAN)
+        .file("game.py", crate::play::repeats::game(2));
     t.run(&["plan", "run", "plan.toml"])
         .code(0)
         .stdout_has("  page: .gameplan/runs/")

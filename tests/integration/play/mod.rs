@@ -17,7 +17,7 @@ mod program_check;
 mod program_env;
 mod program_limits;
 mod progress;
-mod repeats;
+pub(crate) mod repeats;
 mod resident_limits;
 mod search_after_traps;
 mod stuck_and_goals;

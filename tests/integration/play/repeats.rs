@@ -9,7 +9,9 @@ use crate::support::Test;
 
 const LEVER: &str = include_str!("../../fixtures/games/lever.py");
 
-const PLAN: &str = r#"version = 1
+/// The lever plan, its cell played three times (the HTML report's test
+/// plays it too).
+pub(crate) const PLAN: &str = r#"version = 1
 name = "lever"
 controllers = ["standard"]
 
@@ -39,7 +41,7 @@ always = true
 "#;
 
 /// lever.py crashing on the seeds `every` divides.
-fn game(every: u32) -> String {
+pub(crate) fn game(every: u32) -> String {
     let line = LEVER
         .lines()
         .find(|l| l.starts_with("EVERY = "))
