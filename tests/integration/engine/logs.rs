@@ -114,10 +114,11 @@ matrix = { n = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 1
             "attempts.lock",
             "exits.jsonl",
             "journal.jsonl",
+            "report.html",
             "steps.log",
             "summary.json"
         ],
-        "33 steps, the same files as one"
+        "33 steps, the same files as one (and the run's page)"
     );
     assert!(dirs.is_empty(), "no directory per step: {dirs:?}");
 }
