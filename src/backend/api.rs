@@ -13,7 +13,7 @@
 //!
 //! | code | status | when | extra fields |
 //! |---|---|---|---|
-//! | `invalid_request` | 400 | a field out of range (negative cents, an unknown module, a reason on a succeeded run, a reason over 400 chars, a control character in a game, persona, controller, file name or key) | |
+//! | `invalid_request` | 400 | a field out of range (negative cents, an unknown module, a reason on a succeeded run, a reason over 400 chars, a control or format character (ESC, U+202E) in a game, persona, controller, file name or key) | |
 //! | `unauthorized` | 401 | no token, a token the ledger does not know or that was revoked; on `gameplan serve`, the embedded demo token | |
 //! | `missing_scope` | 403 | the token lacks the scope the call needs | `scope` |
 //! | `not_found` | 404 | no such account, job, run or file (also another account's) | |

@@ -368,9 +368,10 @@ impl Ledger {
     /// it is new) holding `scopes`; returns the token, which is stored only
     /// as its sha256 and cannot be read back.
     pub fn create_token(&self, account: &str, scopes: &[String]) -> Result<NewToken, ApiError> {
+        check_text("account", account)?;
         if account.is_empty() || account.len() > 64 || account.chars().any(char::is_whitespace) {
             return Err(ApiError::invalid_request(format!(
-                "`{account}` is not an account id: use 1 to 64 characters without spaces"
+                "`{account}` is not an account id: use 1 to 64 characters without spaces; no token was made"
             )));
         }
         if scopes.is_empty() {
@@ -651,15 +652,22 @@ fn entry(
 }
 
 /// Refuses a text field holding a control character (NUL, ESC, a newline,
-/// ...): 400 naming the field. Such text would be stored and later printed
-/// raw (`ledger show` writing escape sequences to a terminal, a log line
-/// split in two).
+/// ...) or a format character (a right-to-left override, a zero-width
+/// space: [`crate::text::is_format`]): 400 naming the field. Such text
+/// would be stored and later printed raw (`ledger show` writing escape
+/// sequences to a terminal, a log line split in two, a name shown
+/// reversed or two names that look the same).
 pub(crate) fn check_text(field: &str, value: &str) -> Result<(), ApiError> {
-    match value.chars().find(|c| c.is_control()) {
+    match value.chars().find(|c| crate::text::is_unsafe(*c)) {
         None => Ok(()),
         Some(c) => Err(ApiError::invalid_request(format!(
-            "`{field}` holds the control character {:?} (U+{:04X}); send printable text",
-            c,
+            "`{field}` holds the {} character {} (U+{:04X}); send printable text (nothing was stored or charged)",
+            if c.is_control() {
+                "control"
+            } else {
+                "invisible format"
+            },
+            c.escape_default(),
             u32::from(c)
         ))),
     }
