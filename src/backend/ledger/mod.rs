@@ -41,6 +41,7 @@
 
 mod jobs;
 mod prices;
+pub mod quotas;
 mod quotes;
 pub mod runs;
 mod schema;
@@ -57,6 +58,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 pub use prices::{DEMO_PRICES, PriceList};
+pub use quotas::{MAX_OPEN_JOBS, MAX_RUN_BYTES, MAX_RUN_FILES, Quotas};
 
 use super::api::{ApiError, SCOPES, Settlement, Token, Whoami};
 use super::endpoint::Endpoint;
@@ -71,8 +73,6 @@ pub const DEMO_BALANCE_CENTS: i64 = 10_000;
 pub const DEMO_TOKEN: &str = "gp_demo_local_ledger";
 /// How long a quote holds.
 pub const QUOTE_SECONDS: i64 = 15 * 60;
-/// Unsettled jobs an account may hold at once.
-pub const MAX_ACTIVE_JOBS: i64 = 20;
 /// Cells one job may hold unless the ledger is opened with another cap
 /// (`gameplan serve --max-cells`): a job's runs are rows read and written
 /// in one transaction, which holds the ledger for every account meanwhile.
@@ -122,6 +122,8 @@ pub struct Ledger {
     quote_secret: Vec<u8>,
     /// The most cells one job may hold ([`MAX_CELLS_PER_JOB`] by default).
     max_cells: usize,
+    /// Files and bytes per run, open jobs per account.
+    quotas: Quotas,
 }
 
 /// What a failed `SQLite` call means to the caller.
@@ -204,6 +206,7 @@ impl Ledger {
             prices: DEMO_PRICES,
             quote_secret: quote_secret.into_bytes(),
             max_cells: MAX_CELLS_PER_JOB,
+            quotas: Quotas::default(),
         })
     }
 
@@ -235,6 +238,13 @@ impl Ledger {
     #[must_use]
     pub fn with_max_cells(mut self, cells: usize) -> Ledger {
         self.max_cells = cells;
+        self
+    }
+
+    /// The same ledger enforcing `quotas`.
+    #[must_use]
+    pub fn with_quotas(mut self, quotas: Quotas) -> Ledger {
+        self.quotas = quotas;
         self
     }
 

@@ -473,7 +473,7 @@ fn an_unknown_or_foreign_job_is_404() {
 #[test]
 fn too_many_active_jobs_is_409() {
     let f = fixture();
-    for i in 0..MAX_ACTIVE_JOBS {
+    for i in 0..MAX_OPEN_JOBS {
         f.register(&format!("k{i}"), 1);
     }
     let body = f.quote(1);
@@ -482,6 +482,13 @@ fn too_many_active_jobs_is_409() {
         .register(&demo(), GAME, "one-more", &body)
         .expect_err("cap");
     assert_eq!((e.status, e.code.as_str()), (409, "too_many_active_jobs"));
+    assert_eq!(e.details.quota.as_deref(), Some("open_jobs"), "{e}");
+    assert_eq!(
+        (e.details.used, e.details.limit),
+        (Some(20), Some(20)),
+        "{e}"
+    );
+    assert!(e.message.contains("--max-open-jobs"), "{e}");
 }
 
 /// The run state machine of [`RunState`]'s doc comment, written out as its
