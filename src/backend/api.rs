@@ -34,6 +34,7 @@
 //! | `digest_mismatch` | 422 | upload: the body's sha256 is not `x-content-sha256` | |
 //! | `body_timeout` | 408 | `gameplan serve`: the body did not arrive within the idle timeout (30 seconds unless `serve --idle-timeout`) | |
 //! | `method_not_allowed` | 405 | `gameplan serve`: the path does not take that method | |
+//! | `server_busy` | 503 | `gameplan serve`: it holds the most connections it takes (`serve --max-connections`), each with a request in flight; nothing was read or done, retry | |
 //! | `ledger_unavailable` | 503 | the ledger file cannot be opened or written (disk, permissions, a lock held too long) | |
 //!
 //! The scopes each call needs, with its method and path, are the table in
