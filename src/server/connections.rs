@@ -140,6 +140,16 @@ struct InFlight {
     slot: Arc<Slot>,
 }
 
+impl InFlight {
+    /// Nothing: a closure that calls it owns the guard, so the request
+    /// stays in flight as long as the closure lives.
+    #[expect(
+        clippy::unused_self,
+        reason = "called for what the call makes the closure own"
+    )]
+    fn keep(&self) {}
+}
+
 impl Drop for InFlight {
     fn drop(&mut self) {
         self.slot
@@ -149,34 +159,28 @@ impl Drop for InFlight {
     }
 }
 
-/// A hyper service that marks its slot busy while it answers a request.
+/// A hyper service that marks its slot busy while it answers a request:
+/// from its headers to the last byte of its answer.
 pub(super) struct Tracked<S> {
     pub(super) inner: S,
     pub(super) tracker: Arc<Tracker>,
     pub(super) slot: Arc<Slot>,
 }
 
-type Answer<S, R> = Pin<
-    Box<
-        dyn Future<
-                Output = Result<
-                    <S as hyper::service::Service<R>>::Response,
-                    <S as hyper::service::Service<R>>::Error,
-                >,
-            > + Send,
-    >,
->;
+type Answer<E> = Pin<Box<dyn Future<Output = Result<axum::response::Response, E>> + Send>>;
 
 impl<S, R> hyper::service::Service<R> for Tracked<S>
 where
-    S: hyper::service::Service<R>,
+    S: hyper::service::Service<R, Response = axum::response::Response>,
     S::Future: Send + 'static,
+    S::Error: 'static,
 {
-    type Response = S::Response;
+    type Response = axum::response::Response;
     type Error = S::Error;
-    type Future = Answer<S, R>;
+    type Future = Answer<S::Error>;
 
     fn call(&self, request: R) -> Self::Future {
+        use http_body_util::BodyExt as _;
         self.slot.in_flight.fetch_add(1, Ordering::SeqCst);
         let in_flight = InFlight {
             tracker: Arc::clone(&self.tracker),
@@ -184,9 +188,15 @@ where
         };
         let answer = self.inner.call(request);
         Box::pin(async move {
-            let out = answer.await;
-            drop(in_flight);
-            out
+            let response = answer.await?;
+            // Busy until hyper drops the body, once its last byte is
+            // written: a connection is not shed mid-answer.
+            Ok(response.map(|body| {
+                axum::body::Body::new(body.map_frame(move |frame| {
+                    in_flight.keep();
+                    frame
+                }))
+            }))
         })
     }
 }
