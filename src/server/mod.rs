@@ -31,7 +31,11 @@
 //!   connection is closed for the new one, so idle sockets cannot starve a
 //!   real client; when every connection is busy the newcomer gets a 503.
 //! - **Blocking off the runtime.** Each ledger call is one `SQLite`
-//!   transaction on tokio's blocking pool, like the `local` backend's.
+//!   transaction on tokio's blocking pool, like the `local` backend's, and
+//!   its answer is serialized there too: a big job's JSON made on the
+//!   runtime's workers held up every other connection's request. Reads
+//!   take read connections of their own (`ledger::pool`), so one tenant's
+//!   big read does not hold up another's `whoami`.
 //! - **Every refusal is JSON** `{code, message, ...}` with the status of
 //!   the table in [`crate::backend::api`], also for an unknown path, a
 //!   wrong method and a malformed body.
@@ -433,11 +437,26 @@ impl App {
             None => Bytes::new(),
         };
         let ledger = Arc::clone(&self.ledger);
-        let answer = tokio::task::spawn_blocking(move || call(&ledger, &token, &headers, &bytes))
-            .await
-            .unwrap_or_else(|e| Err(stopped(&e)));
+        // Serialized on the blocking pool too: a 10,000-run job is
+        // megabytes of JSON, and made on the runtime's few workers it would
+        // hold up every other connection's request meanwhile.
+        let answer = tokio::task::spawn_blocking(move || {
+            let value = call(&ledger, &token, &headers, &bytes)?;
+            serde_json::to_vec(&value).map_err(|e| {
+                ApiError::unavailable(format!("the answer could not be written as JSON: {e}"))
+            })
+        })
+        .await
+        .unwrap_or_else(|e| Err(stopped(&e)));
         match answer {
-            Ok(value) => axum::Json(value).into_response(),
+            Ok(json) => (
+                [(
+                    axum::http::header::CONTENT_TYPE,
+                    axum::http::HeaderValue::from_static("application/json"),
+                )],
+                json,
+            )
+                .into_response(),
             Err(e) => Refusal(e).into_response(),
         }
     }

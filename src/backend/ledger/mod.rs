@@ -14,8 +14,11 @@
 //!   and write nothing at all, so a run that prices and then stops leaves
 //!   the file byte-for-byte as it was): its checks and its writes see one
 //!   state, and a crash leaves either all of a call or none. WAL lets readers
-//!   go on while one writer holds the file; the busy timeout makes writers
-//!   queue rather than fail. A register that still finds the file locked
+//!   go on while one writer holds the file: writes go through one writer
+//!   connection, reads through a few read connections of their own
+//!   (`pool`), so a read waits behind neither a write nor another read
+//!   (one tenant reading a 10,000-run job does not hold up another's
+//!   `whoami`). The busy timeout makes writers queue rather than fail. A register that still finds the file locked
 //!   when the timeout runs out answers 409 `charge_in_progress`: the holder
 //!   may be a register with the same key, so the caller must retry with the
 //!   same key and body, never a new key.
@@ -40,6 +43,7 @@
 //!   transcripts, traces); a blob directory would only pay off for video.
 
 mod jobs;
+mod pool;
 mod prices;
 pub mod quotas;
 mod quotes;
@@ -111,10 +115,13 @@ pub enum NewLedger {
     Empty,
 }
 
-/// One ledger file, opened. `Send + Sync`: calls queue on its connection.
+/// One ledger file, opened. `Send + Sync`: writes queue on its one writer
+/// connection; reads take one of a few read connections ([`pool`]), so a
+/// read waits for neither a write nor another read.
 pub struct Ledger {
     path: PathBuf,
-    conn: Mutex<Connection>,
+    writer: Mutex<Connection>,
+    readers: pool::Readers,
     clock: Clock,
     prices: PriceList,
     /// What quote ids are signed with (`meta.quote_secret`): read once at
@@ -201,7 +208,8 @@ impl Ledger {
             .map_err(|e| cannot(&format!("its quote secret cannot be read: {e}")))?;
         Ok(Ledger {
             path: path.to_owned(),
-            conn: Mutex::new(conn),
+            writer: Mutex::new(conn),
+            readers: pool::Readers::new(path),
             clock: Clock::System,
             prices: DEMO_PRICES,
             quote_secret: quote_secret.into_bytes(),
@@ -219,7 +227,7 @@ impl Ledger {
 
     /// The same ledger waiting at most `wait` for another writer.
     pub fn with_busy_timeout(self, wait: Duration) -> Result<Ledger, ApiError> {
-        self.conn
+        self.writer
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .busy_timeout(wait)
@@ -273,8 +281,9 @@ impl Ledger {
         &self.path
     }
 
-    /// Runs `f` in one transaction: `IMMEDIATE` when it writes, so it holds
-    /// the write lock from its first read. Any error rolls it back.
+    /// Runs `f` in one transaction on the writer connection: `IMMEDIATE`
+    /// when it writes, so it holds the write lock from its first read. Any
+    /// error rolls it back.
     fn transact<T>(
         &self,
         behavior: TransactionBehavior,
@@ -282,9 +291,20 @@ impl Ledger {
         f: impl FnOnce(&Transaction<'_>, i64) -> Result<T, ApiError>,
     ) -> Result<T, ApiError> {
         let mut conn = self
-            .conn
+            .writer
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.run_in(&mut conn, behavior, busy, f)
+    }
+
+    /// Runs `f` in one transaction of `behavior` on `conn`.
+    fn run_in<T>(
+        &self,
+        conn: &mut Connection,
+        behavior: TransactionBehavior,
+        busy: fn() -> ApiError,
+        f: impl FnOnce(&Transaction<'_>, i64) -> Result<T, ApiError>,
+    ) -> Result<T, ApiError> {
         let tx = conn.transaction_with_behavior(behavior).map_err(|e| {
             if is_busy(&e) {
                 busy()
@@ -316,11 +336,14 @@ impl Ledger {
         self.transact(TransactionBehavior::Immediate, busy_error, f)
     }
 
+    /// Runs `f` in a read transaction on a read connection: one snapshot
+    /// of the last commit, taken without waiting for the writer.
     fn read<T>(
         &self,
         f: impl FnOnce(&Transaction<'_>, i64) -> Result<T, ApiError>,
     ) -> Result<T, ApiError> {
-        self.transact(TransactionBehavior::Deferred, busy_error, f)
+        let mut reader = self.readers.get()?;
+        self.run_in(&mut reader, TransactionBehavior::Deferred, busy_error, f)
     }
 
     /// Whether `token` may call `endpoint`: 401 for a token the ledger does

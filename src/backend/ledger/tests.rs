@@ -1121,7 +1121,7 @@ fn whoami_and_estimate_append_nothing_to_the_wal_and_change_no_row() {
     f.register("k", 1);
     let wal = f.path.with_extension("sqlite-wal");
     let wal_before = std::fs::read(&wal).expect("the WAL of an open ledger");
-    let changes_before = f.ledger.conn.lock().expect("conn").total_changes();
+    let changes_before = f.ledger.writer.lock().expect("conn").total_changes();
     f.ledger.whoami(&demo()).expect("whoami");
     let quote = f
         .ledger
@@ -1131,7 +1131,7 @@ fn whoami_and_estimate_append_nothing_to_the_wal_and_change_no_row() {
         .estimate(&Token("gp_nobody".into()), GAME, &estimate_request(3))
         .expect_err("unknown token");
     assert_eq!(
-        f.ledger.conn.lock().expect("conn").total_changes(),
+        f.ledger.writer.lock().expect("conn").total_changes(),
         changes_before,
         "no row changed"
     );
@@ -1173,7 +1173,7 @@ fn a_version_1_ledger_is_migrated_to_signed_quotes_keeping_its_jobs() {
     let ledger = Ledger::open(&f.path)
         .expect("migrated")
         .with_clock(Clock::Fixed(Arc::clone(&f.clock)));
-    let conn = ledger.conn.lock().expect("conn");
+    let conn = ledger.writer.lock().expect("conn");
     let version: i64 = conn
         .query_row("SELECT version FROM schema_version", [], |r| r.get(0))
         .expect("version");
