@@ -131,9 +131,32 @@ fn whoamis(url: &str, token: &Token, samples: usize) -> Result<Vec<f64>, String>
     })
 }
 
-fn median(mut values: Vec<f64>) -> f64 {
+fn median(values: Vec<f64>) -> f64 {
+    quantile(values, 0.5)
+}
+
+/// The value at `q` (0 to 1) of `values`, sorted: the nearest rank.
+fn quantile(mut values: Vec<f64>, q: f64) -> f64 {
     values.sort_by(f64::total_cmp);
-    values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
+    #[expect(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        clippy::cast_precision_loss,
+        reason = "an index into a few hundred samples"
+    )]
+    let at = ((values.len() as f64 - 1.0) * q).round() as usize;
+    values.get(at).copied().unwrap_or(f64::NAN)
+}
+
+/// Median, p90 and max of `values`, and their sum (the phase's length).
+fn summary(values: &[f64]) -> String {
+    format!(
+        "median {:8.2} ms, p90 {:8.2} ms, max {:8.2} ms, all {:8.0} ms",
+        median(values.to_vec()),
+        quantile(values.to_vec(), 0.9),
+        quantile(values.to_vec(), 1.0),
+        values.iter().sum::<f64>()
+    )
 }
 
 /// The heavy tenant's 10,000-cell job, bought.
@@ -205,7 +228,8 @@ fn run(samples: usize, heavy: usize) -> Result<(), String> {
     let job = buy(&server.url, &heavy_token)?;
     // Warm-up: connections, caches, the file's pages.
     whoamis(&server.url, &light_token, 20)?;
-    let alone = median(whoamis(&server.url, &light_token, samples)?);
+    let alone_samples = whoamis(&server.url, &light_token, samples)?;
+    let alone = median(alone_samples.clone());
 
     let stop = Arc::new(AtomicBool::new(false));
     let gets = Arc::new(AtomicUsize::new(0));
@@ -238,7 +262,8 @@ fn run(samples: usize, heavy: usize) -> Result<(), String> {
     while gets.load(Ordering::SeqCst) < heavy {
         std::thread::sleep(Duration::from_millis(10));
     }
-    let loaded = median(whoamis(&server.url, &light_token, samples)?);
+    let loaded_samples = whoamis(&server.url, &light_token, samples)?;
+    let loaded = median(loaded_samples.clone());
     stop.store(true, Ordering::SeqCst);
     let mut heavy_latencies = Vec::new();
     for loader in loaders {
@@ -253,6 +278,8 @@ fn run(samples: usize, heavy: usize) -> Result<(), String> {
         "ratio (loaded / alone):                        {:8.1}x",
         loaded / alone
     );
+    println!("whoami alone:  {}", summary(&alone_samples));
+    println!("whoami loaded: {}", summary(&loaded_samples));
     println!(
         "the heavy GET's median:                        {:8.2} ms ({} GETs)",
         median(heavy_latencies.clone()),

@@ -12,7 +12,9 @@
 # HEAVY clients (8) of `heavy` GET the job in a loop (each answer holds its
 # 10,000 runs, checked) and, once each has had one answer, `light` sends
 # SAMPLES whoamis again: the median while loaded. Prints both medians,
-# their ratio and the heavy GET's median.
+# their ratio and the heavy GET's median, then each phase's median, p90,
+# max and sum: a lock that starves a few calls for seconds leaves the
+# median low and shows in the max and the sum.
 #
 # Why the comparison is fair: the same server process, ledger file, client
 # code, connection reuse and number of samples measure both medians; the
