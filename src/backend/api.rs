@@ -13,7 +13,7 @@
 //!
 //! | code | status | when | extra fields |
 //! |---|---|---|---|
-//! | `invalid_request` | 400 | a field out of range (negative cents, an unknown module, a reason on a succeeded run, a reason over 400 chars, a control character in a game, persona, controller, file name or key) | |
+//! | `invalid_request` | 400 | a field out of range (negative cents, an unknown module, a reason on a succeeded run, a reason over 400 chars, a control or format character (ESC, U+202E) in a game, persona, controller, file name or key) | |
 //! | `unauthorized` | 401 | no token, a token the ledger does not know or that was revoked; on `gameplan serve`, the embedded demo token | |
 //! | `missing_scope` | 403 | the token lacks the scope the call needs | `scope` |
 //! | `not_found` | 404 | no such account, job, run or file (also another account's) | |
@@ -21,10 +21,11 @@
 //! | `price_changed` | 409 | register: `confirm_price_cents` is not the quote's price, or the price list moved since | `price_cents` |
 //! | `quote_expired` | 409 | register: the quote is past its `expires_at`; estimate again | |
 //! | `charge_in_progress` | 409 | register: another register holds the ledger right now (possibly the same key); retry with the same key and body | |
-//! | `too_many_active_jobs` | 409 | register: the account has this many unsettled jobs; finish one | |
+//! | `too_many_active_jobs` | 409 | register: the account holds as many unsettled jobs as it may (20 unless `serve --max-open-jobs`); finish one | `quota` (`open_jobs`), `used`, `limit` |
 //! | `invalid_transition` | 409 | a run moved where the state machine has no edge; a call on a settled job | |
 //! | `files_immutable` | 409 | upload: the run was completed (its files verified), or the job published its aggregate or was settled; the same bytes again are answered 200 | |
 //! | `aggregate_published` | 409 | aggregate complete: the job published other digests already | |
+//! | `quota_exceeded` | 413 | upload: the run's files would pass its quota of files (2,000 unless `serve --max-run-files`) or bytes (256 MiB unless `serve --max-run-bytes`); the job's own files count as a run | `quota` (`run_files`, `run_bytes`), `used`, `limit` |
 //! | `body_too_large` | 413 | `gameplan serve`: the body is over the route's cap (uploads 64 MiB, JSON 4 MiB) | |
 //! | `too_many_cells` | 422 | estimate / register: more cells than the ledger takes per job (10,000 unless `serve --max-cells`) | |
 //! | `quote_invalid` | 422 | register: the `quote_id` is not one this ledger gave this account for this game (made up, altered, or another ledger's); estimate again | |
@@ -33,6 +34,7 @@
 //! | `digest_mismatch` | 422 | upload: the body's sha256 is not `x-content-sha256` | |
 //! | `body_timeout` | 408 | `gameplan serve`: the body did not arrive within the idle timeout (30 seconds unless `serve --idle-timeout`) | |
 //! | `method_not_allowed` | 405 | `gameplan serve`: the path does not take that method | |
+//! | `server_busy` | 503 | `gameplan serve`: it holds the most connections it takes (`serve --max-connections`), each with a request in flight; nothing was read or done, retry | |
 //! | `ledger_unavailable` | 503 | the ledger file cannot be opened or written (disk, permissions, a lock held too long) | |
 //!
 //! The scopes each call needs, with its method and path, are the table in
@@ -473,6 +475,17 @@ pub struct ErrorDetails {
     /// `insufficient_balance`: the balance.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub balance_cents: Option<i64>,
+    /// `quota_exceeded`, `too_many_active_jobs`: the quota refused
+    /// (`run_files`, `run_bytes`, `open_jobs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quota: Option<String>,
+    /// `quota_exceeded`, `too_many_active_jobs`: how much of the quota is
+    /// used (files, bytes or jobs), before the refused call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub used: Option<i64>,
+    /// `quota_exceeded`, `too_many_active_jobs`: the quota's limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<i64>,
 }
 
 impl ApiError {

@@ -8,6 +8,7 @@ use crate::backend::api::ApiError;
 use crate::backend::api::Token;
 use crate::backend::ledger::{Ledger, NewLedger};
 use crate::exit_code;
+use crate::text::escape_controls as shown;
 
 /// The ledger file a command means: `--db`, or the state directory's.
 pub(super) fn ledger_path(file: &LedgerFile) -> Result<PathBuf, String> {
@@ -36,10 +37,12 @@ fn open(cx: &Context, file: &LedgerFile) -> Result<Ledger, u8> {
 }
 
 /// Prints a refusal; every one is bad input or an unusable file (exit 3).
+/// Escaped: a refusal may quote what was typed (an account id holding an
+/// ESC), and that must not reach the terminal raw.
 fn refused(cx: &Context, e: &ApiError, path: &Path) -> u8 {
     cx.console.err(&format!(
         "error: {} (ledger {})\n",
-        e.message,
+        shown(&e.message),
         path.display()
     ));
     exit_code::PLAN_ERROR
@@ -72,8 +75,9 @@ pub fn run(cx: &Context, command: &LedgerCommand) -> u8 {
         LedgerCommand::Topup { account, cents, .. } => match ledger.topup(account, *cents) {
             Ok(balance) => {
                 cx.console.out(&format!(
-                    "Added {} to {account}: the balance is {}.\n",
+                    "Added {} to {}: the balance is {}.\n",
                     crate::report::ledger::dollars(*cents),
+                    shown(account),
                     crate::report::ledger::dollars(balance)
                 ));
                 exit_code::SUCCESS
@@ -94,7 +98,8 @@ pub fn run(cx: &Context, command: &LedgerCommand) -> u8 {
             match ledger.revoke_token(&Token(token)) {
                 Ok(account) => {
                     cx.console.err(&format!(
-                        "Revoked a token of {account}: every call with it is refused (401) from now on.\n"
+                        "Revoked a token of {}: every call with it is refused (401) from now on.\n",
+                        shown(&account)
                     ));
                     exit_code::SUCCESS
                 }
@@ -110,7 +115,7 @@ pub fn run(cx: &Context, command: &LedgerCommand) -> u8 {
                 cx.console.out(&format!("{}\n", new.token.0));
                 cx.console.err(&format!(
                     "A token for {}{} with {}. It is shown once: only its sha256 is kept.\n",
-                    new.account,
+                    shown(&new.account),
                     if new.created_account {
                         " (a new account, balance $0.00)"
                     } else {

@@ -316,13 +316,8 @@ pub enum Command {
         /// token is still refused: make a token for it with `gameplan ledger token`.
         #[arg(long)]
         demo: bool,
-        /// The most cells one job may hold (a bigger job is refused, naming this cap).
-        #[arg(long, value_name = "N", default_value_t = crate::backend::ledger::MAX_CELLS_PER_JOB)]
-        max_cells: usize,
-        /// Seconds a connection may wait for a request's headers (also between requests on
-        /// a kept-alive connection), and for its body once the headers came; then it is closed.
-        #[arg(long, value_name = "SECONDS", default_value_t = 30.0)]
-        idle_timeout: f64,
+        #[command(flatten)]
+        limits: serve::Limits,
         #[command(flatten)]
         file: LedgerFile,
     },
@@ -798,19 +793,9 @@ pub fn dispatch(cli: Cli, cx: &Context) -> u8 {
         Command::Serve {
             addr,
             demo,
-            max_cells,
-            idle_timeout,
+            limits,
             file,
-        } => serve::run(
-            cx,
-            &addr,
-            &serve::Settings {
-                demo,
-                max_cells,
-                idle_timeout,
-            },
-            &file,
-        ),
+        } => serve::run(cx, &addr, &serve::Settings { demo, limits }, &file),
         Command::Schema { name } => schema::run(cx, name),
         Command::Completions { shell } => shell::completions(cx, shell),
         Command::Man { out } => shell::man(cx, out.as_deref()),

@@ -1,12 +1,13 @@
-//! `gameplan serve [--addr A] [--db FILE] [--demo] [--max-cells N]
-//! [--idle-timeout SECONDS]`: the ledger's API over HTTP (the routes are
-//! `server`'s), with one log line per request on stderr.
+//! `gameplan serve [--addr A] [--db FILE] [--demo] [LIMITS]`: the
+//! ledger's API over HTTP (the routes are `server`'s), with one log line
+//! per request on stderr. It owns reading the limits' flags ([`Limits`])
+//! into the ledger's quotas and the server's options.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use super::{Context, LedgerFile};
-use crate::backend::ledger::{Ledger, NewLedger};
+use crate::backend::ledger::{Ledger, NewLedger, Quotas};
 use crate::exit_code;
 use crate::report::Console;
 use crate::server::{LogSink, RequestLine};
@@ -15,19 +16,102 @@ use crate::server::{LogSink, RequestLine};
 pub struct Settings {
     /// A new ledger file gets the demo account.
     pub demo: bool,
+    pub limits: Limits,
+}
+
+/// `serve`'s limits: the ledger's quotas and the server's connections.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Limits {
+    /// The most cells one job may hold (a bigger job is refused, naming this cap).
+    #[arg(long, value_name = "N", default_value_t = crate::backend::ledger::MAX_CELLS_PER_JOB)]
     pub max_cells: usize,
-    /// Seconds (`--idle-timeout`).
+    /// The most files one run may hold; an upload past it is refused (413
+    /// `quota_exceeded`, naming the quota, the files held and the limit). A job's own files
+    /// (its aggregate) count as one more run.
+    #[arg(long, value_name = "N", default_value_t = crate::backend::ledger::MAX_RUN_FILES)]
+    pub max_run_files: u64,
+    /// The most bytes one run's files may add up to, in bytes or with a KiB, MiB or GiB
+    /// suffix; an upload past it is refused (413 `quota_exceeded`).
+    #[arg(long, value_name = "BYTES", default_value = "256MiB", value_parser = bytes)]
+    pub max_run_bytes: u64,
+    /// The most unsettled jobs one account may hold; a register past it is refused (409
+    /// `too_many_active_jobs`).
+    #[arg(long, value_name = "N", default_value_t = crate::backend::ledger::MAX_OPEN_JOBS)]
+    pub max_open_jobs: u64,
+    /// The most connections served at once; a new one past it closes the longest-idle
+    /// connection (one with no request in flight), or is answered 503 when none is idle
+    /// [default: the open-files limit (`ulimit -n`) less 64 for the ledger and the server,
+    /// at least 8].
+    #[arg(long, value_name = "N")]
+    pub max_connections: Option<usize>,
+    /// Seconds a connection may wait for a request's headers (also between requests on
+    /// a kept-alive connection), and for its body once the headers came; then it is closed.
+    #[arg(long, value_name = "SECONDS", default_value_t = 30.0)]
     pub idle_timeout: f64,
+    /// Seconds a new connection may take to send its first byte; then it is closed
+    /// (at most --idle-timeout).
+    #[arg(long, value_name = "SECONDS", default_value_t = 5.0)]
+    pub first_byte_timeout: f64,
+}
+
+/// `256MiB`, `64KiB`, `1GiB` or a number of bytes.
+fn bytes(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let (digits, unit) = text
+        .find(|c: char| !c.is_ascii_digit())
+        .map_or((text, ""), |at| text.split_at(at));
+    let scale: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        other => {
+            return Err(format!(
+                "`{other}` is not a unit: give bytes, or a number with KiB, MiB or GiB"
+            ));
+        }
+    };
+    digits
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(scale))
+        .filter(|n| *n > 0)
+        .ok_or_else(|| format!("`{text}` is not a positive number of bytes"))
+}
+
+/// Seconds as a duration of at least 0.1 s, or the message naming `flag`.
+fn seconds(flag: &str, value: f64) -> Result<std::time::Duration, String> {
+    match std::time::Duration::try_from_secs_f64(value) {
+        Ok(d) if d >= std::time::Duration::from_millis(100) => Ok(d),
+        _ => Err(format!(
+            "error: {flag} {value} is not a number of seconds of at least 0.1\n"
+        )),
+    }
+}
+
+/// The server's options from the flags: the timeouts checked, the
+/// connection cap from the flag or the open-files limit.
+fn options(limits: &Limits) -> Result<crate::server::Options, String> {
+    let idle = seconds("--idle-timeout", limits.idle_timeout)?;
+    let first_byte = seconds("--first-byte-timeout", limits.first_byte_timeout)?.min(idle);
+    let max_connections = match limits.max_connections {
+        Some(0) => return Err("error: --max-connections must be at least 1\n".to_owned()),
+        Some(n) => n,
+        None => crate::server::default_max_connections(),
+    };
+    Ok(crate::server::Options {
+        idle,
+        first_byte,
+        max_connections,
+    })
 }
 
 pub fn run(cx: &Context, addr: &str, settings: &Settings, file: &LedgerFile) -> u8 {
-    let idle = match std::time::Duration::try_from_secs_f64(settings.idle_timeout) {
-        Ok(idle) if idle >= std::time::Duration::from_millis(100) => idle,
-        _ => {
-            cx.console.err(&format!(
-                "error: --idle-timeout {} is not a number of seconds of at least 0.1\n",
-                settings.idle_timeout
-            ));
+    let limits = &settings.limits;
+    let options = match options(limits) {
+        Ok(options) => options,
+        Err(message) => {
+            cx.console.err(&message);
             return exit_code::PLAN_ERROR;
         }
     };
@@ -46,7 +130,11 @@ pub fn run(cx: &Context, addr: &str, settings: &Settings, file: &LedgerFile) -> 
         NewLedger::Empty
     };
     let ledger = match Ledger::open_with(&path, new) {
-        Ok(ledger) => Arc::new(ledger.with_max_cells(settings.max_cells)),
+        Ok(ledger) => Arc::new(ledger.with_max_cells(limits.max_cells).with_quotas(Quotas {
+            run_files: limits.max_run_files,
+            run_bytes: limits.max_run_bytes,
+            open_jobs: limits.max_open_jobs,
+        })),
         Err(e) => {
             cx.console.err(&format!(
                 "error: {} (ledger {})\n",
@@ -81,7 +169,7 @@ pub fn run(cx: &Context, addr: &str, settings: &Settings, file: &LedgerFile) -> 
             color_out: cx.console.color_out,
         };
         let log: LogSink = Arc::new(move |line: &RequestLine| console.err(&log_line(line)));
-        match crate::server::serve_within(listener, ledger, log, idle, stop_signal()).await {
+        match crate::server::serve_with(listener, ledger, log, options, stop_signal()).await {
             Ok(()) => {
                 cx.console.err("stopped\n");
                 exit_code::SUCCESS

@@ -22,20 +22,31 @@
 //!   holds the public `gp_demo_local_ledger` token; `serve` answers it 401
 //!   and its log line says why (a ledger `serve` creates has no demo
 //!   account unless `--demo`).
-//! - **Slow and idle connections are closed**: a request's headers must
-//!   arrive within the idle timeout, also on a kept-alive connection
-//!   waiting for its next request (hyper's header read timeout), so idle
-//!   sockets do not pile up behind a proxy.
+//! - **Slow and idle connections are closed**: a new connection must send
+//!   a byte within [`FIRST_BYTE_WITHIN`], a request's headers must arrive
+//!   within the idle timeout, also on a kept-alive connection waiting for
+//!   its next request (hyper's header read timeout), so idle sockets do not
+//!   pile up behind a proxy.
+//! - **A cap on connections** ([`connections`]): past it the longest-idle
+//!   connection is closed for the new one, so idle sockets cannot starve a
+//!   real client; when every connection is busy the newcomer gets a 503.
 //! - **Blocking off the runtime.** Each ledger call is one `SQLite`
-//!   transaction on tokio's blocking pool, like the `local` backend's.
+//!   transaction on tokio's blocking pool, like the `local` backend's, and
+//!   its answer is serialized there too: a big job's JSON made on the
+//!   runtime's workers held up every other connection's request. Reads
+//!   take read connections of their own (`ledger::pool`), so one tenant's
+//!   big read does not hold up another's `whoami`.
 //! - **Every refusal is JSON** `{code, message, ...}` with the status of
 //!   the table in [`crate::backend::api`], also for an unknown path, a
 //!   wrong method and a malformed body.
 //! - **The log has no secrets**: method, path (ids only, no query), status
 //!   and milliseconds; never a header, so never the token.
 
+mod connections;
 #[cfg(test)]
 mod tests;
+
+pub use connections::default_max_connections;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -66,6 +77,10 @@ pub const MAX_JSON_BYTES: usize = 4 * 1024 * 1024;
 /// its body once the headers came, unless `serve --idle-timeout` says
 /// otherwise.
 pub const IDLE_WITHIN: Duration = Duration::from_secs(30);
+/// How long a new connection may take to send its first byte unless
+/// `serve --first-byte-timeout` says otherwise: shorter than
+/// [`IDLE_WITHIN`], as a client that connected has its request ready.
+pub const FIRST_BYTE_WITHIN: Duration = Duration::from_secs(5);
 
 /// One answered request, as the log shows it.
 #[derive(Debug, Clone, PartialEq)]
@@ -109,35 +124,59 @@ pub fn router(ledger: Arc<Ledger>, log: LogSink, idle: Duration) -> Router {
         .with_state(App { ledger, idle })
 }
 
+/// How `serve` treats connections: its timeouts and its cap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Options {
+    /// How long a request's headers may take (also between the requests of
+    /// a kept-alive connection), and its body once the headers came.
+    pub idle: Duration,
+    /// How long a new connection may take to send its first byte.
+    pub first_byte: Duration,
+    /// The most connections served at once (see [`connections`]).
+    pub max_connections: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            idle: IDLE_WITHIN,
+            first_byte: FIRST_BYTE_WITHIN,
+            max_connections: default_max_connections(),
+        }
+    }
+}
+
 /// Serves the API on `listener` until `shutdown` completes, with the
-/// default idle timeout ([`IDLE_WITHIN`]).
+/// default [`Options`].
 pub async fn serve(
     listener: tokio::net::TcpListener,
     ledger: Arc<Ledger>,
     log: LogSink,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    serve_within(listener, ledger, log, IDLE_WITHIN, shutdown).await
+    serve_with(listener, ledger, log, Options::default(), shutdown).await
 }
 
 /// Serves the API on `listener` until `shutdown` completes, then lets the
-/// requests in flight finish (at most `idle` more). A request's headers,
-/// and then its body, must each arrive within `idle`.
+/// requests in flight finish (at most `options.idle` more). A new
+/// connection must send a byte within `options.first_byte`; a request's
+/// headers, and then its body, must each arrive within `options.idle`;
+/// past `options.max_connections` the longest-idle connection is closed
+/// for the new one ([`connections`]).
 ///
 /// Its own accept loop rather than `axum::serve`, which sets no timer and
 /// so keeps a connection that never sends its headers open for ever.
-pub async fn serve_within(
+pub async fn serve_with(
     listener: tokio::net::TcpListener,
     ledger: Arc<Ledger>,
     log: LogSink,
-    idle: Duration,
+    options: Options,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    use hyper_util::rt::{TokioIo, TokioTimer};
-    use hyper_util::service::TowerToHyperService;
-    let app = router(ledger, log, idle);
+    let app = router(ledger, log, options.idle);
+    let tracker = connections::Tracker::new(options.max_connections);
     let (stopping, stop) = tokio::sync::watch::channel(false);
-    let mut connections = tokio::task::JoinSet::new();
+    let mut tasks = tokio::task::JoinSet::new();
     tokio::pin!(shutdown);
     loop {
         let stream = tokio::select! {
@@ -151,30 +190,78 @@ pub async fn serve_within(
                 };
                 stream
             }
-            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+            Some(_) = tasks.join_next(), if !tasks.is_empty() => continue,
         };
         let _ = stream.set_nodelay(true);
-        let service = TowerToHyperService::new(app.clone());
-        let mut stop = stop.clone();
-        connections.spawn(async move {
-            let connection = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(idle)
-                .serve_connection(TokioIo::new(stream), service);
-            tokio::pin!(connection);
-            tokio::select! {
-                _ = connection.as_mut() => {}
-                () = async { drop(stop.wait_for(|stopping| *stopping).await) } => {
-                    connection.as_mut().graceful_shutdown();
-                    let _ = tokio::time::timeout(idle, connection).await;
-                }
-            }
-        });
+        let Some(admitted) = tracker.admit() else {
+            tasks.spawn(connections::turn_away(stream, tracker.max()));
+            continue;
+        };
+        let service = connections::Tracked {
+            inner: hyper_util::service::TowerToHyperService::new(app.clone()),
+            tracker: Arc::clone(&tracker),
+            slot: Arc::clone(&admitted.slot),
+        };
+        tasks.spawn(connection(stream, service, admitted, options, stop.clone()));
     }
     drop(listener);
     let _ = stopping.send(true);
-    while connections.join_next().await.is_some() {}
+    while tasks.join_next().await.is_some() {}
     Ok(())
+}
+
+/// One connection, from its first byte to its close: shed when the cap
+/// needs its slot, shut down gracefully when the server stops.
+async fn connection<S>(
+    stream: tokio::net::TcpStream,
+    service: S,
+    admitted: connections::Admitted,
+    options: Options,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) where
+    S: hyper::service::Service<
+            axum::http::Request<hyper::body::Incoming>,
+            Response = Response,
+            Error = std::convert::Infallible,
+        > + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    let slot = Arc::clone(&admitted.slot);
+    // A connection that sends nothing goes after `first_byte`, not the
+    // longer idle timeout: it holds a descriptor and says nothing.
+    let mut byte = [0u8; 1];
+    tokio::select! {
+        peeked = tokio::time::timeout(options.first_byte, stream.peek(&mut byte)) => {
+            if !matches!(peeked, Ok(Ok(n)) if n > 0) {
+                return;
+            }
+        }
+        () = slot.shed.notified() => return,
+        () = async { drop(stop.wait_for(|stopping| *stopping).await) } => return,
+    }
+    let connection = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(options.idle)
+        .serve_connection(TokioIo::new(stream), service);
+    tokio::pin!(connection);
+    tokio::select! {
+        _ = connection.as_mut() => {}
+        () = slot.shed.notified() => {
+            // Chosen while idle: closed now. A request that began since
+            // is answered first (a graceful shutdown ends after it).
+            connection.as_mut().graceful_shutdown();
+            if slot.busy() {
+                let _ = tokio::time::timeout(options.idle, connection).await;
+            }
+        }
+        () = async { drop(stop.wait_for(|stopping| *stopping).await) } => {
+            connection.as_mut().graceful_shutdown();
+            let _ = tokio::time::timeout(options.idle, connection).await;
+        }
+    }
+    drop(admitted);
 }
 
 async fn log_request(log: LogSink, request: Request, next: Next) -> Response {
@@ -350,11 +437,26 @@ impl App {
             None => Bytes::new(),
         };
         let ledger = Arc::clone(&self.ledger);
-        let answer = tokio::task::spawn_blocking(move || call(&ledger, &token, &headers, &bytes))
-            .await
-            .unwrap_or_else(|e| Err(stopped(&e)));
+        // Serialized on the blocking pool too: a 10,000-run job is
+        // megabytes of JSON, and made on the runtime's few workers it would
+        // hold up every other connection's request meanwhile.
+        let answer = tokio::task::spawn_blocking(move || {
+            let value = call(&ledger, &token, &headers, &bytes)?;
+            serde_json::to_vec(&value).map_err(|e| {
+                ApiError::unavailable(format!("the answer could not be written as JSON: {e}"))
+            })
+        })
+        .await
+        .unwrap_or_else(|e| Err(stopped(&e)));
         match answer {
-            Ok(value) => axum::Json(value).into_response(),
+            Ok(json) => (
+                [(
+                    axum::http::header::CONTENT_TYPE,
+                    axum::http::HeaderValue::from_static("application/json"),
+                )],
+                json,
+            )
+                .into_response(),
             Err(e) => Refusal(e).into_response(),
         }
     }

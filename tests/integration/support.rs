@@ -815,8 +815,25 @@ impl Served {
     /// `gameplan serve --addr 127.0.0.1:0 --db DB FLAGS...` in `cwd`
     /// (`token` is empty).
     pub fn with_flags(cwd: &Path, db: &Path, flags: &[&str]) -> Served {
+        Served::spawned(Command::new(BIN), cwd, db, flags)
+    }
+
+    /// [`Served::with_flags`] with its open-files limit (`ulimit -n`) at
+    /// `files`, set by a shell that then becomes the server.
+    pub fn with_file_limit(cwd: &Path, db: &Path, flags: &[&str], files: u32) -> Served {
+        let mut shell = Command::new("sh");
+        shell
+            .arg("-c")
+            .arg(format!("ulimit -n {files} && exec \"$@\""))
+            .arg("sh")
+            .arg(BIN);
+        Served::spawned(shell, cwd, db, flags)
+    }
+
+    /// `command` (the server, or what execs it) given `serve`'s arguments.
+    fn spawned(mut command: Command, cwd: &Path, db: &Path, flags: &[&str]) -> Served {
         use std::io::BufRead as _;
-        let mut child = Command::new(BIN)
+        let mut child = command
             .args(["serve", "--addr", "127.0.0.1:0", "--db"])
             .arg(db)
             .args(flags)
@@ -871,6 +888,17 @@ impl Served {
     /// Its log so far, one line each.
     pub fn log(&self) -> Vec<String> {
         self.log.lock().expect("log").clone()
+    }
+
+    /// Its log once `done` holds of it, or after 10 s: the log is read
+    /// from the server's stderr by a thread of its own, which may lag the
+    /// answers on a loaded machine.
+    pub fn log_once(&self, done: impl Fn(&[String]) -> bool) -> Vec<String> {
+        let started = Instant::now();
+        while !done(&self.log()) && started.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.log()
     }
 
     /// `gameplan ledger show --json` of its ledger file.

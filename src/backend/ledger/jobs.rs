@@ -4,8 +4,8 @@
 use rusqlite::{OptionalExtension, Transaction, params};
 
 use super::{
-    AccountView, Caller, Db as _, JobRow, Ledger, LedgerView, MAX_ACTIVE_JOBS, QUOTE_SECONDS,
-    RunRow, TokenRow, authenticate, balance_of, check_text, entry, quotes, rfc3339, sha256_hex,
+    AccountView, Caller, Db as _, JobRow, Ledger, LedgerView, QUOTE_SECONDS, RunRow, TokenRow,
+    authenticate, balance_of, check_text, entry, quotes, rfc3339, sha256_hex,
 };
 use crate::backend::api::{
     ApiError, Estimate, EstimateRequest, Finished, JobRef, JobView, RegisterRequest, Registered,
@@ -347,20 +347,7 @@ impl Ledger {
                     request.confirm_price_cents
                 )));
             }
-            let active: i64 = tx
-                .query_row(
-                    "SELECT COUNT(*) FROM jobs WHERE account = ?1 AND state = 'open'",
-                    params![caller.account],
-                    |r| r.get(0),
-                )
-                .db()?;
-            if active >= MAX_ACTIVE_JOBS {
-                return Err(ApiError::new(
-                    409,
-                    "too_many_active_jobs",
-                    format!("the account has {active} unsettled jobs, the most it may hold; finish one first"),
-                ));
-            }
+            self.quotas.check_open_jobs(tx, &caller.account)?;
             let balance = balance_of(tx, &caller.account)?.unwrap_or(0);
             if balance < quote_cents {
                 return Err(ApiError::new(
@@ -434,6 +421,10 @@ impl Ledger {
                 refunded = refunded.checked_add(view.price_cents).ok_or_else(|| {
                     ApiError::unavailable("the job's refunds add up past what the ledger holds")
                 })?;
+                // A refunded run keeps no files: stored for free otherwise.
+                if let Some(run) = parse_id("run", &view.id) {
+                    super::quotas::drop_files(tx, job, run)?;
+                }
                 refunded_runs.push(view.id);
             }
             let open: Vec<&str> = RunState::ALL

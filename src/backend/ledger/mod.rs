@@ -14,8 +14,11 @@
 //!   and write nothing at all, so a run that prices and then stops leaves
 //!   the file byte-for-byte as it was): its checks and its writes see one
 //!   state, and a crash leaves either all of a call or none. WAL lets readers
-//!   go on while one writer holds the file; the busy timeout makes writers
-//!   queue rather than fail. A register that still finds the file locked
+//!   go on while one writer holds the file: writes go through one writer
+//!   connection, reads through a few read connections of their own
+//!   (`pool`), so a read waits behind neither a write nor another read
+//!   (one tenant reading a 10,000-run job does not hold up another's
+//!   `whoami`). The busy timeout makes writers queue rather than fail. A register that still finds the file locked
 //!   when the timeout runs out answers 409 `charge_in_progress`: the holder
 //!   may be a register with the same key, so the caller must retry with the
 //!   same key and body, never a new key.
@@ -40,7 +43,9 @@
 //!   transcripts, traces); a blob directory would only pay off for video.
 
 mod jobs;
+mod pool;
 mod prices;
+pub mod quotas;
 mod quotes;
 pub mod runs;
 mod schema;
@@ -57,6 +62,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 pub use prices::{DEMO_PRICES, PriceList};
+pub use quotas::{MAX_OPEN_JOBS, MAX_RUN_BYTES, MAX_RUN_FILES, Quotas};
 
 use super::api::{ApiError, SCOPES, Settlement, Token, Whoami};
 use super::endpoint::Endpoint;
@@ -71,8 +77,6 @@ pub const DEMO_BALANCE_CENTS: i64 = 10_000;
 pub const DEMO_TOKEN: &str = "gp_demo_local_ledger";
 /// How long a quote holds.
 pub const QUOTE_SECONDS: i64 = 15 * 60;
-/// Unsettled jobs an account may hold at once.
-pub const MAX_ACTIVE_JOBS: i64 = 20;
 /// Cells one job may hold unless the ledger is opened with another cap
 /// (`gameplan serve --max-cells`): a job's runs are rows read and written
 /// in one transaction, which holds the ledger for every account meanwhile.
@@ -111,10 +115,13 @@ pub enum NewLedger {
     Empty,
 }
 
-/// One ledger file, opened. `Send + Sync`: calls queue on its connection.
+/// One ledger file, opened. `Send + Sync`: writes queue on its one writer
+/// connection; reads take one of a few read connections ([`pool`]), so a
+/// read waits for neither a write nor another read.
 pub struct Ledger {
     path: PathBuf,
-    conn: Mutex<Connection>,
+    writer: Mutex<Connection>,
+    readers: pool::Readers,
     clock: Clock,
     prices: PriceList,
     /// What quote ids are signed with (`meta.quote_secret`): read once at
@@ -122,6 +129,8 @@ pub struct Ledger {
     quote_secret: Vec<u8>,
     /// The most cells one job may hold ([`MAX_CELLS_PER_JOB`] by default).
     max_cells: usize,
+    /// Files and bytes per run, open jobs per account.
+    quotas: Quotas,
 }
 
 /// What a failed `SQLite` call means to the caller.
@@ -199,11 +208,13 @@ impl Ledger {
             .map_err(|e| cannot(&format!("its quote secret cannot be read: {e}")))?;
         Ok(Ledger {
             path: path.to_owned(),
-            conn: Mutex::new(conn),
+            writer: Mutex::new(conn),
+            readers: pool::Readers::new(path),
             clock: Clock::System,
             prices: DEMO_PRICES,
             quote_secret: quote_secret.into_bytes(),
             max_cells: MAX_CELLS_PER_JOB,
+            quotas: Quotas::default(),
         })
     }
 
@@ -216,7 +227,7 @@ impl Ledger {
 
     /// The same ledger waiting at most `wait` for another writer.
     pub fn with_busy_timeout(self, wait: Duration) -> Result<Ledger, ApiError> {
-        self.conn
+        self.writer
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .busy_timeout(wait)
@@ -235,6 +246,13 @@ impl Ledger {
     #[must_use]
     pub fn with_max_cells(mut self, cells: usize) -> Ledger {
         self.max_cells = cells;
+        self
+    }
+
+    /// The same ledger enforcing `quotas`.
+    #[must_use]
+    pub fn with_quotas(mut self, quotas: Quotas) -> Ledger {
+        self.quotas = quotas;
         self
     }
 
@@ -263,8 +281,9 @@ impl Ledger {
         &self.path
     }
 
-    /// Runs `f` in one transaction: `IMMEDIATE` when it writes, so it holds
-    /// the write lock from its first read. Any error rolls it back.
+    /// Runs `f` in one transaction on the writer connection: `IMMEDIATE`
+    /// when it writes, so it holds the write lock from its first read. Any
+    /// error rolls it back.
     fn transact<T>(
         &self,
         behavior: TransactionBehavior,
@@ -272,9 +291,20 @@ impl Ledger {
         f: impl FnOnce(&Transaction<'_>, i64) -> Result<T, ApiError>,
     ) -> Result<T, ApiError> {
         let mut conn = self
-            .conn
+            .writer
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.run_in(&mut conn, behavior, busy, f)
+    }
+
+    /// Runs `f` in one transaction of `behavior` on `conn`.
+    fn run_in<T>(
+        &self,
+        conn: &mut Connection,
+        behavior: TransactionBehavior,
+        busy: fn() -> ApiError,
+        f: impl FnOnce(&Transaction<'_>, i64) -> Result<T, ApiError>,
+    ) -> Result<T, ApiError> {
         let tx = conn.transaction_with_behavior(behavior).map_err(|e| {
             if is_busy(&e) {
                 busy()
@@ -306,11 +336,14 @@ impl Ledger {
         self.transact(TransactionBehavior::Immediate, busy_error, f)
     }
 
+    /// Runs `f` in a read transaction on a read connection: one snapshot
+    /// of the last commit, taken without waiting for the writer.
     fn read<T>(
         &self,
         f: impl FnOnce(&Transaction<'_>, i64) -> Result<T, ApiError>,
     ) -> Result<T, ApiError> {
-        self.transact(TransactionBehavior::Deferred, busy_error, f)
+        let mut reader = self.readers.get()?;
+        self.run_in(&mut reader, TransactionBehavior::Deferred, busy_error, f)
     }
 
     /// Whether `token` may call `endpoint`: 401 for a token the ledger does
@@ -368,9 +401,10 @@ impl Ledger {
     /// it is new) holding `scopes`; returns the token, which is stored only
     /// as its sha256 and cannot be read back.
     pub fn create_token(&self, account: &str, scopes: &[String]) -> Result<NewToken, ApiError> {
+        check_text("account", account)?;
         if account.is_empty() || account.len() > 64 || account.chars().any(char::is_whitespace) {
             return Err(ApiError::invalid_request(format!(
-                "`{account}` is not an account id: use 1 to 64 characters without spaces"
+                "`{account}` is not an account id: use 1 to 64 characters without spaces; no token was made"
             )));
         }
         if scopes.is_empty() {
@@ -651,15 +685,22 @@ fn entry(
 }
 
 /// Refuses a text field holding a control character (NUL, ESC, a newline,
-/// ...): 400 naming the field. Such text would be stored and later printed
-/// raw (`ledger show` writing escape sequences to a terminal, a log line
-/// split in two).
+/// ...) or a format character (a right-to-left override, a zero-width
+/// space: [`crate::text::is_format`]): 400 naming the field. Such text
+/// would be stored and later printed raw (`ledger show` writing escape
+/// sequences to a terminal, a log line split in two, a name shown
+/// reversed or two names that look the same).
 pub(crate) fn check_text(field: &str, value: &str) -> Result<(), ApiError> {
-    match value.chars().find(|c| c.is_control()) {
+    match value.chars().find(|c| crate::text::is_unsafe(*c)) {
         None => Ok(()),
         Some(c) => Err(ApiError::invalid_request(format!(
-            "`{field}` holds the control character {:?} (U+{:04X}); send printable text",
-            c,
+            "`{field}` holds the {} character {} (U+{:04X}); send printable text (nothing was stored or charged)",
+            if c.is_control() {
+                "control"
+            } else {
+                "invisible format"
+            },
+            c.escape_default(),
             u32::from(c)
         ))),
     }

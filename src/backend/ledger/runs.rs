@@ -431,6 +431,12 @@ impl Ledger {
                     ),
                 ));
             }
+            let what = match target {
+                UploadTarget::Run(r) => format!("run `{}` of job `{}`", r.run, r.job),
+                UploadTarget::Job(r) => format!("job `{}`'s own files (its aggregate)", r.job),
+            };
+            self.quotas
+                .check_upload(tx, (job, run), &what, &request.name, size)?;
             tx.execute(
                 "INSERT OR IGNORE INTO blobs (sha256, size, data) VALUES (?1, ?2, ?3)",
                 params![actual, size, request.body],
@@ -525,8 +531,14 @@ impl Ledger {
                 ],
             )
             .db()?;
+            let view = run_view(tx, run)?;
+            if !view.played {
+                // Never played, so refunded at finish: its files are not
+                // kept (stored for free otherwise; see `quotas`).
+                super::quotas::drop_files(tx, job, run)?;
+            }
             Ok(Completed {
-                run: run_view(tx, run)?,
+                run: view,
                 changed: true,
             })
         })

@@ -112,6 +112,12 @@ const MIGRATIONS: &[&str] = &[
     UPDATE runs SET completed_at = 0 WHERE report IS NOT NULL;
     CREATE INDEX IF NOT EXISTS runs_of_job ON runs (job);
     ",
+    // 4: a blob is deleted when the files of a run that never played are
+    // (see `quotas::drop_files`), unless another upload names it: found by
+    // this index rather than a scan of every upload.
+    "
+    CREATE INDEX IF NOT EXISTS uploads_by_blob ON uploads (sha256);
+    ",
 ];
 
 /// The `meta` key of the secret quote ids are signed with.

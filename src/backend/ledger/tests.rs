@@ -473,7 +473,7 @@ fn an_unknown_or_foreign_job_is_404() {
 #[test]
 fn too_many_active_jobs_is_409() {
     let f = fixture();
-    for i in 0..MAX_ACTIVE_JOBS {
+    for i in 0..MAX_OPEN_JOBS {
         f.register(&format!("k{i}"), 1);
     }
     let body = f.quote(1);
@@ -482,6 +482,13 @@ fn too_many_active_jobs_is_409() {
         .register(&demo(), GAME, "one-more", &body)
         .expect_err("cap");
     assert_eq!((e.status, e.code.as_str()), (409, "too_many_active_jobs"));
+    assert_eq!(e.details.quota.as_deref(), Some("open_jobs"), "{e}");
+    assert_eq!(
+        (e.details.used, e.details.limit),
+        (Some(20), Some(20)),
+        "{e}"
+    );
+    assert!(e.message.contains("--max-open-jobs"), "{e}");
 }
 
 /// The run state machine of [`RunState`]'s doc comment, written out as its
@@ -1114,7 +1121,7 @@ fn whoami_and_estimate_append_nothing_to_the_wal_and_change_no_row() {
     f.register("k", 1);
     let wal = f.path.with_extension("sqlite-wal");
     let wal_before = std::fs::read(&wal).expect("the WAL of an open ledger");
-    let changes_before = f.ledger.conn.lock().expect("conn").total_changes();
+    let changes_before = f.ledger.writer.lock().expect("conn").total_changes();
     f.ledger.whoami(&demo()).expect("whoami");
     let quote = f
         .ledger
@@ -1124,7 +1131,7 @@ fn whoami_and_estimate_append_nothing_to_the_wal_and_change_no_row() {
         .estimate(&Token("gp_nobody".into()), GAME, &estimate_request(3))
         .expect_err("unknown token");
     assert_eq!(
-        f.ledger.conn.lock().expect("conn").total_changes(),
+        f.ledger.writer.lock().expect("conn").total_changes(),
         changes_before,
         "no row changed"
     );
@@ -1166,7 +1173,7 @@ fn a_version_1_ledger_is_migrated_to_signed_quotes_keeping_its_jobs() {
     let ledger = Ledger::open(&f.path)
         .expect("migrated")
         .with_clock(Clock::Fixed(Arc::clone(&f.clock)));
-    let conn = ledger.conn.lock().expect("conn");
+    let conn = ledger.writer.lock().expect("conn");
     let version: i64 = conn
         .query_row("SELECT version FROM schema_version", [], |r| r.get(0))
         .expect("version");

@@ -2,4 +2,7 @@
 //! embedded ledger passes too) and what it refuses.
 
 mod api;
+mod connections;
+mod quotas;
 mod security;
+mod text;

@@ -22,9 +22,9 @@ use gameplan::backend::{Backend, UploadTarget};
 
 use crate::support::{ALL_SCOPES, Served, Test};
 
-const GAME: &str = "probe-game";
+pub(super) const GAME: &str = "probe-game";
 
-fn client(url: &str) -> HttpBackend {
+pub(super) fn client(url: &str) -> HttpBackend {
     HttpBackend::with_options(
         url,
         HttpOptions {
@@ -40,7 +40,7 @@ fn client(url: &str) -> HttpBackend {
     .expect("http backend")
 }
 
-fn block<T>(future: impl std::future::Future<Output = T>) -> T {
+pub(super) fn block<T>(future: impl std::future::Future<Output = T>) -> T {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -48,7 +48,7 @@ fn block<T>(future: impl std::future::Future<Output = T>) -> T {
         .block_on(future)
 }
 
-fn cells(personas: &[&str]) -> Vec<Cell> {
+pub(super) fn cells(personas: &[&str]) -> Vec<Cell> {
     personas
         .iter()
         .map(|p| Cell {
@@ -58,7 +58,7 @@ fn cells(personas: &[&str]) -> Vec<Cell> {
         .collect()
 }
 
-fn estimate_of(cells: Vec<Cell>) -> EstimateRequest {
+pub(super) fn estimate_of(cells: Vec<Cell>) -> EstimateRequest {
     EstimateRequest {
         cells,
         modules: Vec::new(),
@@ -67,7 +67,12 @@ fn estimate_of(cells: Vec<Cell>) -> EstimateRequest {
 }
 
 /// Prices `cells` and buys them under `key`.
-async fn buy(backend: &HttpBackend, token: &Token, key: &str, cells: Vec<Cell>) -> Registered {
+pub(super) async fn buy(
+    backend: &HttpBackend,
+    token: &Token,
+    key: &str,
+    cells: Vec<Cell>,
+) -> Registered {
     let estimate = backend
         .estimate(token, GAME, &estimate_of(cells.clone()))
         .await
@@ -83,7 +88,7 @@ async fn buy(backend: &HttpBackend, token: &Token, key: &str, cells: Vec<Cell>) 
         .expect("register")
 }
 
-fn register_body(quote: &str, cents: i64, cells: Vec<Cell>) -> RegisterRequest {
+pub(super) fn register_body(quote: &str, cents: i64, cells: Vec<Cell>) -> RegisterRequest {
     RegisterRequest {
         quote_id: quote.to_owned(),
         confirm_price_cents: cents,
@@ -93,11 +98,11 @@ fn register_body(quote: &str, cents: i64, cells: Vec<Cell>) -> RegisterRequest {
     }
 }
 
-fn sha256(bytes: &[u8]) -> String {
+pub(super) fn sha256(bytes: &[u8]) -> String {
     gameplan::reuse::sha256_hex(bytes)
 }
 
-fn upload(name: &str, bytes: &[u8]) -> UploadRequest {
+pub(super) fn upload(name: &str, bytes: &[u8]) -> UploadRequest {
     UploadRequest {
         name: name.to_owned(),
         sha256: sha256(bytes),
@@ -105,7 +110,7 @@ fn upload(name: &str, bytes: &[u8]) -> UploadRequest {
     }
 }
 
-fn run_of(registered: &Registered, i: usize) -> RunRef {
+pub(super) fn run_of(registered: &Registered, i: usize) -> RunRef {
     RunRef {
         game: GAME.to_owned(),
         job: registered.job.id.clone(),
@@ -113,14 +118,14 @@ fn run_of(registered: &Registered, i: usize) -> RunRef {
     }
 }
 
-fn job_of(registered: &Registered) -> JobRef {
+pub(super) fn job_of(registered: &Registered) -> JobRef {
     JobRef {
         game: GAME.to_owned(),
         job: registered.job.id.clone(),
     }
 }
 
-async fn walk(backend: &HttpBackend, token: &Token, run: &RunRef, to: &[RunState]) {
+pub(super) async fn walk(backend: &HttpBackend, token: &Token, run: &RunRef, to: &[RunState]) {
     for to in to {
         backend
             .transition(
@@ -138,7 +143,7 @@ async fn walk(backend: &HttpBackend, token: &Token, run: &RunRef, to: &[RunState
 
 /// One raw exchange: `head` sent as is (CRLF added), then `body`; the
 /// status of the answer, or `None` when the server closed without one.
-fn raw(url: &str, head: &str, body: &[u8]) -> (Option<u16>, String) {
+pub(super) fn raw(url: &str, head: &str, body: &[u8]) -> (Option<u16>, String) {
     let mut stream = TcpStream::connect(url.trim_start_matches("http://")).expect("connect");
     stream
         .set_read_timeout(Some(Duration::from_secs(20)))
