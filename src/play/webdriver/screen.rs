@@ -32,9 +32,25 @@ pub const LEVELS: u32 = 8;
 /// Hex digits of the grid's digest kept in the signature: 128 bits.
 const DIGEST_HEX: usize = 32;
 
+/// A picture at half the screenshot's width and height (each pixel the
+/// mean of a 2x2 square), 8-bit RGB: a frame of the cell's video.
+pub struct Frame {
+    pub width: u32,
+    pub height: u32,
+    pub rgb: Vec<u8>,
+}
+
 /// The signature of a PNG screenshot; what is wrong with the picture
 /// otherwise.
+#[cfg(test)]
 pub fn signature(png_bytes: &[u8]) -> Result<String, String> {
+    read(png_bytes, false).map(|(signature, _)| signature)
+}
+
+/// The signature of a PNG screenshot and, when `frame`, the picture at
+/// half size (made from the rows the signature decodes anyway: about a
+/// millisecond more); what is wrong with the picture otherwise.
+pub fn read(png_bytes: &[u8], frame: bool) -> Result<(String, Option<Frame>), String> {
     let mut decoder = png::Decoder::new(Cursor::new(png_bytes));
     decoder.set_transformations(png::Transformations::EXPAND | png::Transformations::STRIP_16);
     let mut reader = decoder
@@ -54,6 +70,7 @@ pub fn signature(png_bytes: &[u8]) -> Result<String, String> {
     // per cell.
     let column_of: Vec<usize> = (0..width).step_by(2).map(|x| x * COLUMNS / width).collect();
     let stride = channels * 2;
+    let mut half = frame.then(|| HalfSize::new(width, height));
     let mut y = 0;
     while let Some(row) = reader
         .next_row()
@@ -61,6 +78,9 @@ pub fn signature(png_bytes: &[u8]) -> Result<String, String> {
     {
         if y >= height {
             break;
+        }
+        if let Some(half) = half.as_mut() {
+            half.add_row(y, row.data(), channels);
         }
         if y % 2 == 0 {
             let cells = y * ROWS / height * COLUMNS;
@@ -93,7 +113,65 @@ pub fn signature(png_bytes: &[u8]) -> Result<String, String> {
     for byte in digest.iter().take(DIGEST_HEX / 2) {
         let _ = write!(out, "{byte:02x}");
     }
-    Ok(out)
+    Ok((out, half.map(HalfSize::frame)))
+}
+
+/// A picture being halved, row by row.
+struct HalfSize {
+    width: usize,
+    height: usize,
+    /// Sums of the two rows of the pair being read, per channel.
+    sums: Vec<u16>,
+    rgb: Vec<u8>,
+}
+
+impl HalfSize {
+    fn new(width: usize, height: usize) -> HalfSize {
+        let (width, height) = ((width / 2).max(1), (height / 2).max(1));
+        HalfSize {
+            width,
+            height,
+            sums: vec![0; width * 3],
+            rgb: Vec::with_capacity(width * height * 3),
+        }
+    }
+
+    /// Adds row `y` (of `channels` samples a pixel: gray, gray and alpha,
+    /// RGB or RGBA); every second row completes a row of the frame.
+    fn add_row(&mut self, y: usize, data: &[u8], channels: usize) {
+        if y / 2 >= self.height {
+            return;
+        }
+        for (x, pixel) in data.chunks_exact(channels).take(self.width * 2).enumerate() {
+            let at = (x / 2) * 3;
+            let (r, g, b) = if channels >= 3 {
+                (pixel[0], pixel[1], pixel[2])
+            } else {
+                (pixel[0], pixel[0], pixel[0])
+            };
+            self.sums[at] += u16::from(r);
+            self.sums[at + 1] += u16::from(g);
+            self.sums[at + 2] += u16::from(b);
+        }
+        if y % 2 == 1 {
+            self.rgb.extend(
+                self.sums
+                    .iter()
+                    .map(|&sum| u8::try_from(sum / 4).unwrap_or(u8::MAX)),
+            );
+            self.sums.fill(0);
+        }
+    }
+
+    fn frame(mut self) -> Frame {
+        // A picture of an odd height: its last row pair is incomplete.
+        self.rgb.resize(self.width * self.height * 3, 0);
+        Frame {
+            width: u32::try_from(self.width).unwrap_or(u32::MAX),
+            height: u32::try_from(self.height).unwrap_or(u32::MAX),
+            rgb: self.rgb,
+        }
+    }
 }
 
 /// A cell's mean luma (`0..=255_000`) as one of [`LEVELS`] levels.
@@ -160,6 +238,23 @@ mod tests {
         }))
         .expect("sig");
         assert_eq!(plain, seam);
+    }
+
+    #[test]
+    fn the_frame_is_the_picture_at_half_size() {
+        let png = png_of(
+            80,
+            60,
+            |x, _| if x < 40 { [200, 100, 0] } else { [0, 0, 40] },
+        );
+        let (sig, frame) = read(&png, true).expect("read");
+        assert_eq!(sig, signature(&png).expect("sig"));
+        let frame = frame.expect("a frame");
+        assert_eq!((frame.width, frame.height), (40, 30));
+        assert_eq!(frame.rgb.len(), 40 * 30 * 3);
+        assert_eq!(&frame.rgb[..3], &[200, 100, 0]);
+        assert_eq!(&frame.rgb[frame.rgb.len() - 3..], &[0, 0, 40]);
+        assert!(read(&png, false).expect("read").1.is_none());
     }
 
     #[test]
