@@ -32,8 +32,8 @@ pub const LEVELS: u32 = 8;
 /// Hex digits of the grid's digest kept in the signature: 128 bits.
 const DIGEST_HEX: usize = 32;
 
-/// A picture at half the screenshot's width and height (each pixel the
-/// mean of a 2x2 square), 8-bit RGB: a frame of the cell's video.
+/// A picture at half the screenshot's width and height (every other
+/// pixel of every other row), 8-bit RGB: a frame of the cell's video.
 pub struct Frame {
     pub width: u32,
     pub height: u32,
@@ -48,8 +48,8 @@ pub fn signature(png_bytes: &[u8]) -> Result<String, String> {
 }
 
 /// The signature of a PNG screenshot and, when `frame`, the picture at
-/// half size (made from the rows the signature decodes anyway: about a
-/// millisecond more); what is wrong with the picture otherwise.
+/// half size (the very pixels the signature reads: a copy of them more);
+/// what is wrong with the picture otherwise.
 pub fn read(png_bytes: &[u8], frame: bool) -> Result<(String, Option<Frame>), String> {
     let mut decoder = png::Decoder::new(Cursor::new(png_bytes));
     decoder.set_transformations(png::Transformations::EXPAND | png::Transformations::STRIP_16);
@@ -70,7 +70,8 @@ pub fn read(png_bytes: &[u8], frame: bool) -> Result<(String, Option<Frame>), St
     // per cell.
     let column_of: Vec<usize> = (0..width).step_by(2).map(|x| x * COLUMNS / width).collect();
     let stride = channels * 2;
-    let mut half = frame.then(|| HalfSize::new(width, height));
+    // The frame: the pixels the signature reads, as they are.
+    let mut rgb = frame.then(|| Vec::with_capacity(column_of.len() * height.div_ceil(2) * 3));
     let mut y = 0;
     while let Some(row) = reader
         .next_row()
@@ -78,9 +79,6 @@ pub fn read(png_bytes: &[u8], frame: bool) -> Result<(String, Option<Frame>), St
     {
         if y >= height {
             break;
-        }
-        if let Some(half) = half.as_mut() {
-            half.add_row(y, row.data(), channels);
         }
         if y % 2 == 0 {
             let cells = y * ROWS / height * COLUMNS;
@@ -96,6 +94,16 @@ pub fn read(png_bytes: &[u8], frame: bool) -> Result<(String, Option<Frame>), St
                 };
                 sums[cells + column] += luma;
                 counts[cells + column] += 1;
+            }
+            if let Some(rgb) = rgb.as_mut() {
+                // Every other pixel (the last one of an odd width too).
+                for pixel in data.chunks(stride) {
+                    if channels >= 3 {
+                        rgb.extend_from_slice(&pixel[..3]);
+                    } else {
+                        rgb.extend_from_slice(&[pixel[0]; 3]);
+                    }
+                }
             }
         }
         y += 1;
@@ -113,65 +121,15 @@ pub fn read(png_bytes: &[u8], frame: bool) -> Result<(String, Option<Frame>), St
     for byte in digest.iter().take(DIGEST_HEX / 2) {
         let _ = write!(out, "{byte:02x}");
     }
-    Ok((out, half.map(HalfSize::frame)))
-}
-
-/// A picture being halved, row by row.
-struct HalfSize {
-    width: usize,
-    height: usize,
-    /// Sums of the two rows of the pair being read, per channel.
-    sums: Vec<u16>,
-    rgb: Vec<u8>,
-}
-
-impl HalfSize {
-    fn new(width: usize, height: usize) -> HalfSize {
-        let (width, height) = ((width / 2).max(1), (height / 2).max(1));
-        HalfSize {
-            width,
-            height,
-            sums: vec![0; width * 3],
-            rgb: Vec::with_capacity(width * height * 3),
-        }
-    }
-
-    /// Adds row `y` (of `channels` samples a pixel: gray, gray and alpha,
-    /// RGB or RGBA); every second row completes a row of the frame.
-    fn add_row(&mut self, y: usize, data: &[u8], channels: usize) {
-        if y / 2 >= self.height {
-            return;
-        }
-        for (x, pixel) in data.chunks_exact(channels).take(self.width * 2).enumerate() {
-            let at = (x / 2) * 3;
-            let (r, g, b) = if channels >= 3 {
-                (pixel[0], pixel[1], pixel[2])
-            } else {
-                (pixel[0], pixel[0], pixel[0])
-            };
-            self.sums[at] += u16::from(r);
-            self.sums[at + 1] += u16::from(g);
-            self.sums[at + 2] += u16::from(b);
-        }
-        if y % 2 == 1 {
-            self.rgb.extend(
-                self.sums
-                    .iter()
-                    .map(|&sum| u8::try_from(sum / 4).unwrap_or(u8::MAX)),
-            );
-            self.sums.fill(0);
-        }
-    }
-
-    fn frame(mut self) -> Frame {
-        // A picture of an odd height: its last row pair is incomplete.
-        self.rgb.resize(self.width * self.height * 3, 0);
+    let frame = rgb.map(|rgb| {
+        let across = column_of.len();
         Frame {
-            width: u32::try_from(self.width).unwrap_or(u32::MAX),
-            height: u32::try_from(self.height).unwrap_or(u32::MAX),
-            rgb: self.rgb,
+            width: u32::try_from(across).unwrap_or(u32::MAX),
+            height: u32::try_from(rgb.len() / (across * 3).max(1)).unwrap_or(u32::MAX),
+            rgb,
         }
-    }
+    });
+    Ok((out, frame))
 }
 
 /// A cell's mean luma (`0..=255_000`) as one of [`LEVELS`] levels.
