@@ -191,6 +191,8 @@ pub struct BrowserSession {
     /// the game's `PATH`, which makes it webm at the end.
     video: Option<std::sync::Arc<std::sync::Mutex<video::Recorder>>>,
     ffmpeg: Option<PathBuf>,
+    /// The last frame, being added to the video while play goes on.
+    pending_frame: Option<tokio::task::JoinHandle<()>>,
     acts: u64,
     resets: u64,
     /// How long a reset's page load may take (`game.load_timeout`).
@@ -293,6 +295,7 @@ impl BrowserSession {
             pending_shot: None,
             video: video::Recorder::of(game, artifacts),
             ffmpeg: chromedriver::on_path("ffmpeg", spec.env.get("PATH").map(String::as_str)),
+            pending_frame: None,
             acts: 0,
             resets: 0,
             load_timeout: game.load_timeout.max(timeout),
@@ -778,19 +781,12 @@ impl BrowserSession {
         frame: Option<screen::Frame>,
     ) -> Option<String> {
         let path = self.screenshots.as_ref()?.join(name);
-        let film = self.video.clone().zip(frame).map(|(video, frame)| {
-            let name = name.to_owned();
-            move || {
-                if let Ok(mut video) = video.lock() {
-                    video.add(&name, &frame);
-                }
-            }
-        });
+        if let (Some(video), Some(frame)) = (self.video.clone(), frame) {
+            let after = self.pending_frame.take();
+            self.pending_frame = Some(video::film(video, after, name.to_owned(), frame));
+        }
         self.pending_shot = Some(tokio::spawn(async move {
             let _ = tokio::fs::write(path, png).await;
-            if let Some(film) = film {
-                let _ = tokio::task::spawn_blocking(film).await;
-            }
             Ok(())
         }));
         Some(format!("screenshots/{name}"))

@@ -5,7 +5,8 @@
 //! Every observation already takes a screenshot (its `screen` signature);
 //! `screen::read` hands back that picture at half size from the rows it
 //! decodes anyway, and the [`Recorder`] appends it to `video.png`, an
-//! animated PNG (APNG) written as the cell plays: each frame compressed
+//! animated PNG (APNG) written as the cell plays (on a thread of its own,
+//! while the next action goes on: [`film`]): each frame compressed
 //! alone (the `png` crate's fastest deflate) and its image data written as
 //! the APNG's next frame, so memory holds one frame and nothing is
 //! encoded again at the end. At the cell's end the frame count is
@@ -202,6 +203,28 @@ impl Recorder {
     }
 }
 
+/// Adds `frame` (of the screenshot `shot`) to `video` once the frame
+/// before it (`after`) is in, on a thread of its own: the play does not
+/// wait for it.
+pub fn film(
+    video: std::sync::Arc<std::sync::Mutex<Recorder>>,
+    after: Option<tokio::task::JoinHandle<()>>,
+    shot: String,
+    frame: Frame,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        if let Some(after) = after {
+            let _ = after.await;
+        }
+        let _ = tokio::task::spawn_blocking(move || {
+            if let Ok(mut video) = video.lock() {
+                video.add(&shot, &frame);
+            }
+        })
+        .await;
+    })
+}
+
 impl super::BrowserSession {
     /// Ends the cell's video (after the last frame is in) and says what
     /// became of it in the cell's notes; `None` when none was filmed.
@@ -209,6 +232,9 @@ impl super::BrowserSession {
         let _ = self
             .finish_screenshot(crate::play::protocol::Op::Close)
             .await;
+        if let Some(last) = self.pending_frame.take() {
+            let _ = last.await;
+        }
         let recorder = std::sync::Arc::try_unwrap(self.video.take()?).ok()?;
         let recorder = recorder.into_inner().ok()?;
         let ffmpeg = self.ffmpeg.clone();
