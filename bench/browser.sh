@@ -49,6 +49,12 @@
 # both sides (it is the browser's work); PHASES=1 shows what it costs.
 # Goal: <= 1.2x.
 #
+# The video (docs/web-games.md, "The video"): the long cell's gameplan side
+# is also played with `[budget] video = false`, timed the same way (61
+# actions and 1, in the same rounds, alternating with the video on), so
+# the video's cost per action and its share of the cell's time are the
+# difference of the two. Goal: the video adds <= 15% to the cell's time.
+#
 # usage: bench/browser.sh [ROUNDS]     (LONG_ROUNDS=N: rounds of the long cell; NO_BUILD=1: use the release binary as built;
 #                                       PHASES=1: then time each phase of a cell)
 set -eu
@@ -125,9 +131,10 @@ PY
 LONG_ROUNDS=${LONG_ROUNDS:-3}
 if [ "$LONG_ROUNDS" -gt 0 ]; then
     cp -r tests/fixtures/web-games/pac-man/lib "$WORK/repo/pacman"
-    long_plan() {  # $1 = actions
-        python3 - "$1" > "$WORK/repo/long.toml" <<'PY'
+    long_plan() {  # $1 = actions, $2 = the [budget] (e.g. "video = false")
+        python3 - "$1" "${2:-}" > "$WORK/repo/long.toml" <<'PY'
 import sys
+budget = sys.argv[2]
 keys = ["key:ArrowUp", "key:ArrowRight", "key:ArrowDown", "key:ArrowLeft"]
 actions = [keys[i % 4] for i in range(int(sys.argv[1]))]
 print(f"""version = 1
@@ -141,6 +148,9 @@ url = "index.html"
 keys = ["ArrowUp", "ArrowRight", "ArrowDown", "ArrowLeft"]
 viewport = [1280, 800]
 stuck_after = 1000
+
+[budget]
+{budget}
 
 [[personas]]
 slug = "presser"
@@ -156,6 +166,7 @@ matrix = {{ persona = "*" }}
 PY
     }
     : > "$WORK/g1.txt"; : > "$WORK/g61.txt"; : > "$WORK/p1.txt"; : > "$WORK/p61.txt"
+    : > "$WORK/o1.txt"; : > "$WORK/o61.txt"
     # The peer's page is served by Python's http.server on loopback (the
     # page loads once per round, which the 61 - 1 difference cancels out).
     PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
@@ -184,6 +195,14 @@ PY
                 || { cat "$WORK/last.txt"; exit 1; }
             t1=$(now)
             python3 -c "print(f'{$t1 - $t0:.3f}')" >> "$WORK/g$n.txt"
+            # The same cell with the video off.
+            long_plan "$n" "video = false"
+            rm -rf "$WORK/state"
+            t0=$(now)
+            (cd "$WORK/repo" && "$BIN" plan run long.toml --state-dir "$WORK/state" > "$WORK/last.txt" 2>&1) \
+                || { cat "$WORK/last.txt"; exit 1; }
+            t1=$(now)
+            python3 -c "print(f'{$t1 - $t0:.3f}')" >> "$WORK/o$n.txt"
             rm -rf "$WORK/shots"
             python3 bench/browser_long_peer.py "$LURL" "$n" "$WORK/shots" \
                 "$WORK/listener.js" src/play/webdriver/page.js "$REQUEST" 1280 800 "$HOLD" >> "$WORK/p$n.txt"
@@ -201,6 +220,13 @@ print(f"long cell (pac-man, a canvas game, 60 key presses), per action: gameplan
       f"  (median of round ratios {statistics.median(a / b for a, b in zip(g, p)):.2f}x; goal <= 1.20x)")
 print(f"  gameplan 61-action cell median {statistics.median(xs('g61')):.2f} s, peer {statistics.median(xs('p61')):.2f} s; "
       f"{len(g)} rounds")
+o = [(b - a) / 60 for a, b in zip(xs("o1"), xs("o61"))]
+on, off = statistics.median(g), statistics.median(o)
+print(f"video: per action {on * 1000:.0f} ms with it, {off * 1000:.0f} ms without: {(on - off) * 1000:+.1f} ms, "
+      f"{(on / off - 1) * 100:+.1f}% (median of round ratios {(statistics.median(a / b for a, b in zip(g, o)) - 1) * 100:+.1f}%)")
+c_on, c_off = statistics.median(xs("g61")), statistics.median(xs("o61"))
+print(f"  61-action cell {c_on:.2f} s with the video, {c_off:.2f} s without: {(c_on / c_off - 1) * 100:+.1f}% "
+      f"(median of round ratios {(statistics.median(a / b for a, b in zip(xs('g61'), xs('o61'))) - 1) * 100:+.1f}%; goal <= +15%)")
 PY
 fi
 

@@ -421,7 +421,17 @@ pub struct Budget {
     pub max_actions: Option<u64>,
     pub max_wall_seconds: Option<u64>,
     pub max_model_usd: Option<f64>,
+    /// `video = false` turns a browser cell's video off (default on).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub video: Option<bool>,
+    /// Frames at most in a browser cell's video.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_video_frames: Option<u64>,
 }
+
+/// Frames at most in a browser cell's video, by default: five minutes at
+/// two frames a second.
+pub const DEFAULT_MAX_VIDEO_FRAMES: u64 = 600;
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Persona {

@@ -573,6 +573,10 @@ pub struct RawBudget {
     pub max_actions: Option<u64>,
     pub max_wall_seconds: Option<u64>,
     pub max_model_usd: Option<Spanned<f64>>,
+    /// A browser cell's video (docs/web-games.md); `false`: none. Default `true`.
+    pub video: Option<bool>,
+    /// Frames at most in a browser cell's video; then it stops. Default 600.
+    pub max_video_frames: Option<Spanned<u64>>,
 }
 
 impl Decode for RawBudget {
@@ -583,6 +587,8 @@ impl Decode for RawBudget {
             max_actions: t.optional("max_actions", diags),
             max_wall_seconds: t.optional("max_wall_seconds", diags),
             max_model_usd: t.optional("max_model_usd", diags),
+            video: t.optional("video", diags),
+            max_video_frames: t.optional("max_video_frames", diags),
         };
         t.finish(diags);
         Some(budget)

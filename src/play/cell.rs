@@ -248,6 +248,7 @@ pub async fn play_cell_watched(
         }
     };
     trace.end = Some(end);
+    let video = game.finish_video().await;
     let mut notes = game.notes();
     notes.append(&mut play_notes);
     let leaked = game.shutdown(!end.is_failure(), true).await;
@@ -288,6 +289,7 @@ pub async fn play_cell_watched(
         felt: player_report.felt,
         model: player_report.model,
         repeat: spec.repeat.clone(),
+        video,
     };
     let files = write_files(out_dir, &report, &transcript, &trace)?;
     Ok(CellResult { report, files })

@@ -138,6 +138,31 @@ pub struct CellReport {
     /// Which play of its cell this was, under a play step's `repeat = N`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repeat: Option<Repeat>,
+    /// A browser cell's video: a screencast of the cell, one frame per
+    /// observation (docs/web-games.md, "The video").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub video: Option<Video>,
+}
+
+/// A browser cell's video, in the cell's directory. Frame `k` is the
+/// observation whose screenshot is `shots[k]`; it plays from
+/// `k / fps` seconds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Video {
+    /// Relative to the cell's directory: `video.webm` or `video.png`.
+    pub path: String,
+    /// `webm` (VP8, through ffmpeg) or `apng` (an animated PNG).
+    pub format: String,
+    /// Frames in the video.
+    pub frames: u64,
+    /// Frames a second.
+    pub fps: u32,
+    /// Each frame's screenshot, in order (`reset-2.png`, `step-0001.png`,
+    /// ...: the observation after that reset or action), under the cell's
+    /// `screenshots/`.
+    pub shots: Vec<String>,
+    /// Width and height of its frames.
+    pub size: (u32, u32),
 }
 
 /// One play of a cell its step plays `repeat = N` times: the aggregate

@@ -124,6 +124,9 @@ pub struct BrowserGame {
     pub probe: Option<String>,
     /// How long the first page load may take (not a hang: a slow start).
     pub load_timeout: Duration,
+    /// The cell's video: frames at most (one per observation); `None`
+    /// records none (`budget.video = false`, a replay, a smoke check).
+    pub video: Option<u64>,
 }
 
 impl BrowserGame {
@@ -138,6 +141,7 @@ impl BrowserGame {
             viewport: crate::plan::model::DEFAULT_VIEWPORT,
             probe: None,
             load_timeout: Duration::from_secs(crate::plan::model::DEFAULT_LOAD_TIMEOUT),
+            video: Some(crate::plan::model::DEFAULT_MAX_VIDEO_FRAMES),
         }
     }
 }
@@ -506,6 +510,15 @@ impl Session {
         match self {
             Session::Stdio(_) => Vec::new(),
             Session::Browser(page) => page.notes(),
+        }
+    }
+
+    /// Ends a browser cell's video ([`super::webdriver`]'s `video.rs`):
+    /// what was filmed, for the cell's report; a stdio game has none.
+    pub async fn finish_video(&mut self) -> Option<super::cell_report::Video> {
+        match self {
+            Session::Stdio(_) => None,
+            Session::Browser(page) => page.finish_video().await,
         }
     }
 

@@ -128,6 +128,8 @@ impl ReplayOptions {
                     Duration::from_secs(crate::plan::model::DEFAULT_LOAD_TIMEOUT),
                     Duration::from_secs_f64,
                 ),
+                // A replay compares; it films nothing.
+                video: None,
             });
         }
         game

@@ -58,6 +58,9 @@ pub fn render(report: &RunReport, run_dir: &Path) -> Result<String, String> {
                 .map(|c| {
                     let mut v = serde_json::to_value(c).unwrap_or_default();
                     v["report"] = json!(relative(&c.report));
+                    v["video"] = json!(video_of(run_dir, &c.step).map(|(src, video)| {
+                        json!({"src": src, "format": video["format"], "frames": video["frames"]})
+                    }));
                     v
                 })
                 .collect()
@@ -162,6 +165,10 @@ fn finding(
         .join(crate::journal::run::file_name(&f.first.step));
     let evidence = evidence_of(&cell_dir, &f.id);
     let cell_rel = format!("steps/{}/", crate::journal::run::file_name(&f.first.step));
+    let moment = evidence
+        .get("screenshot")
+        .and_then(Value::as_str)
+        .and_then(|shot| moment(run_dir, &f.first.step, shot, evidence.get("step")));
     json!({
         "id": f.id,
         "severity": f.severity,
@@ -182,6 +189,43 @@ fn finding(
             .get("screenshot")
             .and_then(Value::as_str)
             .map(|s| format!("{cell_rel}{s}")),
+        "video": moment,
+    })
+}
+
+/// The video of the cell `step`, if it wrote one that is still there: its
+/// path relative to the page, and `report.json`'s `video`.
+fn video_of(run_dir: &Path, step: &str) -> Option<(String, Value)> {
+    let name = crate::journal::run::file_name(step);
+    let dir = run_dir.join("steps").join(&name);
+    let report: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("report.json")).ok()?).ok()?;
+    let video = report.get("video")?.clone();
+    let path = video["path"].as_str()?.to_owned();
+    dir.join(&path)
+        .is_file()
+        .then(|| (format!("steps/{name}/{path}"), video))
+}
+
+/// Where in its cell's video the observation whose screenshot is `shot`
+/// (`screenshots/step-0004.png`) plays: a link to that moment (a media
+/// fragment, `#t=SECONDS`, for webm; an animated PNG cannot be started
+/// midway, so the link is to the animation) and its words.
+fn moment(run_dir: &Path, step: &str, shot: &str, at: Option<&Value>) -> Option<Value> {
+    let (src, video) = video_of(run_dir, step)?;
+    let name = shot.strip_prefix("screenshots/").unwrap_or(shot);
+    let frame = video["shots"]
+        .as_array()?
+        .iter()
+        .position(|s| s.as_str() == Some(name))?;
+    let fps = video["fps"].as_f64().filter(|f| *f > 0.0)?;
+    #[expect(clippy::cast_precision_loss, reason = "a few hundred frames at most")]
+    let seconds = frame as f64 / fps;
+    let action = at.map_or_else(String::new, |a| format!("action {a}, "));
+    Some(if video["format"] == "webm" {
+        json!({"href": format!("{src}#t={seconds:.1}"), "text": format!("{action}{seconds:.1} s into the cell's video")})
+    } else {
+        json!({"href": src, "text": format!("{action}frame {} of the cell's video (an animated PNG)", frame + 1)})
     })
 }
 

@@ -431,6 +431,7 @@ mod tests {
                 felt: None,
                 model: None,
                 repeat: None,
+                video: None,
             }),
             report_sha256: None,
             report_md: format!("steps/{step}/report.md"),

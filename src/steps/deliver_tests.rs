@@ -427,6 +427,7 @@ fn report(cell: &str, state: CellState) -> CellReport {
         felt: None,
         model: None,
         repeat: None,
+        video: None,
     }
 }
 

@@ -45,6 +45,12 @@ pub fn spec(cx: &StepContext) -> Result<GameSpec, StepError> {
             viewport: game.viewport,
             probe: game.probe.clone(),
             load_timeout: Duration::from_secs(game.load_timeout_secs.max(1)),
+            video: (cx.plan.budget.video != Some(false)).then(|| {
+                cx.plan
+                    .budget
+                    .max_video_frames
+                    .unwrap_or(crate::plan::model::DEFAULT_MAX_VIDEO_FRAMES)
+            }),
         });
     }
     spec.env.extend(game.env.clone());

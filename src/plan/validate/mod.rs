@@ -327,7 +327,25 @@ impl Validator<'_> {
             max_actions: b.max_actions,
             max_wall_seconds: b.max_wall_seconds,
             max_model_usd: b.max_model_usd.as_ref().map(|m| m.value),
+            video: b.video,
+            max_video_frames: b.max_video_frames.as_ref().map(|m| m.value),
         });
+        if let Some(frames) = raw
+            .budget
+            .as_ref()
+            .and_then(|b| b.max_video_frames.as_ref())
+            .filter(|f| f.value == 0)
+        {
+            self.push(
+                Diagnostic::new(
+                    "plan::invalid_value",
+                    "`max_video_frames` must be at least 1",
+                )
+                .at(frames.span)
+                .label("a video of no frame")
+                .help("`video = false` turns the video off"),
+            );
+        }
         let pools = self.pools(raw);
 
         for p in &raw.personas {

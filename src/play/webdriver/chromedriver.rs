@@ -37,7 +37,7 @@ pub const DRIVER_PACKAGE: &str = "chromium-driver";
 /// The first executable called `name` on `path` (a `PATH` value), a
 /// relative directory taken from gameplan's working directory, which is
 /// chromedriver's.
-fn on_path(name: &str, path: Option<&str>) -> Option<PathBuf> {
+pub(super) fn on_path(name: &str, path: Option<&str>) -> Option<PathBuf> {
     crate::process::on_path(name, path?, Path::new(".")).ok()
 }
 

@@ -61,6 +61,8 @@
 //!   is read: the same picture makes the observation's `screen` and is
 //!   written (while gameplan goes on; the next command waits for the
 //!   write).
+//! - Video: each saved screenshot, at half size, is also the next frame
+//!   of the cell's video (`video.rs`), ended by [`BrowserSession::finish_video`].
 //! - Failures: no answer within `action_timeout` is a `hang`; a crashed
 //!   tab, a browser or driver that went away is a `crash`.
 //!
@@ -84,6 +86,7 @@ mod probe;
 mod scope;
 mod screen;
 mod static_files;
+mod video;
 
 #[allow(
     clippy::wildcard_imports,
@@ -184,6 +187,12 @@ pub struct BrowserSession {
     /// command waits for it, so the write overlaps whatever gameplan does
     /// between two commands (a model choosing, the transcript written).
     pending_shot: Option<tokio::task::JoinHandle<Result<(), Failure>>>,
+    /// The cell's video being written (`budget.video`), and `ffmpeg` on
+    /// the game's `PATH`, which makes it webm at the end.
+    video: Option<std::sync::Arc<std::sync::Mutex<video::Recorder>>>,
+    ffmpeg: Option<PathBuf>,
+    /// The last frame, being added to the video while play goes on.
+    pending_frame: Option<tokio::task::JoinHandle<()>>,
     acts: u64,
     resets: u64,
     /// How long a reset's page load may take (`game.load_timeout`).
@@ -284,6 +293,9 @@ impl BrowserSession {
             script: observation_script(game.probe.as_deref()),
             probe: game.probe.clone(),
             pending_shot: None,
+            video: video::Recorder::of(game, artifacts),
+            ffmpeg: chromedriver::on_path("ffmpeg", spec.env.get("PATH").map(String::as_str)),
+            pending_frame: None,
             acts: 0,
             resets: 0,
             load_timeout: game.load_timeout.max(timeout),
@@ -695,11 +707,11 @@ impl BrowserSession {
         let png = self
             .within(during, capture(&self.client, self.driver.is_some()))
             .await?;
-        let screen = match screen::signature(&png) {
-            Ok(screen) => Some(screen),
+        let (screen, frame) = match screen::read(&png, self.video.is_some() && shot.is_some()) {
+            Ok((screen, frame)) => (Some(screen), frame),
             Err(why) => {
                 self.note(format!("the screen could not be read: {why}"));
-                None
+                (None, None)
             }
         };
         let console = self.page_errors(&view);
@@ -742,7 +754,7 @@ impl BrowserSession {
                 stderr_tail: String::new(),
             })?;
         self.offered.clone_from(&observation.actions);
-        let screenshot = shot.and_then(|shot| self.save_screenshot(png, shot));
+        let screenshot = shot.and_then(|shot| self.save_screenshot(png, shot, frame));
         Ok((
             Seen {
                 observation,
@@ -760,9 +772,19 @@ impl BrowserSession {
     /// Starts writing `png` under the cell's `screenshots/` as `name` and
     /// returns its path; `None` without a cell directory. The next command
     /// waits for the write ([`Self::finish_screenshot`]); a file that
-    /// cannot be written is left out (the play goes on).
-    fn save_screenshot(&mut self, png: Vec<u8>, name: &str) -> Option<String> {
+    /// cannot be written is left out (the play goes on). `frame` is added
+    /// to the video meanwhile.
+    fn save_screenshot(
+        &mut self,
+        png: Vec<u8>,
+        name: &str,
+        frame: Option<screen::Frame>,
+    ) -> Option<String> {
         let path = self.screenshots.as_ref()?.join(name);
+        if let (Some(video), Some(frame)) = (self.video.clone(), frame) {
+            let after = self.pending_frame.take();
+            self.pending_frame = Some(video::film(video, after, name.to_owned(), frame));
+        }
         self.pending_shot = Some(tokio::spawn(async move {
             let _ = tokio::fs::write(path, png).await;
             Ok(())

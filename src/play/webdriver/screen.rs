@@ -32,9 +32,25 @@ pub const LEVELS: u32 = 8;
 /// Hex digits of the grid's digest kept in the signature: 128 bits.
 const DIGEST_HEX: usize = 32;
 
+/// A picture at half the screenshot's width and height (every other
+/// pixel of every other row), 8-bit RGB: a frame of the cell's video.
+pub struct Frame {
+    pub width: u32,
+    pub height: u32,
+    pub rgb: Vec<u8>,
+}
+
 /// The signature of a PNG screenshot; what is wrong with the picture
 /// otherwise.
+#[cfg(test)]
 pub fn signature(png_bytes: &[u8]) -> Result<String, String> {
+    read(png_bytes, false).map(|(signature, _)| signature)
+}
+
+/// The signature of a PNG screenshot and, when `frame`, the picture at
+/// half size (the very pixels the signature reads: a copy of them more);
+/// what is wrong with the picture otherwise.
+pub fn read(png_bytes: &[u8], frame: bool) -> Result<(String, Option<Frame>), String> {
     let mut decoder = png::Decoder::new(Cursor::new(png_bytes));
     decoder.set_transformations(png::Transformations::EXPAND | png::Transformations::STRIP_16);
     let mut reader = decoder
@@ -54,6 +70,8 @@ pub fn signature(png_bytes: &[u8]) -> Result<String, String> {
     // per cell.
     let column_of: Vec<usize> = (0..width).step_by(2).map(|x| x * COLUMNS / width).collect();
     let stride = channels * 2;
+    // The frame: the pixels the signature reads, as they are.
+    let mut rgb = frame.then(|| Vec::with_capacity(column_of.len() * height.div_ceil(2) * 3));
     let mut y = 0;
     while let Some(row) = reader
         .next_row()
@@ -77,6 +95,16 @@ pub fn signature(png_bytes: &[u8]) -> Result<String, String> {
                 sums[cells + column] += luma;
                 counts[cells + column] += 1;
             }
+            if let Some(rgb) = rgb.as_mut() {
+                // Every other pixel (the last one of an odd width too).
+                for pixel in data.chunks(stride) {
+                    if channels >= 3 {
+                        rgb.extend_from_slice(&pixel[..3]);
+                    } else {
+                        rgb.extend_from_slice(&[pixel[0]; 3]);
+                    }
+                }
+            }
         }
         y += 1;
     }
@@ -93,7 +121,15 @@ pub fn signature(png_bytes: &[u8]) -> Result<String, String> {
     for byte in digest.iter().take(DIGEST_HEX / 2) {
         let _ = write!(out, "{byte:02x}");
     }
-    Ok(out)
+    let frame = rgb.map(|rgb| {
+        let across = column_of.len();
+        Frame {
+            width: u32::try_from(across).unwrap_or(u32::MAX),
+            height: u32::try_from(rgb.len() / (across * 3).max(1)).unwrap_or(u32::MAX),
+            rgb,
+        }
+    });
+    Ok((out, frame))
 }
 
 /// A cell's mean luma (`0..=255_000`) as one of [`LEVELS`] levels.
@@ -160,6 +196,23 @@ mod tests {
         }))
         .expect("sig");
         assert_eq!(plain, seam);
+    }
+
+    #[test]
+    fn the_frame_is_the_picture_at_half_size() {
+        let png = png_of(
+            80,
+            60,
+            |x, _| if x < 40 { [200, 100, 0] } else { [0, 0, 40] },
+        );
+        let (sig, frame) = read(&png, true).expect("read");
+        assert_eq!(sig, signature(&png).expect("sig"));
+        let frame = frame.expect("a frame");
+        assert_eq!((frame.width, frame.height), (40, 30));
+        assert_eq!(frame.rgb.len(), 40 * 30 * 3);
+        assert_eq!(&frame.rgb[..3], &[200, 100, 0]);
+        assert_eq!(&frame.rgb[frame.rgb.len() - 3..], &[0, 0, 40]);
+        assert!(read(&png, false).expect("read").1.is_none());
     }
 
     #[test]

@@ -44,6 +44,8 @@ const PROBE: &str = "({ids: [...document.querySelectorAll('.finding')].map(e => 
     images: document.images.length, \
     broken: [...document.images].filter(i => !i.complete || i.naturalWidth === 0).map(i => i.src), \
     lines: document.querySelectorAll('svg polyline').length, \
+    videos: [...document.querySelectorAll('video.video, img.video')].map(v => v.getAttribute('src')), \
+    moments: [...document.querySelectorAll('a.moment')].map(a => a.getAttribute('href') + ' ' + a.textContent), \
     verdict: document.getElementById('verdict').textContent, \
     labels: [...document.querySelectorAll('.label')].map(e => e.textContent)})";
 
@@ -146,6 +148,26 @@ fn a_browser_runs_page_shows_the_screenshot_of_its_finding_and_every_image_loads
         "the finding's screenshot is on the page: {seen}"
     );
     assert_eq!(seen["broken"], serde_json::json!([]), "{seen}");
+    // The cell's video is on the page (it loads: the images above), and
+    // the finding links to its moment: the observation after action 1,
+    // the video's second frame.
+    let videos = seen["videos"].as_array().expect("videos");
+    assert_eq!(videos.len(), 1, "{seen}");
+    let src = videos[0].as_str().expect("src");
+    let moment = seen["moments"][0].as_str().unwrap_or_default();
+    if src.ends_with("video.webm") {
+        assert!(
+            moment.starts_with(&format!("{src}#t=0.5 action 1, 0.5 s")),
+            "{moment}"
+        );
+    } else {
+        assert!(src.ends_with("/video.png"), "{src}");
+        assert!(
+            moment.starts_with(&format!("{src} action 1, frame 2")),
+            "{moment}"
+        );
+        assert!(seen["images"].as_u64().is_some_and(|n| n >= 2), "{seen}");
+    }
 }
 
 #[test]

@@ -6,3 +6,4 @@ mod hermetic;
 mod real_pages;
 mod rules;
 mod seen;
+mod video;
