@@ -333,10 +333,7 @@ fn browser(plan: Option<&Plan>, path: &str) -> Row {
     let game = plan.and_then(|p| p.game.as_ref());
     let web = game.is_some_and(|g| g.driver == Driver::Webdriver);
     if let Some(url) = game.and_then(|g| g.webdriver_url.as_deref()) {
-        return Row::pass(
-            "browser",
-            format!("the plan's WebDriver server {url} (not started by gameplan; not checked)"),
-        );
+        return webdriver_server(url);
     }
     let missing = |what: &str, package: &str| {
         let detail = format!("{what} is not on PATH");
@@ -383,6 +380,36 @@ fn browser(plan: Option<&Plan>, path: &str) -> Row {
         } else {
             Row::warn("browser", format!("{detail}: versions differ"), fix)
         }
+    }
+}
+
+/// The plan's own WebDriver server answers its `/status` and says it is
+/// ready (W3C WebDriver § Status): a pass only for what was asked.
+fn webdriver_server(url: &str) -> Row {
+    let status = format!("{}/status", url.trim_end_matches('/'));
+    let said = answer(async {
+        let reply = reqwest::get(&status)
+            .await
+            .map_err(|e| (0, e.to_string()))?;
+        let code = reply.status().as_u16();
+        let body: serde_json::Value = reply.json().await.map_err(|e| (code, e.to_string()))?;
+        Ok(body["value"]["ready"].as_bool().unwrap_or(false))
+    });
+    match said {
+        Ok(true) => Row::pass(
+            "browser",
+            format!("the plan's WebDriver server {url} is ready"),
+        ),
+        Ok(false) => Row::fail(
+            "browser",
+            format!("the plan's WebDriver server {url} answers but is not ready"),
+            "end the sessions it holds, or restart it",
+        ),
+        Err((_, e)) => Row::fail(
+            "browser",
+            format!("the plan's WebDriver server {url} does not answer: {e}"),
+            "start it (`chromedriver --port=…`), or fix `[game] webdriver_url`",
+        ),
     }
 }
 

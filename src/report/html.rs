@@ -28,12 +28,14 @@ const COLOURS: [&str; 6] = [
     "#0969da", "#cf222e", "#1a7f37", "#8250df", "#9a6700", "#57606a",
 ];
 
-/// The page's path as the run's summary shows paths (from the repo root),
-/// read off a cell's report path (`<run dir>/steps/<cell>/report.md`).
+/// The page's path as the run's summary shows paths (as typed from where
+/// gameplan ran), read off a cell's report path (`<run
+/// dir>/steps/<cell>/report.md`); none when the page is not there (its
+/// write failed): the summary never names a page nobody can open.
 pub fn shown_path(playtest: &super::playtest::Playtest) -> Option<String> {
     let cell = playtest.cells.first()?;
-    let run_dir = Path::new(&cell.report).ancestors().nth(3)?;
-    Some(run_dir.join(REPORT_HTML).display().to_string())
+    let page = Path::new(&cell.report).ancestors().nth(3)?.join(REPORT_HTML);
+    page.is_file().then(|| page.display().to_string())
 }
 
 /// Renders the page of `report`, the run whose directory is `run_dir`.

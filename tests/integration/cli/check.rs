@@ -254,3 +254,51 @@ fn a_ray_head_that_does_not_answer_fails_the_executor_row() {
         "{executor}"
     );
 }
+
+/// The plan's own WebDriver server is asked for its `/status`: a pass only
+/// when it answers ready, never for what was not checked.
+#[test]
+fn the_plans_own_webdriver_server_passes_only_when_it_answers_ready() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let plan = WEB.replace(
+        "serve = \"site\"",
+        &format!("serve = \"site\"\nwebdriver_url = \"http://127.0.0.1:{port}\""),
+    );
+    let t = Test::new()
+        .file("web.toml", &plan)
+        .file("site/page.html", "<button>go</button>");
+    let doc = t.run(&["check", "web.toml", "--json"]).code(1).json();
+    let browser = row(&doc, "browser");
+    assert_eq!(browser["status"], "fail", "{browser}");
+    assert!(
+        browser["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("does not answer")),
+        "{browser}"
+    );
+    let mut driver = std::process::Command::new("chromedriver")
+        .arg(format!("--port={port}"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("chromedriver on PATH");
+    crate::support::wait_until(
+        "chromedriver listens",
+        std::time::Duration::from_secs(20),
+        || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(),
+    );
+    let doc = t.run(&["check", "web.toml", "--json"]).code(0).json();
+    let _ = driver.kill();
+    let _ = driver.wait();
+    let browser = row(&doc, "browser");
+    assert_eq!(browser["status"], "pass", "{browser}");
+    assert!(
+        browser["detail"]
+            .as_str()
+            .is_some_and(|d| d.ends_with("is ready")),
+        "{browser}"
+    );
+}
