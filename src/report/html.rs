@@ -11,6 +11,7 @@
 //! directory. The coverage chart is SVG drawn here. `gameplan report`
 //! renders it again from a finished run.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -34,7 +35,10 @@ const COLOURS: [&str; 6] = [
 /// write failed): the summary never names a page nobody can open.
 pub fn shown_path(playtest: &super::playtest::Playtest) -> Option<String> {
     let cell = playtest.cells.first()?;
-    let page = Path::new(&cell.report).ancestors().nth(3)?.join(REPORT_HTML);
+    let page = Path::new(&cell.report)
+        .ancestors()
+        .nth(3)?
+        .join(REPORT_HTML);
     page.is_file().then(|| page.display().to_string())
 }
 
@@ -45,11 +49,12 @@ pub fn render(report: &RunReport, run_dir: &Path) -> Result<String, String> {
     let relative = |p: &str| p.strip_prefix(&prefix).unwrap_or(p).to_owned();
     let aggregate = aggregate_of(run_dir);
     let playtest = report.playtest.as_ref();
+    let reports = cell_reports(run_dir, playtest);
     let findings: Vec<Value> = playtest
         .map(|p| {
             p.findings
                 .iter()
-                .map(|f| finding(f, run_dir, &relative))
+                .map(|f| finding(f, &reports, &relative))
                 .collect()
         })
         .unwrap_or_default();
@@ -60,7 +65,7 @@ pub fn render(report: &RunReport, run_dir: &Path) -> Result<String, String> {
                 .map(|c| {
                     let mut v = serde_json::to_value(c).unwrap_or_default();
                     v["report"] = json!(relative(&c.report));
-                    v["video"] = json!(video_of(run_dir, &c.step).map(|(src, video)| {
+                    v["video"] = json!(video_of(&reports, &c.step).map(|(src, video)| {
                         json!({"src": src, "format": video["format"], "frames": video["frames"]})
                     }));
                     v
@@ -74,7 +79,7 @@ pub fn render(report: &RunReport, run_dir: &Path) -> Result<String, String> {
         .filter(|s| s.kind == "gate")
         .map(|s| json!({"id": s.id, "word": s.state.word(), "message": s.message}))
         .collect();
-    let coverage = coverage_svg(run_dir, playtest);
+    let coverage = coverage_svg(&reports, playtest);
     let context = json!({
         "run": run,
         "verdict": verdict(report.exit_code),
@@ -149,7 +154,7 @@ fn aggregate_of(run_dir: &Path) -> Option<Value> {
 /// of the first cell that met it.
 fn finding(
     f: &super::playtest::FindingLine,
-    run_dir: &Path,
+    reports: &CellReports,
     relative: &impl Fn(&str) -> String,
 ) -> Value {
     let mut labels = Vec::new();
@@ -162,15 +167,12 @@ fn finding(
     if let Some(b) = f.baseline {
         labels.push(b.name().to_owned());
     }
-    let cell_dir = run_dir
-        .join("steps")
-        .join(crate::journal::run::file_name(&f.first.step));
-    let evidence = evidence_of(&cell_dir, &f.id);
+    let evidence = evidence_of(reports.get(&f.first.step), &f.id);
     let cell_rel = format!("steps/{}/", crate::journal::run::file_name(&f.first.step));
     let moment = evidence
         .get("screenshot")
         .and_then(Value::as_str)
-        .and_then(|shot| moment(run_dir, &f.first.step, shot, evidence.get("step")));
+        .and_then(|shot| moment(reports, &f.first.step, shot, evidence.get("step")));
     json!({
         "id": f.id,
         "severity": f.severity,
@@ -195,16 +197,60 @@ fn finding(
     })
 }
 
+/// Each cell's `report.json` (the cells of the playtest, and the first
+/// cell of each finding), read once: the evidence, the videos and the
+/// coverage all come from them.
+struct CellReports<'r> {
+    run_dir: &'r Path,
+    by_step: BTreeMap<String, Value>,
+}
+
+impl CellReports<'_> {
+    fn get(&self, step: &str) -> Option<&Value> {
+        self.by_step.get(step)
+    }
+}
+
+fn cell_reports<'r>(
+    run_dir: &'r Path,
+    playtest: Option<&super::playtest::Playtest>,
+) -> CellReports<'r> {
+    let steps = playtest.into_iter().flat_map(|p| {
+        p.cells
+            .iter()
+            .map(|c| &c.step)
+            .chain(p.findings.iter().map(|f| &f.first.step))
+    });
+    let mut by_step = BTreeMap::new();
+    for step in steps {
+        if by_step.contains_key(step) {
+            continue;
+        }
+        let path = run_dir
+            .join("steps")
+            .join(crate::journal::run::file_name(step))
+            .join("report.json");
+        if let Some(report) = std::fs::read(path)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+        {
+            by_step.insert(step.clone(), report);
+        }
+    }
+    CellReports { run_dir, by_step }
+}
+
 /// The video of the cell `step`, if it wrote one that is still there: its
 /// path relative to the page, and `report.json`'s `video`.
-fn video_of(run_dir: &Path, step: &str) -> Option<(String, Value)> {
+fn video_of(reports: &CellReports, step: &str) -> Option<(String, Value)> {
+    let video = reports.get(step)?.get("video")?.clone();
     let name = crate::journal::run::file_name(step);
-    let dir = run_dir.join("steps").join(&name);
-    let report: Value =
-        serde_json::from_slice(&std::fs::read(dir.join("report.json")).ok()?).ok()?;
-    let video = report.get("video")?.clone();
     let path = video["path"].as_str()?.to_owned();
-    dir.join(&path)
+    reports
+        .run_dir
+        .join("steps")
+        .join(&name)
+        .join(&path)
         .is_file()
         .then(|| (format!("steps/{name}/{path}"), video))
 }
@@ -213,8 +259,8 @@ fn video_of(run_dir: &Path, step: &str) -> Option<(String, Value)> {
 /// (`screenshots/step-0004.png`) plays: a link to that moment (a media
 /// fragment, `#t=SECONDS`, for webm; an animated PNG cannot be started
 /// midway, so the link is to the animation) and its words.
-fn moment(run_dir: &Path, step: &str, shot: &str, at: Option<&Value>) -> Option<Value> {
-    let (src, video) = video_of(run_dir, step)?;
+fn moment(reports: &CellReports, step: &str, shot: &str, at: Option<&Value>) -> Option<Value> {
+    let (src, video) = video_of(reports, step)?;
     let name = shot.strip_prefix("screenshots/").unwrap_or(shot);
     let frame = video["shots"]
         .as_array()?
@@ -231,13 +277,9 @@ fn moment(run_dir: &Path, step: &str, shot: &str, at: Option<&Value>) -> Option<
     })
 }
 
-/// The evidence of finding `id` in the cell report of `cell_dir`.
-fn evidence_of(cell_dir: &Path, id: &str) -> serde_json::Map<String, Value> {
-    let report: Option<Value> = std::fs::read(cell_dir.join("report.json"))
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok());
+/// The evidence of finding `id` in a cell's `report`.
+fn evidence_of(report: Option<&Value>, id: &str) -> serde_json::Map<String, Value> {
     report
-        .as_ref()
         .and_then(|r| r["findings"].as_array())
         .and_then(|list| list.iter().find(|f| f["id"] == id))
         .and_then(|f| f["evidence"].as_object().cloned())
@@ -262,16 +304,15 @@ fn progress(table: &Value) -> Value {
 /// Coverage as lines, one per cell: distinct observations after every 10
 /// actions (`progress.coverage` of each `report.json`). None when no cell
 /// played 10 actions.
-fn coverage_svg(run_dir: &Path, playtest: Option<&super::playtest::Playtest>) -> Option<String> {
+fn coverage_svg(
+    reports: &CellReports,
+    playtest: Option<&super::playtest::Playtest>,
+) -> Option<String> {
     let series: Vec<(String, Vec<f64>)> = playtest?
         .cells
         .iter()
         .filter_map(|c| {
-            let dir = run_dir
-                .join("steps")
-                .join(crate::journal::run::file_name(&c.step));
-            let report: Value =
-                serde_json::from_slice(&std::fs::read(dir.join("report.json")).ok()?).ok()?;
+            let report = reports.get(&c.step)?;
             let points: Vec<f64> = report["progress"]["coverage"]
                 .as_array()?
                 .iter()
