@@ -15,6 +15,7 @@ pub mod exit_code;
 pub mod finding_class;
 pub mod games;
 pub mod graph;
+pub mod hosted;
 pub mod journal;
 pub mod llm;
 pub mod plan;

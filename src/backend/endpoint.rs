@@ -34,6 +34,12 @@ pub enum Endpoint {
     Heartbeat,
     Complete,
     UploadRunFile,
+    UploadBuild,
+    HostedQuote,
+    HostedAdmit,
+    HostedGet,
+    HostedCancel,
+    HostedFile,
 }
 
 /// An endpoint's HTTP method.
@@ -64,6 +70,9 @@ pub enum Body {
     /// A file's bytes, as they are (`application/octet-stream`), its sha256
     /// in [`CONTENT_SHA256`].
     File,
+    /// A build archive's bytes (`application/gzip`), named by the sha256 in
+    /// its path; bigger than a file may be.
+    Archive,
 }
 
 /// Only a valid token.
@@ -95,7 +104,7 @@ const fn row(
 }
 
 impl Endpoint {
-    pub const ALL: [Endpoint; 12] = [
+    pub const ALL: [Endpoint; 18] = [
         Endpoint::Whoami,
         Endpoint::Estimate,
         Endpoint::Register,
@@ -108,12 +117,18 @@ impl Endpoint {
         Endpoint::Heartbeat,
         Endpoint::Complete,
         Endpoint::UploadRunFile,
+        Endpoint::UploadBuild,
+        Endpoint::HostedQuote,
+        Endpoint::HostedAdmit,
+        Endpoint::HostedGet,
+        Endpoint::HostedCancel,
+        Endpoint::HostedFile,
     ];
 
     /// The table.
     #[rustfmt::skip]
     const fn row(self) -> Row {
-        use Body::{Empty, File, Json};
+        use Body::{Archive, Empty, File, Json};
         use Method::{Get, Post, Put};
         match self {
             Endpoint::Whoami =>            row(Get,  "/v1/whoami",                                         ANYONE,   Empty),
@@ -128,6 +143,12 @@ impl Endpoint {
             Endpoint::Heartbeat =>         row(Post, "/v1/games/{game}/jobs/{job}/runs/{run}/heartbeat",   WRITE,    Json),
             Endpoint::Complete =>          row(Post, "/v1/games/{game}/jobs/{job}/runs/{run}/complete",    UPLOAD,   Json),
             Endpoint::UploadRunFile =>     row(Put,  "/v1/games/{game}/jobs/{job}/runs/{run}/files/{*name}", UPLOAD, File),
+            Endpoint::UploadBuild =>       row(Put,  "/v1/games/{game}/builds/{sha256}",                   UPLOAD,   Archive),
+            Endpoint::HostedQuote =>       row(Post, "/v1/games/{game}/hosted/quotes",                     WRITE,    Json),
+            Endpoint::HostedAdmit =>       row(Post, "/v1/games/{game}/hosted",                            REGISTER, Json),
+            Endpoint::HostedGet =>         row(Get,  "/v1/games/{game}/hosted/{playtest}",                 WRITE,    Empty),
+            Endpoint::HostedCancel =>      row(Post, "/v1/games/{game}/hosted/{playtest}/cancel",          WRITE,    Empty),
+            Endpoint::HostedFile =>        row(Get,  "/v1/games/{game}/hosted/{playtest}/files/{*name}",   WRITE,    Empty),
         }
     }
 
@@ -148,6 +169,20 @@ impl Endpoint {
 
     pub fn body(self) -> Body {
         self.row().body
+    }
+
+    /// Whether it is one of the hosted playtests' calls, which only a
+    /// `serve --executor` server answers.
+    pub fn is_hosted(self) -> bool {
+        matches!(
+            self,
+            Endpoint::UploadBuild
+                | Endpoint::HostedQuote
+                | Endpoint::HostedAdmit
+                | Endpoint::HostedGet
+                | Endpoint::HostedCancel
+                | Endpoint::HostedFile
+        )
     }
 
     /// The endpoint of an upload to `target`.

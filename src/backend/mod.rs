@@ -14,6 +14,7 @@ pub mod api;
 pub(crate) mod conformance;
 pub mod crash_points;
 pub mod endpoint;
+pub mod hosted;
 pub mod http;
 pub mod ledger;
 pub mod local;

@@ -606,6 +606,45 @@ pub struct RunArgs {
     /// are listed as fixed. A resume without it keeps the run's.
     #[arg(long, value_name = "FILE|RUN_ID")]
     pub baseline: Option<String>,
+    /// Play the cells as jobs on this executor (local or ray), whatever the
+    /// plan's `[executor]` says: how `serve --executor` plays a hosted
+    /// playtest.
+    #[arg(long, value_name = "KIND", value_parser = ["local", "ray"], hide = true)]
+    pub executor: Option<String>,
+    /// With --executor ray: the Ray dashboard's URL.
+    #[arg(long, value_name = "URL", requires = "executor", hide = true)]
+    pub executor_address: Option<String>,
+    /// With --executor: the directory the jobs and this machine share.
+    #[arg(long, value_name = "DIR", requires = "executor", hide = true)]
+    pub executor_shared_dir: Option<PathBuf>,
+}
+
+impl RunArgs {
+    /// The plan's `[executor]` as `--executor` overrides it.
+    pub fn executor_of(
+        &self,
+        plan: &crate::plan::model::Plan,
+    ) -> Option<crate::plan::model::Executor> {
+        use crate::plan::model::{DEFAULT_BATCH, Executor, ExecutorKind};
+        let Some(kind) = &self.executor else {
+            return plan.executor.clone();
+        };
+        Some(Executor {
+            kind: if kind == "ray" {
+                ExecutorKind::Ray
+            } else {
+                ExecutorKind::Local
+            },
+            address: self.executor_address.clone(),
+            shared_dir: self.executor_shared_dir.as_ref().map(|d| {
+                std::path::absolute(d)
+                    .unwrap_or_else(|_| d.clone())
+                    .display()
+                    .to_string()
+            }),
+            batch: plan.executor.as_ref().map_or(DEFAULT_BATCH, |e| e.batch),
+        })
+    }
 }
 
 fn parse_shard(text: &str) -> Result<crate::shard::ShardSpec, String> {

@@ -57,10 +57,11 @@ pub fn run(
     args: &RunArgs,
     choice: Choice,
 ) -> u8 {
-    let loaded = match cx.load(plan, load) {
+    let mut loaded = match cx.load(plan, load) {
         Ok(loaded) => loaded,
         Err(code) => return code,
     };
+    loaded.plan.executor = args.executor_of(&loaded.plan);
     if loaded.plan.executor.is_some() {
         return super::plan_elsewhere::run(cx, loaded, load, args, steps, choice);
     }

@@ -66,6 +66,7 @@ use serde::de::DeserializeOwned;
 use crate::backend::UploadTarget;
 use crate::backend::api::{ApiError, JobRef, RunRef, Token, UploadRequest, Uploaded};
 use crate::backend::endpoint::{self, CONTENT_SHA256, Endpoint, IDEMPOTENCY_KEY};
+use crate::backend::hosted::{AdmitRequest, BuildKept, FileBody, Playtest, Quote, QuoteRequest};
 use crate::backend::ledger::runs::MAX_UPLOAD_BYTES;
 use crate::backend::ledger::{DEMO_TOKEN, Ledger};
 
@@ -103,14 +104,41 @@ pub type LogSink = Arc<dyn Fn(&RequestLine) + Send + Sync>;
 
 #[derive(Clone)]
 struct App {
-    ledger: Arc<Ledger>,
+    served: Served,
     /// How long a body may take to arrive.
     idle: Duration,
+}
+
+/// What the routes call: the ledger, and the hosted playtests when this
+/// server plays them. Derefs to the ledger, which most routes call alone.
+#[derive(Clone)]
+pub struct Served {
+    pub ledger: Arc<Ledger>,
+    pub hosting: Option<Arc<dyn Hosting>>,
+}
+
+impl std::ops::Deref for Served {
+    type Target = Ledger;
+
+    fn deref(&self) -> &Ledger {
+        &self.ledger
+    }
 }
 
 /// The API's routes over `ledger`, one per [`Endpoint`], logging each
 /// request to `log`; a body must arrive within `idle`.
 pub fn router(ledger: Arc<Ledger>, log: LogSink, idle: Duration) -> Router {
+    router_hosting(ledger, None, log, idle)
+}
+
+/// [`router`], also answering the hosted playtests' calls through
+/// `hosting` (`serve --executor`); without it they are refused.
+pub fn router_hosting(
+    ledger: Arc<Ledger>,
+    hosting: Option<Arc<dyn Hosting>>,
+    log: LogSink,
+    idle: Duration,
+) -> Router {
     Endpoint::ALL
         .into_iter()
         .fold(Router::new(), |router, endpoint| {
@@ -121,7 +149,10 @@ pub fn router(ledger: Arc<Ledger>, log: LogSink, idle: Duration) -> Router {
         .layer(middleware::from_fn(move |request, next| {
             log_request(Arc::clone(&log), request, next)
         }))
-        .with_state(App { ledger, idle })
+        .with_state(App {
+            served: Served { ledger, hosting },
+            idle,
+        })
 }
 
 /// How `serve` treats connections: its timeouts and its cap.
@@ -173,7 +204,20 @@ pub async fn serve_with(
     options: Options,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let app = router(ledger, log, options.idle);
+    serve_hosting(listener, ledger, None, log, options, shutdown).await
+}
+
+/// [`serve_with`], also answering the hosted playtests' calls through
+/// `hosting`.
+pub async fn serve_hosting(
+    listener: tokio::net::TcpListener,
+    ledger: Arc<Ledger>,
+    hosting: Option<Arc<dyn Hosting>>,
+    log: LogSink,
+    options: Options,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let app = router_hosting(ledger, hosting, log, options.idle);
     let tracker = connections::Tracker::new(options.max_connections);
     let (stopping, stop) = tokio::sync::watch::channel(false);
     let mut tasks = tokio::task::JoinSet::new();
@@ -385,8 +429,9 @@ async fn read_body(
 }
 
 /// The most of a body `endpoint` takes; `None` when it reads none.
-fn body_limit(endpoint: Endpoint) -> Option<usize> {
+fn body_limit(endpoint: Endpoint, hosting: Option<&dyn Hosting>) -> Option<usize> {
     match endpoint.body() {
+        endpoint::Body::Archive => Some(hosting.map_or(0, Hosting::max_archive_bytes)),
         endpoint::Body::Empty => None,
         endpoint::Body::Json => Some(MAX_JSON_BYTES),
         // One byte over the ledger's own limit, so the ledger's refusal
@@ -405,7 +450,7 @@ impl App {
         endpoint: Endpoint,
         headers: HeaderMap,
         body: Body,
-        call: impl FnOnce(&Ledger, &Token, &HeaderMap, &[u8]) -> Result<T, ApiError> + Send + 'static,
+        call: impl FnOnce(&Served, &Token, &HeaderMap, &[u8]) -> Result<T, ApiError> + Send + 'static,
     ) -> Response {
         let token = bearer(&headers);
         if token.0 == DEMO_TOKEN {
@@ -421,7 +466,7 @@ impl App {
             ));
             return response;
         }
-        let ledger = Arc::clone(&self.ledger);
+        let ledger = Arc::clone(&self.served.ledger);
         let who = token.clone();
         let allowed = tokio::task::spawn_blocking(move || ledger.authorize(&who, endpoint))
             .await
@@ -429,19 +474,28 @@ impl App {
         if let Err(e) = allowed {
             return Refusal(e).into_response();
         }
-        let bytes = match body_limit(endpoint) {
+        if endpoint.is_hosted() && self.served.hosting.is_none() {
+            return Refusal(ApiError::new(
+                409,
+                "not_hosting",
+                "this server plays no hosted playtests; nothing was stored or charged. \
+                 Start it with `gameplan serve --executor local` (or `--executor ray --address URL`)",
+            ))
+            .into_response();
+        }
+        let bytes = match body_limit(endpoint, self.served.hosting.as_deref()) {
             Some(limit) => match read_body(&headers, body, limit, self.idle).await {
                 Ok(bytes) => bytes,
                 Err(e) => return Refusal(e).into_response(),
             },
             None => Bytes::new(),
         };
-        let ledger = Arc::clone(&self.ledger);
+        let served = self.served.clone();
         // Serialized on the blocking pool too: a 10,000-run job is
         // megabytes of JSON, and made on the runtime's few workers it would
         // hold up every other connection's request meanwhile.
         let answer = tokio::task::spawn_blocking(move || {
-            let value = call(&ledger, &token, &headers, &bytes)?;
+            let value = call(&served, &token, &headers, &bytes)?;
             serde_json::to_vec(&value).map_err(|e| {
                 ApiError::unavailable(format!("the answer could not be written as JSON: {e}"))
             })
@@ -468,7 +522,7 @@ fn stopped(e: &tokio::task::JoinError) -> ApiError {
 
 /// A ledger call behind a route: the ledger, the caller's token, what the
 /// route took from the path (`()` or [`Ids`]), the headers and the body.
-type LedgerCall<P, T> = fn(&Ledger, &Token, P, &HeaderMap, &[u8]) -> Result<T, ApiError>;
+type LedgerCall<P, T> = fn(&Served, &Token, P, &HeaderMap, &[u8]) -> Result<T, ApiError>;
 
 /// The route of `endpoint`: its method, and the ledger call it is. The
 /// match is exhaustive, so an endpoint added to the table without a route
@@ -544,7 +598,99 @@ fn route(endpoint: Endpoint) -> MethodRouter<App> {
                 )
             },
         ),
+        Endpoint::UploadBuild => serve_as(
+            endpoint,
+            |served, token, Ids((game, sha)): Ids<(String, String)>, _, body| {
+                hosting(served)?.keep_build(served, token, &game, &sha, body)
+            },
+        ),
+        Endpoint::HostedQuote => serve_as(
+            endpoint,
+            |served, token, Ids(game): Ids<String>, _, body| {
+                hosting(served)?.quote(served, token, &game, &parse(body)?)
+            },
+        ),
+        Endpoint::HostedAdmit => serve_as(
+            endpoint,
+            |served, token, Ids(game): Ids<String>, headers, body| {
+                let key = header(headers, IDEMPOTENCY_KEY);
+                hosting(served)?.admit(served, token, &game, &key, &parse(body)?)
+            },
+        ),
+        Endpoint::HostedGet => serve_as(
+            endpoint,
+            |served, token, Ids((game, id)): Ids<(String, String)>, _, _| {
+                served.playtest(token, &game, &id)
+            },
+        ),
+        Endpoint::HostedCancel => serve_as(
+            endpoint,
+            |served, token, Ids((game, id)): Ids<(String, String)>, _, _| {
+                let playtest = served.cancel_playtest(token, &game, &id)?;
+                hosting(served)?.wake();
+                Ok(playtest)
+            },
+        ),
+        Endpoint::HostedFile => serve_as(
+            endpoint,
+            |served, token, Ids((game, id, name)): Ids<(String, String, String)>, _, _| {
+                hosting(served)?.file(served, token, &game, &id, &name)
+            },
+        ),
     }
+}
+
+/// What a server that plays hosted playtests does beyond its ledger
+/// (`crate::hosted::host` is it): `serve` is handed one, as it sits below
+/// the plans it would have to read.
+pub trait Hosting: Send + Sync + 'static {
+    /// The most a build archive may be, in bytes.
+    fn max_archive_bytes(&self) -> usize;
+    /// Checks and keeps an uploaded build.
+    fn keep_build(
+        &self,
+        ledger: &Ledger,
+        token: &Token,
+        game: &str,
+        sha256: &str,
+        bytes: &[u8],
+    ) -> Result<BuildKept, ApiError>;
+    /// Prices a plan of a kept build: charges nothing.
+    fn quote(
+        &self,
+        ledger: &Ledger,
+        token: &Token,
+        game: &str,
+        request: &QuoteRequest,
+    ) -> Result<Quote, ApiError>;
+    /// Admits a quoted playtest under `key`: one charge.
+    fn admit(
+        &self,
+        ledger: &Ledger,
+        token: &Token,
+        game: &str,
+        key: &str,
+        request: &AdmitRequest,
+    ) -> Result<Playtest, ApiError>;
+    /// One of a playtest's files (its report page, its aggregate).
+    fn file(
+        &self,
+        ledger: &Ledger,
+        token: &Token,
+        game: &str,
+        id: &str,
+        name: &str,
+    ) -> Result<FileBody, ApiError>;
+    /// Something changed (a cancel): the player should look now.
+    fn wake(&self);
+}
+
+/// The hosting of a server that has it (checked before the body is read).
+fn hosting(served: &Served) -> Result<&dyn Hosting, ApiError> {
+    served
+        .hosting
+        .as_deref()
+        .ok_or_else(|| ApiError::unavailable("this server plays no hosted playtests"))
 }
 
 /// `endpoint`'s method routed to `call`: what the path holds is read

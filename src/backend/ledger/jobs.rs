@@ -405,68 +405,7 @@ impl Ledger {
             let caller = authenticate(tx, token)?;
             caller.may(Endpoint::Finish)?;
             let (job, _) = owned_job(tx, &caller, reference)?;
-            if let Some(settled) = settlement(tx, job)? {
-                return Ok(Finished {
-                    settlement: settled,
-                    replayed: true,
-                    balance_cents: balance_of(tx, &caller.account)?.unwrap_or(0),
-                });
-            }
-            // What is refunded follows the ledger's own record alone: a run
-            // the ledger never saw play (see `played` in `runs`) is refunded,
-            // whatever else its client said of it.
-            let mut refunded: i64 = 0;
-            let mut refunded_runs = Vec::new();
-            for view in runs_of(tx, job)?.into_iter().filter(|v| !v.played) {
-                refunded = refunded.checked_add(view.price_cents).ok_or_else(|| {
-                    ApiError::unavailable("the job's refunds add up past what the ledger holds")
-                })?;
-                // A refunded run keeps no files: stored for free otherwise.
-                if let Some(run) = parse_id("run", &view.id) {
-                    super::quotas::drop_files(tx, job, run)?;
-                }
-                refunded_runs.push(view.id);
-            }
-            let open: Vec<&str> = RunState::ALL
-                .into_iter()
-                .filter(|s| !s.is_terminal())
-                .map(RunState::as_str)
-                .collect();
-            tx.execute(
-                &format!(
-                    "UPDATE runs SET state = 'canceled', reason = ?1 WHERE job = ?2 AND state IN ({})",
-                    open.iter().map(|s| format!("'{s}'")).collect::<Vec<_>>().join(", ")
-                ),
-                params!["the job was finished before this run ended", job],
-            )
-            .db()?;
-            let charged: i64 = tx
-                .query_row("SELECT charged_cents FROM jobs WHERE id = ?1", params![job], |r| r.get(0))
-                .db()?;
-            tx.execute(
-                "UPDATE jobs SET state = 'settled', refunded_cents = ?1 WHERE id = ?2",
-                params![refunded, job],
-            )
-            .db()?;
-            tx.execute(
-                "INSERT INTO settlements (job, charged_cents, refunded_cents, refunded_runs, settled_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![job, charged, refunded, serde_json::to_string(&refunded_runs).unwrap_or_default(), now],
-            )
-            .db()?;
-            if refunded > 0 {
-                tx.execute(
-                    "UPDATE accounts SET balance_cents = balance_cents + ?1 WHERE id = ?2",
-                    params![refunded, caller.account],
-                )
-                .db()?;
-                entry(tx, &caller.account, Some(job), "refund", refunded, now)?;
-            }
-            Ok(Finished {
-                settlement: settlement(tx, job)?.ok_or_else(|| ApiError::unavailable("the settlement was not stored"))?,
-                replayed: false,
-                balance_cents: balance_of(tx, &caller.account)?.unwrap_or(0),
-            })
+            settle(tx, &caller.account, job, now)
         })
     }
 
@@ -479,6 +418,93 @@ impl Ledger {
             job_view(tx, job)
         })
     }
+}
+
+/// Settles `job` of `account` once (see [`Ledger::finish`]): a second call
+/// returns the first settlement and moves nothing. Also how the hosted
+/// worker settles a playtest.
+pub(super) fn settle(
+    tx: &Transaction<'_>,
+    account: &str,
+    job: i64,
+    now: i64,
+) -> Result<Finished, ApiError> {
+    if let Some(settled) = settlement(tx, job)? {
+        return Ok(Finished {
+            settlement: settled,
+            replayed: true,
+            balance_cents: balance_of(tx, account)?.unwrap_or(0),
+        });
+    }
+    // What is refunded follows the ledger's own record alone: a run
+    // the ledger never saw play (see `played` in `runs`) is refunded,
+    // whatever else its client said of it.
+    let mut refunded: i64 = 0;
+    let mut refunded_runs = Vec::new();
+    for view in runs_of(tx, job)?.into_iter().filter(|v| !v.played) {
+        refunded = refunded.checked_add(view.price_cents).ok_or_else(|| {
+            ApiError::unavailable("the job's refunds add up past what the ledger holds")
+        })?;
+        // A refunded run keeps no files: stored for free otherwise.
+        if let Some(run) = parse_id("run", &view.id) {
+            super::quotas::drop_files(tx, job, run)?;
+        }
+        refunded_runs.push(view.id);
+    }
+    let open: Vec<&str> = RunState::ALL
+        .into_iter()
+        .filter(|s| !s.is_terminal())
+        .map(RunState::as_str)
+        .collect();
+    tx.execute(
+        &format!(
+            "UPDATE runs SET state = 'canceled', reason = ?1 WHERE job = ?2 AND state IN ({})",
+            open.iter()
+                .map(|s| format!("'{s}'"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        params!["the job was finished before this run ended", job],
+    )
+    .db()?;
+    let charged: i64 = tx
+        .query_row(
+            "SELECT charged_cents FROM jobs WHERE id = ?1",
+            params![job],
+            |r| r.get(0),
+        )
+        .db()?;
+    tx.execute(
+        "UPDATE jobs SET state = 'settled', refunded_cents = ?1 WHERE id = ?2",
+        params![refunded, job],
+    )
+    .db()?;
+    tx.execute(
+        "INSERT INTO settlements (job, charged_cents, refunded_cents, refunded_runs, settled_at)
+         VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![
+            job,
+            charged,
+            refunded,
+            serde_json::to_string(&refunded_runs).unwrap_or_default(),
+            now
+        ],
+    )
+    .db()?;
+    if refunded > 0 {
+        tx.execute(
+            "UPDATE accounts SET balance_cents = balance_cents + ?1 WHERE id = ?2",
+            params![refunded, account],
+        )
+        .db()?;
+        entry(tx, account, Some(job), "refund", refunded, now)?;
+    }
+    Ok(Finished {
+        settlement: settlement(tx, job)?
+            .ok_or_else(|| ApiError::unavailable("the settlement was not stored"))?,
+        replayed: false,
+        balance_cents: balance_of(tx, account)?.unwrap_or(0),
+    })
 }
 
 /// The sums of every account's entries by kind (topup, charge, refund),

@@ -42,6 +42,7 @@
 //!   whole ledger is one file to back up. Cell files are small (reports,
 //!   transcripts, traces); a blob directory would only pay off for video.
 
+pub mod hosted;
 mod jobs;
 mod pool;
 mod prices;

@@ -9,7 +9,7 @@ pub struct PriceList {
     /// Per played cell: short, standard, long.
     pub cell_cents: [(RunLength, i64); 3],
     /// Per cell, per add-on module.
-    pub modules: [(&'static str, i64); 1],
+    pub modules: [(&'static str, i64); 2],
     /// The aggregate, once per job.
     pub aggregate_cents: i64,
     /// Actions a cell may take per run length before a heartbeat asks it to stop.
@@ -24,6 +24,7 @@ pub struct PriceList {
 /// | cell, standard run | 50 |
 /// | cell, long run | 100 |
 /// | `video` add-on, per cell | 15 |
+/// | `hosted_compute` (a hosted playtest's server), per cell | 20 |
 /// | aggregate | 0 |
 pub const DEMO_PRICES: PriceList = PriceList {
     cell_cents: [
@@ -31,7 +32,7 @@ pub const DEMO_PRICES: PriceList = PriceList {
         (RunLength::Standard, 50),
         (RunLength::Long, 100),
     ],
-    modules: [("video", 15)],
+    modules: [("video", 15), (crate::backend::hosted::COMPUTE_MODULE, 20)],
     aggregate_cents: 0,
     max_actions: [
         (RunLength::Short, 100),

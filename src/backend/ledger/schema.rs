@@ -118,6 +118,8 @@ const MIGRATIONS: &[&str] = &[
     "
     CREATE INDEX IF NOT EXISTS uploads_by_blob ON uploads (sha256);
     ",
+    // 5: hosted playtests: the builds uploaded, and each admitted playtest.
+    super::hosted::TABLES,
 ];
 
 /// The `meta` key of the secret quote ids are signed with.

@@ -1,0 +1,469 @@
+//! The server's player: drives each admitted playtest through its phases.
+//!
+//! Every phase may be done again, so a server killed anywhere and started
+//! again takes each open playtest up from the start and reaches the same
+//! end, never charging twice (the charge was the admission's):
+//!
+//! 1. **provisioning**: the build is unpacked into the playtest's
+//!    workspace, unless it already is.
+//! 2. **running**: gameplan itself plays the plan's play steps there
+//!    (`plan run PLAN STEP... --resume --executor KIND`), as a job of the
+//!    local executor, so it outlives the server: a restarted server finds
+//!    it by its directory and waits for it instead of starting another,
+//!    and its cells are jobs on the server's executor (local or Ray).
+//! 3. **capturing**: each cell's line in the run's summary ends its run in
+//!    the ledger: played (an action taken), or not (refunded).
+//! 4. **analyzing**: the whole plan runs again there, every cell reused, so
+//!    the aggregate, gates and report page are made; its files are copied
+//!    to `out/` for `hosted status` to fetch.
+//! 5. The job is settled once (cells that never played refunded), and the
+//!    playtest ends `report_ready`, or `failed` when no cell played, or
+//!    `canceled`.
+//!
+//! A cancel stops the running gameplan (SIGTERM to its group, as Ctrl-C:
+//! it stops its jobs and journals what was in flight); cells it never
+//! started are refunded at the settlement.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::archive;
+use super::host::Host;
+use crate::backend::api::ApiError;
+use crate::backend::hosted::{Outcome, Phase, playtest_id};
+use crate::backend::ledger::Ledger;
+use crate::backend::ledger::hosted::{CellEnd, Work};
+use crate::executor::local::Local;
+use crate::executor::{Executor as _, JobSpec, JobState};
+use crate::report::run::RunReport;
+
+/// Where the worker plays.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Playing {
+    /// `local` or `ray`.
+    pub executor: String,
+    /// Ray's dashboard URL.
+    pub address: Option<String>,
+    /// The directory the executor's jobs and the server share (Ray's
+    /// nodes must see it); default: each workspace's own.
+    pub shared_dir: Option<PathBuf>,
+    /// Playtests played at once.
+    pub at_once: usize,
+    /// The gameplan that plays (this one).
+    pub exe: PathBuf,
+}
+
+/// A line for the server's log.
+pub type Say = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// The player of one server.
+pub struct Worker {
+    pub ledger: Arc<Ledger>,
+    pub host: Arc<Host>,
+    pub playing: Playing,
+    pub say: Say,
+}
+
+/// How often a running gameplan is looked at (and a cancel noticed).
+const POLL: Duration = Duration::from_millis(300);
+
+impl Worker {
+    /// Plays every open playtest, and each admitted later, until
+    /// `stop` turns true.
+    pub async fn run(self: Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
+        let driving: Arc<Mutex<HashSet<i64>>> = Arc::default();
+        loop {
+            let ledger = Arc::clone(&self.ledger);
+            let open = tokio::task::spawn_blocking(move || ledger.open_playtests())
+                .await
+                .unwrap_or_else(|e| Err(ApiError::unavailable(e.to_string())));
+            match open {
+                Ok(open) => {
+                    for work in open {
+                        let mut busy = driving
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner);
+                        if busy.contains(&work.id) || busy.len() >= self.playing.at_once.max(1) {
+                            continue;
+                        }
+                        busy.insert(work.id);
+                        let (me, driving) = (Arc::clone(&self), Arc::clone(&driving));
+                        tokio::spawn(async move {
+                            let id = work.id;
+                            if let Err(e) = me.drive(work).await {
+                                (me.say)(&format!("{}: {e}; tried again shortly", playtest_id(id)));
+                            }
+                            driving
+                                .lock()
+                                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                                .remove(&id);
+                            me.host.wake.notify_one();
+                        });
+                    }
+                }
+                Err(e) => (self.say)(&format!("hosted: the open playtests cannot be read: {e}")),
+            }
+            tokio::select! {
+                () = self.host.wake.notified() => {}
+                () = tokio::time::sleep(Duration::from_secs(2)) => {}
+                _ = stop.changed() => return,
+            }
+            if *stop.borrow() {
+                return;
+            }
+        }
+    }
+
+    async fn ledger<T: Send + 'static>(
+        &self,
+        call: impl FnOnce(&Ledger) -> Result<T, ApiError> + Send + 'static,
+    ) -> Result<T, ApiError> {
+        let ledger = Arc::clone(&self.ledger);
+        tokio::task::spawn_blocking(move || call(&ledger))
+            .await
+            .unwrap_or_else(|e| Err(ApiError::unavailable(e.to_string())))
+    }
+
+    async fn phase(
+        &self,
+        id: i64,
+        phase: Phase,
+        reason: Option<String>,
+        outcome: Option<Outcome>,
+    ) -> Result<(), ApiError> {
+        (self.say)(&format!(
+            "{}: {phase}{}",
+            playtest_id(id),
+            reason
+                .as_deref()
+                .map(|r| format!(" ({r})"))
+                .unwrap_or_default()
+        ));
+        self.ledger(move |l| l.set_phase(id, phase, reason.as_deref(), outcome.as_ref()))
+            .await
+    }
+
+    async fn cancel_requested(&self, id: i64) -> bool {
+        self.ledger(move |l| l.playtest_work(id))
+            .await
+            .is_ok_and(|w| w.cancel_requested)
+    }
+
+    /// One playtest, from wherever it is to its end.
+    async fn drive(&self, work: Work) -> Result<(), String> {
+        let id = work.id;
+        let e = |e: ApiError| e.message;
+        let ws = self.host.workspace(id);
+        if work.cancel_requested && work.phase == Phase::Queued {
+            self.ledger(move |l| l.settle_playtest(id))
+                .await
+                .map_err(e)?;
+            return self
+                .phase(
+                    id,
+                    Phase::Canceled,
+                    Some("canceled before it started: every cell refunded".into()),
+                    None,
+                )
+                .await
+                .map_err(e);
+        }
+        self.phase(id, Phase::Provisioning, None, None)
+            .await
+            .map_err(e)?;
+        let build = ws.join("build");
+        if !build.exists() {
+            let archive_path = self.host.builds.join(format!("{}.tar.gz", work.build));
+            let bytes = std::fs::read(&archive_path).map_err(|err| {
+                format!("the build {} cannot be read: {err}", archive_path.display())
+            })?;
+            archive::unpack(&bytes, &build)
+                .map_err(|err| format!("the build cannot be unpacked: {err}"))?;
+        }
+        std::fs::create_dir_all(build.join(".gameplan")).map_err(|err| err.to_string())?;
+        let mut canceled = work.cancel_requested;
+        let mut played = None;
+        if !canceled {
+            self.phase(id, Phase::Running, None, None)
+                .await
+                .map_err(e)?;
+            let mut steps: Vec<String> = work
+                .cells
+                .iter()
+                .map(|c| c.id.split('[').next().unwrap_or(&c.id).to_owned())
+                .collect();
+            steps.dedup();
+            let (ended, stopped) = self.play(&work, &ws, "play", &steps).await?;
+            canceled = stopped;
+            played = Some(ended);
+        }
+        self.phase(id, Phase::Capturing, None, None)
+            .await
+            .map_err(e)?;
+        let summary = newest_summary(&build.join(".gameplan"));
+        let ended = self
+            .capture(&work, summary.as_ref(), played.as_ref(), canceled)
+            .await?;
+        let mut outcome = None;
+        if !canceled && ended > 0 {
+            self.phase(id, Phase::Analyzing, None, None)
+                .await
+                .map_err(e)?;
+            let (code, _) = self.play(&work, &ws, "analyze", &[]).await?;
+            outcome = Some(collect(
+                &build,
+                &ws.join("out"),
+                code.exit_code,
+                &code.log_tail,
+            )?);
+        }
+        let settlement = self
+            .ledger(move |l| l.settle_playtest(id))
+            .await
+            .map_err(e)?;
+        let refunded = format!(
+            "charged {} cents, refunded {} ({} cells)",
+            settlement.charged_cents,
+            settlement.refunded_cents,
+            settlement.refunded_runs.len()
+        );
+        let (phase, reason) = if canceled {
+            (Phase::Canceled, format!("canceled: {refunded}"))
+        } else if ended == 0 {
+            let why = played.map(|p| p.log_tail).unwrap_or_default();
+            (
+                Phase::Failed,
+                format!(
+                    "no cell played: the game did not start, or gameplan could not play it; {refunded}. {why}"
+                ),
+            )
+        } else {
+            (Phase::ReportReady, refunded)
+        };
+        self.phase(id, phase, Some(reason), outcome)
+            .await
+            .map_err(e)
+    }
+
+    /// Runs gameplan on the playtest's plan (its `steps`, or all) as the
+    /// local job `name` of the workspace, waiting for it (and stopping it
+    /// on a cancel): how it ended, and whether it was stopped.
+    async fn play(
+        &self,
+        work: &Work,
+        ws: &Path,
+        name: &str,
+        steps: &[String],
+    ) -> Result<(Ended, bool), String> {
+        let build = ws.join("build");
+        let mut argv = vec![
+            self.playing.exe.display().to_string(),
+            "plan".into(),
+            "run".into(),
+            work.plan.clone(),
+        ];
+        argv.extend(steps.iter().cloned());
+        argv.extend(
+            ["--yes", "--resume", "--output", "none", "--color", "never"].map(str::to_owned),
+        );
+        argv.extend([
+            "--state-dir".to_owned(),
+            build.join(".gameplan").display().to_string(),
+        ]);
+        for (k, v) in &work.vars {
+            argv.extend(["--var".to_owned(), format!("{k}={v}")]);
+        }
+        argv.extend(["--executor".to_owned(), self.playing.executor.clone()]);
+        if let Some(address) = &self.playing.address {
+            argv.extend(["--executor-address".to_owned(), address.clone()]);
+        }
+        let shared = self
+            .playing
+            .shared_dir
+            .as_ref()
+            .map_or_else(|| ws.join("executor"), |d| d.join(playtest_id(work.id)));
+        argv.extend([
+            "--executor-shared-dir".to_owned(),
+            shared.display().to_string(),
+        ]);
+        let job = JobSpec {
+            submission_id: format!("{}-{name}", playtest_id(work.id)),
+            cells: Vec::new(),
+            argv,
+            cwd: build,
+            env: BTreeMap::new(),
+            dir: ws.join("jobs").join(name),
+            num_cpus: 1.0,
+        };
+        let local = Local;
+        local.submit(&job).await.map_err(|e| e.0)?;
+        let mut stopped = false;
+        loop {
+            let state = local.status(&job).await.map_err(|e| e.0)?;
+            if state.is_over() {
+                let log = local.logs(&job).await.unwrap_or_default();
+                let exit_code = std::fs::read_to_string(job.dir.join("exit"))
+                    .ok()
+                    .and_then(|c| c.trim().parse().ok())
+                    .unwrap_or(if state == JobState::Succeeded { 0 } else { 10 });
+                return Ok((
+                    Ended {
+                        exit_code,
+                        log_tail: tail(&log, 12),
+                    },
+                    stopped || state == JobState::Stopped,
+                ));
+            }
+            if !stopped && self.cancel_requested(work.id).await {
+                (self.say)(&format!(
+                    "{}: canceling: stopping gameplan",
+                    playtest_id(work.id)
+                ));
+                stopped = true;
+                local.cancel(&job).await.map_err(|e| e.0)?;
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// Ends each cell's run as the summary says: how many played.
+    async fn capture(
+        &self,
+        work: &Work,
+        summary: Option<&RunReport>,
+        played: Option<&Ended>,
+        canceled: bool,
+    ) -> Result<usize, String> {
+        let lines: BTreeMap<&str, &crate::report::playtest::CellLine> = summary
+            .and_then(|s| s.playtest.as_ref())
+            .map(|p| p.cells.iter().map(|c| (c.step.as_str(), c)).collect())
+            .unwrap_or_default();
+        let mut ended_played = 0;
+        for (index, cell) in work.cells.iter().enumerate() {
+            let end = match lines.get(cell.id.as_str()) {
+                Some(line) if line.state != "interrupted" => {
+                    let actions = i64::try_from(line.actions_taken).unwrap_or(i64::MAX);
+                    let reason = (actions == 0).then(|| {
+                        format!(
+                            "it never played: the game did not get through hello and reset ({})",
+                            line.quit_reason
+                        )
+                    });
+                    if actions > 0 {
+                        ended_played += 1;
+                    }
+                    CellEnd {
+                        actions_taken: actions,
+                        reason,
+                    }
+                }
+                // Not started when canceled (or stopped mid-play with
+                // nothing reported): left open, so the settlement cancels
+                // and refunds it unless it was seen playing.
+                _ if canceled => continue,
+                _ => CellEnd {
+                    actions_taken: 0,
+                    reason: Some(format!(
+                        "it never played: gameplan stopped before it (exit {}): {}",
+                        played.map_or(0, |p| p.exit_code),
+                        played.map(|p| p.log_tail.as_str()).unwrap_or_default()
+                    )),
+                },
+            };
+            let id = work.id;
+            self.ledger(move |l| l.end_cell(id, index, &end))
+                .await
+                .map_err(|e| e.message)?;
+        }
+        Ok(ended_played)
+    }
+}
+
+/// How a gameplan the worker ran ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Ended {
+    exit_code: i64,
+    log_tail: String,
+}
+
+fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// The summary of the newest run in `state`, if any ended.
+fn newest_summary(state: &Path) -> Option<RunReport> {
+    let runs = std::fs::read_dir(state.join("runs")).ok()?;
+    let newest = runs
+        .filter_map(Result::ok)
+        .filter_map(|d| {
+            let summary = d.path().join("summary.json");
+            let at = std::fs::metadata(&summary)
+                .and_then(|m| m.modified())
+                .ok()?;
+            Some((at, summary))
+        })
+        .max_by_key(|(at, _)| *at)?;
+    serde_json::from_slice(&std::fs::read(newest.1).ok()?).ok()
+}
+
+/// Copies the analysis's files into `out` and says what it came to.
+fn collect(build: &Path, out: &Path, exit_code: i64, log_tail: &str) -> Result<Outcome, String> {
+    std::fs::create_dir_all(out).map_err(|e| e.to_string())?;
+    let state = build.join(".gameplan");
+    let Some(summary) = newest_summary(&state) else {
+        return Ok(Outcome {
+            exit_code,
+            log_tail: log_tail.to_owned(),
+            ..Outcome::default()
+        });
+    };
+    let run_dir = state.join("runs").join(&summary.run_id);
+    let mut files = Vec::new();
+    let mut copy = |from: PathBuf, name: &str| {
+        if from.is_file() && std::fs::copy(&from, out.join(name)).is_ok() {
+            files.push(name.to_owned());
+        }
+    };
+    copy(run_dir.join("summary.json"), "summary.json");
+    let aggregate = summary
+        .playtest
+        .as_ref()
+        .and_then(|p| p.aggregate.as_ref())
+        .map(|md| absolute(build, md));
+    let page = aggregate
+        .as_ref()
+        .map(|md| md.with_file_name("report.html"))
+        .filter(|p| p.is_file())
+        .unwrap_or_else(|| run_dir.join("report.html"));
+    if let Some(md) = &aggregate {
+        copy(md.clone(), "aggregate.md");
+        copy(md.with_file_name("aggregate.json"), "aggregate.json");
+    }
+    copy(page, "report.html");
+    let mut findings = BTreeMap::new();
+    for finding in summary.playtest.iter().flat_map(|p| &p.findings) {
+        *findings.entry(finding.category.clone()).or_insert(0) += 1;
+    }
+    Ok(Outcome {
+        exit_code: i64::from(summary.exit_code),
+        findings,
+        files,
+        log_tail: if summary.exit_code == 0 {
+            String::new()
+        } else {
+            log_tail.to_owned()
+        },
+    })
+}
+
+fn absolute(root: &Path, path: &str) -> PathBuf {
+    let path = Path::new(path);
+    if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        root.join(path)
+    }
+}
