@@ -9,6 +9,7 @@
 mod check;
 mod game;
 mod gc;
+mod hosted;
 mod ledger;
 mod plan_check;
 mod plan_elsewhere;
@@ -319,7 +320,15 @@ pub enum Command {
         #[command(flatten)]
         limits: serve::Limits,
         #[command(flatten)]
+        hosting: serve::HostingArgs,
+        #[command(flatten)]
         file: LedgerFile,
+    },
+    /// Playtests played by a server (`serve --executor`): upload the build,
+    /// price it, run it, follow it, cancel it.
+    Hosted {
+        #[command(subcommand)]
+        command: hosted::HostedCommand,
     },
     /// Print a JSON Schema (for editors and API clients).
     Schema {
@@ -833,8 +842,19 @@ pub fn dispatch(cli: Cli, cx: &Context) -> u8 {
             addr,
             demo,
             limits,
+            hosting,
             file,
-        } => serve::run(cx, &addr, &serve::Settings { demo, limits }, &file),
+        } => serve::run(
+            cx,
+            &addr,
+            &serve::Settings {
+                demo,
+                limits,
+                hosting,
+            },
+            &file,
+        ),
+        Command::Hosted { command } => hosted::run(cx, command),
         Command::Schema { name } => schema::run(cx, name),
         Command::Completions { shell } => shell::completions(cx, shell),
         Command::Man { out } => shell::man(cx, out.as_deref()),

@@ -219,7 +219,7 @@ impl Confirm for Terminal {
 }
 
 /// Asks on the terminal; an empty answer is `default`.
-fn ask(question: &str, default: bool) -> bool {
+pub(super) fn ask(question: &str, default: bool) -> bool {
     let _ = write!(std::io::stderr(), "{question}");
     let _ = std::io::stderr().flush();
     let mut answer = String::new();

@@ -17,6 +17,33 @@ pub struct Settings {
     /// A new ledger file gets the demo account.
     pub demo: bool,
     pub limits: Limits,
+    pub hosting: HostingArgs,
+}
+
+/// `serve --executor`: play hosted playtests (docs/hosted.md).
+#[derive(Debug, Clone, clap::Args)]
+pub struct HostingArgs {
+    /// Also play hosted playtests, their cells as jobs of this executor:
+    /// `local` (this machine) or `ray` (a Ray cluster, with --address).
+    #[arg(long, value_name = "KIND", value_parser = ["local", "ray"])]
+    pub executor: Option<String>,
+    /// With --executor ray: the Ray dashboard's URL (http://HEAD:8265).
+    #[arg(long, value_name = "URL", requires = "executor")]
+    pub address: Option<String>,
+    /// The directory the executor's jobs and this server share (every Ray
+    /// node must see it at this path). Default: each playtest's workspace.
+    #[arg(long, value_name = "DIR", requires = "executor")]
+    pub shared_dir: Option<std::path::PathBuf>,
+    /// Where uploaded builds and playtest workspaces are kept (default:
+    /// `hosted/` beside the ledger file).
+    #[arg(long, value_name = "DIR", requires = "executor")]
+    pub builds: Option<std::path::PathBuf>,
+    /// The largest build archive accepted.
+    #[arg(long, value_name = "BYTES", default_value = "256MiB", value_parser = bytes)]
+    pub max_build_bytes: u64,
+    /// Hosted playtests played at once.
+    #[arg(long, value_name = "N", default_value_t = 2)]
+    pub playtests_at_once: usize,
 }
 
 /// `serve`'s limits: the ledger's quotas and the server's connections.
@@ -169,7 +196,26 @@ pub fn run(cx: &Context, addr: &str, settings: &Settings, file: &LedgerFile) -> 
             color_out: cx.console.color_out,
         };
         let log: LogSink = Arc::new(move |line: &RequestLine| console.err(&log_line(line)));
-        match crate::server::serve_with(listener, ledger, log, options, stop_signal()).await {
+        let hosting = match hosting(cx, &settings.hosting, &ledger, &path) {
+            Ok(hosting) => hosting,
+            Err(code) => return code,
+        };
+        let (stop_worker, worker_stops) = tokio::sync::watch::channel(false);
+        let served_hosting = hosting.as_ref().map(|(host, worker)| {
+            tokio::spawn(Arc::clone(worker).run(worker_stops));
+            Arc::clone(host) as Arc<dyn crate::server::Hosting>
+        });
+        let served = crate::server::serve_hosting(
+            listener,
+            ledger,
+            served_hosting,
+            log,
+            options,
+            stop_signal(),
+        )
+        .await;
+        let _ = stop_worker.send(true);
+        match served {
             Ok(()) => {
                 cx.console.err("stopped\n");
                 exit_code::SUCCESS
@@ -183,6 +229,76 @@ pub fn run(cx: &Context, addr: &str, settings: &Settings, file: &LedgerFile) -> 
 }
 
 /// The first line: where the server is (tests read the port from it).
+/// The host and its worker, when `--executor` asks for them.
+#[expect(clippy::type_complexity, reason = "a pair built once, here")]
+fn hosting(
+    cx: &Context,
+    args: &HostingArgs,
+    ledger: &Arc<Ledger>,
+    ledger_path: &std::path::Path,
+) -> Result<
+    Option<(
+        Arc<crate::hosted::host::Host>,
+        Arc<crate::hosted::worker::Worker>,
+    )>,
+    u8,
+> {
+    let Some(executor) = args.executor.clone() else {
+        return Ok(None);
+    };
+    if executor == "ray" && args.address.is_none() {
+        cx.console.err(
+            "error: --executor ray needs --address URL (the Ray dashboard, e.g. http://127.0.0.1:8265)\n",
+        );
+        return Err(exit_code::PLAN_ERROR);
+    }
+    let dir = args.builds.clone().unwrap_or_else(|| {
+        ledger_path
+            .parent()
+            .unwrap_or(std::path::Path::new("."))
+            .join("hosted")
+    });
+    let dir = std::path::absolute(&dir).unwrap_or(dir);
+    if let Err(e) = std::fs::create_dir_all(dir.join("builds"))
+        .and_then(|()| std::fs::create_dir_all(dir.join("work")))
+    {
+        cx.console
+            .err(&format!("error: cannot make {}: {e}\n", dir.display()));
+        return Err(exit_code::PLAN_ERROR);
+    }
+    let host = Arc::new(crate::hosted::host::Host {
+        builds: dir.join("builds"),
+        work: dir.join("work"),
+        limits: crate::hosted::archive::Limits {
+            archive_bytes: args.max_build_bytes,
+            ..crate::hosted::archive::Limits::default()
+        },
+        env: cx.env.clone(),
+        wake: Arc::default(),
+    });
+    let console = Console {
+        color: cx.console.color,
+        color_out: cx.console.color_out,
+    };
+    let worker = Arc::new(crate::hosted::worker::Worker {
+        ledger: Arc::clone(ledger),
+        host: Arc::clone(&host),
+        playing: crate::hosted::worker::Playing {
+            executor: executor.clone(),
+            address: args.address.clone(),
+            shared_dir: args.shared_dir.clone(),
+            at_once: args.playtests_at_once.max(1),
+            exe: std::env::current_exe().unwrap_or_else(|_| "gameplan".into()),
+        },
+        say: Arc::new(move |line: &str| console.err(&format!("{line}\n"))),
+    });
+    cx.console.err(&format!(
+        "playing hosted playtests on the {executor} executor (builds and workspaces in {})\n",
+        dir.display()
+    ));
+    Ok(Some((host, worker)))
+}
+
 fn listening(bound: Option<SocketAddr>, asked: &str, ledger: &std::path::Path) -> String {
     let at = bound.map_or_else(|| asked.to_owned(), |a| a.to_string());
     let mut text = format!(
