@@ -13,6 +13,7 @@
 //! The server and token come from `--server` (or `GAMEPLAN_SERVER`) and
 //! `GAMEPLAN_TOKEN`.
 
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -306,36 +307,7 @@ fn quote(
         .to_string();
     let sha = match build {
         Some(sha) => sha.to_owned(),
-        None => {
-            let packed = archive::pack(&loaded.root, &game, std::slice::from_ref(&relative), &[])
-                .map_err(|e| {
-                cx.console.err(&format!(
-                    "error: cannot pack {}: {e}; nothing was sent\n",
-                    loaded.root.display()
-                ));
-                exit_code::PLAN_ERROR
-            })?;
-            let kept = client
-                .block(client.backend.put_build(
-                    &client.token,
-                    &game,
-                    &packed.sha256,
-                    &packed.bytes,
-                ))
-                .map_err(|e| refused(cx, &e, "nothing was stored or charged"))?;
-            cx.console.err(&format!(
-                "build {} ({} files, {} bytes packed){}\n",
-                &packed.sha256[..12],
-                kept.files,
-                packed.bytes.len(),
-                if kept.new {
-                    " uploaded"
-                } else {
-                    ": already on the server"
-                }
-            ));
-            packed.sha256
-        }
+        None => upload(cx, client, &loaded.root, &game, &relative)?,
     };
     let request = QuoteRequest {
         build: sha,
@@ -349,11 +321,53 @@ fn quote(
     Ok(quote)
 }
 
+/// Packs the build at `root` (with its plan `relative`) and uploads it
+/// unless the server has it: its sha256.
+fn upload(
+    cx: &Context,
+    client: &Client,
+    root: &Path,
+    game: &str,
+    relative: &str,
+) -> Result<String, u8> {
+    let packed = archive::pack(root, game, &[relative.to_owned()], &[]).map_err(|e| {
+        cx.console.err(&format!(
+            "error: cannot pack {}: {e}; nothing was sent\n",
+            root.display()
+        ));
+        exit_code::PLAN_ERROR
+    })?;
+    let kept = client
+        .block(
+            client
+                .backend
+                .put_build(&client.token, game, &packed.sha256, &packed.bytes),
+        )
+        .map_err(|e| refused(cx, &e, "nothing was stored or charged"))?;
+    cx.console.err(&format!(
+        "build {} ({} files, {} bytes packed){}\n",
+        &packed.sha256[..12],
+        kept.files,
+        packed.bytes.len(),
+        if kept.new {
+            " uploaded"
+        } else {
+            ": already on the server"
+        }
+    ));
+    Ok(packed.sha256)
+}
+
 fn show_quote(cx: &Context, quote: &Quote, json: bool) {
     if json {
         cx.console.out(&pretty(quote));
-        return;
+    } else {
+        cx.console.out(&quote_text(quote));
     }
+}
+
+/// The quote as a table, with what is accepted with it.
+fn quote_text(quote: &Quote) -> String {
     let mut text = format!(
         "quote for {} cells of `{}` (game {}, build {}, {} runs):\n",
         quote.cells.len(),
@@ -363,25 +377,27 @@ fn show_quote(cx: &Context, quote: &Quote, json: bool) {
         quote.run_length.as_str()
     );
     for line in &quote.breakdown {
-        text.push_str(&format!(
-            "  {:<40} {:>4} × {:>8} = {}\n",
+        let _ = writeln!(
+            text,
+            "  {:<40} {:>4} × {:>8} = {}",
             line.unit,
             line.count,
             dollars(line.unit_cents),
             dollars(line.count * line.unit_cents)
-        ));
+        );
     }
-    text.push_str(&format!(
-        "  total {} (balance {}{}); valid until {}\naccepted with it:\n",
+    let _ = writeln!(
+        text,
+        "  total {} (balance {}{}); valid until {}\naccepted with it:",
         dollars(quote.estimate_cents),
         dollars(quote.balance_cents),
         if quote.ok { "" } else { ": NOT ENOUGH" },
         quote.expires_at
-    ));
+    );
     for statement in &quote.statements {
-        text.push_str(&format!("  - {statement}\n"));
+        let _ = writeln!(text, "  - {statement}");
     }
-    cx.console.out(&text);
+    text
 }
 
 fn records(state: &Path) -> Vec<Admitted> {
@@ -444,36 +460,10 @@ fn admit(
         ));
         admitted
     } else {
-        show_quote(cx, &quote, false);
-        let question = format!(
-            "Play {} cells hosted for {} (balance {})?",
-            quote.cells.len(),
-            dollars(quote.estimate_cents),
-            dollars(quote.balance_cents)
-        );
-        let terminal = std::io::IsTerminal::is_terminal(&std::io::stdin());
-        if !(yes || (terminal && super::plan_run::ask(&format!("{question} [y/N] "), false))) {
-            cx.console.err(&format!(
-                "declined at the price question ({}); nothing was charged. Answer yes at a terminal, or pass --yes (without a terminal the answer is no)\n",
-                dollars(quote.estimate_cents)
-            ));
-            return exit_code::CANCELED;
+        match asked(cx, client, &quote, body, yes) {
+            Ok(admitted) => admitted,
+            Err(code) => return code,
         }
-        let admitted = Admitted {
-            key: format!("hosted-{}", crate::engine::new_run_id()),
-            server: client.url.clone(),
-            game: quote.game.clone(),
-            admit: body,
-            playtest: None,
-        };
-        if let Err(e) = record(&client.state, &admitted) {
-            cx.console.err(&format!(
-                "error: cannot write the admission's key under {}: {e}; nothing was sent or charged\n",
-                client.state.display()
-            ));
-            return exit_code::PLAN_ERROR;
-        }
-        admitted
     };
     let answer = client.block(client.backend.hosted_admit(
         &client.token,
@@ -517,6 +507,48 @@ fn admit(
     }
     show(cx, &playtest, json);
     exit_code::SUCCESS
+}
+
+/// Asks the price question and, on a yes, journals a new admission key:
+/// what to send.
+fn asked(
+    cx: &Context,
+    client: &Client,
+    quote: &Quote,
+    body: AdmitRequest,
+    yes: bool,
+) -> Result<Admitted, u8> {
+    // On stderr, beside the question: stdout is the playtest's.
+    cx.console.err(&quote_text(quote));
+    let question = format!(
+        "Play {} cells hosted for {} (balance {})?",
+        quote.cells.len(),
+        dollars(quote.estimate_cents),
+        dollars(quote.balance_cents)
+    );
+    let terminal = std::io::IsTerminal::is_terminal(&std::io::stdin());
+    if !(yes || (terminal && super::plan_run::ask(&format!("{question} [y/N] "), false))) {
+        cx.console.err(&format!(
+            "declined at the price question ({}); nothing was charged. Answer yes at a terminal, or pass --yes (without a terminal the answer is no)\n",
+            dollars(quote.estimate_cents)
+        ));
+        return Err(exit_code::CANCELED);
+    }
+    let admitted = Admitted {
+        key: format!("hosted-{}", crate::engine::new_run_id()),
+        server: client.url.clone(),
+        game: quote.game.clone(),
+        admit: body,
+        playtest: None,
+    };
+    if let Err(e) = record(&client.state, &admitted) {
+        cx.console.err(&format!(
+            "error: cannot write the admission's key under {}: {e}; nothing was sent or charged\n",
+            client.state.display()
+        ));
+        return Err(exit_code::PLAN_ERROR);
+    }
+    Ok(admitted)
 }
 
 /// The playtest and game `status` and `cancel` mean.
@@ -660,15 +692,16 @@ fn show(cx: &Context, playtest: &Playtest, json: bool) {
             .iter()
             .map(|(category, n)| format!("{n} {category}"))
             .collect();
-        text.push_str(&format!(
-            "  findings: {}; exit {}\n",
+        let _ = writeln!(
+            text,
+            "  findings: {}; exit {}",
             if findings.is_empty() {
                 "none".to_owned()
             } else {
                 findings.join(", ")
             },
             outcome.exit_code
-        ));
+        );
     }
     cx.console.out(&text);
 }

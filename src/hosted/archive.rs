@@ -244,15 +244,7 @@ pub fn check(bytes: &[u8], limits: Limits) -> Result<Checked, Refused> {
             }
         }
     }
-    for (path, target) in &links {
-        if target.is_absolute() || escapes(&path.parent().unwrap_or(Path::new("")).join(target)) {
-            return Err(Refused(format!(
-                "the link `{}` points to `{}`, outside the build",
-                path.display(),
-                target.display()
-            )));
-        }
-    }
+    stay_inside(&links)?;
     let manifest = manifest.ok_or_else(|| {
         Refused(format!(
             "it has no {MANIFEST}: pack builds with `gameplan hosted quote`, which writes it"
@@ -273,6 +265,20 @@ pub fn check(bytes: &[u8], limits: Limits) -> Result<Checked, Refused> {
         files: files.len() as u64,
         unpacked_bytes: unpacked,
     })
+}
+
+/// Refuses a link (its path, its target) that points outside the build.
+fn stay_inside(links: &[(PathBuf, PathBuf)]) -> Result<(), Refused> {
+    for (path, target) in links {
+        if target.is_absolute() || escapes(&path.parent().unwrap_or(Path::new("")).join(target)) {
+            return Err(Refused(format!(
+                "the link `{}` points to `{}`, outside the build",
+                path.display(),
+                target.display()
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The entry's path as a relative, normalized name, or why not.

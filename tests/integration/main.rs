@@ -6,6 +6,7 @@ mod support;
 
 mod cli;
 mod engine;
+mod hosted;
 mod house;
 mod llm;
 mod money;

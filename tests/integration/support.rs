@@ -786,21 +786,7 @@ impl Served {
     /// made for the test.
     pub fn of(cwd: &Path, db: &Path) -> Served {
         let mut served = Served::bare(cwd, db);
-        let made = Command::new(BIN)
-            .args(["ledger", "token", "--account", "demo", "--scopes"])
-            .arg(ALL_SCOPES)
-            .arg("--db")
-            .arg(db)
-            .current_dir(cwd)
-            .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .stdin(Stdio::null())
-            .output()
-            .expect("gameplan ledger token");
-        assert!(made.status.success(), "ledger token: {made:?}");
-        String::from_utf8_lossy(&made.stdout)
-            .trim()
-            .clone_into(&mut served.token);
+        served.token = token_of(cwd, db);
         served
     }
 
@@ -828,6 +814,22 @@ impl Served {
             .arg("sh")
             .arg(BIN);
         Served::spawned(shell, cwd, db, flags)
+    }
+
+    /// [`Served::with_flags`] of a ledger with the demo account
+    /// (`--demo`), and a token of it with every scope.
+    pub fn with_flags_and_token(cwd: &Path, db: &Path, flags: &[&str]) -> Served {
+        let mut all = vec!["--demo"];
+        all.extend_from_slice(flags);
+        let mut served = Served::with_flags(cwd, db, &all);
+        served.token = token_of(cwd, db);
+        served
+    }
+
+    /// `kill -9` of the server, waited for.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     /// `command` (the server, or what execs it) given `serve`'s arguments.
@@ -1156,4 +1158,34 @@ pub fn write_completion(
          content-length: {}\r\nconnection: close\r\n\r\n{body}",
         body.len()
     );
+}
+
+/// examples/games/coins.py taking `delay` seconds an action: cells that
+/// are still playing when a test acts on them.
+pub fn slow_coins(delay: f64) -> String {
+    let game = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/games/coins.py"),
+    )
+    .expect("coins.py");
+    game.replace(
+        "        elif op == \"act\":\n",
+        &format!("        elif op == \"act\":\n            import time; time.sleep({delay})\n"),
+    )
+}
+
+/// A new token with every scope for the demo account of the ledger `db`.
+fn token_of(cwd: &Path, db: &Path) -> String {
+    let made = Command::new(BIN)
+        .args(["ledger", "token", "--account", "demo", "--scopes"])
+        .arg(ALL_SCOPES)
+        .arg("--db")
+        .arg(db)
+        .current_dir(cwd)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .stdin(Stdio::null())
+        .output()
+        .expect("gameplan ledger token");
+    assert!(made.status.success(), "ledger token: {made:?}");
+    String::from_utf8_lossy(&made.stdout).trim().to_owned()
 }

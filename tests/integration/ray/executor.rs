@@ -4,26 +4,13 @@
 //! (and forgot its jobs) gets again only the batches whose bundles are
 //! missing; Ctrl-C stops every job of the run.
 
-use std::path::Path;
 use std::time::Duration;
 
 use gameplan::ray::{JobDetails, JobStatus};
 use nix::sys::signal::Signal;
 
 use super::{Cluster, alone, runtime, shared};
-use crate::support::{Test, wait_until};
-
-/// coins.py taking `delay` seconds an action.
-fn slow_coins(delay: f64) -> String {
-    let game = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/games/coins.py"),
-    )
-    .expect("coins.py");
-    game.replace(
-        "        elif op == \"act\":\n",
-        &format!("        elif op == \"act\":\n            import time; time.sleep({delay})\n"),
-    )
-}
+use crate::support::{Test, slow_coins, wait_until};
 
 /// A coins plan of `seeds` x 2 controllers cells on the cluster, one job
 /// a cell.

@@ -3,24 +3,11 @@
 //! killed gameplan re-attaches to its jobs instead of submitting again, and
 //! Ctrl-C stops every job.
 
-use std::path::Path;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
-use crate::support::{Test, wait_until};
-
-/// coins.py, one action every `delay` seconds: cells that take a while.
-fn slow_coins(delay: f64) -> String {
-    let game = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/games/coins.py"),
-    )
-    .expect("coins.py");
-    game.replace(
-        "        elif op == \"act\":\n",
-        &format!("        elif op == \"act\":\n            import time; time.sleep({delay})\n"),
-    )
-}
+use crate::support::{Test, slow_coins, wait_until};
 
 fn plan(batch: u32, max_actions: u32) -> String {
     format!(
