@@ -474,7 +474,7 @@ mod tests {
                 raw(&[(MANIFEST, tar::EntryType::Regular, MANIFEST_OK, None)]),
                 "not a file of the build",
             ),
-            (b"not an archive".to_vec(), "not a gzipped tar"),
+            (b"not an archive".to_vec(), "invalid gzip header"),
         ];
         for (bytes, says) in cases {
             let refused = check(&bytes, Limits::default()).expect_err(says);

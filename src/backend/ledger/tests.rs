@@ -1161,6 +1161,8 @@ fn a_version_1_ledger_is_migrated_to_signed_quotes_keeping_its_jobs() {
     let conn = Connection::open(&f.path).expect("open");
     conn.execute_batch(
         "DROP TABLE meta;
+         DROP TABLE hosted;
+         DROP TABLE builds;
          DROP INDEX runs_of_job;
          ALTER TABLE tokens DROP COLUMN revoked_at;
          ALTER TABLE runs DROP COLUMN completed_at;
