@@ -16,6 +16,7 @@
 //! these tests fail, naming the command: a skipped test would look green.
 
 mod executor;
+mod hosted;
 mod jobs;
 
 use std::path::{Path, PathBuf};
