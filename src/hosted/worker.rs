@@ -232,6 +232,9 @@ impl Worker {
         let (phase, reason) = if canceled {
             (Phase::Canceled, format!("canceled: {refunded}"))
         } else if ended == 0 {
+            // Nothing played: the workspace's copy of the build is not kept
+            // (the uploaded build is, to be quoted again); the logs are.
+            let _ = std::fs::remove_dir_all(&build);
             let why = played.map(|p| p.log_tail).unwrap_or_default();
             (
                 Phase::Failed,

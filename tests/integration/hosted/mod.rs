@@ -168,6 +168,11 @@ fn a_build_whose_game_does_not_start_fails_and_every_cell_is_refunded() {
         "the accepted rule: refunded in full"
     );
     assert_eq!(balance(&server.ledger(&t)), before, "nothing kept");
+    let id = playtest["id"].as_str().expect("an id");
+    assert!(
+        !t.path(&format!("server/work/{id}/build")).exists(),
+        "a playtest that never played keeps no copy of its build"
+    );
 }
 
 #[test]
