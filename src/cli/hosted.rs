@@ -10,6 +10,10 @@
 //! playtest it made, charging nothing more), and `hosted status` finds the
 //! playtest by its key.
 //!
+//! `GAMEPLAN_CRASH_AT=hosted_admit:key_journaled|response_received` stops
+//! it there for the kill -9 tests (`backend::crash_points`); a server stops
+//! at `hosted_admit:request_sent`.
+//!
 //! The server and token come from `--server` (or `GAMEPLAN_SERVER`) and
 //! `GAMEPLAN_TOKEN`.
 
@@ -23,6 +27,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Context, LoadArgs};
 use crate::backend::api::{ApiError, Token};
+use crate::backend::crash_points::{Boundary, crash_point};
 use crate::backend::hosted::{AdmitRequest, Phase, Playtest, Quote, QuoteRequest};
 use crate::backend::http::HttpBackend;
 use crate::exit_code;
@@ -452,7 +457,9 @@ fn admit(
     let journaled = records(&client.state)
         .into_iter()
         .rev()
-        .find(|r| r.admit == body && r.server == client.url);
+        // By the body alone: the quote id is the ledger's own, and a server
+        // restarted on another address is the same ledger.
+        .find(|r| r.admit == body);
     let admitted = if let Some(admitted) = journaled {
         cx.console.err(&format!(
             "this quote was sent before under key {}: sent again under the same key (never charged twice)\n",
@@ -483,6 +490,7 @@ fn admit(
         }
         Err(e) => return refused(cx, &e, "nothing was charged"),
     };
+    crash_point("hosted_admit", Boundary::ResponseReceived);
     let _ = record(
         &client.state,
         &Admitted {
@@ -548,6 +556,7 @@ fn asked(
         ));
         return Err(exit_code::PLAN_ERROR);
     }
+    crash_point("hosted_admit", Boundary::KeyJournaled);
     Ok(admitted)
 }
 

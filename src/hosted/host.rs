@@ -364,6 +364,12 @@ impl crate::server::Hosting for Host {
                 register: &register,
             },
         )?;
+        // The kill -9 tests stop the server here: admitted and charged, the
+        // answer never sent.
+        crate::backend::crash_points::crash_point(
+            "hosted_admit",
+            crate::backend::crash_points::Boundary::RequestSent,
+        );
         self.wake.notify_one();
         Ok(playtest)
     }

@@ -826,6 +826,19 @@ impl Served {
         served
     }
 
+    /// [`Served::with_flags`] killing itself with SIGKILL at the crash
+    /// point `at` (`GAMEPLAN_CRASH_AT`), set by a shell that then becomes
+    /// the server.
+    pub fn crashing_at(cwd: &Path, db: &Path, flags: &[&str], at: &str) -> Served {
+        let mut shell = Command::new("sh");
+        shell
+            .arg("-c")
+            .arg(format!("GAMEPLAN_CRASH_AT={at} exec \"$@\""))
+            .arg("sh")
+            .arg(BIN);
+        Served::spawned(shell, cwd, db, flags)
+    }
+
     /// `kill -9` of the server, waited for.
     pub fn kill9(&mut self) {
         let _ = self.child.kill();
@@ -1174,7 +1187,7 @@ pub fn slow_coins(delay: f64) -> String {
 }
 
 /// A new token with every scope for the demo account of the ledger `db`.
-fn token_of(cwd: &Path, db: &Path) -> String {
+pub fn token_of(cwd: &Path, db: &Path) -> String {
     let made = Command::new(BIN)
         .args(["ledger", "token", "--account", "demo", "--scopes"])
         .arg(ALL_SCOPES)

@@ -263,6 +263,45 @@ fn a_server_killed_mid_run_takes_the_playtest_up_again_and_never_charges_twice()
 }
 
 #[test]
+fn an_admission_whose_answer_never_came_is_sent_again_under_its_key_and_charged_once() {
+    let t = Test::new()
+        .file("plan.toml", PLAN)
+        .file("game/coins.py", slow_coins(0.0));
+    let builds = t.path("server").display().to_string();
+    let flags = ["--demo", "--executor", "local", "--builds", &builds];
+    let db = t.path("served.sqlite");
+    // The first server is killed by its own admission, once committed.
+    let mut first = Served::crashing_at(&t.path(""), &db, &flags, "hosted_admit:request_sent");
+    let token = crate::support::token_of(&t.path(""), &db);
+    let t = t
+        .env("GAMEPLAN_SERVER", &first.url)
+        .env("GAMEPLAN_TOKEN", &token);
+    t.run(&["hosted", "quote", "plan.toml", "--output", "quote.json"])
+        .code(0);
+    t.run(&["hosted", "run", "quote.json", "--yes"])
+        .code(1)
+        .stderr_has("answer never came")
+        .stderr_has("same key (never charged twice)");
+    first.kill9();
+    let server = Served::with_flags(&t.path(""), &db, &flags);
+    let t = t.env("GAMEPLAN_SERVER", &server.url);
+    let before_replay = balance(&server.ledger(&t));
+    // Found by its key, without sending anything that charges.
+    let found = status(&t, &[]);
+    assert_eq!(found["id"], "hosted-1", "{found}");
+    let ran = t.run(&["hosted", "run", "quote.json", "--yes", "--wait", "--json"]);
+    ran.code(0).stderr_has("sent before under key");
+    assert_eq!(ran.json()["phase"], "report_ready");
+    let ledger = server.ledger(&t);
+    assert_eq!(jobs(&ledger).len(), 1, "admitted once: {ledger}");
+    assert_eq!(
+        balance(&ledger),
+        before_replay,
+        "the repeat charged nothing"
+    );
+}
+
+#[test]
 fn refusals_say_what_was_not_charged_and_what_to_do() {
     let (t, server) = hosted(0.0, &[]);
     let before = balance(&server.ledger(&t));

@@ -41,7 +41,10 @@ fn a_hosted_playtest_on_ray_is_charged_once_played_as_ray_jobs_and_settled_once(
     let price = playtest["charged_cents"].as_i64().expect("charged");
     assert_eq!(playtest["refunded_cents"], 0);
     let id = playtest["id"].as_str().expect("an id");
-    assert!(t.path(&format!(".gameplan/hosted/{id}/report.html")).is_file());
+    assert!(
+        t.path(&format!(".gameplan/hosted/{id}/report.html"))
+            .is_file()
+    );
     let ledger = server.ledger(&t);
     assert_eq!(jobs(&ledger).len(), 1, "admitted once: {ledger}");
     assert_eq!(jobs(&ledger)[0]["state"], "settled");
