@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::api::{PriceLine, RunLength, Settlement};
+use super::api::{Estimate, RunLength, Settlement};
 
 /// The add-on module a hosted cell is priced with: the server's compute.
 pub const COMPUTE_MODULE: &str = "hosted_compute";
@@ -116,20 +116,18 @@ pub struct Quote {
     pub build: String,
     pub plan: String,
     pub vars: BTreeMap<String, String>,
-    pub quote_id: String,
+    /// The account it prices for.
+    pub account: String,
     pub cells: Vec<QuotedCell>,
     pub run_length: RunLength,
     pub modules: Vec<String>,
-    pub estimate_cents: i64,
-    pub balance_cents: i64,
-    /// Whether the balance covers it.
-    pub ok: bool,
-    /// The cells, the hosted compute per controller, the aggregate.
-    pub breakdown: Vec<PriceLine>,
+    /// The ledger's estimate: its id, the price, the balance, the lines
+    /// (the cells, the hosted compute per controller, the aggregate).
+    #[serde(flatten)]
+    pub estimate: Estimate,
     /// What is accepted with the price: when money comes back, and how the
     /// game is played.
     pub statements: Vec<String>,
-    pub expires_at: String,
 }
 
 /// `POST /v1/games/{game}/hosted` (with an `Idempotency-Key`): admit the

@@ -381,23 +381,18 @@ fn quote_text(quote: &Quote) -> String {
         &quote.build[..quote.build.len().min(12)],
         quote.run_length.as_str()
     );
-    for line in &quote.breakdown {
-        let _ = writeln!(
-            text,
-            "  {:<40} {:>4} × {:>8} = {}",
-            line.unit,
-            line.count,
-            dollars(line.unit_cents),
-            dollars(line.count * line.unit_cents)
-        );
+    for line in crate::report::quote::price_table(&quote.estimate, &quote.account) {
+        let _ = writeln!(text, "{line}");
     }
     let _ = writeln!(
         text,
-        "  total {} (balance {}{}); valid until {}\naccepted with it:",
-        dollars(quote.estimate_cents),
-        dollars(quote.balance_cents),
-        if quote.ok { "" } else { ": NOT ENOUGH" },
-        quote.expires_at
+        "  {}valid until {}\naccepted with it:",
+        if quote.estimate.ok {
+            ""
+        } else {
+            "the balance does not cover it; "
+        },
+        quote.estimate.expires_at
     );
     for statement in &quote.statements {
         let _ = writeln!(text, "  - {statement}");
@@ -451,8 +446,8 @@ fn admit(
         build: quote.build.clone(),
         plan: quote.plan.clone(),
         vars: quote.vars.clone(),
-        quote_id: quote.quote_id.clone(),
-        confirm_price_cents: quote.estimate_cents,
+        quote_id: quote.estimate.quote_id.clone(),
+        confirm_price_cents: quote.estimate.estimate_cents,
     };
     let journaled = records(&client.state)
         .into_iter()
@@ -531,14 +526,14 @@ fn asked(
     let question = format!(
         "Play {} cells hosted for {} (balance {})?",
         quote.cells.len(),
-        dollars(quote.estimate_cents),
-        dollars(quote.balance_cents)
+        dollars(quote.estimate.estimate_cents),
+        dollars(quote.estimate.balance_cents)
     );
     let terminal = std::io::IsTerminal::is_terminal(&std::io::stdin());
     if !(yes || (terminal && super::plan_run::ask(&format!("{question} [y/N] "), false))) {
         cx.console.err(&format!(
             "declined at the price question ({}); nothing was charged. Answer yes at a terminal, or pass --yes (without a terminal the answer is no)\n",
-            dollars(quote.estimate_cents)
+            dollars(quote.estimate.estimate_cents)
         ));
         return Err(exit_code::CANCELED);
     }

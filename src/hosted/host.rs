@@ -289,9 +289,10 @@ impl crate::server::Hosting for Host {
         request: &QuoteRequest,
     ) -> Result<Quote, ApiError> {
         let priced = self.priced(ledger, token, Endpoint::HostedQuote, game, request)?;
-        let estimate = ledger.estimate(token, game, &estimate_request(&priced))?;
+        let mut estimate = ledger.estimate(token, game, &estimate_request(&priced))?;
+        let account = ledger.whoami(token)?.user;
         let mut breakdown = Vec::new();
-        for line in estimate.breakdown {
+        for line in std::mem::take(&mut estimate.breakdown) {
             if line.unit != COMPUTE_MODULE {
                 breakdown.push(line);
                 continue;
@@ -309,6 +310,7 @@ impl crate::server::Hosting for Host {
                 });
             }
         }
+        estimate.breakdown = breakdown;
         Ok(Quote {
             hosted_quote: 1,
             server: String::new(),
@@ -316,16 +318,12 @@ impl crate::server::Hosting for Host {
             build: request.build.clone(),
             plan: request.plan.clone(),
             vars: request.vars.clone(),
-            quote_id: estimate.quote_id,
+            account,
             cells: priced.cells,
             run_length: priced.run_length,
             modules: vec![COMPUTE_MODULE.to_owned()],
-            estimate_cents: estimate.estimate_cents,
-            balance_cents: estimate.balance_cents,
-            ok: estimate.ok,
-            breakdown,
+            estimate,
             statements: STATEMENTS.iter().map(|s| (*s).to_owned()).collect(),
-            expires_at: estimate.expires_at,
         })
     }
 

@@ -325,6 +325,28 @@ fn refusals_say_what_was_not_charged_and_what_to_do() {
     t.run(&["hosted", "quote", "plan.toml", "--server", &plain.url])
         .code(3)
         .stderr_has("--executor local");
+    // A build over the server's limit is refused before it is stored.
+    let builds = t.path("small").display().to_string();
+    let small = Served::with_flags(
+        &t.path(""),
+        &t.path("served.sqlite"),
+        &[
+            "--executor",
+            "local",
+            "--builds",
+            &builds,
+            "--max-build-bytes",
+            "1KiB",
+        ],
+    );
+    t.run(&["hosted", "quote", "plan.toml", "--server", &small.url])
+        .code(3)
+        .stderr_has("over the 1024 bytes")
+        .stderr_has("nothing was stored");
+    assert!(
+        std::fs::read_dir(t.path("small/builds")).map_or(0, Iterator::count) == 0,
+        "nothing kept"
+    );
     // No token.
     let no_token = Test::new()
         .file("plan.toml", PLAN)
