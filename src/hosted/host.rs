@@ -252,8 +252,8 @@ impl crate::server::Hosting for Host {
                 ),
             ));
         }
-        // The account may upload before the bytes are kept: a refusal for
-        // a token or scope comes before any disk is used.
+        // Asked again here, not only before the body was read: a token
+        // revoked meanwhile stores nothing.
         ledger.authorize(token, Endpoint::UploadBuild)?;
         let stored = self.builds.join(format!("{sha256}.tar.gz"));
         let unavailable = |e: std::io::Error| {

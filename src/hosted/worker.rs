@@ -346,14 +346,21 @@ impl Worker {
         let mut ended_played = 0;
         for (index, cell) in work.cells.iter().enumerate() {
             let end = match lines.get(cell.id.as_str()) {
-                Some(line) if line.state != "interrupted" => {
+                // A cell a cancel stopped mid-play played: charged, as the
+                // quote says; one it stopped before its first action was
+                // not, and is left to the settlement's refund.
+                Some(line) if line.state != "interrupted" || line.actions_taken > 0 => {
                     let actions = i64::try_from(line.actions_taken).unwrap_or(i64::MAX);
-                    let reason = (actions == 0).then(|| {
-                        format!(
+                    let reason = if actions == 0 {
+                        Some(format!(
                             "it never played: the game did not get through hello and reset ({})",
                             line.quit_reason
-                        )
-                    });
+                        ))
+                    } else if line.state == "interrupted" {
+                        Some(format!("stopped by the cancel after {actions} actions"))
+                    } else {
+                        None
+                    };
                     if actions > 0 {
                         ended_played += 1;
                     }
