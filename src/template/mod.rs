@@ -438,6 +438,29 @@ pub fn check_prompt(source: &str) -> Result<(), TemplateError> {
         .map_err(|e| prompt_error(&e))
 }
 
+/// Checks that a plan's own `report.html` template compiles (`plan check`):
+/// its syntax only, which the page's environment (`report::html`) shares
+/// with every minijinja environment.
+pub fn check_page(source: &str) -> Result<(), TemplateError> {
+    Environment::new()
+        .template_from_str(source)
+        .map(|_| ())
+        .map_err(|e| {
+            let detail = e
+                .detail()
+                .map_or_else(|| e.kind().to_string(), str::to_owned);
+            let at = e.line().map(|l| format!(" (line {l})")).unwrap_or_default();
+            TemplateError {
+                message: format!("invalid template{at}: {detail}"),
+                help: Some(
+                    "the template gets what the shipped one gets: `run`, `verdict`, `findings`, \
+                     `cells`, `gates`, ... (docs/running.md › The HTML report)"
+                        .into(),
+                ),
+            }
+        })
+}
+
 fn prompt_error(e: &minijinja::Error) -> TemplateError {
     let detail = e
         .detail()

@@ -175,3 +175,101 @@ fn report_in_a_repo_without_runs_says_there_is_none() {
     let t = Test::new();
     t.run(&["report"]).code(3).stderr_has("error: no runs in");
 }
+
+/// A plan's own page: its marker, and what the shipped template gets.
+const OWN_TEMPLATE: &str = "<title>{{ run.plan }}</title>\
+    <p id=\"own\">OWN PAGE: {{ verdict.word }}, {{ findings|length }} findings, \
+    {{ cells|length }} cells</p>";
+
+/// The lever plan of `play::repeats`, with `[report] template = "pages/own.html"`.
+fn own_template_repo(template: &str) -> Test {
+    let plan = format!(
+        "{}\n[report]\ntemplate = \"pages/own.html\"\n",
+        crate::play::repeats::PLAN
+    );
+    Test::new()
+        .file("plan.toml", plan)
+        .file("game.py", crate::play::repeats::game(2))
+        .file("pages/own.html", template)
+}
+
+#[test]
+fn a_plans_own_template_makes_its_page_and_report_renders_it_again() {
+    let t = own_template_repo(OWN_TEMPLATE);
+    t.run(&["plan", "run", "plan.toml"]).code(0);
+    let dir = run_dir(&t);
+    let page = t.read(&format!("{dir}/report.html"));
+    let findings = aggregate_ids(&t).len();
+    assert!(
+        page.contains(&format!("OWN PAGE: passed, {findings} findings, 3 cells")),
+        "{page}"
+    );
+    assert!(
+        !page.contains("id=\"verdict\""),
+        "not the shipped page: {page}"
+    );
+
+    std::fs::remove_file(t.path(&format!("{dir}/report.html"))).expect("rm");
+    let again = t.run(&["report"]);
+    again.code(0);
+    assert!(!again.stderr.contains("warning"), "{again}");
+    assert_eq!(t.read(&format!("{dir}/report.html")), page);
+}
+
+#[test]
+fn a_template_that_does_not_render_warns_and_the_shipped_page_is_written() {
+    // It compiles (`plan check` passes it); the include fails when rendered.
+    let t = own_template_repo("<p>OWN PAGE</p>{% include \"gone.html\" %}");
+    t.check(&["plan.toml"]).json.code(0);
+    let warning = "warning: the plan's report template ";
+    t.run(&["plan", "run", "plan.toml"])
+        .code(0)
+        .stderr_has(warning)
+        .stderr_has("pages/own.html does not render: ")
+        .stderr_has("report.html was written with the shipped template instead");
+    let dir = run_dir(&t);
+    let page = t.read(&format!("{dir}/report.html"));
+    assert!(page.contains("id=\"verdict\""), "the shipped page: {page}");
+    assert!(!page.contains("OWN PAGE"), "{page}");
+
+    // Gone since the run: `gameplan report` says so, and writes the shipped page.
+    std::fs::remove_file(t.path("pages/own.html")).expect("rm");
+    t.run(&["report"])
+        .code(0)
+        .stderr_has("warning: cannot read the plan's report template ")
+        .stderr_has("report.html was written with the shipped template instead");
+    assert_eq!(t.read(&format!("{dir}/report.html")), page);
+}
+
+#[test]
+fn a_missing_or_broken_template_is_a_plan_error_at_its_key_in_toml_and_yaml() {
+    let t = own_template_repo("<p>{% if %}</p>");
+    let plan = t.read("plan.toml");
+    let check = t.check(&["plan.toml"]);
+    let problem = check.only("plan::invalid_report_template");
+    crate::support::at(problem, &plan, "\"pages/own.html\"");
+    assert!(
+        problem
+            .message
+            .starts_with("report template `pages/own.html`: invalid template (line 1): "),
+        "{problem:?}"
+    );
+    check.rendered(problem);
+
+    std::fs::remove_file(t.path("pages/own.html")).expect("rm");
+    let check = t.check(&["plan.toml"]);
+    let problem = check.only("plan::missing_file");
+    crate::support::at(problem, &plan, "\"pages/own.html\"")
+        .message("report template `pages/own.html` does not exist");
+
+    let yaml = "version: 1\nname: b\nreport:\n  template: pages/own.html\nsteps:\n  - {id: a, kind: command, run: x}\n";
+    t.write("plan.yaml", yaml);
+    let check = t.check(&["plan.yaml"]);
+    crate::support::at(check.only("plan::missing_file"), yaml, "pages/own.html");
+    t.write("pages/own.html", OWN_TEMPLATE);
+    t.check(&["plan.yaml"]).json.code(0);
+    t.write("plan.yaml", yaml.replace("template:", "tempate:"));
+    t.check(&["plan.yaml"])
+        .only("plan::unknown_key")
+        .help_has("template");
+}
