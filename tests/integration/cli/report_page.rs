@@ -3,7 +3,10 @@
 //! own browser driver, `gameplan play --url`, whose probe reads the page
 //! and which reports any console error as a finding): every finding of
 //! aggregate.json is on it, every image loads, nothing errs.
-//! `gameplan report` writes it again.
+//! `gameplan report` writes it again; a plan's own template makes it.
+//! The paid demo's page (README's first command) is checked the same way,
+//! and its screenshot kept in `$GAMEPLAN_ARTIFACTS/report-page.png` when
+//! that names a directory (`.ci/run` sets `target/artifacts`).
 
 use serde_json::Value;
 
@@ -45,6 +48,7 @@ const PROBE: &str = "({ids: [...document.querySelectorAll('.finding')].map(e => 
     broken: [...document.images].filter(i => !i.complete || i.naturalWidth === 0).map(i => i.src), \
     lines: document.querySelectorAll('svg polyline').length, \
     videos: [...document.querySelectorAll('video.video, img.video')].map(v => v.getAttribute('src')), \
+    broken_videos: [...document.querySelectorAll('video')].filter(v => v.error).map(v => v.currentSrc), \
     moments: [...document.querySelectorAll('a.moment')].map(a => a.getAttribute('href') + ' ' + a.textContent), \
     verdict: document.getElementById('verdict').textContent, \
     labels: [...document.querySelectorAll('.label')].map(e => e.textContent)})";
@@ -168,6 +172,60 @@ fn a_browser_runs_page_shows_the_screenshot_of_its_finding_and_every_image_loads
         );
         assert!(seen["images"].as_u64().is_some_and(|n| n >= 2), "{seen}");
     }
+}
+
+/// Where a screenshot of the page goes when `GAMEPLAN_ARTIFACTS` names a
+/// directory (CI keeps it: `.ci/run`), relative to the repo's root.
+fn keep_artifact(t: &Test, name: &str) {
+    let Some(dir) = std::env::var_os("GAMEPLAN_ARTIFACTS").filter(|d| !d.is_empty()) else {
+        return;
+    };
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
+    let mut shots: Vec<_> = std::fs::read_dir(t.path("seen/screenshots"))
+        .expect("the page's screenshots")
+        .filter_map(|e| Some(e.ok()?.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "png"))
+        .collect();
+    shots.sort();
+    // The last: the page after it settled.
+    let shot = shots.last().expect("a screenshot of the page");
+    std::fs::create_dir_all(&dir).expect("the artifacts directory");
+    std::fs::copy(shot, dir.join(name)).expect("the screenshot kept");
+}
+
+/// README's first command: the paid demo on the embedded ledger (in the
+/// test's own state directory), and the page it leaves.
+#[test]
+fn the_paid_demos_page_shows_every_finding_and_opens_without_an_error() {
+    let t = Test::new()
+        .file("plans/demo.toml", include_str!("../../../plans/demo.toml"))
+        .file(
+            "examples/personas/veteran.md",
+            include_str!("../../../examples/personas/veteran.md"),
+        );
+    t.run(&["plan", "run", "plans/demo.toml", "--yes"])
+        .code(0)
+        .stdout_has("/report.html");
+    let ids = aggregate_ids(&t);
+    assert!(!ids.is_empty(), "the maze's planted crash is a finding");
+    let (seen, errors) = open(&t, &run_dir(&t), "report.html");
+    assert!(errors.is_empty(), "the page itself errs: {errors:#?}");
+    let shown: Vec<&str> = seen["ids"]
+        .as_array()
+        .expect("ids")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(shown, ids, "every finding of aggregate.json, in its order");
+    assert_eq!(seen["broken"], serde_json::json!([]), "{seen}");
+    assert_eq!(seen["broken_videos"], serde_json::json!([]), "{seen}");
+    assert!(
+        seen["verdict"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("passed, exit code 0")),
+        "{seen}"
+    );
+    keep_artifact(&t, "report-page.png");
 }
 
 #[test]
