@@ -2,7 +2,8 @@
 //! observation, written as the cell plays, an animated PNG without ffmpeg
 //! (webm with it: not tested here, ffmpeg is not installed by `.ci/run`);
 //! `[budget] video = false` films nothing; `max_video_frames` stops it and
-//! says so; `plan check` places a wrong value.
+//! says so; a reused cell's video is restored with it; `plan check` places
+//! a wrong value.
 
 use serde_json::Value;
 
@@ -139,6 +140,46 @@ fn a_browser_cell_films_each_observation_unless_told_not_to_and_stops_at_its_fra
         notes.contains("the video stops at its 2 frames")
             && notes.contains("the 2 observations after"),
         "{notes}"
+    );
+}
+
+/// A reused cell's video and screenshots are restored with its report:
+/// the same bytes, where its `report.json` says, and on its page.
+#[test]
+fn a_reused_browser_cell_has_its_video_and_screenshots() {
+    let t = Test::new()
+        .file("page.html", PAGE)
+        .file("plan.toml", plan("max_actions = 10"));
+    t.run(&["plan", "run", "plan.toml"]).code(0);
+    let (first_dir, first) = cell(&t);
+    let path = first["video"]["path"].as_str().expect("a video").to_owned();
+    let video = std::fs::read(t.path(&format!("{first_dir}/{path}"))).expect("the video");
+
+    let again = t.run(&["plan", "run", "plan.toml", "--json"]);
+    let doc = again.code(0).json();
+    assert_eq!(
+        crate::support::by_step(&doc, "state")["play[clicker]"],
+        "reused",
+        "{again}"
+    );
+    let (dir, report) = cell(&t);
+    assert_ne!(dir, first_dir, "a run of its own");
+    assert_eq!(report["video"], first["video"]);
+    let restored = std::fs::read(t.path(&format!("{dir}/{path}"))).expect("the video, restored");
+    assert!(restored == video, "the same bytes");
+    for shot in report["video"]["shots"].as_array().expect("shots") {
+        let shot = shot.as_str().expect("a name");
+        assert!(
+            t.path(&format!("{dir}/screenshots/{shot}")).is_file(),
+            "{shot} restored"
+        );
+    }
+    let run = dir.trim_end_matches("/steps/play[clicker]");
+    let page = t.read(&format!("{run}/report.html"));
+    // The page shows a cell's video only when its file is there.
+    assert!(
+        page.contains("id=\"video-play[clicker]\""),
+        "the page shows the reused cell's video: {page}"
     );
 }
 
