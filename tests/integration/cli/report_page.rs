@@ -58,24 +58,33 @@ fn run_dir(t: &Test) -> String {
     format!(".gameplan/runs/{}", t.run_ids().last().expect("a run"))
 }
 
-/// Opens `page` (in `dir`) in headless Chromium; what the probe read, and
-/// the findings gameplan's browser driver made of the page itself.
-fn open(t: &Test, dir: &str, page: &str) -> (Value, Vec<Value>) {
+/// Opens `page` (in `dir`) in headless Chromium, waits once, and reads
+/// `probe` at each observation (the page loaded, then after the wait):
+/// what it read, in turn, and the findings gameplan's browser driver made
+/// of the page itself.
+pub(crate) fn observe(t: &Test, dir: &str, page: &str, probe: &str) -> (Vec<Value>, Vec<Value>) {
     t.run(&[
         "play", "--player", "scripted", "--action", "wait", "--serve", dir, "--url", page,
-        "--probe", PROBE, "--out", "seen",
+        "--probe", probe, "--out", "seen",
     ])
     .code(0);
-    let first = std::fs::read_to_string(t.path("seen/transcript.jsonl"))
+    let states: Vec<Value> = std::fs::read_to_string(t.path("seen/transcript.jsonl"))
         .expect("transcript")
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .find_map(|v| v.get("observation").cloned())
-        .expect("an observation of the page");
+        .filter_map(|v| Some(v.get("observation")?.get("state")?.clone()))
+        .collect();
+    assert!(!states.is_empty(), "an observation of the page");
     let report: Value =
         serde_json::from_str(&t.read("seen/report.json")).expect("the page's cell report");
     let findings = report["findings"].as_array().cloned().unwrap_or_default();
-    (first["state"].clone(), findings)
+    (states, findings)
+}
+
+/// [`observe`] with the page probe: what it read when the page loaded.
+fn open(t: &Test, dir: &str, page: &str) -> (Value, Vec<Value>) {
+    let (states, findings) = observe(t, dir, page, PROBE);
+    (states[0].clone(), findings)
 }
 
 fn aggregate_ids(t: &Test) -> Vec<String> {

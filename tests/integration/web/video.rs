@@ -1,6 +1,6 @@
 //! A browser cell's video (docs/web-games.md, "The video"): one frame per
-//! observation, written as the cell plays, an animated PNG without ffmpeg
-//! (webm with it: not tested here, ffmpeg is not installed by `.ci/run`);
+//! observation, written as the cell plays, an animated PNG without ffmpeg,
+//! webm with it (`.ci/setup` installs it), which the run's page plays;
 //! `[budget] video = false` films nothing; `max_video_frames` stops it and
 //! says so; a reused cell's video is restored with it; `plan check` places
 //! a wrong value.
@@ -67,6 +67,10 @@ fn apng_frames(path: &std::path::Path) -> (u32, u32, (u32, u32)) {
     }
     (said, decoded, size)
 }
+
+/// Each `<video>` of a page: its source, `readyState`, duration and error.
+const VIDEO_PROBE: &str = "([...document.querySelectorAll('video')].map(v => \
+    ({src: v.getAttribute('src'), ready: v.readyState, duration: v.duration, error: v.error && v.error.code})))";
 
 fn ffmpeg_installed() -> bool {
     std::env::var_os("PATH")
@@ -180,6 +184,52 @@ fn a_reused_browser_cell_has_its_video_and_screenshots() {
     assert!(
         page.contains("id=\"video-play[clicker]\""),
         "the page shows the reused cell's video: {page}"
+    );
+}
+
+/// With ffmpeg on PATH the cell's video is `video.webm`, and the run's
+/// page plays it in Chromium; without, it says it skipped that and checks
+/// the animated PNG.
+#[test]
+#[expect(
+    clippy::print_stderr,
+    reason = "a skipped check says so where cargo test shows it"
+)]
+fn with_ffmpeg_the_video_is_webm_and_plays_on_the_page() {
+    let t = Test::new()
+        .file("page.html", PAGE)
+        .file("plan.toml", plan("max_actions = 10"));
+    t.run(&["plan", "run", "plan.toml"]).code(0);
+    let (dir, report) = cell(&t);
+    if !ffmpeg_installed() {
+        eprintln!(
+            "skipped: no ffmpeg on PATH, so no webm to play (.ci/setup installs it); \
+             checked the animated PNG instead"
+        );
+        assert_eq!(report["video"]["path"], "video.png", "{report:#}");
+        assert!(t.path(&format!("{dir}/video.png")).is_file());
+        return;
+    }
+    assert_eq!(report["video"]["format"], "webm", "{report:#}");
+    assert_eq!(report["video"]["path"], "video.webm");
+    assert!(t.path(&format!("{dir}/video.webm")).is_file());
+    assert!(
+        !t.path(&format!("{dir}/video.png")).exists(),
+        "the APNG removed"
+    );
+    let run = dir.trim_end_matches("/steps/play[clicker]");
+    let (states, errors) = crate::cli::report_page::observe(&t, run, "report.html", VIDEO_PROBE);
+    assert!(errors.is_empty(), "the page errs: {errors:#?}");
+    // After the wait: its metadata loaded (readyState 1 or more), it lasts.
+    let videos = states.last().and_then(Value::as_array).expect("the videos");
+    assert_eq!(videos.len(), 1, "{states:?}");
+    let video = &videos[0];
+    assert_eq!(video["src"], "steps/play[clicker]/video.webm", "{video}");
+    assert_eq!(video["error"], Value::Null, "{video}");
+    assert!(video["ready"].as_u64().is_some_and(|r| r >= 1), "{video}");
+    assert!(
+        video["duration"].as_f64().is_some_and(|d| d > 0.0),
+        "{video}"
     );
 }
 
