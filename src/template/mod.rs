@@ -445,29 +445,29 @@ pub fn check_page(source: &str) -> Result<(), TemplateError> {
     Environment::new()
         .template_from_str(source)
         .map(|_| ())
-        .map_err(|e| {
-            let detail = e
-                .detail()
-                .map_or_else(|| e.kind().to_string(), str::to_owned);
-            let at = e.line().map(|l| format!(" (line {l})")).unwrap_or_default();
-            TemplateError {
-                message: format!("invalid template{at}: {detail}"),
-                help: Some(
-                    "the template gets what the shipped one gets: `run`, `verdict`, `findings`, \
-                     `cells`, `gates`, ... (docs/running.md › The HTML report)"
-                        .into(),
-                ),
-            }
+        .map_err(|e| TemplateError {
+            message: format!("invalid template{}", located(&e)),
+            help: Some(
+                "the template gets what the shipped one gets: `run`, `verdict`, `findings`, \
+                 `cells`, `gates`, ... (docs/running.md › The HTML report)"
+                    .into(),
+            ),
         })
 }
 
-fn prompt_error(e: &minijinja::Error) -> TemplateError {
+/// What a compile error says, after where it is: ` (line 3): unexpected
+/// end of input`.
+fn located(e: &minijinja::Error) -> String {
     let detail = e
         .detail()
         .map_or_else(|| e.kind().to_string(), str::to_owned);
     let at = e.line().map(|l| format!(" (line {l})")).unwrap_or_default();
+    format!("{at}: {detail}")
+}
+
+fn prompt_error(e: &minijinja::Error) -> TemplateError {
     TemplateError {
-        message: format!("invalid prompt template{at}: {detail}"),
+        message: format!("invalid prompt template{}", located(e)),
         help: Some(
             "a prompt reads `persona`, `observation` (text, actions, score, state), `history` \
              (action, result), `wanted` and `step`"

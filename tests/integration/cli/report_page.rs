@@ -87,6 +87,26 @@ fn open(t: &Test, dir: &str, page: &str) -> (Value, Vec<Value>) {
     (states[0].clone(), findings)
 }
 
+/// Opens the run's page, which must not err and must show every finding
+/// of aggregate.json, in its order; what the probe read.
+fn open_run_page(t: &Test) -> Value {
+    let (seen, errors) = open(t, &run_dir(t), "report.html");
+    assert!(errors.is_empty(), "the page itself errs: {errors:#?}");
+    let shown: Vec<String> = seen["ids"]
+        .as_array()
+        .expect("ids")
+        .iter()
+        .filter_map(Value::as_str)
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(
+        shown,
+        aggregate_ids(t),
+        "every finding of aggregate.json, in its order"
+    );
+    seen
+}
+
 fn aggregate_ids(t: &Test) -> Vec<String> {
     let agg: Value =
         serde_json::from_str(&t.read(&format!("{}/steps/aggregate/aggregate.json", run_dir(t))))
@@ -110,15 +130,7 @@ fn a_runs_page_shows_every_finding_with_its_labels_and_coverage_and_opens_withou
         .stdout_has("  page: .gameplan/runs/")
         .stdout_has("/report.html");
     let dir = run_dir(&t);
-    let (seen, errors) = open(&t, &dir, "report.html");
-    assert!(errors.is_empty(), "the page itself errs: {errors:#?}");
-    let ids: Vec<String> = seen["ids"]
-        .as_array()
-        .expect("ids")
-        .iter()
-        .map(|v| v.as_str().unwrap_or_default().to_owned())
-        .collect();
-    assert_eq!(ids, aggregate_ids(&t));
+    let seen = open_run_page(&t);
     assert_eq!(seen["labels"], serde_json::json!(["flaky 1/3"]));
     assert!(
         seen["verdict"]
@@ -144,18 +156,11 @@ fn a_browser_runs_page_shows_the_screenshot_of_its_finding_and_every_image_loads
         .file("plan.toml", WEB_PLAN)
         .file("page.html", THROWING_PAGE);
     t.run(&["plan", "run", "plan.toml"]).code(0);
-    let ids = aggregate_ids(&t);
-    assert!(!ids.is_empty(), "the thrown error is a finding");
-    let dir = run_dir(&t);
-    let (seen, errors) = open(&t, &dir, "report.html");
-    assert!(errors.is_empty(), "the page itself errs: {errors:#?}");
-    let shown: Vec<&str> = seen["ids"]
-        .as_array()
-        .expect("ids")
-        .iter()
-        .filter_map(Value::as_str)
-        .collect();
-    assert_eq!(shown, ids);
+    assert!(
+        !aggregate_ids(&t).is_empty(),
+        "the thrown error is a finding"
+    );
+    let seen = open_run_page(&t);
     assert!(
         seen["images"].as_u64().is_some_and(|n| n >= 1),
         "the finding's screenshot is on the page: {seen}"
@@ -215,17 +220,11 @@ fn the_paid_demos_page_shows_every_finding_and_opens_without_an_error() {
     t.run(&["plan", "run", "plans/demo.toml", "--yes"])
         .code(0)
         .stdout_has("/report.html");
-    let ids = aggregate_ids(&t);
-    assert!(!ids.is_empty(), "the maze's planted crash is a finding");
-    let (seen, errors) = open(&t, &run_dir(&t), "report.html");
-    assert!(errors.is_empty(), "the page itself errs: {errors:#?}");
-    let shown: Vec<&str> = seen["ids"]
-        .as_array()
-        .expect("ids")
-        .iter()
-        .filter_map(Value::as_str)
-        .collect();
-    assert_eq!(shown, ids, "every finding of aggregate.json, in its order");
+    assert!(
+        !aggregate_ids(&t).is_empty(),
+        "the maze's planted crash is a finding"
+    );
+    let seen = open_run_page(&t);
     assert_eq!(seen["broken"], serde_json::json!([]), "{seen}");
     assert_eq!(seen["broken_videos"], serde_json::json!([]), "{seen}");
     assert!(

@@ -40,6 +40,15 @@ matrix = {{ persona = "*" }}
     )
 }
 
+/// A repo whose one cell clicked three times, filmed, in one run.
+fn filmed() -> Test {
+    let t = Test::new()
+        .file("page.html", PAGE)
+        .file("plan.toml", plan("max_actions = 10"));
+    t.run(&["plan", "run", "plan.toml"]).code(0);
+    t
+}
+
 /// The cell's directory and report of the test's last run.
 fn cell(t: &Test) -> (String, Value) {
     let dir = format!(
@@ -79,10 +88,7 @@ fn ffmpeg_installed() -> bool {
 
 #[test]
 fn a_browser_cell_films_each_observation_unless_told_not_to_and_stops_at_its_frames() {
-    let t = Test::new()
-        .file("page.html", PAGE)
-        .file("plan.toml", plan("max_actions = 10"));
-    t.run(&["plan", "run", "plan.toml"]).code(0);
+    let t = filmed();
     let (dir, report) = cell(&t);
     let video = &report["video"];
     // The second load and each of the three clicks: four observations.
@@ -151,10 +157,7 @@ fn a_browser_cell_films_each_observation_unless_told_not_to_and_stops_at_its_fra
 /// the same bytes, where its `report.json` says, and on its page.
 #[test]
 fn a_reused_browser_cell_has_its_video_and_screenshots() {
-    let t = Test::new()
-        .file("page.html", PAGE)
-        .file("plan.toml", plan("max_actions = 10"));
-    t.run(&["plan", "run", "plan.toml"]).code(0);
+    let t = filmed();
     let (first_dir, first) = cell(&t);
     let path = first["video"]["path"].as_str().expect("a video").to_owned();
     let video = std::fs::read(t.path(&format!("{first_dir}/{path}"))).expect("the video");
@@ -196,10 +199,7 @@ fn a_reused_browser_cell_has_its_video_and_screenshots() {
     reason = "a skipped check says so where cargo test shows it"
 )]
 fn with_ffmpeg_the_video_is_webm_and_plays_on_the_page() {
-    let t = Test::new()
-        .file("page.html", PAGE)
-        .file("plan.toml", plan("max_actions = 10"));
-    t.run(&["plan", "run", "plan.toml"]).code(0);
+    let t = filmed();
     let (dir, report) = cell(&t);
     if !ffmpeg_installed() {
         eprintln!(
