@@ -632,6 +632,10 @@ fn publish(
             ));
         }
     }
+    if let Some(warning) = &report.page_warning {
+        cx.console
+            .err(&redactor.redact(&format!("warning: {warning}\n")));
+    }
     if args.json {
         let mut doc = serde_json::to_value(report).unwrap_or_default();
         redactor.redact_json(&mut doc);

@@ -44,7 +44,12 @@ pub fn run(
         }
     };
     let page = match crate::report::html::render(&report, &run_dir.dir) {
-        Ok(page) => page,
+        Ok(page) => {
+            if let Some(warning) = &page.warning {
+                cx.console.err(&format!("warning: {warning}\n"));
+            }
+            page.html
+        }
         Err(e) => {
             cx.console.err(&format!("error: {e}\n"));
             return exit_code::FAILED;

@@ -316,3 +316,44 @@ pub fn decode_word<T: Copy>(
     diags.push(d);
     None
 }
+
+/// Passes a node through untouched (for reading `kind` before anything else).
+impl Decode for Node {
+    fn decode(node: &Node, _: &mut Diagnostics) -> Option<Self> {
+        Some(node.clone())
+    }
+}
+
+/// A duration in seconds: an integer, or a string like `"90s"`, `"10m"`, `"1h"`.
+pub struct Seconds(pub u64);
+
+impl Decode for Seconds {
+    fn decode(node: &Node, diags: &mut Diagnostics) -> Option<Self> {
+        if let Value::Int(_) = node.value {
+            return u64::decode(node, diags).map(Seconds);
+        }
+        if let Value::Str(text) | Value::Scalar(text) = &node.value {
+            let text = text.trim();
+            let split = text
+                .find(|c: char| !c.is_ascii_digit())
+                .unwrap_or(text.len());
+            let (digits, unit) = text.split_at(split);
+            let scale = match unit.trim() {
+                "" | "s" => Some(1),
+                "m" => Some(60),
+                "h" => Some(3600),
+                _ => None,
+            };
+            if let (Ok(n), Some(scale)) = (digits.parse::<u64>(), scale) {
+                return Some(Seconds(n.saturating_mul(scale)));
+            }
+        }
+        diags.push(
+            Diagnostic::new("plan::wrong_type", "expected a duration")
+                .at(node.span)
+                .label("not a duration")
+                .help("write seconds as an integer (90) or a string with a unit: \"90s\", \"10m\", \"1h\""),
+        );
+        None
+    }
+}

@@ -11,6 +11,7 @@ pub mod kinds;
 pub mod load;
 pub mod model;
 pub mod node;
+pub mod page;
 pub mod raw;
 pub mod schema;
 pub mod source;

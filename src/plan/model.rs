@@ -67,10 +67,21 @@ pub struct Plan {
     /// `fail_on`: which findings fail the run (exit 1) without a gate;
     /// empty when the plan does not say.
     pub fail_on: Vec<FailOn>,
+    /// `[report]`: how `report.html` is made. Left out of the model's JSON
+    /// when absent, so plans without it keep their hash.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub report: Option<ReportPage>,
     /// False when the plan omits `steps` and gets the default paid pipeline.
     pub explicit_steps: bool,
     /// Steps in file order (or the default pipeline's order), before matrix expansion.
     pub steps: Vec<Step>,
+}
+
+/// `[report]`: how the run's `report.html` is made.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ReportPage {
+    /// The plan's own template, repo-relative; `None`: the shipped one.
+    pub template: Option<String>,
 }
 
 /// One entry of `fail_on` / `--fail-on`: a finding category, or a severity

@@ -10,10 +10,11 @@ use std::collections::BTreeMap;
 
 use schemars::JsonSchema;
 
-use super::decode::{Decode, Spanned, TableReader, decode_word, wrong_type};
+use super::decode::{Decode, Seconds, Spanned, TableReader, decode_word, wrong_type};
 use super::diagnostic::{Diagnostic, Diagnostics};
 pub use super::kinds::{RawParams, StepKind};
 use super::node::{Node, Value};
+pub use super::page::RawReport;
 
 /// A gameplan plan file (TOML or YAML; every key means the same in both).
 #[derive(Debug, Clone, PartialEq, JsonSchema)]
@@ -51,6 +52,7 @@ pub struct RawPlan {
     /// or worse (`high`: high or critical). `plan run --fail-on` overrides it.
     #[schemars(schema_with = "fail_on_schema", default)]
     pub fail_on: Option<Spanned<Vec<Spanned<String>>>>,
+    pub report: Option<RawReport>,
     /// Exactly the steps to run. Omit for the default paid pipeline.
     pub steps: Option<Spanned<Vec<RawStep>>>,
     /// Sections the file writes but that could not be read (already
@@ -135,6 +137,7 @@ impl RawPlan {
         let fail_on = t
             .entry("fail_on")
             .and_then(|e| Decode::decode(&e.value, diags).map(|v| Spanned::new(v, e.key_span)));
+        let report = t.optional("report", diags);
         let steps = t.entry("steps").and_then(|e| decode_steps(&e.value, diags));
         let (steps, unread_step_ids) = match steps {
             Some((steps, unread)) => (Some(steps), unread),
@@ -193,6 +196,7 @@ impl RawPlan {
             gates: gates.unwrap_or_default(),
             invariants: invariants.unwrap_or_default(),
             fail_on,
+            report,
             steps,
             unreadable,
             unread_step_ids,
@@ -793,13 +797,6 @@ impl Decode for RawPlayer {
     }
 }
 
-/// Passes a node through untouched (for reading `kind` before anything else).
-impl Decode for Node {
-    fn decode(node: &Node, _: &mut Diagnostics) -> Option<Self> {
-        Some(node.clone())
-    }
-}
-
 /// One review perspective.
 #[derive(Debug, Clone, PartialEq, JsonSchema)]
 #[schemars(deny_unknown_fields, rename = "Lens")]
@@ -1071,40 +1068,6 @@ impl Decode for RawAxis {
                 None
             }
         }
-    }
-}
-
-/// A duration in seconds: an integer, or a string like `"90s"`, `"10m"`, `"1h"`.
-pub struct Seconds(pub u64);
-
-impl Decode for Seconds {
-    fn decode(node: &Node, diags: &mut Diagnostics) -> Option<Self> {
-        if let Value::Int(_) = node.value {
-            return u64::decode(node, diags).map(Seconds);
-        }
-        if let Value::Str(text) | Value::Scalar(text) = &node.value {
-            let text = text.trim();
-            let split = text
-                .find(|c: char| !c.is_ascii_digit())
-                .unwrap_or(text.len());
-            let (digits, unit) = text.split_at(split);
-            let scale = match unit.trim() {
-                "" | "s" => Some(1),
-                "m" => Some(60),
-                "h" => Some(3600),
-                _ => None,
-            };
-            if let (Ok(n), Some(scale)) = (digits.parse::<u64>(), scale) {
-                return Some(Seconds(n.saturating_mul(scale)));
-            }
-        }
-        diags.push(
-            Diagnostic::new("plan::wrong_type", "expected a duration")
-                .at(node.span)
-                .label("not a duration")
-                .help("write seconds as an integer (90) or a string with a unit: \"90s\", \"10m\", \"1h\""),
-        );
-        None
     }
 }
 

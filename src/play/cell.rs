@@ -99,6 +99,25 @@ pub const CELL_FILES: [&str; 4] = [
     "trace.jsonl",
 ];
 
+/// What a browser cell writes besides [`CELL_FILES`]: its video (the
+/// animation, or the `WebM` made of it) and its `screenshots/` directory.
+/// Its report links them, so they are stored and restored with it.
+pub const CELL_MEDIA: [&str; 3] = [
+    super::webdriver::APNG,
+    super::webdriver::WEBM,
+    "screenshots",
+];
+
+/// Whether `rel` (relative to a cell's directory, `/`-separated) is one
+/// of the cell's files: [`CELL_FILES`], its video, or a screenshot.
+pub fn is_cell_output(rel: &str) -> bool {
+    CELL_FILES.contains(&rel)
+        || CELL_MEDIA.contains(&rel)
+        || rel
+            .strip_prefix("screenshots/")
+            .is_some_and(|name| !name.is_empty() && !name.contains('/'))
+}
+
 /// Plays one cell and writes its files into `out_dir` (created if needed;
 /// a browser game's screenshots go to `out_dir/screenshots/`).
 /// When `cancel` turns true the turn in flight finishes and the cell ends

@@ -10,6 +10,11 @@
 //! files, linked by paths relative to the page, which lives in the run's
 //! directory. The coverage chart is SVG drawn here. `gameplan report`
 //! renders it again from a finished run.
+//!
+//! A plan may name a template of its own (`[report] template`): it gets the
+//! same context. One that cannot be read or rendered costs the run nothing:
+//! the page is rendered with the shipped template, and a warning naming
+//! the plan's template says so.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -42,8 +47,58 @@ pub fn shown_path(playtest: &super::playtest::Playtest) -> Option<String> {
     page.is_file().then(|| page.display().to_string())
 }
 
-/// Renders the page of `report`, the run whose directory is `run_dir`.
-pub fn render(report: &RunReport, run_dir: &Path) -> Result<String, String> {
+/// A rendered page, and why it is not in the plan's own template when it
+/// is not.
+pub struct Page {
+    pub html: String,
+    /// The plan's template could not be read or rendered; the page is the
+    /// shipped template's.
+    pub warning: Option<String>,
+}
+
+/// Renders the page of `report`, the run whose directory is `run_dir`:
+/// with `report.template` (the plan's own) when it renders, else with the
+/// shipped template.
+pub fn render(report: &RunReport, run_dir: &Path) -> Result<Page, String> {
+    let context = context(report, run_dir)?;
+    let warning = match report.template.as_deref() {
+        None => None,
+        Some(own) => match std::fs::read_to_string(own) {
+            Ok(source) => match render_template(&source, &context) {
+                Ok(html) => {
+                    return Ok(Page {
+                        html,
+                        warning: None,
+                    });
+                }
+                Err(e) => Some(format!(
+                    "the plan's report template {own} does not render: {e}"
+                )),
+            },
+            Err(e) => Some(format!("cannot read the plan's report template {own}: {e}")),
+        },
+    };
+    let html =
+        render_template(TEMPLATE, &context).map_err(|e| format!("the report template: {e}"))?;
+    Ok(Page {
+        html,
+        warning: warning
+            .map(|w| format!("{w}; report.html was written with the shipped template instead")),
+    })
+}
+
+/// `source` rendered with `context`, HTML-escaped whatever the template's
+/// file is called: findings' titles and game output are not markup.
+fn render_template(source: &str, context: &Value) -> Result<String, minijinja::Error> {
+    let mut env = minijinja::Environment::new();
+    env.set_auto_escape_callback(|_| minijinja::AutoEscape::Html);
+    env.template_from_str(source)?
+        .render(minijinja::Value::from(minijinja::value::Serde(context)))
+}
+
+/// What a template gets: the run, its findings with their evidence, its
+/// cells, gates, progress and coverage.
+fn context(report: &RunReport, run_dir: &Path) -> Result<Value, String> {
     let run = serde_json::to_value(report).map_err(|e| e.to_string())?;
     let prefix = shown_prefix(report, run_dir);
     let relative = |p: &str| p.strip_prefix(&prefix).unwrap_or(p).to_owned();
@@ -80,7 +135,7 @@ pub fn render(report: &RunReport, run_dir: &Path) -> Result<String, String> {
         .map(|s| json!({"id": s.id, "word": s.state.word(), "message": s.message}))
         .collect();
     let coverage = coverage_svg(&reports, playtest);
-    let context = json!({
+    Ok(json!({
         "run": run,
         "verdict": verdict(report.exit_code),
         "duration": format!("{:.2} s", f64::from(u32::try_from(report.duration_ms).unwrap_or(u32::MAX)) / 1000.0),
@@ -93,23 +148,17 @@ pub fn render(report: &RunReport, run_dir: &Path) -> Result<String, String> {
         "controllers": aggregate.as_ref().map(|a| a["controllers"].clone()),
         // Drawn here, escaped here: the template marks it safe.
         "coverage_svg": coverage,
-    });
-    let mut env = minijinja::Environment::new();
-    env.add_template("report.html", TEMPLATE)
-        .map_err(|e| format!("the report template: {e}"))?;
-    let template = env.get_template("report.html").map_err(|e| e.to_string())?;
-    template
-        .render(minijinja::Value::from(minijinja::value::Serde(&context)))
-        .map_err(|e| format!("the report template: {e}"))
+    }))
 }
 
-/// Writes `report.html` into `run_dir`; its path.
-pub fn write(report: &RunReport, run_dir: &Path) -> Result<PathBuf, String> {
+/// Writes `report.html` into `run_dir`; why it is not in the plan's own
+/// template when it is not.
+pub fn write(report: &RunReport, run_dir: &Path) -> Result<Option<String>, String> {
     let page = render(report, run_dir)?;
     let path = run_dir.join(REPORT_HTML);
-    crate::journal::atomic_write(&path, page.as_bytes())
+    crate::journal::atomic_write(&path, page.html.as_bytes())
         .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    Ok(path)
+    Ok(page.warning)
 }
 
 /// The exit code as a word and the colour of its banner.

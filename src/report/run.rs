@@ -79,6 +79,15 @@ pub struct RunReport {
     /// `fail_on` was set. Absent when there were none (or they were judged).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unjudged_findings: Option<usize>,
+    /// The plan's own template for `report.html` (`[report] template`), as
+    /// a path gameplan can open, so `gameplan report` renders the page
+    /// again with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template: Option<String>,
+    /// Why `report.html` is not in the plan's own template: it could not
+    /// be read or rendered, and the shipped one was used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub page_warning: Option<String>,
     /// What step kinds add to the end of the summary (`Kind::summary`),
     /// in plan order: printed after the steps, not part of `--json` (each
     /// kind's own files hold its document).

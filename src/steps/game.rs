@@ -93,8 +93,10 @@ pub fn restore_base(cx: &StepContext) -> std::path::PathBuf {
 /// it were this one's. 2: a cell resets after `stuck`, the trace records
 /// resets and its timeouts, a persona's own seed seeds its player. 3: stuck
 /// only where every offered action was tried, limits that measure use,
-/// hermetic web cells that see the screen.
-const PLAY_SEMANTICS: u32 = 3;
+/// hermetic web cells that see the screen. 4: a browser cell's video and
+/// screenshots are stored with it (an older entry restores a report
+/// linking files it does not have).
+const PLAY_SEMANTICS: u32 = 4;
 
 /// A key of `kind` over the build hash and `settings`, with the digests of
 /// the steps it needs that are not money steps (a paid cell keys on what it

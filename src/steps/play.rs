@@ -12,8 +12,9 @@
 //!   A persona with an `llm` player is never reused: the same seed does not
 //!   give the same play.
 //! - **Artifacts** live in the step's own directory (`report.json`,
-//!   `report.md`, `transcript.jsonl`, `trace.jsonl`); a reused cell's are
-//!   restored there.
+//!   `report.md`, `transcript.jsonl`, `trace.jsonl`, and a browser cell's
+//!   video and `screenshots/`, which its report links); a reused cell's
+//!   are restored there.
 //! - **Interrupt**: the first Ctrl-C lets the turn in flight finish, then the
 //!   cell ends `interrupted`; a resume plays it again from its seed (the
 //!   default for an attempt a dead gameplan left running, too). A second
@@ -129,10 +130,9 @@ impl Kind for Play {
     }
 
     fn outputs(&self, cx: &StepContext) -> Result<Outputs, StepError> {
-        let files: Vec<String> = crate::play::cell::CELL_FILES
-            .iter()
-            .filter(|name| cx.step_dir.join(name).is_file())
-            .map(|name| (*name).to_owned())
+        let files: Vec<String> = game::files_under(&cx.step_dir)?
+            .into_iter()
+            .filter(|f| crate::play::cell::is_cell_output(f))
             .collect();
         if !files.iter().any(|f| f == "report.json") {
             return Err(StepError(format!(
@@ -161,7 +161,12 @@ impl Kind for Play {
     }
 
     fn restore_scope(&self, _cx: &StepContext) -> Result<RestoreScope, StepError> {
-        RestoreScope::new(&crate::play::cell::CELL_FILES, []).map_err(|e| StepError(e.to_string()))
+        let files = crate::play::cell::CELL_FILES.iter();
+        let scope: Vec<&str> = files
+            .chain(&crate::play::cell::CELL_MEDIA)
+            .copied()
+            .collect();
+        RestoreScope::new(&scope, []).map_err(|e| StepError(e.to_string()))
     }
 
     fn kill_now(&self) {
@@ -187,10 +192,15 @@ pub(crate) async fn run_cell(cx: &StepContext, io: &StepIo, spec: &CellSpec) -> 
             message: "stopped before the cell started".into(),
         };
     }
-    // A retry plays a fresh cell: last attempt's files must not mix in.
-    for name in crate::play::cell::CELL_FILES {
+    // A retry plays a fresh cell: last attempt's files must not mix in
+    // (nor be stored with this one's: its outputs are what is there).
+    for name in crate::play::cell::CELL_FILES
+        .iter()
+        .chain(&crate::play::cell::CELL_MEDIA)
+    {
         let _ = std::fs::remove_file(cx.step_dir.join(name));
     }
+    let _ = std::fs::remove_dir_all(cx.step_dir.join("screenshots"));
     io.mark_started();
     // A bought cell reports to its backend run (`steps::play_paid`);
     // a free one plays exactly as it always did.

@@ -438,13 +438,36 @@ pub fn check_prompt(source: &str) -> Result<(), TemplateError> {
         .map_err(|e| prompt_error(&e))
 }
 
-fn prompt_error(e: &minijinja::Error) -> TemplateError {
+/// Checks that a plan's own `report.html` template compiles (`plan check`):
+/// its syntax only, which the page's environment (`report::html`) shares
+/// with every minijinja environment.
+pub fn check_page(source: &str) -> Result<(), TemplateError> {
+    Environment::new()
+        .template_from_str(source)
+        .map(|_| ())
+        .map_err(|e| TemplateError {
+            message: format!("invalid template{}", located(&e)),
+            help: Some(
+                "the template gets what the shipped one gets: `run`, `verdict`, `findings`, \
+                 `cells`, `gates`, ... (docs/running.md › The HTML report)"
+                    .into(),
+            ),
+        })
+}
+
+/// What a compile error says, after where it is: ` (line 3): unexpected
+/// end of input`.
+fn located(e: &minijinja::Error) -> String {
     let detail = e
         .detail()
         .map_or_else(|| e.kind().to_string(), str::to_owned);
     let at = e.line().map(|l| format!(" (line {l})")).unwrap_or_default();
+    format!("{at}: {detail}")
+}
+
+fn prompt_error(e: &minijinja::Error) -> TemplateError {
     TemplateError {
-        message: format!("invalid prompt template{at}: {detail}"),
+        message: format!("invalid prompt template{}", located(e)),
         help: Some(
             "a prompt reads `persona`, `observation` (text, actions, score, state), `history` \
              (action, result), `wanted` and `step`"

@@ -105,7 +105,7 @@ pub(super) fn close(
     let root_cause = root_cause(&run, &root_causes, open);
     let sections = summary_sections(&pipeline, &shared.kinds, &run.reports, &run_dir);
     let junit = junit_cases(&pipeline, &shared.kinds, &run.reports, &run_dir);
-    let report = RunReport {
+    let mut report = RunReport {
         run_id,
         plan: shared.plan.name.clone(),
         outcome,
@@ -123,21 +123,37 @@ pub(super) fn close(
         fail_on: verdict.fail_on,
         // An unfinished run's gates may still run on its resume.
         unjudged_findings: verdict.unjudged.filter(|_| !resumable),
+        template: None,
+        page_warning: None,
         sections,
         junit,
     };
+    write_page(&mut report, &shared);
     if !resumable && run_dir.journal().exists() {
         let summary = serde_json::to_vec_pretty(&report).unwrap_or_default();
         let _ = crate::journal::atomic_write(&run_dir.summary(), &summary);
     }
-    // The page a reviewer opens; an unfinished run's too (it says so).
-    // Best effort: a page that cannot be written costs no run.
-    if run_dir.journal().exists() {
-        let _ = crate::report::html::write(&report, &run_dir.dir);
-    }
     keeping.wait();
     free(run, shared, pipeline);
     report
+}
+
+/// Writes the page a reviewer opens, an unfinished run's too (it says so),
+/// in the plan's own template when it has one. Best effort: a page that
+/// cannot be written costs no run. Before the summary, which keeps the
+/// template and why it was not used.
+fn write_page(report: &mut RunReport, shared: &Shared) {
+    report.template = shared
+        .plan
+        .report
+        .as_ref()
+        .and_then(|r| r.template.as_ref())
+        .map(|t| shared.root.join(t).display().to_string());
+    if shared.run_dir.journal().exists() {
+        report.page_warning = crate::report::html::write(report, &shared.run_dir.dir)
+            .ok()
+            .flatten();
+    }
 }
 
 /// What a run keeps for the next runs at its end: the hash cache, its

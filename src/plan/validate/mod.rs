@@ -284,7 +284,7 @@ impl Validator<'_> {
         std::fs::read_to_string(&path).ok()
     }
 
-    fn repo_file(&mut self, path: &Spanned<String>, what: &str) {
+    pub(in crate::plan) fn repo_file(&mut self, path: &Spanned<String>, what: &str) {
         if self.repo_path(path, what) && !self.root.join(path.value.as_str()).is_file() {
             self.push(
                 Diagnostic::new(
@@ -455,6 +455,7 @@ impl Validator<'_> {
             (None, _) => {}
         }
         let fail_on = self.fail_on(raw);
+        let report = self.report(raw.report.as_ref());
         if let (Some(steps), true, true) = (&raw.steps, readable("steps"), readable("gates")) {
             self.unrun_gates(raw, &steps.value);
         }
@@ -477,6 +478,7 @@ impl Validator<'_> {
             lenses: lenses.into_iter().flatten().collect(),
             gates,
             fail_on,
+            report,
             explicit_steps: raw.steps.is_some(),
             steps,
         });

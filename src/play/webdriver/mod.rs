@@ -88,6 +88,8 @@ mod screen;
 mod static_files;
 mod video;
 
+pub use video::{APNG, WEBM};
+
 #[allow(
     clippy::wildcard_imports,
     reason = "the session's parts, in files of their own"

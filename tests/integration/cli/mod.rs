@@ -3,6 +3,6 @@
 
 mod check;
 mod output;
-mod report_page;
+pub(crate) mod report_page;
 mod shell;
 mod status_runs_gc;

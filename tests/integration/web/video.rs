@@ -1,8 +1,9 @@
 //! A browser cell's video (docs/web-games.md, "The video"): one frame per
-//! observation, written as the cell plays, an animated PNG without ffmpeg
-//! (webm with it: not tested here, ffmpeg is not installed by `.ci/run`);
+//! observation, written as the cell plays, an animated PNG without ffmpeg,
+//! webm with it (`.ci/setup` installs it), which the run's page plays;
 //! `[budget] video = false` films nothing; `max_video_frames` stops it and
-//! says so; `plan check` places a wrong value.
+//! says so; a reused cell's video is restored with it; `plan check` places
+//! a wrong value.
 
 use serde_json::Value;
 
@@ -39,6 +40,15 @@ matrix = {{ persona = "*" }}
     )
 }
 
+/// A repo whose one cell clicked three times, filmed, in one run.
+fn filmed() -> Test {
+    let t = Test::new()
+        .file("page.html", PAGE)
+        .file("plan.toml", plan("max_actions = 10"));
+    t.run(&["plan", "run", "plan.toml"]).code(0);
+    t
+}
+
 /// The cell's directory and report of the test's last run.
 fn cell(t: &Test) -> (String, Value) {
     let dir = format!(
@@ -67,6 +77,10 @@ fn apng_frames(path: &std::path::Path) -> (u32, u32, (u32, u32)) {
     (said, decoded, size)
 }
 
+/// Each `<video>` of a page: its source, `readyState`, duration and error.
+const VIDEO_PROBE: &str = "([...document.querySelectorAll('video')].map(v => \
+    ({src: v.getAttribute('src'), ready: v.readyState, duration: v.duration, error: v.error && v.error.code})))";
+
 fn ffmpeg_installed() -> bool {
     std::env::var_os("PATH")
         .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("ffmpeg").is_file()))
@@ -74,10 +88,7 @@ fn ffmpeg_installed() -> bool {
 
 #[test]
 fn a_browser_cell_films_each_observation_unless_told_not_to_and_stops_at_its_frames() {
-    let t = Test::new()
-        .file("page.html", PAGE)
-        .file("plan.toml", plan("max_actions = 10"));
-    t.run(&["plan", "run", "plan.toml"]).code(0);
+    let t = filmed();
     let (dir, report) = cell(&t);
     let video = &report["video"];
     // The second load and each of the three clicks: four observations.
@@ -139,6 +150,86 @@ fn a_browser_cell_films_each_observation_unless_told_not_to_and_stops_at_its_fra
         notes.contains("the video stops at its 2 frames")
             && notes.contains("the 2 observations after"),
         "{notes}"
+    );
+}
+
+/// A reused cell's video and screenshots are restored with its report:
+/// the same bytes, where its `report.json` says, and on its page.
+#[test]
+fn a_reused_browser_cell_has_its_video_and_screenshots() {
+    let t = filmed();
+    let (first_dir, first) = cell(&t);
+    let path = first["video"]["path"].as_str().expect("a video").to_owned();
+    let video = std::fs::read(t.path(&format!("{first_dir}/{path}"))).expect("the video");
+
+    let again = t.run(&["plan", "run", "plan.toml", "--json"]);
+    let doc = again.code(0).json();
+    assert_eq!(
+        crate::support::by_step(&doc, "state")["play[clicker]"],
+        "reused",
+        "{again}"
+    );
+    let (dir, report) = cell(&t);
+    assert_ne!(dir, first_dir, "a run of its own");
+    assert_eq!(report["video"], first["video"]);
+    let restored = std::fs::read(t.path(&format!("{dir}/{path}"))).expect("the video, restored");
+    assert!(restored == video, "the same bytes");
+    for shot in report["video"]["shots"].as_array().expect("shots") {
+        let shot = shot.as_str().expect("a name");
+        assert!(
+            t.path(&format!("{dir}/screenshots/{shot}")).is_file(),
+            "{shot} restored"
+        );
+    }
+    let run = dir.trim_end_matches("/steps/play[clicker]");
+    let page = t.read(&format!("{run}/report.html"));
+    // The page shows a cell's video only when its file is there.
+    assert!(
+        page.contains("id=\"video-play[clicker]\""),
+        "the page shows the reused cell's video: {page}"
+    );
+}
+
+/// With ffmpeg on PATH the cell's video is `video.webm`, and the run's
+/// page plays it in Chromium; without, it says it skipped that and checks
+/// the animated PNG.
+#[test]
+#[expect(
+    clippy::print_stderr,
+    reason = "a skipped check says so where cargo test shows it"
+)]
+fn with_ffmpeg_the_video_is_webm_and_plays_on_the_page() {
+    let t = filmed();
+    let (dir, report) = cell(&t);
+    if !ffmpeg_installed() {
+        eprintln!(
+            "skipped: no ffmpeg on PATH, so no webm to play (.ci/setup installs it); \
+             checked the animated PNG instead"
+        );
+        assert_eq!(report["video"]["path"], "video.png", "{report:#}");
+        assert!(t.path(&format!("{dir}/video.png")).is_file());
+        return;
+    }
+    assert_eq!(report["video"]["format"], "webm", "{report:#}");
+    assert_eq!(report["video"]["path"], "video.webm");
+    assert!(t.path(&format!("{dir}/video.webm")).is_file());
+    assert!(
+        !t.path(&format!("{dir}/video.png")).exists(),
+        "the APNG removed"
+    );
+    let run = dir.trim_end_matches("/steps/play[clicker]");
+    let (states, errors) = crate::cli::report_page::observe(&t, run, "report.html", VIDEO_PROBE);
+    assert!(errors.is_empty(), "the page errs: {errors:#?}");
+    // After the wait: its metadata loaded (readyState 1 or more), it lasts.
+    let videos = states.last().and_then(Value::as_array).expect("the videos");
+    assert_eq!(videos.len(), 1, "{states:?}");
+    let video = &videos[0];
+    assert_eq!(video["src"], "steps/play[clicker]/video.webm", "{video}");
+    assert_eq!(video["error"], Value::Null, "{video}");
+    assert!(video["ready"].as_u64().is_some_and(|r| r >= 1), "{video}");
+    assert!(
+        video["duration"].as_f64().is_some_and(|d| d > 0.0),
+        "{video}"
     );
 }
 
