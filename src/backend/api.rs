@@ -562,4 +562,10 @@ pub struct ApiPayloads {
     job: JobView,
     run: RunView,
     error: ApiError,
+    build_kept: super::hosted::BuildKept,
+    hosted_quote_request: super::hosted::QuoteRequest,
+    hosted_quote: super::hosted::Quote,
+    hosted_admit_request: super::hosted::AdmitRequest,
+    playtest: super::hosted::Playtest,
+    playtest_file: super::hosted::FileBody,
 }

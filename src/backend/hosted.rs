@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::api::{Estimate, RunLength, Settlement};
@@ -13,7 +14,7 @@ use super::api::{Estimate, RunLength, Settlement};
 pub const COMPUTE_MODULE: &str = "hosted_compute";
 
 /// Where a hosted playtest is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Phase {
     /// Admitted and paid; waiting for the worker.
@@ -73,7 +74,7 @@ impl std::fmt::Display for Phase {
 }
 
 /// `PUT /v1/games/{game}/builds/{sha256}`: the build kept.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct BuildKept {
     pub sha256: String,
     pub files: u64,
@@ -85,7 +86,7 @@ pub struct BuildKept {
 
 /// `POST /v1/games/{game}/hosted/quotes`: which plan of which build, with
 /// which variables.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct QuoteRequest {
     pub build: String,
     /// Relative to the build's root, one of its manifest's plans.
@@ -95,7 +96,7 @@ pub struct QuoteRequest {
 }
 
 /// One cell a quote prices.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct QuotedCell {
     /// Its step instance id (`play[kid,random]`).
     pub id: String,
@@ -105,7 +106,7 @@ pub struct QuotedCell {
 
 /// A hosted quote: what `hosted run` shows and confirms. Nothing is
 /// charged for it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Quote {
     /// The format (1), so a quote file is recognised.
     pub hosted_quote: u32,
@@ -132,7 +133,7 @@ pub struct Quote {
 
 /// `POST /v1/games/{game}/hosted` (with an `Idempotency-Key`): admit the
 /// quoted playtest, charging its price once.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct AdmitRequest {
     pub build: String,
     pub plan: String,
@@ -143,7 +144,7 @@ pub struct AdmitRequest {
 }
 
 /// One cell of a playtest, and its run in the ledger.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct PlaytestCell {
     pub id: String,
     pub persona: String,
@@ -156,7 +157,7 @@ pub struct PlaytestCell {
 }
 
 /// What the analysis came to, once there is one.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Outcome {
     /// The exit code gameplan gave the plan's run.
     pub exit_code: i64,
@@ -170,7 +171,7 @@ pub struct Outcome {
 }
 
 /// A hosted playtest, as `hosted status` shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Playtest {
     pub id: String,
     pub game: String,
@@ -196,7 +197,7 @@ pub struct Playtest {
 }
 
 /// `GET /v1/games/{game}/hosted/{playtest}/files/{*name}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct FileBody {
     pub name: String,
     pub size: u64,
