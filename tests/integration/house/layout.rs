@@ -328,6 +328,12 @@ fn the_import_reader_reads_on_after_a_test_module_line() {
         imports(text),
         [("plan".to_owned(), 6), ("cli".to_owned(), 7)]
     );
+    // The attribute and the item on one line, and code after the item on it.
+    let text = "#[cfg(test)] mod tests; use crate::cli;\nuse crate::engine::Engine;\n";
+    assert_eq!(
+        imports(text),
+        [("cli".to_owned(), 1), ("engine".to_owned(), 2)]
+    );
 }
 
 /// A `#[cfg(test)]` block is skipped to its matching brace, whatever
