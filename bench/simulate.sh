@@ -37,10 +37,20 @@
 # Prints the three summaries, then one line with games/s of each and the
 # ratios. Target: gameplan >= 1.5x the Python loop (aim 2x).
 #
+# Each runner's total CPU (user + system, its game processes included: all
+# are waited for) is printed too, with the ratio of those totals. On 2
+# cores that all three keep busy, games/s follows total CPU on a quiet
+# machine, but on a shared one it is whatever CPU the others leave: two
+# builds (0264e58 and 2bbcc97) gave wall ratios from 1.10x to 2.86x in one
+# session at load 18-23, while their CPU ratios stayed at 1.12-1.13x. Quote
+# the CPU ratio beside the wall one, and the load average beside both.
+#
 # usage: bench/simulate.sh [GAMES] [WORKERS] [MAX_STEPS] [GAME...]
 #   GAME defaults to the built-in maze; e.g. `python3 examples/games/coins.py`.
 #   ROUNDS=3 bench/simulate.sh alternates the two runners 3 times and
 #   reports the best round of each.
+#   GAMEPLAN_BIN=FILE bench/simulate.sh measures that build instead of this
+#   tree's (another commit's release build); the game is then that build's.
 set -eu
 cd "$(dirname "$0")/.."
 GAMES=${1:-10000}
@@ -49,8 +59,12 @@ STEPS=${3:-50}
 ROUNDS=${ROUNDS:-1}
 shift $(( $# < 3 ? $# : 3 ))
 echo "== building gameplan and the floor runner (release)"
-cargo build --release --quiet
-BIN=$PWD/target/release/gameplan
+if [ -n "${GAMEPLAN_BIN:-}" ]; then
+    BIN=$(realpath "$GAMEPLAN_BIN")
+else
+    cargo build --release --quiet
+    BIN=$PWD/target/release/gameplan
+fi
 FLOOR=$(cargo build --release --quiet --bench simulate_floor --message-format=json |
     python3 -c 'import json, sys
 for line in sys.stdin:
@@ -71,31 +85,46 @@ load() { echo "== load average $1: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null |
 load "at start"
 rate() { sed -n 's/.* \([0-9.]*\) games\/s.*/\1/p' "$1" | head -1; }
 best() { awk -v a="$1" -v b="$2" 'BEGIN { print (b == "" || a + 0 > b + 0) ? a : b }'; }
+# A runner's total CPU seconds, as `timed NAME` saved them; the smaller of two.
+cpu() { tail -1 "$OUT/$1.cpu" | awk '{ printf "%.2f", $1 + $2 }'; }
+least() { awk -v a="$1" -v b="$2" 'BEGIN { print (b == "" || a + 0 < b + 0) ? a : b }'; }
+timed() { name=$1; shift; /usr/bin/time -f '%U %S' -o "$OUT/$name.cpu" "$@"; }
 G=""
 P=""
 F=""
+GC=""
+PC=""
+FC=""
 round=1
 while [ "$round" -le "$ROUNDS" ]; do
     echo "== round $round: gameplan __simulate ($GAMES games, $WORKERS workers, max $STEPS steps): $*"
     rm -rf "$OUT/failed"
-    "$BIN" __simulate --games "$GAMES" --workers "$WORKERS" --max-steps "$STEPS" \
+    timed gameplan "$BIN" __simulate --games "$GAMES" --workers "$WORKERS" --max-steps "$STEPS" \
         --strategies random --out "$OUT/failed" -- "$@" > "$OUT/gameplan.txt" || true
     grep -v '^trace of a failed game' "$OUT/gameplan.txt"
     echo "($(grep -c '^trace of a failed game' "$OUT/gameplan.txt") traces of failed games in" \
         "$(ls "$OUT/failed" 2>/dev/null | wc -l) files, $(du -sh "$OUT/failed" 2>/dev/null | cut -f1))"
     echo "== round $round: python driver loop: $PYGAME"
     # shellcheck disable=SC2086
-    python3 bench/simulate_driver.py "$GAMES" "$WORKERS" "$STEPS" -- $PYGAME | tee "$OUT/python.txt"
+    timed python python3 bench/simulate_driver.py "$GAMES" "$WORKERS" "$STEPS" -- $PYGAME | tee "$OUT/python.txt"
     echo "== round $round: floor runner (protocol I/O only): $PYGAME"
     # shellcheck disable=SC2086
-    "$FLOOR" "$GAMES" "$WORKERS" "$STEPS" -- $PYGAME | tee "$OUT/floor.txt"
+    timed floor "$FLOOR" "$GAMES" "$WORKERS" "$STEPS" -- $PYGAME | tee "$OUT/floor.txt"
     G=$(best "$(rate "$OUT/gameplan.txt")" "$G")
     P=$(best "$(rate "$OUT/python.txt")" "$P")
     F=$(best "$(rate "$OUT/floor.txt")" "$F")
+    echo "== round $round: total CPU, game processes included: gameplan $(cpu gameplan) s," \
+        "python $(cpu python) s, floor $(cpu floor) s (load $(cut -d' ' -f1 /proc/loadavg))"
+    GC=$(least "$(cpu gameplan)" "$GC")
+    PC=$(least "$(cpu python)" "$PC")
+    FC=$(least "$(cpu floor)" "$FC")
     round=$((round + 1))
 done
 load "at end"
 echo "== gameplan $G games/s, python $P games/s, ratio $(echo "$G $P" | awk '{printf "%.2f", $1/$2}')x"
 echo "== floor $F games/s: floor/python $(echo "$F $P" | awk '{printf "%.2f", $1/$2}')x (the most any runner gains here)," \
     "gameplan/floor $(echo "$G $F" | awk '{printf "%.2f", $1/$2}')x"
+echo "== total CPU (fewest of the rounds): gameplan $GC s, python $PC s, floor $FC s: python/gameplan" \
+    "$(echo "$PC $GC" | awk '{printf "%.2f", $1/$2}')x, python/floor $(echo "$PC $FC" | awk '{printf "%.2f", $1/$2}')x" \
+    "(close to the games/s ratios on a quiet machine, and steadier than them on a busy one)"
 echo "(overhead per action: the 'runner cpu' lines above, each runner's own CPU over its actions)"

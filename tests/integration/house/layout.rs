@@ -56,14 +56,31 @@ fn room_of(file: &Path) -> String {
 }
 
 /// The rooms a file's non-test code names as `crate::<room>`, with the
-/// line of each (comments and everything from `#[cfg(test)]` on left out).
+/// line of each. Comments and the insides of string and character literals
+/// are left out, and so is each item marked `#[cfg(test)]` (a `mod tests;`
+/// line, a `mod tests { … }` block to its matching brace, a test-only `fn`
+/// or `impl`): every other line is read, before and after such an item.
 pub fn imports(text: &str) -> Vec<(String, usize)> {
     let mut out = Vec::new();
     let mut in_group = false;
-    for (n, line) in text.lines().enumerate() {
-        let code = line.split("//").next().unwrap_or_default();
-        if code.trim_start().starts_with("#[cfg(test)]") {
-            break;
+    let mut test_item: Option<TestItem> = None;
+    for (n, line) in code_only(text).lines().enumerate() {
+        let mut code = line;
+        if test_item.is_none()
+            && let Some(after) = code.trim_start().strip_prefix("#[cfg(test)]")
+        {
+            test_item = Some(TestItem::default());
+            code = after;
+        }
+        if let Some(item) = &mut test_item {
+            match item.end_in(code) {
+                // The item goes on to the next line.
+                None => continue,
+                Some(end) => {
+                    test_item = None;
+                    code = &code[end..];
+                }
+            }
         }
         let mut rest = code;
         while let Some(at) = rest.find("crate::") {
@@ -89,6 +106,167 @@ pub fn imports(text: &str) -> Vec<(String, usize)> {
         }
     }
     out
+}
+
+/// How far into an item marked `#[cfg(test)]` the reader is: the item ends
+/// at a `;` outside any bracket (`mod tests;`, `use …;`), or at the brace
+/// that closes its first block (`mod tests { … }`, `fn`, `impl`). Further
+/// attributes (`#[path = "…"]`) open and close their own brackets.
+#[derive(Default)]
+struct TestItem {
+    depth: usize,
+}
+
+impl TestItem {
+    /// Where in `code` (a line with comments and literals blanked) the item
+    /// ends, just past its last character; `None` when it goes on.
+    fn end_in(&mut self, code: &str) -> Option<usize> {
+        for (at, c) in code.char_indices() {
+            match c {
+                '(' | '[' | '{' => self.depth += 1,
+                ')' | ']' => self.depth = self.depth.saturating_sub(1),
+                '}' => {
+                    self.depth = self.depth.saturating_sub(1);
+                    if self.depth == 0 {
+                        return Some(at + 1);
+                    }
+                }
+                ';' if self.depth == 0 => return Some(at + 1),
+                _ => {}
+            }
+        }
+        None
+    }
+}
+
+/// `text` with every comment and the inside of every string and character
+/// literal blanked to spaces, lines kept where they were: what is left is
+/// code, so a brace or a `crate::` in a string or a comment counts for
+/// nothing. Knows nested block comments, escapes, raw strings (`r#"…"#`)
+/// and lifetimes (`'a`, which open no literal).
+fn code_only(text: &str) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = String::with_capacity(text.len());
+    // Blanks what `chars[from..to]` held, keeping its line breaks.
+    let blank = |out: &mut String, from: usize, to: usize| {
+        out.extend(
+            chars[from..to]
+                .iter()
+                .map(|&c| if c == '\n' { '\n' } else { ' ' }),
+        );
+    };
+    let ident = |c: char| c.is_alphanumeric() || c == '_';
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        let next = chars.get(i + 1).copied();
+        let end = if c == '/' && next == Some('/') {
+            chars[i..]
+                .iter()
+                .position(|&c| c == '\n')
+                .map_or(chars.len(), |p| i + p)
+        } else if c == '/' && next == Some('*') {
+            block_comment_end(&chars, i)
+        } else if c == '"' {
+            string_end(&chars, i + 1)
+        } else if c == 'r'
+            && (i == 0 || !ident(chars[i - 1]) || byte_prefix(&chars, i))
+            && let Some(end) = raw_string_end(&chars, i + 1)
+        {
+            end
+        } else if c == '\'' {
+            char_end(&chars, i).unwrap_or(i + 1)
+        } else {
+            out.push(c);
+            i += 1;
+            continue;
+        };
+        blank(&mut out, i, end);
+        i = end;
+    }
+    out
+}
+
+/// Whether the `r` at `at` follows a lone `b` (`br"…"`, a raw byte string).
+fn byte_prefix(chars: &[char], at: usize) -> bool {
+    at >= 1
+        && chars[at - 1] == 'b'
+        && (at == 1 || !(chars[at - 2].is_alphanumeric() || chars[at - 2] == '_'))
+}
+
+/// Just past the `*/` that closes the comment opened at `start` (block
+/// comments nest).
+fn block_comment_end(chars: &[char], start: usize) -> usize {
+    let mut depth = 0;
+    let mut i = start;
+    while i + 1 < chars.len() {
+        match (chars[i], chars[i + 1]) {
+            ('/', '*') => {
+                depth += 1;
+                i += 2;
+            }
+            ('*', '/') => {
+                depth -= 1;
+                i += 2;
+                if depth == 0 {
+                    return i;
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    chars.len()
+}
+
+/// Just past the `"` that closes a string whose text starts at `from`.
+fn string_end(chars: &[char], from: usize) -> usize {
+    let mut i = from;
+    while i < chars.len() {
+        match chars[i] {
+            '\\' => i += 2,
+            '"' => return i + 1,
+            _ => i += 1,
+        }
+    }
+    chars.len()
+}
+
+/// When `r` at `from - 1` opens a raw string (`r"`, `r#"`, …), just past
+/// its closing quote and hashes; `None` for anything else (`r#type`, a name).
+fn raw_string_end(chars: &[char], from: usize) -> Option<usize> {
+    let hashes = chars[from..].iter().take_while(|&&c| c == '#').count();
+    let quote = from + hashes;
+    if chars.get(quote) != Some(&'"') {
+        return None;
+    }
+    let mut i = quote + 1;
+    while i < chars.len() {
+        if chars[i] == '"'
+            && chars[i + 1..]
+                .iter()
+                .take(hashes)
+                .filter(|&&c| c == '#')
+                .count()
+                == hashes
+        {
+            return Some(i + 1 + hashes);
+        }
+        i += 1;
+    }
+    Some(chars.len())
+}
+
+/// When the `'` at `start` opens a character literal (`'{'`, `'\''`,
+/// `'\u{7b}'`), just past its closing quote; `None` for a lifetime or a
+/// label (`'a`, `'static`).
+fn char_end(chars: &[char], start: usize) -> Option<usize> {
+    match chars.get(start + 1)? {
+        '\\' => {
+            let close = chars.get(start + 3..)?.iter().position(|&c| c == '\'')?;
+            Some(start + 3 + close + 1)
+        }
+        _ => (chars.get(start + 2) == Some(&'\'')).then_some(start + 3),
+    }
 }
 
 fn first_word(text: &str) -> String {
@@ -139,6 +317,54 @@ fn the_import_reader_sees_groups_and_skips_comments_and_tests() {
     let text = "use crate::plan::model::Plan;\n// crate::engine in a comment\nuse crate::{\n    report::run,\n    steps::Kind,\n};\nlet x = crate::text::cut(a, 3);\n#[cfg(test)]\nuse crate::cli;\n";
     let names: Vec<String> = imports(text).into_iter().map(|(n, _)| n).collect();
     assert_eq!(names, ["plan", "report", "steps", "text"]);
+}
+
+/// The reader used to stop at a file's first `#[cfg(test)]`: an upward
+/// import after `#[cfg(test)] mod tests;` near the top went unseen.
+#[test]
+fn the_import_reader_reads_on_after_a_test_module_line() {
+    let text = "//! A room.\n\n#[cfg(test)]\nmod tests;\n\nuse crate::plan::model::Plan;\nuse crate::cli::Context;\n";
+    assert_eq!(
+        imports(text),
+        [("plan".to_owned(), 6), ("cli".to_owned(), 7)]
+    );
+    // The attribute and the item on one line, and code after the item on it.
+    let text = "#[cfg(test)] mod tests; use crate::cli;\nuse crate::engine::Engine;\n";
+    assert_eq!(
+        imports(text),
+        [("cli".to_owned(), 1), ("engine".to_owned(), 2)]
+    );
+}
+
+/// A `#[cfg(test)]` block is skipped to its matching brace, whatever
+/// braces its strings, characters and comments hold, and the code after it
+/// is read.
+#[test]
+fn the_import_reader_skips_a_test_block_to_its_matching_brace() {
+    let text = r##"use crate::text::cut;
+#[cfg(test)]
+#[path = "x_tests.rs"]
+mod tests {
+    use crate::cli::Context;
+    const OPEN: char = '{';
+    const QUOTE: char = '\'';
+    fn f<'a>(s: &'a str) -> &'a str { s }
+    // a } in a comment
+    /* a /* nested } */ block */
+    const RAW: &str = r#"} "crate::engine" {"#;
+    const TEXT: &str = "}}} \" }";
+}
+const URL: &str = "http://x"; use crate::report::Console;
+let brace = "{ crate::engine }";
+use crate::engine::Engine;
+#[cfg(test)]
+impl Plan {
+    fn g() -> [u8; 2] { [0; 2] }
+}
+use crate::steps::Kind;
+"##;
+    let names: Vec<String> = imports(text).into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, ["text", "report", "engine", "steps"]);
 }
 
 #[test]
