@@ -267,7 +267,7 @@ pub async fn play_cell_watched(
         }
     };
     trace.end = Some(end);
-    let video = game.finish_video().await;
+    let filming = game.end_video().await;
     let mut notes = game.notes();
     notes.append(&mut play_notes);
     let leaked = game.shutdown(!end.is_failure(), true).await;
@@ -276,6 +276,8 @@ pub async fn play_cell_watched(
     } else {
         confirmed(&spec.game, &trace, findings.into_vec()).await
     };
+    let (video, mut video_notes) = super::driver::finished_video(filming).await;
+    notes.append(&mut video_notes);
     metrics.wall_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     let report = CellReport {
         report: REPORT_FORMAT,

@@ -513,12 +513,13 @@ impl Session {
         }
     }
 
-    /// Ends a browser cell's video ([`super::webdriver`]'s `video.rs`):
-    /// what was filmed, for the cell's report; a stdio game has none.
-    pub async fn finish_video(&mut self) -> Option<super::cell_report::Video> {
+    /// Stops a browser cell's video ([`super::webdriver`]'s `video.rs`)
+    /// and ends it in the background, to be awaited after the shutdown
+    /// (see [`finished_video`]); a stdio game has none.
+    pub async fn end_video(&mut self) -> Option<super::webdriver::VideoEnding> {
         match self {
             Session::Stdio(_) => None,
-            Session::Browser(page) => page.finish_video().await,
+            Session::Browser(page) => page.end_video().await,
         }
     }
 
@@ -575,4 +576,14 @@ impl Driver for Session {
 pub fn kill_now() {
     super::stdio::kill_games_of_this_process();
     super::webdriver::kill_browsers_of_this_process();
+}
+
+/// What an ended video came to (see [`Session::end_video`]), and its notes.
+pub async fn finished_video(
+    ending: Option<super::webdriver::VideoEnding>,
+) -> (Option<super::cell_report::Video>, Vec<String>) {
+    match ending {
+        Some(ending) => ending.await.unwrap_or_default(),
+        None => (None, Vec::new()),
+    }
 }

@@ -87,6 +87,7 @@ mod scope;
 mod screen;
 mod static_files;
 mod video;
+pub use video::Ending as VideoEnding;
 
 pub use video::{APNG, WEBM};
 

@@ -225,10 +225,17 @@ pub fn film(
     })
 }
 
+/// A video being ended (its frame count written, and made into `WebM` by
+/// ffmpeg when there is one) while the cell shuts its browser down: what
+/// it came to, and the notes to add to the cell's.
+pub type Ending = tokio::task::JoinHandle<(Option<crate::play::cell_report::Video>, Vec<String>)>;
+
 impl super::BrowserSession {
-    /// Ends the cell's video (after the last frame is in) and says what
-    /// became of it in the cell's notes; `None` when none was filmed.
-    pub async fn finish_video(&mut self) -> Option<crate::play::cell_report::Video> {
+    /// Stops filming (after the last frame is in) and ends the video on
+    /// the blocking pool: ffmpeg's start and encoding (a tenth of a second
+    /// and more) then overlap the browser's shutdown instead of adding to
+    /// the cell's time. `None` when none was filmed.
+    pub async fn end_video(&mut self) -> Option<Ending> {
         let _ = self
             .finish_screenshot(crate::play::protocol::Op::Close)
             .await;
@@ -238,14 +245,9 @@ impl super::BrowserSession {
         let recorder = std::sync::Arc::try_unwrap(self.video.take()?).ok()?;
         let recorder = recorder.into_inner().ok()?;
         let ffmpeg = self.ffmpeg.clone();
-        let (video, notes) =
-            tokio::task::spawn_blocking(move || recorder.finish(ffmpeg.as_deref()))
-                .await
-                .ok()?;
-        for note in notes {
-            self.note(note);
-        }
-        video
+        Some(tokio::task::spawn_blocking(move || {
+            recorder.finish(ffmpeg.as_deref())
+        }))
     }
 }
 
