@@ -18,6 +18,7 @@ pub mod graph;
 pub mod hosted;
 pub mod journal;
 pub mod llm;
+pub mod modes;
 pub mod plan;
 pub mod play;
 pub mod process;

@@ -539,33 +539,3 @@ impl ApiError {
         ApiError::new(503, "ledger_unavailable", message)
     }
 }
-
-/// Every payload type by name, for `gameplan schema api`: one schema with
-/// each type under `$defs`.
-#[derive(Serialize, Deserialize, JsonSchema)]
-pub struct ApiPayloads {
-    whoami: Whoami,
-    estimate_request: EstimateRequest,
-    estimate: Estimate,
-    register_request: RegisterRequest,
-    registered: Registered,
-    transition_request: TransitionRequest,
-    transitioned: Transitioned,
-    heartbeat_request: HeartbeatRequest,
-    heartbeat: Heartbeat,
-    uploaded: Uploaded,
-    complete_request: CompleteRequest,
-    completed: Completed,
-    aggregate_complete_request: AggregateCompleteRequest,
-    aggregate_published: AggregatePublished,
-    finished: Finished,
-    job: JobView,
-    run: RunView,
-    error: ApiError,
-    build_kept: super::hosted::BuildKept,
-    hosted_quote_request: super::hosted::QuoteRequest,
-    hosted_quote: super::hosted::Quote,
-    hosted_admit_request: super::hosted::AdmitRequest,
-    playtest: super::hosted::Playtest,
-    playtest_file: super::hosted::FileBody,
-}

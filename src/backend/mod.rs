@@ -18,6 +18,7 @@ pub mod hosted;
 pub mod http;
 pub mod ledger;
 pub mod local;
+pub mod payloads;
 
 use std::future::Future;
 use std::path::Path;

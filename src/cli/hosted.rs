@@ -211,7 +211,7 @@ pub fn run(cx: &Context, command: HostedCommand) -> u8 {
             };
             if !(yes
                 || (std::io::IsTerminal::is_terminal(&std::io::stdin())
-                    && super::plan_run::ask(
+                    && crate::modes::run::ask(
                         &format!("Cancel {id}? Cells not yet started are refunded. [y/N] "),
                         false,
                     )))
@@ -530,7 +530,7 @@ fn asked(
         dollars(quote.estimate.balance_cents)
     );
     let terminal = std::io::IsTerminal::is_terminal(&std::io::stdin());
-    if !(yes || (terminal && super::plan_run::ask(&format!("{question} [y/N] "), false))) {
+    if !(yes || (terminal && crate::modes::run::ask(&format!("{question} [y/N] "), false))) {
         cx.console.err(&format!(
             "declined at the price question ({}); nothing was charged. Answer yes at a terminal, or pass --yes (without a terminal the answer is no)\n",
             dollars(quote.estimate.estimate_cents)

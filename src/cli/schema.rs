@@ -18,7 +18,7 @@ impl SchemaName {
             SchemaName::Bridge => schema_json::<crate::play::protocol::BridgeMessage>(),
             SchemaName::Report => schema_json::<crate::play::CellReport>(),
             SchemaName::Aggregate => schema_json::<crate::report::aggregate::Aggregate>(),
-            SchemaName::Api => schema_json::<crate::backend::api::ApiPayloads>(),
+            SchemaName::Api => schema_json::<crate::backend::payloads::ApiPayloads>(),
             SchemaName::Review => schema_json::<crate::review::verdict::Review>(),
         }
     }

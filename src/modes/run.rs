@@ -6,14 +6,12 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::path::Path;
 use std::sync::Arc;
 
-use super::{Context, LoadArgs, OutputMode, RunArgs};
+use super::context::{Context, OutputMode, RunArgs};
 use crate::engine::{self, RunOptions, RunRequest, Start, StartError};
-use crate::executor::coordinator;
 use crate::exit_code;
-use crate::journal::JournalError;
-use crate::journal::run::{HistoryError, RunDir, RunHistory, Scanned};
+use crate::journal::run::{RunDir, RunHistory, Scanned};
 use crate::plan::diagnostic::Diagnostic;
-use crate::plan::{LoadFailure, LoadOptions, LoadedPlan};
+use crate::plan::{LoadFailure, LoadedPlan};
 use crate::report::progress::{Progress, ProgressOptions, StepOutput};
 use crate::report::run_summary;
 use crate::steps::{Confirm, Kinds, RunSettings};
@@ -47,42 +45,6 @@ impl Choice {
 fn refuse(cx: &Context, error: &StartError) -> u8 {
     cx.console.err(&format!("error: {error}\n"));
     error.exit_code()
-}
-
-pub fn run(
-    cx: &Context,
-    plan: &Path,
-    steps: &[String],
-    load: &LoadArgs,
-    args: &RunArgs,
-    choice: Choice,
-) -> u8 {
-    let mut loaded = match cx.load(plan, load) {
-        Ok(loaded) => loaded,
-        Err(code) => return code,
-    };
-    loaded.plan.executor = args.executor_of(&loaded.plan);
-    if loaded.plan.executor.is_some() {
-        return super::plan_elsewhere::run(cx, loaded, load, args, steps, choice);
-    }
-    let state_dir = engine::state_dir(&loaded.root, args.state_dir.as_deref());
-    let part = Part {
-        steps: steps.to_vec(),
-        ..Part::default()
-    };
-    finish(
-        cx,
-        args,
-        execute(
-            cx,
-            loaded,
-            &state_dir,
-            load.vars.clone(),
-            &part,
-            args,
-            |hash| decide_start(cx, &state_dir, hash, choice),
-        ),
-    )
 }
 
 /// How a run of the plan whose hash is `hash` starts, beside an unfinished
@@ -219,7 +181,7 @@ impl Confirm for Terminal {
 }
 
 /// Asks on the terminal; an empty answer is `default`.
-pub(super) fn ask(question: &str, default: bool) -> bool {
+pub fn ask(question: &str, default: bool) -> bool {
     let _ = write!(std::io::stderr(), "{question}");
     let _ = std::io::stderr().flush();
     let mut answer = String::new();
@@ -233,115 +195,6 @@ pub(super) fn ask(question: &str, default: bool) -> bool {
     }
 }
 
-pub fn resume(cx: &Context, run_id: Option<&str>, args: &RunArgs) -> u8 {
-    let cwd = std::env::current_dir().unwrap_or_else(|_| ".".into());
-    let root = crate::plan::find_root(&cwd.join("plan.toml"));
-    let state_dir = engine::state_dir(&root, args.state_dir.as_deref());
-    let history = match run_id {
-        Some(id) => {
-            let dir = RunDir::new(&state_dir, id);
-            RunHistory::read(&dir.journal()).map_err(|e| match e {
-                HistoryError::Journal(JournalError::Missing { .. }) => e.to_string(),
-                damaged => engine::damaged_run(&dir, id, &damaged).to_string(),
-            })
-        }
-        None => match newest_unfinished(&state_dir) {
-            // No run to resume, but jobs a killed gameplan was waiting for:
-            // wait for them again, then run the rest.
-            Err(_) if let Some((plan_file, vars)) = coordinator::unfinished(&state_dir) => {
-                let load = super::LoadArgs { vars };
-                let loaded = match cx.load(&root.join(&plan_file), &load) {
-                    Ok(loaded) => loaded,
-                    Err(code) => return code,
-                };
-                cx.console.err(&format!(
-                    "resuming the jobs of {plan_file}, played elsewhere\n"
-                ));
-                return super::plan_elsewhere::run(cx, loaded, &load, args, &[], Choice::Resume);
-            }
-            found => found,
-        },
-    };
-    let history = match history {
-        Ok(h) => h,
-        Err(message) => {
-            cx.console.err(&format!("error: {message}\n"));
-            return exit_code::PLAN_ERROR;
-        }
-    };
-    if let Some((outcome, code)) = history.finished.filter(|_| history.is_finished()) {
-        cx.console.err(&format!(
-            "run {} already finished ({outcome:?}); nothing to resume. `gameplan plan status {}` shows it\n",
-            history.run_id, history.run_id
-        ));
-        return code;
-    }
-    let options = LoadOptions {
-        env: cx.env.clone(),
-        vars: history.vars.clone(),
-        root: Some(root.clone()),
-        defer_secrets: true,
-        ..LoadOptions::default()
-    };
-    let plan_path = root.join(&history.plan_path);
-    let loaded = match crate::plan::load(&plan_path, &options) {
-        Ok(loaded) => loaded,
-        Err(failure) => {
-            cx.report_failure(&failure);
-            return exit_code::PLAN_ERROR;
-        }
-    };
-    // Before the plan hash: an unset secret changes the plan's values, and
-    // "the plan changed" would hide that it is only unset.
-    if let Some(part) = crate::graph::expand_loaded(&loaded)
-        .ok()
-        .and_then(|whole| crate::graph::select(whole, &history.options.steps).ok())
-        && let Some(failure) = unset_secrets(&loaded, &part, &kinds_to_ask(&loaded), &|id| {
-            finished(&history, id)
-        })
-    {
-        cx.report_failure(&failure);
-        return exit_code::PLAN_ERROR;
-    }
-    let current = engine::plan_hash(&loaded);
-    if current != history.plan_hash {
-        cx.console.err(&format!(
-            "error: the plan {} changed since run {} started (plan hash {} → {current}); a resume would mix two plans. Nothing was run or charged; start a new run with `gameplan plan run {} --new`\n",
-            history.plan_path, history.run_id, history.plan_hash, history.plan_path
-        ));
-        return exit_code::PLAN_ERROR;
-    }
-    let vars = history.vars.clone();
-    let part = part_of(&history);
-    let shard = part.shard.clone();
-    let (plan_name, plan_hash) = (history.plan.clone(), history.plan_hash.clone());
-    // The journal is read again under the lock (another process may have
-    // resumed or finished it meanwhile); this read only found the plan.
-    let ran = execute(cx, loaded, &state_dir, vars, &part, args, move |_| {
-        Ok(Start::Resume(history.run_id))
-    });
-    match shard {
-        Some((shard, dir)) if shard == "prepare" => {
-            super::plan_prepare::written(cx, args, ran, &dir, &part.steps).0
-        }
-        Some((shard, bundle)) => super::plan_shard::bundle_written(
-            cx,
-            args,
-            ran,
-            &super::plan_shard::Made {
-                shard: &shard,
-                bundle: &bundle,
-                plan: &plan_name,
-                plan_hash: &plan_hash,
-                prepared: part.prepared.as_deref(),
-                partition: part.partition.as_deref(),
-            },
-            &part.steps,
-        ),
-        None => finish(cx, args, ran),
-    }
-}
-
 /// The step kinds, to ask about (a kind's pool, whether it uses the
 /// backend), never to run.
 pub(super) fn kinds_to_ask(loaded: &LoadedPlan) -> Kinds {
@@ -352,7 +205,7 @@ pub(super) fn kinds_to_ask(loaded: &LoadedPlan) -> Kinds {
 }
 
 /// Whether `step` finished before the resume of `history`.
-fn finished(history: &RunHistory, step: &str) -> bool {
+pub(super) fn finished(history: &RunHistory, step: &str) -> bool {
     history
         .records
         .get(step)
@@ -361,7 +214,7 @@ fn finished(history: &RunHistory, step: &str) -> bool {
 }
 
 /// The part of the plan a resumed run is for, as its journal recorded it.
-fn part_of(history: &RunHistory) -> Part {
+pub(super) fn part_of(history: &RunHistory) -> Part {
     let options = &history.options;
     Part {
         steps: options.steps.clone(),
@@ -382,7 +235,7 @@ fn part_of(history: &RunHistory) -> Part {
 /// The newest unfinished run of any plan, for `plan resume` without an id.
 /// A damaged journal met on the way is an error, not a run to pass over: it
 /// may be the unfinished run meant (issue 8, item 12).
-fn newest_unfinished(state_dir: &Path) -> Result<RunHistory, String> {
+pub(super) fn newest_unfinished(state_dir: &Path) -> Result<RunHistory, String> {
     for id in crate::journal::run::run_ids(state_dir).into_iter().rev() {
         let dir = RunDir::new(state_dir, &id);
         if dir.set_aside().exists() {
@@ -408,7 +261,7 @@ fn newest_unfinished(state_dir: &Path) -> Result<RunHistory, String> {
 /// `done` names the steps that will not run (given from elsewhere, or
 /// finished before a resume): a secret of `[backend]` is needed only when a
 /// step that reaches the backend is left to run.
-fn unset_secrets(
+pub(super) fn unset_secrets(
     loaded: &LoadedPlan,
     pipeline: &crate::graph::Pipeline,
     kinds: &Kinds,
@@ -706,11 +559,7 @@ mod tests {
     fn without_a_terminal_the_price_question_is_a_no() {
         let exe = std::env::current_exe().expect("test binary");
         let mut child = std::process::Command::new(exe)
-            .args([
-                "cli::plan_run::tests::no_terminal_child",
-                "--exact",
-                "--ignored",
-            ])
+            .args(["cli::run::tests::no_terminal_child", "--exact", "--ignored"])
             .env("GAMEPLAN_NO_TERMINAL_CHILD", "1")
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())

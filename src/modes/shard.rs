@@ -7,12 +7,12 @@
 //! ordinary run of the whole plan in which every cell must come from the
 //! bundles (imported into the reuse store) and none is played. A plan that
 //! moves money is sharded around one job bought first (`--shard prepare`,
-//! in [`super::plan_prepare`]).
+//! in [`super::prepare`]).
 
 use std::path::{Path, PathBuf};
 
-use super::plan_run::{self, Choice, Part, Ran};
-use super::{Context, LoadArgs, RunArgs};
+use super::context::{Context, LoadArgs, RunArgs};
+use super::run::{self, Choice, Part, Ran};
 use crate::engine::{self, Start};
 use crate::exit_code;
 use crate::graph::Pipeline;
@@ -60,7 +60,7 @@ pub fn run(
         Pick::Shard(ShardSpec::Slice(shard)) => (Some(shard), None),
         Pick::Cells(names) => (None, Some(names)),
         Pick::Shard(ShardSpec::Prepare) => {
-            return super::plan_prepare::prepare(cx, loaded, load, args, choice, dirs.bundle);
+            return super::prepare::prepare(cx, loaded, load, args, choice, dirs.bundle);
         }
     };
     let whole = match crate::graph::expand_loaded(&loaded) {
@@ -73,11 +73,10 @@ pub fn run(
     let all = cells(&whole).len();
     let state_dir = engine::state_dir(&loaded.root, args.state_dir.as_deref());
     // A paid plan's shard plays for the job prepare bought, and buys none.
-    let prepared =
-        match super::plan_prepare::for_shard(cx, &loaded, &whole, &state_dir, dirs.prepared) {
-            Ok(prepared) => prepared,
-            Err(code) => return code,
-        };
+    let prepared = match super::prepare::for_shard(cx, &loaded, &whole, &state_dir, dirs.prepared) {
+        Ok(prepared) => prepared,
+        Err(code) => return code,
+    };
     let (slice, default_dir, shard, partition) =
         match chosen(whole, shard, pick_names, dirs.durations, &state_dir) {
             Ok(chosen) => chosen,
@@ -86,7 +85,7 @@ pub fn run(
                 return exit_code::PLAN_ERROR;
             }
         };
-    let bundle = plan_run::absolute(dirs.bundle.map_or(default_dir, Path::to_path_buf));
+    let bundle = run::absolute(dirs.bundle.map_or(default_dir, Path::to_path_buf));
     let hash = engine::plan_hash(&loaded);
     if slice.is_empty() {
         // Nothing of this slice to play (more shards than cells): an empty
@@ -114,21 +113,21 @@ pub fn run(
         shard: Some((shard.clone(), bundle.clone())),
         given: prepared
             .as_ref()
-            .map(|(p, _)| super::plan_prepare::given_to_shard(p))
+            .map(|(p, _)| super::prepare::given_to_shard(p))
             .unwrap_or_default(),
         prepared: prepared.map(|(_, dir)| dir),
         partition,
         ..Part::default()
     };
     let name = loaded.plan.name.clone();
-    let ran = plan_run::execute(
+    let ran = run::execute(
         cx,
         loaded,
         &state_dir,
         load.vars.clone(),
         &part,
         args,
-        |plan_hash| plan_run::decide_start(cx, &state_dir, plan_hash, choice),
+        |plan_hash| run::decide_start(cx, &state_dir, plan_hash, choice),
     );
     let made = Made {
         shard: &shard,
@@ -332,7 +331,7 @@ pub(super) fn bundle_written(
             .collect(),
     };
     let written = Bundle::write(bundle, played, &Store::open(&ran.state_dir));
-    let code = plan_run::finish(cx, args, Ok(ran));
+    let code = run::finish(cx, args, Ok(ran));
     match written {
         Ok(written) => {
             let m = &written.manifest;
@@ -392,12 +391,11 @@ pub fn merge(
     let state_dir = engine::state_dir(&loaded.root, args.state_dir.as_deref());
     let (prepare_dirs, cell_dirs): (Vec<&PathBuf>, Vec<&PathBuf>) =
         bundles.iter().partition(|dir| Prepared::is_in(dir));
-    let prepared =
-        match super::plan_prepare::for_merge(cx, &loaded, &whole, &state_dir, &prepare_dirs) {
-            Ok(prepared) => prepared,
-            Err(code) => return code,
-        };
-    let refuse = |message: String| super::plan_prepare::refused(cx, &message);
+    let prepared = match super::prepare::for_merge(cx, &loaded, &whole, &state_dir, &prepare_dirs) {
+        Ok(prepared) => prepared,
+        Err(code) => return code,
+    };
+    let refuse = |message: String| super::prepare::refused(cx, &message);
     let mut read = Vec::with_capacity(cell_dirs.len());
     for dir in cell_dirs {
         match Bundle::read(dir) {
@@ -410,9 +408,9 @@ pub fn merge(
         return refuse(e.to_string());
     }
     if let Some(prepared) = &prepared {
-        let foreign = read.iter().find_map(|b| {
-            super::plan_prepare::foreign(&b.dir, b.manifest.prepared.as_ref(), prepared)
-        });
+        let foreign = read
+            .iter()
+            .find_map(|b| super::prepare::foreign(&b.dir, b.manifest.prepared.as_ref(), prepared));
         if let Some(why) = foreign {
             return refuse(why);
         }
@@ -440,12 +438,12 @@ pub fn merge(
         reuse_only: expected,
         given: prepared
             .as_ref()
-            .map(super::plan_prepare::given_to_merge)
+            .map(super::prepare::given_to_merge)
             .unwrap_or_default(),
         prepared_by: prepared.as_ref().map(|p| p.run_id.clone()),
         ..Part::default()
     };
-    let ran = plan_run::execute(
+    let ran = run::execute(
         cx,
         loaded,
         &state_dir,
@@ -454,5 +452,5 @@ pub fn merge(
         args,
         |_| Ok(Start::New(engine::new_run_id())),
     );
-    plan_run::finish(cx, args, ran)
+    run::finish(cx, args, ran)
 }

@@ -18,8 +18,8 @@
 
 use std::path::{Path, PathBuf};
 
-use super::plan_run::{self, Choice, Part, Ran};
-use super::{Context, LoadArgs, RunArgs};
+use super::context::{Context, LoadArgs, RunArgs};
+use super::run::{self, Choice, Part, Ran};
 use crate::engine::{self, Given};
 use crate::exit_code;
 use crate::graph::Pipeline;
@@ -96,7 +96,7 @@ pub(super) fn buy(
         return (exit_code::PLAN_ERROR, None);
     }
     let state_dir = engine::state_dir(&loaded.root, args.state_dir.as_deref());
-    let dir = plan_run::absolute(bundle.map_or_else(|| default_dir(&state_dir), Path::to_path_buf));
+    let dir = run::absolute(bundle.map_or_else(|| default_dir(&state_dir), Path::to_path_buf));
     cx.console.err(&format!(
         "preparing the job of every cell of plan `{}` ({}), into {}\n",
         loaded.plan.name,
@@ -109,14 +109,14 @@ pub(super) fn buy(
         prices_whole_plan: true,
         ..Part::default()
     };
-    let ran = plan_run::execute(
+    let ran = run::execute(
         cx,
         loaded,
         &state_dir,
         load.vars.clone(),
         &part,
         args,
-        |plan_hash| plan_run::decide_start(cx, &state_dir, plan_hash, choice),
+        |plan_hash| run::decide_start(cx, &state_dir, plan_hash, choice),
     );
     written(cx, args, ran, &dir, &part.steps)
 }
@@ -146,7 +146,7 @@ pub(super) fn written(
     } else {
         None
     };
-    let code = plan_run::finish(cx, args, Ok(ran));
+    let code = run::finish(cx, args, Ok(ran));
     match prepared {
         None => {
             cx.console.err(
@@ -237,7 +237,7 @@ pub(super) fn for_shard(
     if buying_front(whole).is_empty() {
         return Ok(None);
     }
-    let dir = plan_run::absolute(flag.map_or_else(|| default_dir(state_dir), Path::to_path_buf));
+    let dir = run::absolute(flag.map_or_else(|| default_dir(state_dir), Path::to_path_buf));
     let prepared = read_for(cx, loaded, &dir, "each shard")?;
     Ok(Some((prepared, dir)))
 }
@@ -263,10 +263,9 @@ pub(super) fn for_merge(
             loaded.plan.name
         ))),
         (true, [] | [_]) => {
-            let dir = prepare_dirs.first().map_or_else(
-                || default_dir(state_dir),
-                |d| plan_run::absolute((*d).clone()),
-            );
+            let dir = prepare_dirs
+                .first()
+                .map_or_else(|| default_dir(state_dir), |d| run::absolute((*d).clone()));
             read_for(cx, loaded, &dir, "`plan merge`").map(Some)
         }
         (true, many) => Err(refuse(format!(

@@ -17,8 +17,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::plan_run::{self, Choice, Part};
-use super::{Context, LoadArgs, RunArgs};
+use super::context::{Context, LoadArgs, RunArgs};
+use super::run::{self, Choice, Part};
 use crate::engine;
 use crate::executor::coordinator::{self, Collected, Halt, Work};
 use crate::executor::{Executor, local::Local};
@@ -46,7 +46,7 @@ pub fn run(
             return exit_code::PLAN_ERROR;
         }
     };
-    let paid = !super::plan_prepare::buying_front(&whole).is_empty();
+    let paid = !super::prepare::buying_front(&whole).is_empty();
     let part = match crate::graph::select(whole, steps) {
         Ok(part) => part,
         Err(e) => {
@@ -60,7 +60,7 @@ pub fn run(
     };
     let state_dir = engine::state_dir(&loaded.root, args.state_dir.as_deref());
     // Asked what the cells' kinds are (their pool, whether stored), never run.
-    let kinds = plan_run::kinds_to_ask(&loaded);
+    let kinds = run::kinds_to_ask(&loaded);
     let (cell_list, all_cells) = cells_to_send(cx, &loaded, &part, &kinds, &state_dir, args);
     let cap = pool_cap(&loaded, &part, &kinds);
     let hash = engine::plan_hash(&loaded);
@@ -114,19 +114,19 @@ pub fn run(
         reuse_only: all_cells,
         given: prepared
             .as_ref()
-            .map(|(p, _)| super::plan_prepare::given_to_merge(p))
+            .map(|(p, _)| super::prepare::given_to_merge(p))
             .unwrap_or_default(),
         prepared_by: prepared.as_ref().map(|(p, _)| p.run_id.clone()),
         ..Part::default()
     };
-    let ran = plan_run::execute(
+    let ran = run::execute(
         cx,
         loaded,
         &state_dir,
         load.vars.clone(),
         &part,
         args,
-        |plan_hash| plan_run::decide_start(cx, &state_dir, plan_hash, choice),
+        |plan_hash| run::decide_start(cx, &state_dir, plan_hash, choice),
     );
     if let (Some((_, dir)), Ok(ran)) = (&prepared, &ran)
         && settled(ran)
@@ -134,7 +134,7 @@ pub fn run(
         // Settled: the next run of the plan buys a job of its own.
         let _ = std::fs::remove_file(dir.join(crate::shard::prepared::PREPARED_FILE));
     }
-    plan_run::finish(cx, args, ran)
+    run::finish(cx, args, ran)
 }
 
 /// Takes the cells that came back into the store, saying what came back.
@@ -195,7 +195,7 @@ fn bought(
         return Ok((loaded, prepared));
     }
     let path = loaded.source.path.clone();
-    let (code, prepared) = super::plan_prepare::buy(cx, loaded, load, args, choice, Some(dir));
+    let (code, prepared) = super::prepare::buy(cx, loaded, load, args, choice, Some(dir));
     let Some(prepared) = prepared else {
         return Err(code);
     };
@@ -220,7 +220,7 @@ fn taken_to_its_end(state_dir: &std::path::Path, prepare_run: &str) -> bool {
 
 /// Whether the run ended and settled its job: it was not stopped short,
 /// and every `finish` step succeeded.
-fn settled(ran: &plan_run::Ran) -> bool {
+fn settled(ran: &run::Ran) -> bool {
     use crate::journal::run::{RunOutcome, StepState};
     let finish = crate::plan::model::StepKind::Finish.name();
     matches!(
