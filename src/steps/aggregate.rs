@@ -176,10 +176,7 @@ impl Kind for Aggregate {
                     }
                     _ => StepOutcome::Succeeded,
                 },
-                Err(e) => StepOutcome::Failed {
-                    exit_code: None,
-                    message: e.0,
-                },
+                Err(e) => e.into(),
             }
         })
     }

@@ -56,13 +56,9 @@ impl Kind for Command {
 
     fn run<'a>(&'a self, cx: &'a StepContext, io: &'a StepIo) -> BoxFuture<'a, StepOutcome> {
         Box::pin(async move {
-            match spawn_and_wait(cx, &self.launcher, io).await {
-                Ok(outcome) => outcome,
-                Err(e) => StepOutcome::Failed {
-                    exit_code: None,
-                    message: e.0,
-                },
-            }
+            spawn_and_wait(cx, &self.launcher, io)
+                .await
+                .unwrap_or_else(StepOutcome::from)
         })
     }
 

@@ -51,15 +51,7 @@ impl Kind for Finish {
     }
 
     fn run<'a>(&'a self, cx: &'a StepContext, io: &'a StepIo) -> BoxFuture<'a, StepOutcome> {
-        Box::pin(async move {
-            match run(cx, io).await {
-                Ok(outcome) => outcome,
-                Err(e) => StepOutcome::Failed {
-                    exit_code: None,
-                    message: e.0,
-                },
-            }
-        })
+        Box::pin(async move { run(cx, io).await.unwrap_or_else(StepOutcome::from) })
     }
 
     fn outputs(&self, _cx: &StepContext) -> Result<Outputs, StepError> {

@@ -350,12 +350,7 @@ impl Kind for Gate {
             io.mark_started();
             let gate = match gate_of(&cx.plan, &cx.step.params, &cx.step.id) {
                 Ok(gate) => gate.clone(),
-                Err(e) => {
-                    return StepOutcome::Failed {
-                        exit_code: None,
-                        message: e.0,
-                    };
-                }
+                Err(e) => return e.into(),
             };
             let plan_path = cx.plan_file.as_ref().map(|f| cx.root.join(f));
             let waivers = match Waivers::beside(plan_path.as_deref()) {
@@ -389,12 +384,7 @@ impl Kind for Gate {
             let review = judge_gate(&judging, &cx.plan, &gate, &units_of).await;
             let review = match write_review(cx, io, review) {
                 Ok(review) => review,
-                Err(e) => {
-                    return StepOutcome::Failed {
-                        exit_code: None,
-                        message: e.0,
-                    };
-                }
+                Err(e) => return e.into(),
             };
             self.keep(&cx.step_dir, review.clone());
             if *cx.cancel.borrow() {

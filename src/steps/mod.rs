@@ -391,6 +391,18 @@ pub enum StepOutcome {
 #[error("{0}")]
 pub struct StepError(pub String);
 
+/// A step that could not even be attempted failed, with no exit code of
+/// its own: the one conversion every kind's `run` ends with
+/// (`run(cx, io).await.unwrap_or_else(StepOutcome::from)`).
+impl From<StepError> for StepOutcome {
+    fn from(e: StepError) -> StepOutcome {
+        StepOutcome::Failed {
+            exit_code: None,
+            message: e.0,
+        }
+    }
+}
+
 /// The kinds one run can use, by [`StepKind`]; built per run because a kind
 /// may hold the run's resources (the `command` kind its process launcher).
 pub struct Kinds {

@@ -118,12 +118,7 @@ impl Kind for Play {
             });
             let spec = match cell_spec_redacted(cx, &self.redactor, slots.clone()) {
                 Ok(spec) => spec,
-                Err(e) => {
-                    return StepOutcome::Failed {
-                        exit_code: None,
-                        message: e.0,
-                    };
-                }
+                Err(e) => return e.into(),
             };
             run_cell(cx, io, &spec).await
         })
