@@ -639,6 +639,19 @@ fn fetch(cx: &Context, client: &Client, game: &str, playtest: &Playtest) {
     let dir = client.state.join(&playtest.id);
     let files = playtest.outcome.iter().flat_map(|o| &o.files);
     for name in files {
+        // Written under `dir` only: a name that is absolute or climbs is a
+        // server's mistake (or worse), never followed.
+        let inside = Path::new(name)
+            .components()
+            .all(|c| matches!(c, std::path::Component::Normal(_)));
+        if !inside {
+            cx.console.err(&format!(
+                "warning: {name} of {} not fetched: not a path inside {}\n",
+                playtest.id,
+                dir.display()
+            ));
+            continue;
+        }
         let got = client.block(client.backend.playtest_file(
             &client.token,
             game,

@@ -452,7 +452,10 @@ fn collect(build: &Path, out: &Path, exit_code: i64, log_tail: &str) -> Result<O
         copy(md.clone(), "aggregate.md");
         copy(md.with_file_name("aggregate.json"), "aggregate.json");
     }
-    copy(page, "report.html");
+    copy(page.clone(), "report.html");
+    if let Ok(html) = std::fs::read_to_string(&page) {
+        files.extend(linked_files(&html, &page, build, out));
+    }
     let mut findings = BTreeMap::new();
     for finding in summary.playtest.iter().flat_map(|p| &p.findings) {
         *findings.entry(finding.category.clone()).or_insert(0) += 1;
@@ -467,6 +470,72 @@ fn collect(build: &Path, out: &Path, exit_code: i64, log_tail: &str) -> Result<O
             log_tail.to_owned()
         },
     })
+}
+
+/// The most files, and bytes, of a report page's images, videos and
+/// cell reports brought into `out/` beside it.
+const MAX_LINKED_FILES: usize = 2000;
+const MAX_LINKED_BYTES: u64 = 256 * 1024 * 1024;
+
+/// Copies the files `html` (the page at `page`) links by a relative path
+/// (its screenshots, videos, the cells' reports) into `out/`, at the same
+/// path relative to the page, so the fetched page shows them: their
+/// names. A link that leaves the build is not followed.
+fn linked_files(html: &str, page: &Path, build: &Path, out: &Path) -> Vec<String> {
+    let Some(dir) = page.parent() else {
+        return Vec::new();
+    };
+    let Ok(build) = build.canonicalize() else {
+        return Vec::new();
+    };
+    let mut names = std::collections::BTreeSet::new();
+    for attribute in ["src=\"", "href=\""] {
+        for piece in html.split(attribute).skip(1) {
+            let Some(value) = piece.split('"').next() else {
+                continue;
+            };
+            // Unescaped before the fragment is cut: `&#x2f;` holds a `#`.
+            let unescaped = value
+                .replace("&#x2f;", "/")
+                .replace("&#x2F;", "/")
+                .replace("&#x27;", "'")
+                .replace("&amp;", "&");
+            let value = unescaped.split('#').next().unwrap_or_default().to_owned();
+            let relative = !value.is_empty()
+                && !value.contains(':')
+                && !value.starts_with('/')
+                && Path::new(&value)
+                    .components()
+                    .all(|c| matches!(c, std::path::Component::Normal(_)));
+            if relative {
+                names.insert(value);
+            }
+        }
+    }
+    let (mut kept, mut bytes) = (Vec::new(), 0_u64);
+    for name in names {
+        let Ok(from) = dir.join(&name).canonicalize() else {
+            continue;
+        };
+        let size = std::fs::metadata(&from).map_or(u64::MAX, |m| m.len());
+        if !from.starts_with(&build)
+            || !from.is_file()
+            || kept.len() >= MAX_LINKED_FILES
+            || bytes.saturating_add(size) > MAX_LINKED_BYTES
+        {
+            continue;
+        }
+        let to = out.join(&name);
+        let copied = to
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .and_then(|()| std::fs::copy(&from, &to));
+        if copied.is_ok() {
+            bytes += size;
+            kept.push(name);
+        }
+    }
+    kept
 }
 
 fn absolute(root: &Path, path: &str) -> PathBuf {

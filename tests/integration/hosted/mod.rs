@@ -48,6 +48,11 @@ pub fn hosted(delay: f64, flags: &[&str]) -> (Test, Served) {
     let t = Test::new()
         .file("plan.toml", PLAN)
         .file("game/coins.py", slow_coins(delay));
+    serving(t, flags)
+}
+
+/// The repo `t` and a server playing on the local executor for it.
+fn serving(t: Test, flags: &[&str]) -> (Test, Served) {
     let mut all = vec!["--executor", "local", "--builds"];
     let builds = t.path("server").display().to_string();
     all.push(&builds);
@@ -355,4 +360,47 @@ fn refusals_say_what_was_not_charged_and_what_to_do() {
         .run(&["hosted", "quote", "plan.toml"])
         .code(4)
         .stderr_has("GAMEPLAN_TOKEN");
+}
+
+#[test]
+fn a_browser_playtest_brings_its_page_home_with_the_screenshots_and_video_it_shows() {
+    let web = |name: &str| {
+        std::fs::read(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(name))
+            .expect("the example web game")
+    };
+    let t = Test::new()
+        .file("web.toml", web("examples/web.toml"))
+        .file(
+            "examples/games/web/index.html",
+            web("examples/games/web/index.html"),
+        )
+        .file(
+            "examples/games/web/game.js",
+            web("examples/games/web/game.js"),
+        );
+    let (t, _server) = serving(t, &[]);
+    let ran = t.run(&["hosted", "run", "web.toml", "--yes", "--wait", "--json"]);
+    let playtest = ran.json();
+    assert_eq!(playtest["phase"], "report_ready", "{ran}");
+    let id = playtest["id"].as_str().expect("an id");
+    let home = t.path(&format!(".gameplan/hosted/{id}"));
+    let page = std::fs::read_to_string(home.join("report.html")).expect("the page came home");
+    // As the browser reads them: minijinja escapes `/` in attributes.
+    let shown: Vec<String> = page
+        .split("src=\"")
+        .skip(1)
+        .filter_map(|piece| piece.split('"').next())
+        .map(|src| src.replace("&#x2f;", "/").replace("&amp;", "&"))
+        .collect();
+    assert!(
+        shown.iter().any(|s| s.contains("/screenshots/")),
+        "the page shows a screenshot: {shown:?}"
+    );
+    for src in &shown {
+        assert!(
+            home.join(src).is_file(),
+            "{src} did not come home with the page; its files: {}",
+            playtest["outcome"]["files"]
+        );
+    }
 }
