@@ -89,25 +89,6 @@ impl Host {
                 ),
             ));
         }
-        let paying: Vec<String> = loaded
-            .plan
-            .steps
-            .iter()
-            .filter(|s| s.kind.moves_money())
-            .map(|s| format!("`{}` ({:?})", s.id, s.kind))
-            .collect();
-        if !paying.is_empty() {
-            return Err(ApiError::new(
-                422,
-                "plan_invalid",
-                format!(
-                    "the plan `{plan}` has money steps ({}): a hosted playtest is paid by its quote alone, \
-                     and these would charge again; play hosted a plan without estimate, register, deliver and finish \
-                     (docs/hosted.md). Nothing was charged",
-                    paying.join(", ")
-                ),
-            ));
-        }
         let pipeline = crate::graph::expand_loaded(&loaded).map_err(|e| {
             ApiError::new(
                 422,
@@ -115,6 +96,27 @@ impl Host {
                 format!("the plan `{plan}` cannot be expanded: {e}"),
             )
         })?;
+        // The pipeline's, not only the plan's own steps: a plan without
+        // `steps` gets the default paid pipeline.
+        let mut paying: Vec<String> = pipeline
+            .steps
+            .iter()
+            .filter(|s| s.kind.moves_money())
+            .map(|s| format!("`{}` ({:?})", s.id, s.kind))
+            .collect();
+        paying.dedup();
+        if !paying.is_empty() {
+            return Err(ApiError::new(
+                422,
+                "plan_invalid",
+                format!(
+                    "the plan `{plan}` has money steps ({}): a hosted playtest is paid by its quote alone, \
+                     and these would charge again; play hosted a plan without estimate, register, deliver and finish \
+                     (a plan with its own `steps`; docs/hosted.md). Nothing was charged",
+                    paying.join(", ")
+                ),
+            ));
+        }
         let kinds = crate::steps::Kinds::for_run(crate::steps::RunSettings {
             concurrency: 1,
             redactor: loaded.redactor.clone(),

@@ -324,6 +324,12 @@ fn refusals_say_what_was_not_charged_and_what_to_do() {
         .code(3)
         .stderr_has("money steps")
         .stderr_has("Nothing was charged");
+    // So is one without `steps`, which gets the default paid pipeline.
+    let stepless = &PLAN[..PLAN.find("[[steps]]").expect("steps")];
+    t.write("stepless.toml", stepless);
+    t.run(&["hosted", "quote", "stepless.toml"])
+        .code(3)
+        .stderr_has("`register` (Register)");
     assert_eq!(balance(&server.ledger(&t)), before);
     // A server that plays no hosted playtests says how to start one.
     let plain = Served::start(&t);
