@@ -98,13 +98,12 @@ impl Host {
         })?;
         // The pipeline's, not only the plan's own steps: a plan without
         // `steps` gets the default paid pipeline.
-        let mut paying: Vec<String> = pipeline
+        let paying: Vec<String> = pipeline
             .steps
             .iter()
             .filter(|s| s.kind.moves_money())
             .map(|s| format!("`{}` ({:?})", s.id, s.kind))
             .collect();
-        paying.dedup();
         if !paying.is_empty() {
             return Err(ApiError::new(
                 422,

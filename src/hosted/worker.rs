@@ -189,12 +189,14 @@ impl Worker {
             self.phase(id, Phase::Running, None, None)
                 .await
                 .map_err(e)?;
-            let mut steps: Vec<String> = work
-                .cells
-                .iter()
-                .map(|c| c.id.split('[').next().unwrap_or(&c.id).to_owned())
-                .collect();
-            steps.dedup();
+            // Each play step once, in the cells' order.
+            let mut steps: Vec<String> = Vec::new();
+            for cell in &work.cells {
+                let step = cell.id.split('[').next().unwrap_or(&cell.id);
+                if !steps.iter().any(|s| s == step) {
+                    steps.push(step.to_owned());
+                }
+            }
             let (ended, stopped) = self.play(&work, &ws, "play", &steps).await?;
             canceled = stopped;
             played = Some(ended);
@@ -229,22 +231,7 @@ impl Worker {
             settlement.refunded_cents,
             settlement.refunded_runs.len()
         );
-        let (phase, reason) = if canceled {
-            (Phase::Canceled, format!("canceled: {refunded}"))
-        } else if ended == 0 {
-            // Nothing played: the workspace's copy of the build is not kept
-            // (the uploaded build is, to be quoted again); the logs are.
-            let _ = std::fs::remove_dir_all(&build);
-            let why = played.map(|p| p.log_tail).unwrap_or_default();
-            (
-                Phase::Failed,
-                format!(
-                    "no cell played: the game did not start, or gameplan could not play it; {refunded}. {why}"
-                ),
-            )
-        } else {
-            (Phase::ReportReady, refunded)
-        };
+        let (phase, reason) = ending(canceled, ended, outcome.as_ref(), played, &refunded, &build);
         self.phase(id, phase, Some(reason), outcome)
             .await
             .map_err(e)
@@ -391,6 +378,44 @@ impl Worker {
     }
 }
 
+/// How a playtest ends, and why: canceled; failed when no cell played, or
+/// when the cells played but the analysis left no report page (never
+/// `report_ready` for a report that is not there); else the report is
+/// ready. A playtest where nothing played keeps no copy of its build.
+fn ending(
+    canceled: bool,
+    ended: usize,
+    outcome: Option<&Outcome>,
+    played: Option<Ended>,
+    refunded: &str,
+    build: &Path,
+) -> (Phase, String) {
+    if canceled {
+        (Phase::Canceled, format!("canceled: {refunded}"))
+    } else if ended == 0 {
+        // Nothing played: the workspace's copy of the build is not kept
+        // (the uploaded build is, to be quoted again); the logs are.
+        let _ = std::fs::remove_dir_all(build);
+        let why = played.map(|p| p.log_tail).unwrap_or_default();
+        (
+            Phase::Failed,
+            format!(
+                "no cell played: the game did not start, or gameplan could not play it; {refunded}. {why}"
+            ),
+        )
+    } else if !outcome.is_some_and(|o| o.files.iter().any(|f| f == "report.html")) {
+        // The cells played (and are charged), but the analysis left no
+        // report: never `report_ready` for a report that is not there.
+        let why = outcome.map(|o| o.log_tail.clone()).unwrap_or_default();
+        (
+            Phase::Failed,
+            format!("the cells played but the analysis wrote no report; {refunded}. {why}"),
+        )
+    } else {
+        (Phase::ReportReady, refunded.to_owned())
+    }
+}
+
 /// How a gameplan the worker ran ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Ended {
@@ -454,7 +479,7 @@ fn collect(build: &Path, out: &Path, exit_code: i64, log_tail: &str) -> Result<O
     }
     copy(page.clone(), "report.html");
     if let Ok(html) = std::fs::read_to_string(&page) {
-        files.extend(linked_files(&html, &page, build, out));
+        files.extend(linked_files(&html, &page, build, out, LINKED_LIMITS));
     }
     let mut findings = BTreeMap::new();
     for finding in summary.playtest.iter().flat_map(|p| &p.findings) {
@@ -474,14 +499,28 @@ fn collect(build: &Path, out: &Path, exit_code: i64, log_tail: &str) -> Result<O
 
 /// The most files, and bytes, of a report page's images, videos and
 /// cell reports brought into `out/` beside it.
-const MAX_LINKED_FILES: usize = 2000;
-const MAX_LINKED_BYTES: u64 = 256 * 1024 * 1024;
+#[derive(Debug, Clone, Copy)]
+struct LinkedLimits {
+    files: usize,
+    bytes: u64,
+}
+
+const LINKED_LIMITS: LinkedLimits = LinkedLimits {
+    files: 2000,
+    bytes: 256 * 1024 * 1024,
+};
 
 /// Copies the files `html` (the page at `page`) links by a relative path
 /// (its screenshots, videos, the cells' reports) into `out/`, at the same
 /// path relative to the page, so the fetched page shows them: their
 /// names. A link that leaves the build is not followed.
-fn linked_files(html: &str, page: &Path, build: &Path, out: &Path) -> Vec<String> {
+fn linked_files(
+    html: &str,
+    page: &Path,
+    build: &Path,
+    out: &Path,
+    limits: LinkedLimits,
+) -> Vec<String> {
     let Some(dir) = page.parent() else {
         return Vec::new();
     };
@@ -520,8 +559,8 @@ fn linked_files(html: &str, page: &Path, build: &Path, out: &Path) -> Vec<String
         let size = std::fs::metadata(&from).map_or(u64::MAX, |m| m.len());
         if !from.starts_with(&build)
             || !from.is_file()
-            || kept.len() >= MAX_LINKED_FILES
-            || bytes.saturating_add(size) > MAX_LINKED_BYTES
+            || kept.len() >= limits.files
+            || bytes.saturating_add(size) > limits.bytes
         {
             continue;
         }
@@ -544,5 +583,97 @@ fn absolute(root: &Path, path: &str) -> PathBuf {
         path.to_path_buf()
     } else {
         root.join(path)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pages_linked_files_come_along_within_their_limits_and_never_from_outside_the_build() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let build = dir.path().join("build");
+        let run = build.join(".gameplan/runs/r");
+        std::fs::create_dir_all(run.join("steps/play[a,1]/screenshots")).expect("dirs");
+        for (name, size) in [("one.png", 10), ("two.png", 10), ("three.png", 10)] {
+            std::fs::write(
+                run.join("steps/play[a,1]/screenshots").join(name),
+                vec![1; size],
+            )
+            .expect("shot");
+        }
+        std::fs::write(dir.path().join("secret"), "outside").expect("outside");
+        let html = r#"<img src="steps&#x2f;play[a,1]&#x2f;screenshots&#x2f;one.png">
+            <a href="steps/play[a,1]/screenshots/two.png#t=1">two</a>
+            <img src="steps/play[a,1]/screenshots/three.png">
+            <img src="../../../../secret"> <img src="/etc/passwd"> <a href="https://x.test/a.png">"#;
+        let page = run.join("report.html");
+        let out = dir.path().join("out");
+        let all = LinkedLimits {
+            files: 10,
+            bytes: 1000,
+        };
+        let kept = linked_files(html, &page, &build, &out, all);
+        assert_eq!(
+            kept.len(),
+            3,
+            "the three screenshots, nothing else: {kept:?}"
+        );
+        assert!(out.join("steps/play[a,1]/screenshots/one.png").is_file());
+        assert!(!out.join("secret").exists());
+        let few = linked_files(
+            html,
+            &page,
+            &build,
+            &dir.path().join("few"),
+            LinkedLimits { files: 2, ..all },
+        );
+        assert_eq!(few.len(), 2, "stops at its file limit");
+        let small = linked_files(
+            html,
+            &page,
+            &build,
+            &dir.path().join("small"),
+            LinkedLimits { bytes: 25, ..all },
+        );
+        assert_eq!(small.len(), 2, "stops at its byte limit");
+    }
+
+    #[test]
+    fn a_playtest_is_report_ready_only_with_a_report_page_and_failed_when_nothing_played() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let with = |files: &[&str]| Outcome {
+            files: files.iter().map(|f| (*f).to_owned()).collect(),
+            log_tail: "error: the gate could not run".to_owned(),
+            ..Outcome::default()
+        };
+        let page = with(&["summary.json", "report.html"]);
+        let none = with(&["summary.json"]);
+        let at = |canceled, ended, outcome: Option<&Outcome>| {
+            ending(
+                canceled,
+                ended,
+                outcome,
+                None,
+                "charged 90 cents",
+                dir.path(),
+            )
+            .0
+        };
+        assert_eq!(at(false, 2, Some(&page)), Phase::ReportReady);
+        assert_eq!(
+            at(false, 2, Some(&none)),
+            Phase::Failed,
+            "no page, no report"
+        );
+        assert_eq!(at(false, 2, None), Phase::Failed, "no analysis, no report");
+        assert_eq!(at(false, 0, Some(&page)), Phase::Failed, "nothing played");
+        assert_eq!(at(true, 2, Some(&page)), Phase::Canceled);
+        let (_, why) = ending(false, 2, Some(&none), None, "charged 90 cents", dir.path());
+        assert!(
+            why.contains("wrote no report") && why.contains("the gate could not run"),
+            "{why}"
+        );
     }
 }
