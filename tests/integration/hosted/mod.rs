@@ -388,6 +388,12 @@ fn a_browser_playtest_brings_its_page_home_with_the_screenshots_and_video_it_sho
     let ran = t.run(&["hosted", "run", "web.toml", "--yes", "--wait", "--json"]);
     let playtest = ran.json();
     assert_eq!(playtest["phase"], "report_ready", "{ran}");
+    // The example's two planted bugs are found on the server, as at home.
+    let findings = &playtest["outcome"]["findings"];
+    assert!(
+        findings["console"].as_u64() >= Some(1) && findings["stuck"].as_u64() >= Some(1),
+        "{findings}"
+    );
     let id = playtest["id"].as_str().expect("an id");
     let home = t.path(&format!(".gameplan/hosted/{id}"));
     let page = std::fs::read_to_string(home.join("report.html")).expect("the page came home");
