@@ -392,27 +392,64 @@ impl crate::server::Hosting for Host {
                 }
             )));
         }
-        let path = self.workspace(n).join("out").join(name);
-        let unavailable =
-            |e: std::io::Error| ApiError::unavailable(format!("`{name}` cannot be read: {e}"));
-        let size = std::fs::metadata(&path).map_err(unavailable)?.len();
-        if size > MAX_FILE_BYTES {
-            return Err(ApiError::new(
-                413,
-                "file_too_large",
-                format!("`{name}` is {size} bytes, over the {MAX_FILE_BYTES} handed out at once"),
-            ));
-        }
-        let bytes = std::fs::read(&path).map_err(unavailable)?;
-        Ok(FileBody {
-            name: name.to_owned(),
-            size,
-            sha256: crate::backend::ledger::sha256_hex(&bytes),
-            body_base64: base64::engine::general_purpose::STANDARD.encode(&bytes),
-        })
+        file_body(
+            &self.workspace(n).join("out").join(name),
+            name,
+            MAX_FILE_BYTES,
+        )
     }
 
     fn wake(&self) {
         self.wake.notify_one();
+    }
+}
+
+/// The file at `path`, named `name`, as a call hands it out; over `max`
+/// bytes it is 413 rather than a body of that size.
+fn file_body(path: &Path, name: &str, max: u64) -> Result<FileBody, ApiError> {
+    let unavailable =
+        |e: std::io::Error| ApiError::unavailable(format!("`{name}` cannot be read: {e}"));
+    let size = std::fs::metadata(path).map_err(unavailable)?.len();
+    if size > max {
+        return Err(ApiError::new(
+            413,
+            "file_too_large",
+            format!("`{name}` is {size} bytes, over the {max} handed out at once"),
+        ));
+    }
+    let bytes = std::fs::read(path).map_err(unavailable)?;
+    Ok(FileBody {
+        name: name.to_owned(),
+        size,
+        sha256: crate::backend::ledger::sha256_hex(&bytes),
+        body_base64: base64::engine::general_purpose::STANDARD.encode(&bytes),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_over_the_limit_is_413_naming_it_and_one_within_comes_whole() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("report.html");
+        std::fs::write(&path, "0123456789").expect("write");
+        let whole = file_body(&path, "report.html", 10).expect("within");
+        assert_eq!(
+            (whole.size, whole.body_base64.as_str()),
+            (10, "MDEyMzQ1Njc4OQ==")
+        );
+        let refused = file_body(&path, "report.html", 9).expect_err("over");
+        assert_eq!(
+            (refused.status, refused.code.as_str()),
+            (413, "file_too_large")
+        );
+        assert!(
+            refused
+                .message
+                .contains("`report.html` is 10 bytes, over the 9"),
+            "{refused}"
+        );
     }
 }
