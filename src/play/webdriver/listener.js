@@ -9,7 +9,7 @@
 //   console.error calls in `window.__gameplanErrors` until gameplan reads
 //   them;
 // - counts the page's requests in flight (fetch, XHR, reading a fetched
-//   body) in `window.__gameplanPending`, so a page is read once what an
+//   body, an IndexedDB open or transaction) in `window.__gameplanPending`, so a page is read once what an
 //   action asked for has arrived, and keeps every request that failed or
 //   answered HTTP >= 400 (fetch, XHR, a script, image, style or any
 //   resource the browser timed) in `window.__gameplanFailed`, with its
@@ -233,6 +233,32 @@
         done();
         throw e;
       }
+    };
+  }
+  // A saved game read back from IndexedDB (localforage, idb) arrives like
+  // a response: a page read before it came shows its loading screen ("Day
+  // 0 of undefined"), and on a busy machine a replay reads otherwise.
+  // Opening a database is in flight until it opens, fails or is blocked; a
+  // transaction until it completes or aborts.
+  if (window.IDBFactory && window.IDBDatabase) {
+    var idbListen = EventTarget.prototype.addEventListener;
+    var until = function (target, events, done) {
+      events.forEach(function (type) { idbListen.call(target, type, done); });
+    };
+    ['open', 'deleteDatabase'].forEach(function (name) {
+      var call = IDBFactory.prototype[name];
+      if (!call) return;
+      IDBFactory.prototype[name] = function (db) {
+        var request = call.apply(this, arguments);
+        until(request, ['success', 'error', 'blocked'], start('IndexedDB ' + name + ' ' + db));
+        return request;
+      };
+    });
+    var transaction = IDBDatabase.prototype.transaction;
+    IDBDatabase.prototype.transaction = function (stores) {
+      var tx = transaction.apply(this, arguments);
+      until(tx, ['complete', 'abort', 'error'], start('IndexedDB transaction on ' + String(stores)));
+      return tx;
     };
   }
   // A resource that answered >= 400 without an element to fire `error` at

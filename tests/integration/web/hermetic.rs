@@ -457,3 +457,23 @@ fn the_published_farmhand_saves_its_farm_yet_opens_on_day_1_every_time_and_repla
     );
     assert_replays(&t, &cell);
 }
+
+#[test]
+fn a_farm_read_back_from_indexeddb_is_seen_once_loaded_and_replays() {
+    // Forty transactions one after another: the page says its day only
+    // once the last has come. A read that did not wait for IndexedDB would
+    // see "Loading your farm…" and no Sleep button.
+    let t = fixture("idb.html", r#"["click:Sleep", "click:Sleep"]"#, "");
+    t.run(&["plan", "run", "plan.toml"]).code(0);
+    let cell = cell(&t);
+    let report = report(&cell);
+    assert_eq!(report["findings"], json!([]), "{report:#}");
+    assert_eq!(report["warnings"], json!([]), "{report:#}");
+    let seen = texts(&cell);
+    assert!(seen[0].contains("Day 1 of Spring"), "{seen:?}");
+    assert!(
+        seen.last().is_some_and(|s| s.contains("Day 3 of Spring")),
+        "both nights slept, each saved and read back: {seen:?}"
+    );
+    assert_replays(&t, &cell);
+}
