@@ -8,7 +8,7 @@
 //! that step's outputs, or nothing yet), and redacts secrets from the result.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use petgraph::graph::NodeIndex;
@@ -76,10 +76,14 @@ impl KeyMaker<'_> {
                 outputs: outputs_of(need),
             })
             .collect();
+        // A key reads the ids of what the step reads, not their files.
+        let reads = self.kinds.reads(self.pipeline, node, |id| {
+            PathBuf::from(crate::journal::run::file_name(id))
+        });
         let cx = KeyContext {
             root: self.root,
             plan: self.plan,
-            pipeline: self.pipeline,
+            reads: &reads,
             step,
             instance,
             upstream: &upstream,

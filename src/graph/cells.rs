@@ -24,7 +24,7 @@ pub fn expand_loaded(loaded: &LoadedPlan) -> Result<Pipeline, ExpandError> {
         if step.matrix.is_empty() || !reads_matrix(step, &loaded.templates) {
             continue;
         }
-        let cell: BTreeMap<String, String> = instance.cell.iter().cloned().collect();
+        let cell: BTreeMap<String, String> = instance.cell.values().iter().cloned().collect();
         let rendered =
             render(step, &loaded.templates, &vars, &cell).map_err(|message| ExpandError::Cell {
                 instance: instance.id.clone(),

@@ -8,9 +8,11 @@
 //! order every time, which `plan explain --json` and the journal rely on.
 //! Sizes are computed by arithmetic and refused before anything is allocated.
 
+pub mod cell;
 pub mod cells;
 pub mod select;
 
+pub use cell::Cell;
 pub use cells::expand_loaded;
 pub use select::{UnknownStep, select};
 
@@ -38,8 +40,9 @@ pub struct Instance {
     #[serde(skip)]
     pub step: usize,
     pub kind: StepKind,
-    /// Axis → value for matrix cells (and `per` instances, the cell they follow).
-    pub cell: Vec<(String, String)>,
+    /// Its matrix values (a `per` instance: the cell it follows), the play
+    /// axes typed.
+    pub cell: Cell,
     pub always: bool,
 }
 
@@ -230,9 +233,15 @@ pub fn expand(plan: &Plan) -> Result<Pipeline, ExpandError> {
             Some(&target) => cell_values(&steps[target].matrix),
             None => cell_values(&step.matrix),
         };
-        for cell in cells {
+        for values in cells {
+            let id = cell_id(&step.id, &values);
+            let cell =
+                Cell::new(values, step.kind.row().plays).map_err(|message| ExpandError::Cell {
+                    instance: id.clone(),
+                    message,
+                })?;
             let node = graph.add_node(Instance {
-                id: cell_id(&step.id, &cell),
+                id,
                 step: index,
                 kind: step.kind,
                 cell,

@@ -269,10 +269,7 @@ fn cells_to_send(
         .filter(|&n| !stored.contains(&part.instance(n).id))
         .map(|n| {
             let instance = part.instance(n);
-            let alone = instance
-                .cell
-                .iter()
-                .any(|(axis, value)| axis == "persona" && llm_persona(value));
+            let alone = instance.cell.persona.as_deref().is_some_and(llm_persona);
             (instance.id.clone(), alone)
         })
         .collect();

@@ -66,6 +66,7 @@ pub fn explain_json(
             let decision = &decisions[index.index()];
             let cell: serde_json::Map<String, serde_json::Value> = instance
                 .cell
+                .values()
                 .iter()
                 .map(|(k, v)| (k.clone(), v.clone().into()))
                 .collect();

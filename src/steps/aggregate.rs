@@ -7,8 +7,9 @@
 //!
 //! - **What it reads**: every `play` cell and `simulate` step it needs,
 //!   directly or through other steps (in the default pipeline it needs
-//!   `deliver`, which needs the cells), found through the plan's graph and
-//!   read from the run's directory, so cells a resumed run's earlier
+//!   `deliver`, which needs the cells), as the engine hands them over
+//!   ([`super::CellRead`]: each with where its kind keeps its report or
+//!   summary), read from the run's directory, so cells a resumed run's earlier
 //!   process played and cells restored from the store count alike. A cell
 //!   that left no report (it never ran) is listed as such.
 //! - **Key**: the output digest of each cell it reads (its `report.json`
@@ -32,12 +33,11 @@ use serde_json::json;
 
 use super::money::{Boundary, crash_point, refusal};
 use super::{
-    BoxFuture, KeyContext, Kind, Outputs, Reuse, StepContext, StepError, StepIo, StepOutcome,
+    BoxFuture, CellRead, KeyContext, Kind, Outputs, PlaytestPart, Reuse, StepContext, StepError,
+    StepIo, StepOutcome,
 };
 use crate::backend::api::{AggregateCompleteRequest, FileDigest, JobRef, UploadRequest};
 use crate::backend::{Connection, UploadTarget};
-use crate::graph::Pipeline;
-use crate::journal::run::file_name;
 use crate::plan::model::{Card, InvariantKind, Plan, StepKind};
 use crate::play::{CellReport, SimulateSummary};
 use crate::report::aggregate::{
@@ -48,42 +48,6 @@ use crate::report::progress_table::PlanProgress;
 use crate::reuse::{RestoreScope, ReuseKey, sha256_hex};
 
 pub struct Aggregate;
-
-/// A step the aggregate reads: a play cell or a simulation.
-struct Read {
-    id: String,
-    kind: StepKind,
-    /// The cell's axis values (`persona`, `controller`, `seed`).
-    cell: Vec<(String, String)>,
-}
-
-/// The play cells and simulations `id` needs, directly or not, in the
-/// plan's order.
-fn reads(pipeline: &Pipeline, id: &str) -> Result<Vec<Read>, StepError> {
-    let Some(start) = pipeline.find(id) else {
-        return Err(StepError(format!("step `{id}` is not in the plan's graph")));
-    };
-    let mut seen = vec![false; pipeline.graph.node_count()];
-    let mut stack = pipeline.needs(start);
-    while let Some(node) = stack.pop() {
-        if std::mem::replace(&mut seen[node.index()], true) {
-            continue;
-        }
-        stack.extend(pipeline.needs(node));
-    }
-    Ok(pipeline
-        .order
-        .iter()
-        .filter(|n| seen[n.index()])
-        .map(|&n| pipeline.instance(n))
-        .filter(|i| matches!(i.kind, StepKind::Play | StepKind::Simulate))
-        .map(|i| Read {
-            id: i.id.clone(),
-            kind: i.kind,
-            cell: i.cell.clone(),
-        })
-        .collect())
-}
 
 /// What the progress table and the coverage findings read of the plan.
 fn plan_progress(plan: &Plan) -> PlanProgress {
@@ -141,7 +105,7 @@ impl Kind for Aggregate {
             "sometimes": progress.sometimes,
         });
         let mut key = ReuseKey::new("aggregate", settings);
-        for read in reads(cx.pipeline, &cx.instance.id)? {
+        for read in cx.reads {
             let Some(upstream) = cx.upstream.iter().find(|u| u.id == read.id) else {
                 return Ok(Reuse::Never(format!(
                     "it reads `{}` through the steps it needs, whose outputs do not show that \
@@ -156,7 +120,7 @@ impl Kind for Aggregate {
                     read.id
                 )));
             };
-            key.upstream.insert(read.id, digest.clone());
+            key.upstream.insert(read.id.clone(), digest.clone());
         }
         Ok(Reuse::Key(key))
     }
@@ -377,20 +341,27 @@ pub type Written = [WrittenFile; 2];
 /// Reads every cell and simulation the step needs from the run's
 /// directory, merges them and writes both files.
 fn write(cx: &StepContext) -> Result<Written, StepError> {
-    let steps_dir = cx
+    let run_dir = cx
         .step_dir
         .parent()
-        .ok_or_else(|| StepError("the step's directory has no parent".into()))?;
+        .and_then(Path::parent)
+        .ok_or_else(|| StepError("the step's directory is not in a run's".into()))?;
     let mut cells = Vec::new();
     let mut simulations = Vec::new();
-    for read in reads(&cx.pipeline, &cx.instance.id)? {
-        let dir_name = file_name(&read.id);
-        let dir = steps_dir.join(&dir_name);
-        let rel = |name: &str| format!("steps/{dir_name}/{name}");
-        if read.kind == StepKind::Play {
-            cells.push(read_cell(&read, &dir, &rel)?);
-        } else if let Some(line) = read_simulation(&read, &dir, &rel)? {
-            simulations.push(line);
+    for read in cx.reads.iter() {
+        match &read.part {
+            PlaytestPart::Cell { dir } => {
+                let rel = |name: &str| relative(run_dir, &dir.join(name));
+                cells.push(read_cell(read, dir, &rel)?);
+            }
+            PlaytestPart::Simulation { summary } => {
+                let dir = summary.parent().unwrap_or(run_dir);
+                let rel = |name: &str| relative(run_dir, &dir.join(name));
+                if let Some(line) = read_simulation(read, summary, &rel)? {
+                    simulations.push(line);
+                }
+            }
+            PlaytestPart::Merged { .. } => {}
         }
     }
     let mut aggregate =
@@ -425,7 +396,7 @@ fn write(cx: &StepContext) -> Result<Written, StepError> {
 /// A play cell's report from `dir` (none when it left none); `rel` names
 /// a file of the cell relative to the run's directory.
 fn read_cell(
-    read: &Read,
+    read: &CellRead,
     dir: &Path,
     rel: &impl Fn(&str) -> String,
 ) -> Result<CellInput, StepError> {
@@ -442,24 +413,24 @@ fn read_cell(
             })
         })
         .transpose()?;
-    let axis = |name: &str| {
-        read.cell
-            .iter()
-            .find(|(axis, _)| axis == name)
-            .map(|(_, v)| v.clone())
-            .unwrap_or_default()
-    };
     Ok(CellInput {
         step: read.id.clone(),
-        persona: report
-            .as_ref()
-            .map_or_else(|| axis("persona"), |r| r.persona.clone()),
-        controller: report
-            .as_ref()
-            .map_or_else(|| axis("controller"), |r| r.controller.clone()),
+        persona: report.as_ref().map_or_else(
+            || read.cell.persona.clone().unwrap_or_default(),
+            |r| r.persona.clone(),
+        ),
+        controller: report.as_ref().map_or_else(
+            || {
+                read.cell
+                    .controller
+                    .map(|c| c.name().to_owned())
+                    .unwrap_or_default()
+            },
+            |r| r.controller.clone(),
+        ),
         seed: report
             .as_ref()
-            .map_or_else(|| axis("seed").parse().unwrap_or(0), |r| r.seed),
+            .map_or_else(|| read.cell.seed.unwrap_or(0), |r| r.seed),
         report_sha256: bytes.as_deref().map(sha256_hex),
         report,
         report_md: rel("report.md"),
@@ -470,23 +441,35 @@ fn read_cell(
     })
 }
 
-/// A simulation's `summary.json` from `dir`, as a line of the aggregate
-/// (none when it left none).
+/// A simulation's summary at `path`, as a line of the aggregate (none
+/// when it left none); `rel` names a file of its directory relative to the
+/// run's.
 fn read_simulation(
-    read: &Read,
-    dir: &Path,
+    read: &CellRead,
+    path: &Path,
     rel: &impl Fn(&str) -> String,
 ) -> Result<Option<SimulationLine>, StepError> {
-    let name = crate::steps::simulate::SUMMARY;
-    let Ok(bytes) = std::fs::read(dir.join(name)) else {
+    let Ok(bytes) = std::fs::read(path) else {
         return Ok(None);
     };
     let summary: SimulateSummary = serde_json::from_slice(&bytes)
-        .map_err(|e| StepError(format!("cannot read {}: {e}", dir.join(name).display())))?;
+        .map_err(|e| StepError(format!("cannot read {}: {e}", path.display())))?;
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
     Ok(Some(crate::report::playtest::simulation_line(
         &read.id,
         &summary,
-        &rel(name),
+        &rel(&name),
         |trace| rel(&trace.display().to_string()),
     )))
+}
+
+/// `path` relative to the run's directory, `/`-separated, as the aggregate
+/// names a cell's files.
+fn relative(run_dir: &Path, path: &Path) -> String {
+    let rel = path.strip_prefix(run_dir).unwrap_or(path);
+    let parts: Vec<String> = rel
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    parts.join("/")
 }

@@ -393,7 +393,7 @@ async fn spawn_and_wait(
     env.insert("GAMEPLAN_ROOT".into(), cx.root.display().to_string());
     // A matrix cell's values, so the command can act on them:
     // `matrix = { seed = [1, 2] }` gives GAMEPLAN_MATRIX_SEED=1 or 2.
-    for (axis, value) in &cx.instance.cell {
+    for (axis, value) in cx.instance.cell.values() {
         env.insert(format!("GAMEPLAN_MATRIX_{}", env_name(axis)), value.clone());
     }
     let attempt = attempt_name(&cx.instance.id, cx.attempt);

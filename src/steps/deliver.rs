@@ -124,7 +124,7 @@ impl Deliver {
             note(&format!("{}: {earlier}", cx.instance.id));
             return Ok(StepOutcome::Succeeded);
         }
-        let cell = play_cell(cx, io).map_err(step_error)?;
+        let cell = play_cell(cx).map_err(step_error)?;
         let Some(job) = money::job_of(io) else {
             note(&format!(
                 "nothing to deliver: cell {cell} was not bought (no job was registered in this run)"
@@ -370,18 +370,14 @@ fn completed_earlier(io: &StepIo) -> Option<String> {
     ))
 }
 
-/// The play cell this delivery follows: the one play step among those it
+/// The play cell this delivery follows: the one cell among the steps it
 /// needs (`per = "play"` gives it exactly one).
-fn play_cell(cx: &StepContext, io: &StepIo) -> Result<String, StepError> {
-    let pipeline = &cx.pipeline;
-    let cells: Vec<String> = io
-        .upstream_ids()
-        .into_iter()
-        .filter(|id| {
-            pipeline
-                .find(id)
-                .is_some_and(|n| pipeline.instance(n).kind == StepKind::Play)
-        })
+fn play_cell(cx: &StepContext) -> Result<String, StepError> {
+    let cells: Vec<String> = cx
+        .reads
+        .iter()
+        .filter(|read| matches!(read.part, super::PlaytestPart::Cell { .. }))
+        .map(|read| read.id.clone())
         .collect();
     match cells.as_slice() {
         [cell] => Ok(cell.clone()),

@@ -327,7 +327,15 @@ impl Fixture {
             run_id: "r1".into(),
             step_dir: self.steps_dir().join(crate::journal::run::file_name(id)),
             plan: Arc::clone(&self.plan),
-            pipeline: Arc::new(self.pipeline.clone()),
+            reads: Arc::new(
+                crate::steps::Kinds::for_run(crate::steps::RunSettings {
+                    concurrency: 1,
+                    redactor: crate::template::Redactor::default(),
+                })
+                .reads(&self.pipeline, node, |id| {
+                    self.steps_dir().join(crate::journal::run::file_name(id))
+                }),
+            ),
             step: self.pipeline.steps[instance.step].clone(),
             instance,
             attempt: 1,

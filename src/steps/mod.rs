@@ -222,6 +222,18 @@ pub use crate::report::playtest::PlaytestPart;
 
 pub use crate::report::run::{CaseOutcome, JunitCase, SummarySection};
 
+/// A step ahead of another that played: a play cell or a simulation, and
+/// where its kind keeps what it adds to the playtest.
+#[derive(Debug, Clone)]
+pub struct CellRead {
+    /// Its step id (`play[kid,standard,1]`).
+    pub id: String,
+    /// Its matrix values.
+    pub cell: crate::graph::Cell,
+    /// What its kind adds to the playtest, from its directory.
+    pub part: PlaytestPart,
+}
+
 /// What a kind says of reusing its result.
 #[derive(Debug, Clone)]
 pub enum Reuse {
@@ -283,9 +295,11 @@ pub enum LeftRunning {
 pub struct KeyContext<'a> {
     pub root: &'a Path,
     pub plan: &'a Plan,
-    /// The run's own steps and cells (the part of the plan it runs): a
-    /// kind finds the cells it reads here, never by expanding the plan.
-    pub pipeline: &'a crate::graph::Pipeline,
+    /// The cells and simulations ahead of the step, needed directly or
+    /// not, in the plan's order (the part of the plan the run runs): a
+    /// kind reads them here, never by walking the plan. (A key reads their
+    /// ids; their files are the run's only when the step runs.)
+    pub reads: &'a [CellRead],
     pub step: &'a Step,
     pub instance: &'a Instance,
     pub upstream: &'a [Upstream],
@@ -312,8 +326,8 @@ pub struct StepContext {
     /// `runs/<run-id>/steps/<step>/`: logs and artifacts.
     pub step_dir: PathBuf,
     pub plan: Arc<Plan>,
-    /// The run's own steps and cells: see [`KeyContext::pipeline`].
-    pub pipeline: Arc<crate::graph::Pipeline>,
+    /// The cells and simulations ahead of it: see [`KeyContext::reads`].
+    pub reads: Arc<Vec<CellRead>>,
     pub step: Step,
     pub instance: Instance,
     pub attempt: u32,
@@ -476,6 +490,41 @@ impl Kinds {
     pub fn live_log(&self, kind: StepKind, steps_log: &Path) -> Option<Arc<LiveLog>> {
         (kind == StepKind::Command && self.get(kind).is_some())
             .then(|| LiveLog::new(steps_log.to_path_buf()))
+    }
+
+    /// The cells and simulations `node` reads: every step it needs,
+    /// directly or through others, whose kind adds a cell or a simulation
+    /// to the playtest, in the plan's order; `dir_of` gives a step's
+    /// directory from its id.
+    pub fn reads(
+        &self,
+        pipeline: &crate::graph::Pipeline,
+        node: petgraph::graph::NodeIndex,
+        dir_of: impl Fn(&str) -> PathBuf,
+    ) -> Vec<CellRead> {
+        let mut seen = vec![false; pipeline.graph.node_count()];
+        let mut stack = pipeline.needs(node);
+        while let Some(need) = stack.pop() {
+            if !std::mem::replace(&mut seen[need.index()], true) {
+                stack.extend(pipeline.needs(need));
+            }
+        }
+        let ahead = pipeline.order.iter().filter(|n| seen[n.index()]);
+        ahead
+            .filter_map(|&n| {
+                let instance = pipeline.instance(n);
+                let part = self.get(instance.kind)?.playtest(&dir_of(&instance.id))?;
+                matches!(
+                    part,
+                    PlaytestPart::Cell { .. } | PlaytestPart::Simulation { .. }
+                )
+                .then(|| CellRead {
+                    id: instance.id.clone(),
+                    cell: instance.cell.clone(),
+                    part,
+                })
+            })
+            .collect()
     }
 
     /// A second Ctrl-C: every kind takes down what it started.

@@ -362,18 +362,12 @@ impl<'p> Cell<'p> {
     /// first, then the step's own keys, then the defaults (the plan's only
     /// persona, `standard`, the persona player's seed or 1).
     fn of(plan: &'p Plan, step: &Step, instance: &Instance) -> Result<Cell<'p>, StepError> {
-        let axis = |name: &str| {
-            instance
-                .cell
-                .iter()
-                .find(|(axis, _)| axis == name)
-                .map(|(_, value)| value.as_str())
-        };
+        let axes = &instance.cell;
         let (persona, controller, seed) = match &step.params {
             Params::Play(p) => (p.persona.as_deref(), p.controller, p.seed),
             _ => (None, None, None),
         };
-        let slug = match axis("persona").or(persona) {
+        let slug = match axes.persona.as_deref().or(persona) {
             Some(slug) => slug,
             None if plan.personas.len() == 1 => plan.personas[0].slug.as_str(),
             None => {
@@ -391,22 +385,15 @@ impl<'p> Cell<'p> {
                 step.id
             ))
         })?;
-        let controller = match axis("controller") {
-            Some(name) => Controller::from_name(name).ok_or_else(|| {
-                StepError(format!("unknown controller `{name}` (standard, jev, rune)"))
-            })?,
-            None => controller.unwrap_or(Controller::Standard),
-        };
+        let controller = axes
+            .controller
+            .or(controller)
+            .unwrap_or(Controller::Standard);
         let own_seed = match persona.player {
             Player::Random { seed } | Player::Explorer { seed } => seed,
             _ => None,
         };
-        let cell_seed = match axis("seed") {
-            Some(text) => Some(text.parse::<i64>().map_err(|_| {
-                StepError(format!("the matrix seed `{text}` is not a whole number"))
-            })?),
-            None => seed,
-        };
+        let cell_seed = axes.seed.or(seed);
         let seed = cell_seed.or(own_seed).unwrap_or(DEFAULT_SEED);
         // The cell's seed picks the game; a persona's own seed is its
         // player's, so two personas that differ only in `seed` play the
@@ -415,7 +402,7 @@ impl<'p> Cell<'p> {
             (Some(cell), Some(own)) => mix_seeds(cell, own),
             _ => seed,
         };
-        let repeat = Self::repeat(step, instance)?;
+        let repeat = Self::repeat(step, instance);
         // Play 1 is the cell's own seeds (adding `repeat` keeps the play it
         // had); play k derives both from them and k, so each play is another
         // game and another path through it, the same on every run.
@@ -437,33 +424,18 @@ impl<'p> Cell<'p> {
 
     /// The play of its cell `instance` is, from the `repeat` axis its
     /// step's `repeat = N` added.
-    fn repeat(step: &Step, instance: &Instance) -> Result<Option<crate::play::Repeat>, StepError> {
+    fn repeat(step: &Step, instance: &Instance) -> Option<crate::play::Repeat> {
         let Params::Play(PlayParams {
             repeat: Some(of), ..
         }) = &step.params
         else {
-            return Ok(None);
+            return None;
         };
-        let Some((_, value)) = instance.cell.iter().find(|(axis, _)| axis == REPEAT_AXIS) else {
-            return Ok(None);
-        };
-        let index = value.parse::<u32>().map_err(|_| {
-            StepError(format!(
-                "the repeat `{value}` of `{}` is not a whole number",
-                instance.id
-            ))
-        })?;
-        let others: Vec<(String, String)> = instance
-            .cell
-            .iter()
-            .filter(|(axis, _)| axis != REPEAT_AXIS)
-            .cloned()
-            .collect();
-        Ok(Some(crate::play::Repeat {
-            index,
+        Some(crate::play::Repeat {
+            index: instance.cell.repeat?,
             of: *of,
-            cell: crate::graph::cell_id(&step.id, &others),
-        }))
+            cell: crate::graph::cell_id(&step.id, &instance.cell.without(REPEAT_AXIS)),
+        })
     }
 
     fn patience(&self) -> u64 {
@@ -655,7 +627,7 @@ needs = ["build", "register"]
         let cx = KeyContext {
             root: &loaded.root,
             plan: &loaded.plan,
-            pipeline: &pipeline,
+            reads: &[],
             step: &pipeline.steps[instance.step],
             instance,
             upstream: &upstream,

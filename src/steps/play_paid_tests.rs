@@ -234,7 +234,7 @@ needs = ["register"]
             run_id: "test-run".into(),
             step_dir: self.step_dir(),
             plan: Arc::new(loaded.plan.clone()),
-            pipeline: Arc::new(pipeline.clone()),
+            reads: Arc::default(),
             step: pipeline.steps[instance.step].clone(),
             instance,
             attempt: 1,

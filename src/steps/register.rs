@@ -604,7 +604,7 @@ always = true
             run_id: "run-1".into(),
             step_dir: dir.join("steps").join(id),
             step: pipeline.steps[instance.step].clone(),
-            pipeline: Arc::new(pipeline.clone()),
+            reads: Arc::default(),
             plan: Arc::new(loaded.plan),
             instance,
             attempt: 1,

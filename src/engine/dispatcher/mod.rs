@@ -656,7 +656,11 @@ impl Run {
             run_id: self.shared.run_id.clone(),
             step_dir: self.shared.run_dir.step(&instance.id),
             plan: Arc::clone(&self.shared.plan),
-            pipeline: Arc::clone(&self.pipeline),
+            reads: Arc::new(
+                self.shared
+                    .kinds
+                    .reads(&self.pipeline, node, |id| self.shared.run_dir.step(id)),
+            ),
             step,
             instance,
             attempt: 0,

@@ -191,6 +191,56 @@ impl Validator<'_> {
         }
     }
 
+    /// Checks one value `v` of the matrix axis `axis` of step `s`.
+    fn matrix_value(&mut self, s: &RawStep, axis: &str, v: &Spanned<String>, refs: &Refs<'_>) {
+        match axis {
+            "persona" if refs.readable("personas") => {
+                self.reference(v, refs.personas, "plan::unknown_persona", "persona");
+            }
+            "controller" => {
+                self.controller(v, refs);
+            }
+            // A command's `seed` axis is any value; a play's is what its
+            // game is reset with.
+            "seed" if s.kind.value.row().plays && v.value.parse::<i64>().is_err() => {
+                let what = v.value.escape_debug();
+                self.push(
+                    Diagnostic::new(
+                        "plan::invalid_value",
+                        format!("the matrix seed `{what}` is not a whole number"),
+                    )
+                    .at(v.span)
+                    .label("not a whole number")
+                    .help(
+                        "a cell's seed is what the game is reset with: list whole numbers, \
+                         e.g. `seed = [1, 2]`",
+                    ),
+                );
+            }
+            _ => {}
+        }
+        // Cell ids join values with `,` inside `[...]`: a value holding
+        // those characters could make two cells one id.
+        if v.value.is_empty()
+            || v.value.contains([',', '[', ']'])
+            || v.value.chars().any(char::is_control)
+        {
+            let what = v.value.escape_debug();
+            self.push(
+                Diagnostic::new(
+                    "plan::invalid_value",
+                    format!("matrix value `{what}` cannot be part of a step id"),
+                )
+                .at(v.span)
+                .label("not allowed in a matrix value")
+                .help(
+                    "matrix values name cells like `play[kid,jev,1]`: they may not be empty or \
+                     hold `,`, `[`, `]` or control characters",
+                ),
+            );
+        }
+    }
+
     pub(super) fn matrix(&mut self, s: &RawStep, m: &RawMatrix, refs: &Refs<'_>) -> Vec<Axis> {
         if m.value.is_empty() {
             self.push(
@@ -230,36 +280,7 @@ impl Validator<'_> {
                 },
                 RawAxis::List(values) => {
                     for v in values {
-                        match name.value.as_str() {
-                            "persona" if refs.readable("personas") => {
-                                self.reference(
-                                    v,
-                                    refs.personas,
-                                    "plan::unknown_persona",
-                                    "persona",
-                                );
-                            }
-                            "controller" => {
-                                self.controller(v, refs);
-                            }
-                            _ => {}
-                        }
-                        // Cell ids join values with `,` inside `[...]`: a value
-                        // holding those characters could make two cells one id.
-                        if v.value.is_empty()
-                            || v.value.contains([',', '[', ']'])
-                            || v.value.chars().any(char::is_control)
-                        {
-                            self.push(
-                                Diagnostic::new(
-                                    "plan::invalid_value",
-                                    format!("matrix value `{}` cannot be part of a step id", v.value.escape_debug()),
-                                )
-                                .at(v.span)
-                                .label("not allowed in a matrix value")
-                                .help("matrix values name cells like `play[kid,jev,1]`: they may not be empty or hold `,`, `[`, `]` or control characters"),
-                            );
-                        }
+                        self.matrix_value(s, &name.value, v, refs);
                     }
                     self.unique(
                         values.iter(),

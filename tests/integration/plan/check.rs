@@ -1141,3 +1141,17 @@ lenses = ["no-dbg"]
         .stderr_has("for a review-only plan, list its gate steps")
         .stderr_has("kind = \"gate\"");
 }
+
+#[test]
+fn a_matrix_seed_that_is_not_a_whole_number_is_refused_where_it_is_written() {
+    let plan = format!(
+        "{REFS}\n[[steps]]\nid = \"many\"\nkind = \"play\"\nmatrix = {{ persona = \"*\", seed = [1, \"two\"] }}\n"
+    );
+    at(
+        check_toml(&plan).only("plan::invalid_value"),
+        &plan,
+        "\"two\"",
+    )
+    .message("the matrix seed `two` is not a whole number")
+    .help("a cell's seed is what the game is reset with: list whole numbers, e.g. `seed = [1, 2]`");
+}
