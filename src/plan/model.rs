@@ -603,6 +603,21 @@ pub struct Step {
     pub params: Params,
 }
 
+impl Step {
+    /// The settings of kind `K` this step holds, or why not (it is a step
+    /// of another kind): how a kind's run side reads its own settings.
+    pub fn settings<K: crate::plan::kinds::OwnParams>(&self) -> Result<&K::Params, String> {
+        K::own(&self.params).ok_or_else(|| {
+            format!(
+                "step `{}` is a `{}` step, not a `{}` step",
+                self.id,
+                self.kind.name(),
+                K::KIND.name()
+            )
+        })
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Axis {
     pub name: String,

@@ -25,7 +25,7 @@ use super::{
 use crate::journal::run::RunDir;
 use crate::journal::step_log::StepLog;
 use crate::plan::kinds::command::CommandParams;
-use crate::plan::model::{Params, Program, Step, StepKind};
+use crate::plan::model::{Program, Step, StepKind};
 use crate::process::Group;
 use crate::reuse::{RestoreScope, ReuseKey};
 
@@ -163,13 +163,8 @@ fn kill_all_groups() {
 }
 
 fn params(step: &Step) -> Result<&CommandParams, StepError> {
-    match &step.params {
-        Params::Command(p) => Ok(p),
-        _ => Err(StepError(format!(
-            "step `{}` is not a command step",
-            step.id
-        ))),
-    }
+    step.settings::<crate::plan::kinds::command::Command>()
+        .map_err(StepError)
 }
 
 /// The key: the command, its env and cwd, the declared outputs, the content

@@ -30,7 +30,7 @@ use super::{
     BoxFuture, JunitCase, KeyContext, Kind, Outputs, Reuse, StepContext, StepError, StepIo,
     StepOutcome, SummarySection,
 };
-use crate::plan::model::{Gate as PlanGate, Lens, LensOver, Params, Plan, StepKind};
+use crate::plan::model::{Gate as PlanGate, Lens, LensOver, Plan, Step, StepKind};
 use crate::review::judge::{Judging, Reviewer, count_reused, judge_gate};
 use crate::review::unit::{self, Unit};
 use crate::review::verdict::{REVIEW_JSON, REVIEW_MD, Review, Status};
@@ -69,11 +69,12 @@ impl Gate {
 }
 
 /// The gate a step judges.
-fn gate_of<'p>(plan: &'p Plan, params: &Params, id: &str) -> Result<&'p PlanGate, StepError> {
-    let name = match params {
-        Params::Gate(p) => p.gate.as_str(),
-        _ => id,
-    };
+fn gate_of<'p>(plan: &'p Plan, step: &Step) -> Result<&'p PlanGate, StepError> {
+    let name = step
+        .settings::<crate::plan::kinds::gate::Gate>()
+        .map_err(StepError)?
+        .gate
+        .as_str();
     plan.gates
         .iter()
         .find(|g| g.name == name)
@@ -289,7 +290,7 @@ impl Kind for Gate {
     }
 
     fn reuse(&self, cx: &KeyContext<'_>) -> Result<Reuse, StepError> {
-        let gate = gate_of(cx.plan, &cx.step.params, &cx.step.id)?;
+        let gate = gate_of(cx.plan, cx.step)?;
         let mut why = "a gate judges per unit, every run, reusing each unit's stored clean verdict"
             .to_owned();
         let Some(store) = cx.units else {
@@ -348,7 +349,7 @@ impl Kind for Gate {
                 };
             }
             io.mark_started();
-            let gate = match gate_of(&cx.plan, &cx.step.params, &cx.step.id) {
+            let gate = match gate_of(&cx.plan, &cx.step) {
                 Ok(gate) => gate.clone(),
                 Err(e) => return e.into(),
             };

@@ -43,8 +43,8 @@ use super::{
     BoxFuture, KeyContext, Kind, Outputs, Reuse, StepContext, StepError, StepIo, StepOutcome,
 };
 use crate::graph::Instance;
-use crate::plan::kinds::play::{PlayParams, REPEAT_AXIS};
-use crate::plan::model::{Controller, Params, Persona, Plan, Player, Step, StepKind};
+use crate::plan::kinds::play::REPEAT_AXIS;
+use crate::plan::model::{Controller, Persona, Plan, Player, Step, StepKind};
 use crate::play::QuitReason;
 use crate::play::cell::play_cell_watched;
 use crate::play::llm_player::LlmSpec;
@@ -363,10 +363,10 @@ impl<'p> Cell<'p> {
     /// persona, `standard`, the persona player's seed or 1).
     fn of(plan: &'p Plan, step: &Step, instance: &Instance) -> Result<Cell<'p>, StepError> {
         let axes = &instance.cell;
-        let (persona, controller, seed) = match &step.params {
-            Params::Play(p) => (p.persona.as_deref(), p.controller, p.seed),
-            _ => (None, None, None),
-        };
+        let own = step
+            .settings::<crate::plan::kinds::play::Play>()
+            .map_err(StepError)?;
+        let (persona, controller, seed) = (own.persona.as_deref(), own.controller, own.seed);
         let slug = match axes.persona.as_deref().or(persona) {
             Some(slug) => slug,
             None if plan.personas.len() == 1 => plan.personas[0].slug.as_str(),
@@ -425,12 +425,11 @@ impl<'p> Cell<'p> {
     /// The play of its cell `instance` is, from the `repeat` axis its
     /// step's `repeat = N` added.
     fn repeat(step: &Step, instance: &Instance) -> Option<crate::play::Repeat> {
-        let Params::Play(PlayParams {
-            repeat: Some(of), ..
-        }) = &step.params
-        else {
-            return None;
-        };
+        let of = step
+            .settings::<crate::plan::kinds::play::Play>()
+            .ok()?
+            .repeat
+            .as_ref()?;
         Some(crate::play::Repeat {
             index: instance.cell.repeat?,
             of: *of,

@@ -22,7 +22,7 @@ use super::game;
 use super::{
     BoxFuture, KeyContext, Kind, Outputs, Reuse, StepContext, StepError, StepIo, StepOutcome,
 };
-use crate::plan::model::{Params, Plan, Step, StepKind};
+use crate::plan::model::{Plan, Step, StepKind};
 use crate::play::{PlayerSpec, SimulateSpec, SimulateSummary, simulate};
 use crate::reuse::RestoreScope;
 
@@ -38,19 +38,16 @@ struct Settings {
 }
 
 fn settings(step: &Step) -> Result<Settings, StepError> {
-    match &step.params {
-        Params::Simulate(p) => Ok(Settings {
-            games: p.games,
-            strategies: p.strategies.clone(),
-            workers: p.workers,
-            max_steps: p.max_steps,
-            seed: p.seed.unwrap_or(0),
-        }),
-        _ => Err(StepError(format!(
-            "step `{}` is not a simulate step",
-            step.id
-        ))),
-    }
+    let p = step
+        .settings::<crate::plan::kinds::simulate::Simulate>()
+        .map_err(StepError)?;
+    Ok(Settings {
+        games: p.games,
+        strategies: p.strategies.clone(),
+        workers: p.workers,
+        max_steps: p.max_steps,
+        seed: p.seed.unwrap_or(0),
+    })
 }
 
 fn strategies(names: &[String]) -> Result<Vec<PlayerSpec>, StepError> {

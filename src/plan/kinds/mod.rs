@@ -69,6 +69,14 @@ pub trait PlanKind {
     fn check(keys: &Self::Keys, cx: &mut StepCheck<'_, '_>) -> Self::Params;
 }
 
+/// A kind's own settings taken out of a step's [`Params`], by the kind:
+/// the one conversion every kind's run side uses
+/// ([`crate::plan::model::Step::settings`]).
+pub trait OwnParams: PlanKind {
+    const KIND: StepKind;
+    fn own(params: &Params) -> Option<&Self::Params>;
+}
+
 /// What a kind's [`PlanKind::check`] sees: the validator (which reports and
 /// knows the repo), the step, the plan's other steps, and the names the plan
 /// defines.
@@ -190,6 +198,16 @@ macro_rules! registry {
                 }
             }
         }
+
+        $(impl OwnParams for $file::$Kind {
+            const KIND: StepKind = StepKind::$Kind;
+            fn own(params: &Params) -> Option<&Self::Params> {
+                match params {
+                    Params::$Kind(p) => Some(p),
+                    _ => None,
+                }
+            }
+        })*
     };
 }
 
