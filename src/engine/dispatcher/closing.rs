@@ -6,10 +6,16 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use super::{
-    Cancelled, Event, JournalWriter, KeysFingerprint, Kinds, NodeIndex, Pipeline, ReuseKey, Run,
-    RunDir, RunOutcome, RunReport, Shared, StepReport, StepState, elapsed_ms, now,
-};
+use super::{Run, Shared};
+use crate::engine::attempts::elapsed_ms;
+use crate::engine::journal_writer::JournalWriter;
+use crate::engine::signals::Cancelled;
+use crate::engine::{RunReport, StepReport, now};
+use crate::graph::Pipeline;
+use crate::journal::run::{Event, RunDir, RunOutcome, StepState};
+use crate::reuse::{KeysFingerprint, ReuseKey};
+use crate::steps::Kinds;
+use petgraph::graph::NodeIndex;
 
 /// What one leg of a run (its start or a resume) brings to its close.
 pub(super) struct Leg {

@@ -17,18 +17,15 @@ use petgraph::graph::NodeIndex;
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 
-use super::attempts::{self, AttemptBase, Finished, Keeper, elapsed_ms};
+use super::attempts::{self, AttemptBase, Finished, Keeper};
 use super::journal_writer::JournalWriter;
 use super::keys::KeyMaker;
 use super::schedule::Schedule;
 use super::signals::{self, Cancelled};
-use super::{RunReport, RunRequest, Start, StartError, StepReport, now};
+use super::{RunReport, RunRequest, StartError, StepReport};
 use crate::backend::Connection;
 use crate::graph::Pipeline;
-use crate::journal::Journal;
-use crate::journal::run::{
-    EVENTS_VERSION, Event, PlannedStep, RecordedOptions, RunDir, RunHistory, RunOutcome, StepState,
-};
+use crate::journal::run::{Event, RunDir, RunHistory, StepState};
 use crate::journal::step_log::Segment;
 use crate::plan::model::Plan;
 use crate::report::progress::Progress;

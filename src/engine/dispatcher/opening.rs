@@ -3,9 +3,12 @@
 //! for a resume, and a resume's recorded options and part of the plan
 //! carried over.
 
-use super::{
-    Connection, EVENTS_VERSION, Event, Journal, Pipeline, PlannedStep, RecordedOptions, RunDir,
-    RunHistory, RunRequest, Start, StartError, now,
+use crate::backend::Connection;
+use crate::engine::{RunRequest, Start, StartError, now};
+use crate::graph::Pipeline;
+use crate::journal::Journal;
+use crate::journal::run::{
+    EVENTS_VERSION, Event, PlannedStep, RecordedOptions, RunDir, RunHistory,
 };
 
 /// The plan's backend, opened when a step of the run is of a kind that uses

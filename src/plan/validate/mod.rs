@@ -16,11 +16,10 @@ use std::path::{Component, Path};
 use super::decode::Spanned;
 use super::diagnostic::{Diagnostic, Diagnostics, did_you_mean, one_of};
 use super::model::{
-    Axis, Backend, BackendKind, Budget, Card, Controller, DEFAULT_BATCH, Driver, Executor,
-    ExecutorKind, FailOn, Game, Gate, Judge, Lens, LensKind, LensOver, Params, Persona, Plan,
-    Player, Program, Step,
+    Backend, BackendKind, Budget, Controller, DEFAULT_BATCH, Driver, Executor, ExecutorKind,
+    FailOn, Game, Gate, Lens, Persona, Plan,
 };
-use super::raw::{RawAxis, RawLens, RawMatrix, RawParams, RawPersona, RawPlan, RawPlayer, RawStep};
+use super::raw::{RawParams, RawPlan, RawStep};
 use super::source::{Source, Span};
 use crate::template::Templates;
 pub(in crate::plan) use steps::Refs;

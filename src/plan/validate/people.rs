@@ -1,10 +1,12 @@
 //! Personas, their players (the llm player's model and price), lenses
 //! and their charters, and the programs a lens or player runs.
 
-use super::{
-    Budget, Card, Diagnostic, Judge, Lens, LensKind, LensOver, Persona, Player, Program, RawLens,
-    RawPersona, RawPlayer, Span, Spanned, Validator,
-};
+use super::Validator;
+use crate::plan::decode::Spanned;
+use crate::plan::diagnostic::Diagnostic;
+use crate::plan::model::{Budget, Card, Judge, Lens, LensKind, LensOver, Persona, Player, Program};
+use crate::plan::raw::{RawLens, RawPersona, RawPlayer};
+use crate::plan::source::Span;
 
 /// The fewest and most answer tokens "How it felt" may be given.
 const FELT_MIN_TOKENS: u32 = 16;

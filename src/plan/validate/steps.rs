@@ -3,12 +3,14 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use super::{
-    Axis, BUILTIN_POOLS, Controller, Diagnostic, MAX_EXPANDED_STEPS, Params, RawAxis, RawMatrix,
-    RawStep, Span, Spanned, Step, Validator,
-};
+use super::{BUILTIN_POOLS, MAX_EXPANDED_STEPS, Validator};
+use crate::plan::decode::Spanned;
+use crate::plan::diagnostic::Diagnostic;
 use crate::plan::kinds::StepCheck;
 use crate::plan::kinds::play::REPEAT_AXIS;
+use crate::plan::model::{Axis, Controller, Params, Step};
+use crate::plan::raw::{RawAxis, RawMatrix, RawStep};
+use crate::plan::source::Span;
 
 /// The steps `step` needs, directly or through others, each once.
 pub(super) fn upstream<'a>(

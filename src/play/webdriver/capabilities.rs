@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::{Capabilities, WebDriverCompatibleCommand};
+use fantoccini::wd::{Capabilities, WebDriverCompatibleCommand};
 
 /// Headless Chromium that reaches nothing but the page: the offline flags
 /// docs/web-games.md › How chromedriver is started lists, and a few more,

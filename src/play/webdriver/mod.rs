@@ -109,7 +109,6 @@ use std::time::Duration;
 use fantoccini::Client;
 use fantoccini::elements::Element;
 use fantoccini::error::{CmdError, ErrorStatus};
-use fantoccini::wd::{Capabilities, WebDriverCompatibleCommand};
 use serde_json::{Value, json};
 
 pub use chromedriver::{

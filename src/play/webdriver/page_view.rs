@@ -8,7 +8,8 @@
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{MAX_ELEMENTS, MAX_TEXT, Refusal};
+use super::{MAX_ELEMENTS, MAX_TEXT};
+use crate::play::driver::Refusal;
 
 /// An action in the driver's syntax.
 #[derive(Debug, Clone, PartialEq)]

@@ -9,10 +9,12 @@ use std::sync::PoisonError;
 use std::time::{Duration, SystemTime};
 
 use super::{
-    BLOBS_DIR, DEAD_WRITER_TEMP_AGE, ENTRY_FILE, Indexed, ReuseError, STALE_TEMP_AGE, SWEEP_MAX,
-    Store, StoredEntry, TEMP_PREFIX, dir_size, index, io_error, is_sha256_hex, remove_any,
-    writer_is_dead,
+    BLOBS_DIR, DEAD_WRITER_TEMP_AGE, ENTRY_FILE, STALE_TEMP_AGE, SWEEP_MAX, Store, StoredEntry,
+    TEMP_PREFIX, dir_size, index, remove_any, writer_is_dead,
 };
+use crate::reuse::error::{ReuseError, io_error};
+use crate::reuse::index::Indexed;
+use crate::reuse::key::is_sha256_hex;
 
 impl Store {
     /// Every stored entry (indexed and old layout) with its size on disk and
