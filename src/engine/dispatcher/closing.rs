@@ -10,6 +10,7 @@ use super::{
     Cancelled, Event, JournalWriter, KeysFingerprint, Kinds, NodeIndex, Pipeline, ReuseKey, Run,
     RunDir, RunOutcome, RunReport, Shared, StepReport, StepState, elapsed_ms, now,
 };
+use crate::engine::outcome::code_of;
 
 /// What one leg of a run (its start or a resume) brings to its close.
 pub(super) struct Leg {
@@ -90,7 +91,7 @@ pub(super) fn close(
     let (outcome, code) = if run.journal_error.is_some()
         && matches!(outcome, RunOutcome::Succeeded | RunOutcome::Incomplete)
     {
-        (RunOutcome::Failed, crate::exit_code::FAILED)
+        (RunOutcome::Failed, code_of(RunOutcome::Failed))
     } else {
         (outcome, code)
     };
