@@ -52,12 +52,14 @@ where
             let _ = e.print();
             // Help and --version are successes; a usage error is an
             // environment error found before anything ran (exit 3), not
-            // clap's 2, which gameplan reserves for "incomplete".
-            return ExitCode::from(if e.use_stderr() {
-                exit_code::PLAN_ERROR
+            // clap's 2, which gameplan reserves for "incomplete". clap
+            // printed it already, in its own colours.
+            let done = if e.use_stderr() {
+                Err(exit_code::Failure::plan(String::new()))
             } else {
-                exit_code::SUCCESS
-            });
+                Ok(())
+            };
+            return ExitCode::from(exit_code::of(&done));
         }
     };
     let env: std::collections::BTreeMap<String, String> = std::env::vars_os()
@@ -80,5 +82,7 @@ where
         console: report::Console::from_env(no_color, force),
         env,
     };
-    ExitCode::from(cli::dispatch(cli, &cx))
+    // The one place a command's failure is said and becomes the exit code.
+    let done = cli::dispatch(cli, &cx);
+    ExitCode::from(exit_code::end(&done, |message| cx.console.err(message)))
 }

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use super::Context;
-use crate::exit_code;
+use crate::exit_code::{Done, Failure};
 use crate::plan::LoadedPlan;
 use crate::plan::model::{BackendKind, Driver, ExecutorKind, Plan};
 use crate::play::webdriver::{BROWSER_PACKAGE, BROWSERS, DRIVER_PACKAGE};
@@ -91,7 +91,7 @@ pub fn run(
     args: &super::LoadArgs,
     state_dir: Option<&Path>,
     as_json: bool,
-) -> u8 {
+) -> Done {
     let mut rows = Vec::new();
     let loaded = plan.and_then(
         |path| match crate::plan::load(path, &cx.load_options(args)) {
@@ -135,9 +135,10 @@ pub fn run(
     rows.push(concurrency(plan));
     show(cx, &rows, as_json);
     if rows.iter().any(|r| r.status == Status::Fail) {
-        exit_code::FAILED
+        // The table says which row failed and its fix.
+        Err(Failure::failed(String::new()))
     } else {
-        exit_code::SUCCESS
+        Ok(())
     }
 }
 

@@ -16,18 +16,20 @@
 use std::ffi::OsString;
 use std::path::Path;
 
-use super::Context;
-use crate::exit_code;
+use crate::exit_code::{self, Done, Failure};
 use crate::games::{self, Ending};
 use crate::play::stdio::{ResourceLimits, join_cgroup, set_limits};
 use crate::report::Console;
 
 /// The exit code of a game that crashed (a planted bug), as a Rust panic's.
 pub const CRASHED: u8 = 101;
+/// The exit code of a game that could not be started (its limits not set,
+/// its program not executed), as a shell's for a command it cannot run.
+pub const EXEC_FAILED: u8 = 127;
 
 /// `gameplan game NAME` through clap (the slow path, same behaviour).
-pub fn run(cx: &Context, name: &str) -> u8 {
-    play(&cx.console, name)
+pub fn run(name: &str) -> Done {
+    play(name)
 }
 
 /// What a command line that starts a game asks for, when it can be done
@@ -122,17 +124,17 @@ pub fn start_game_before_cli(args: &[OsString]) -> Option<u8> {
             if let Some(limits) = limits
                 && !set(limits)
             {
-                return Some(127);
+                return Some(EXEC_FAILED);
             }
-            Some(play(&console, name))
+            Some(exit_code::end(&play(name), |message| console.err(message)))
         }
         Start::Exec { limits, argv } => {
             if !set(limits) {
-                return Some(127);
+                return Some(EXEC_FAILED);
             }
             let why = crate::play::stdio::exec(&argv);
             console.err(&format!("gameplan: {why}\n"));
-            Some(127)
+            Some(EXEC_FAILED)
         }
     }
 }
@@ -177,7 +179,7 @@ fn game_exec_args(args: &[OsString]) -> Option<(Wrapper<'_>, &[OsString])> {
     }
 }
 
-fn play(console: &Console, name: &str) -> u8 {
+fn play(name: &str) -> Done {
     // The protocol is the game's stdout; no human reads it, so it does not
     // go through the console. Locked once: one flush per reply.
     let stdin = std::io::stdin().lock();
@@ -185,22 +187,22 @@ fn play(console: &Console, name: &str) -> u8 {
     match games::play(name, stdin, stdout) {
         None => {
             let known: Vec<&str> = games::BUILTINS.iter().map(|b| b.name).collect();
-            console.err(&format!(
+            Err(Failure::plan(format!(
                 "error: there is no built-in game `{name}`; the built-in games are: {}\n",
                 known.join(", ")
-            ));
-            exit_code::PLAN_ERROR
+            )))
         }
-        Some(Ok(Ending::Closed | Ending::EndOfInput)) => exit_code::SUCCESS,
-        Some(Ok(Ending::Crash(message))) => {
-            console.err(&format!(
+        Some(Ok(Ending::Closed | Ending::EndOfInput)) => Ok(()),
+        // A game's own code, not the contract's: the driver reads it as a crash.
+        Some(Ok(Ending::Crash(message))) => Err(Failure::with_code(
+            CRASHED,
+            format!(
                 "thread 'main' panicked at src/games/{name}.rs:\n{message}\n\
                  note: the built-in game `{name}` crashed on purpose (a planted bug)\n"
-            ));
-            CRASHED
-        }
+            ),
+        )),
         // The driver went away (a closed pipe): nobody is left to tell.
-        Some(Err(_)) => exit_code::FAILED,
+        Some(Err(_)) => Err(Failure::failed(String::new())),
     }
 }
 

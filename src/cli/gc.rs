@@ -33,12 +33,14 @@
 //! blobs no entry names deleted) unless a run holds it. Partial files
 //! abandoned by killed runs are swept whatever the limit.
 
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use super::Context;
 use super::plan_runs::{Resumability, dirs};
-use crate::exit_code;
+
+use crate::exit_code::{Done, Failure};
 use crate::journal::run::{RunDir, RunHistory, run_ids};
 use crate::journal::{LockHolder, LockStatus, RunLock, this_host};
 use crate::report::gc::{GcReport, KeptRun, RemovedRun, RunsFreed, StoreFreed};
@@ -140,7 +142,7 @@ fn empty_trash(state_dir: &Path) {
     }
 }
 
-pub fn run(cx: &Context, args: &GcArgs<'_>) -> u8 {
+pub fn run(cx: &Context, args: &GcArgs<'_>) -> Done {
     let (root, state_dir) = dirs(args.state_dir);
     let mut problems = Vec::new();
     if !args.dry_run {
@@ -161,15 +163,16 @@ pub fn run(cx: &Context, args: &GcArgs<'_>) -> u8 {
     } else {
         cx.console.out(&crate::report::gc::text(&report));
     }
-    for problem in &problems {
-        cx.console.err(&format!("warning: {problem}\n"));
-    }
     // What could not be removed is an environment problem (permissions, a
     // busy file system): exit 3, as for any environment error.
     if problems.is_empty() {
-        exit_code::SUCCESS
+        Ok(())
     } else {
-        exit_code::PLAN_ERROR
+        let mut warnings = String::new();
+        for problem in &problems {
+            let _ = writeln!(warnings, "warning: {problem}");
+        }
+        Err(Failure::plan(warnings))
     }
 }
 

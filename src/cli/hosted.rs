@@ -30,7 +30,7 @@ use crate::backend::api::{ApiError, Token};
 use crate::backend::crash_points::{Boundary, crash_point};
 use crate::backend::hosted::{AdmitRequest, Phase, Playtest, Quote, QuoteRequest};
 use crate::backend::http::HttpBackend;
-use crate::exit_code;
+use crate::exit_code::{self, Done, Failure};
 use crate::hosted::archive;
 use crate::report::ledger::dollars;
 
@@ -139,17 +139,14 @@ struct Client {
     runtime: tokio::runtime::Runtime,
 }
 
-pub fn run(cx: &Context, command: HostedCommand) -> u8 {
+pub fn run(cx: &Context, command: HostedCommand) -> Done {
     let server = match &command {
         HostedCommand::Quote { server, .. }
         | HostedCommand::Run { server, .. }
         | HostedCommand::Status { server, .. }
         | HostedCommand::Cancel { server, .. } => server.clone(),
     };
-    let client = match client(cx, &server) {
-        Ok(client) => client,
-        Err(code) => return code,
-    };
+    let client = client(cx, &server)?;
     match command {
         HostedCommand::Quote {
             plan,
@@ -158,27 +155,26 @@ pub fn run(cx: &Context, command: HostedCommand) -> u8 {
             json,
             load,
             ..
-        } => match quote(cx, &client, &plan, build.as_deref(), &load) {
-            Ok(quote) => {
-                if let Some(file) = &output
-                    && let Err(e) = std::fs::write(file, pretty(&quote))
-                {
-                    cx.console
-                        .err(&format!("error: cannot write {}: {e}\n", file.display()));
-                    return exit_code::PLAN_ERROR;
-                }
-                show_quote(cx, &quote, json);
-                if let Some(file) = output {
-                    cx.console.err(&format!(
-                        "quote written to {}: `gameplan hosted run {}` admits it\n",
-                        file.display(),
-                        file.display()
-                    ));
-                }
-                exit_code::SUCCESS
+        } => {
+            let quote = quote(cx, &client, &plan, build.as_deref(), &load)?;
+            if let Some(file) = &output
+                && let Err(e) = std::fs::write(file, pretty(&quote))
+            {
+                return Err(Failure::plan(format!(
+                    "error: cannot write {}: {e}\n",
+                    file.display()
+                )));
             }
-            Err(code) => code,
-        },
+            show_quote(cx, &quote, json);
+            if let Some(file) = output {
+                cx.console.err(&format!(
+                    "quote written to {}: `gameplan hosted run {}` admits it\n",
+                    file.display(),
+                    file.display()
+                ));
+            }
+            Ok(())
+        }
         HostedCommand::Run {
             target,
             yes,
@@ -194,9 +190,7 @@ pub fn run(cx: &Context, command: HostedCommand) -> u8 {
             json,
             ..
         } => {
-            let Some((id, game)) = which(cx, &client, id, game) else {
-                return exit_code::PLAN_ERROR;
-            };
+            let (id, game) = which(&client, id, game)?;
             follow(cx, &client, &game, &id, wait, json)
         }
         HostedCommand::Cancel {
@@ -206,9 +200,7 @@ pub fn run(cx: &Context, command: HostedCommand) -> u8 {
             json,
             ..
         } => {
-            let Some((id, game)) = which(cx, &client, Some(id), game) else {
-                return exit_code::PLAN_ERROR;
-            };
+            let (id, game) = which(&client, Some(id), game)?;
             if !(yes
                 || (std::io::IsTerminal::is_terminal(&std::io::stdin())
                     && crate::modes::run::ask(
@@ -216,45 +208,42 @@ pub fn run(cx: &Context, command: HostedCommand) -> u8 {
                         false,
                     )))
             {
-                cx.console
-                    .err("not canceled (answer yes at a terminal, or pass --yes)\n");
-                return exit_code::CANCELED;
+                return Err(Failure::canceled(
+                    "not canceled (answer yes at a terminal, or pass --yes)\n",
+                ));
             }
             match client.block(client.backend.cancel_playtest(&client.token, &game, &id)) {
                 Ok(playtest) => {
                     show(cx, &playtest, json);
-                    exit_code::SUCCESS
+                    Ok(())
                 }
-                Err(e) => refused(cx, &e, "nothing was canceled"),
+                Err(e) => Err(refused(&e, "nothing was canceled")),
             }
         }
     }
 }
 
-fn client(cx: &Context, args: &ServerArgs) -> Result<Client, u8> {
+fn client(cx: &Context, args: &ServerArgs) -> Result<Client, Failure> {
     let Some(url) = args
         .server
         .clone()
         .or_else(|| cx.env.get("GAMEPLAN_SERVER").cloned())
     else {
-        cx.console.err("error: no server: pass --server URL or set GAMEPLAN_SERVER (a `gameplan serve --executor local` server); nothing was sent\n");
-        return Err(exit_code::PLAN_ERROR);
+        return Err(Failure::plan(
+            "error: no server: pass --server URL or set GAMEPLAN_SERVER (a `gameplan serve --executor local` server); nothing was sent\n",
+        ));
     };
     let Some(token) = cx.env.get("GAMEPLAN_TOKEN").filter(|t| !t.is_empty()) else {
-        cx.console.err("error: GAMEPLAN_TOKEN is not set: make one with `gameplan ledger token --account ID --scopes playtest:write,playtest:model,playtest:upload` on the server; nothing was sent\n");
-        return Err(exit_code::AUTH);
+        return Err(Failure::auth(
+            "error: GAMEPLAN_TOKEN is not set: make one with `gameplan ledger token --account ID --scopes playtest:write,playtest:model,playtest:upload` on the server; nothing was sent\n",
+        ));
     };
-    let backend = HttpBackend::new(&url).map_err(|e| {
-        cx.console.err(&format!("error: {}\n", e.message));
-        exit_code::PLAN_ERROR
-    })?;
+    let backend =
+        HttpBackend::new(&url).map_err(|e| Failure::plan(format!("error: {}\n", e.message)))?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| {
-            cx.console.err(&format!("error: no runtime: {e}\n"));
-            exit_code::PLAN_ERROR
-        })?;
+        .map_err(|e| Failure::plan(format!("error: no runtime: {e}\n")))?;
     Ok(Client {
         backend,
         url,
@@ -278,14 +267,15 @@ fn pretty<T: Serialize>(value: &T) -> String {
     serde_json::to_string_pretty(value).unwrap_or_default() + "\n"
 }
 
-/// A refusal, said with what was not done; its exit code.
-fn refused(cx: &Context, e: &ApiError, nothing: &str) -> u8 {
-    cx.console
-        .err(&format!("error: {} ({nothing})\n", e.message));
+/// A refusal, said with what was not done: a token refused is auth, a
+/// server that failed or never answered a failure, any other refusal bad
+/// input (a plan or a request the server will not take).
+fn refused(e: &ApiError, nothing: &str) -> Failure {
+    let message = format!("error: {} ({nothing})\n", e.message);
     match e.status {
-        401 | 403 => exit_code::AUTH,
-        0 | 500.. => exit_code::FAILED,
-        _ => exit_code::PLAN_ERROR,
+        401 | 403 => Failure::auth(message),
+        0 | 500.. => Failure::failed(message),
+        _ => Failure::plan(message),
     }
 }
 
@@ -297,12 +287,12 @@ fn quote(
     plan: &Path,
     build: Option<&str>,
     load: &LoadArgs,
-) -> Result<Quote, u8> {
+) -> Result<Quote, Failure> {
     let loaded = cx.load(plan, load)?;
     let Some(game) = loaded.plan.game.as_ref().map(|g| g.id.clone()) else {
-        cx.console
-            .err("error: the plan has no [game]: there is nothing to play hosted\n");
-        return Err(exit_code::PLAN_ERROR);
+        return Err(Failure::plan(
+            "error: the plan has no [game]: there is nothing to play hosted\n",
+        ));
     };
     let absolute = std::path::absolute(plan).unwrap_or_else(|_| plan.to_path_buf());
     let relative = absolute
@@ -321,7 +311,7 @@ fn quote(
     };
     let mut quote = client
         .block(client.backend.hosted_quote(&client.token, &game, &request))
-        .map_err(|e| refused(cx, &e, "nothing was charged"))?;
+        .map_err(|e| refused(&e, "nothing was charged"))?;
     quote.server.clone_from(&client.url);
     Ok(quote)
 }
@@ -334,13 +324,12 @@ fn upload(
     root: &Path,
     game: &str,
     relative: &str,
-) -> Result<String, u8> {
+) -> Result<String, Failure> {
     let packed = archive::pack(root, game, &[relative.to_owned()], &[]).map_err(|e| {
-        cx.console.err(&format!(
+        Failure::plan(format!(
             "error: cannot pack {}: {e}; nothing was sent\n",
             root.display()
-        ));
-        exit_code::PLAN_ERROR
+        ))
     })?;
     let kept = client
         .block(
@@ -348,7 +337,7 @@ fn upload(
                 .backend
                 .put_build(&client.token, game, &packed.sha256, &packed.bytes),
         )
-        .map_err(|e| refused(cx, &e, "nothing was stored or charged"))?;
+        .map_err(|e| refused(&e, "nothing was stored or charged"))?;
     cx.console.err(&format!(
         "build {} ({} files, {} bytes packed){}\n",
         &packed.sha256[..12],
@@ -431,16 +420,13 @@ fn admit(
     yes: bool,
     wait: bool,
     json: bool,
-) -> u8 {
+) -> Done {
     let given: Option<Quote> = std::fs::read(target)
         .ok()
         .and_then(|bytes| serde_json::from_slice(&bytes).ok());
     let quote = match given {
         Some(quote) => quote,
-        None => match quote(cx, client, target, None, load) {
-            Ok(quote) => quote,
-            Err(code) => return code,
-        },
+        None => quote(cx, client, target, None, load)?,
     };
     let body = AdmitRequest {
         build: quote.build.clone(),
@@ -462,10 +448,7 @@ fn admit(
         ));
         admitted
     } else {
-        match asked(cx, client, &quote, body, yes) {
-            Ok(admitted) => admitted,
-            Err(code) => return code,
-        }
+        asked(cx, client, &quote, body, yes)?
     };
     let answer = client.block(client.backend.hosted_admit(
         &client.token,
@@ -476,14 +459,13 @@ fn admit(
     let playtest = match answer {
         Ok(playtest) => playtest,
         Err(e) if e.uncertain => {
-            cx.console.err(&format!(
+            return Err(Failure::failed(format!(
                 "error: {}\nThe admission's answer never came: it may have been admitted and charged. \
                  `gameplan hosted status key:{}` finds it; `gameplan hosted run` of the same quote sends it again under the same key (never charged twice)\n",
                 e.message, admitted.key
-            ));
-            return exit_code::FAILED;
+            )));
         }
-        Err(e) => return refused(cx, &e, "nothing was charged"),
+        Err(e) => return Err(refused(&e, "nothing was charged")),
     };
     crash_point("hosted_admit", Boundary::ResponseReceived);
     let _ = record(
@@ -509,7 +491,7 @@ fn admit(
         return follow(cx, client, &admitted.game, &playtest.id, true, json);
     }
     show(cx, &playtest, json);
-    exit_code::SUCCESS
+    Ok(())
 }
 
 /// Asks the price question and, on a yes, journals a new admission key:
@@ -520,7 +502,7 @@ fn asked(
     quote: &Quote,
     body: AdmitRequest,
     yes: bool,
-) -> Result<Admitted, u8> {
+) -> Result<Admitted, Failure> {
     // On stderr, beside the question: stdout is the playtest's.
     cx.console.err(&quote_text(quote));
     let question = format!(
@@ -531,11 +513,10 @@ fn asked(
     );
     let terminal = std::io::IsTerminal::is_terminal(&std::io::stdin());
     if !(yes || (terminal && crate::modes::run::ask(&format!("{question} [y/N] "), false))) {
-        cx.console.err(&format!(
+        return Err(Failure::canceled(format!(
             "declined at the price question ({}); nothing was charged. Answer yes at a terminal, or pass --yes (without a terminal the answer is no)\n",
             dollars(quote.estimate.estimate_cents)
-        ));
-        return Err(exit_code::CANCELED);
+        )));
     }
     let admitted = Admitted {
         key: format!("hosted-{}", crate::engine::new_run_id()),
@@ -545,11 +526,10 @@ fn asked(
         playtest: None,
     };
     if let Err(e) = record(&client.state, &admitted) {
-        cx.console.err(&format!(
+        return Err(Failure::plan(format!(
             "error: cannot write the admission's key under {}: {e}; nothing was sent or charged\n",
             client.state.display()
-        ));
-        return Err(exit_code::PLAN_ERROR);
+        )));
     }
     crash_point("hosted_admit", Boundary::KeyJournaled);
     Ok(admitted)
@@ -557,11 +537,10 @@ fn asked(
 
 /// The playtest and game `status` and `cancel` mean.
 fn which(
-    cx: &Context,
     client: &Client,
     id: Option<String>,
     game: Option<String>,
-) -> Option<(String, String)> {
+) -> Result<(String, String), Failure> {
     let records = records(&client.state);
     let record = match &id {
         Some(id) => records
@@ -579,31 +558,25 @@ fn which(
     });
     let game = game.or_else(|| record.map(|r| r.game.clone()));
     match (id, game) {
-        (Some(id), Some(game)) => Some((id, game)),
-        (None, _) => {
-            cx.console.err(&format!(
-                "error: no playtest was admitted from here ({}); name one: `gameplan hosted status hosted-N --game GAME`\n",
-                client.state.display()
-            ));
-            None
-        }
-        (Some(id), None) => {
-            cx.console.err(&format!(
-                "error: {id} was not admitted from here: pass --game GAME\n"
-            ));
-            None
-        }
+        (Some(id), Some(game)) => Ok((id, game)),
+        (None, _) => Err(Failure::plan(format!(
+            "error: no playtest was admitted from here ({}); name one: `gameplan hosted status hosted-N --game GAME`\n",
+            client.state.display()
+        ))),
+        (Some(id), None) => Err(Failure::plan(format!(
+            "error: {id} was not admitted from here: pass --game GAME\n"
+        ))),
     }
 }
 
 /// Shows a playtest, following it to its end with `wait`; fetches its
 /// files once the report is ready.
-fn follow(cx: &Context, client: &Client, game: &str, id: &str, wait: bool, json: bool) -> u8 {
+fn follow(cx: &Context, client: &Client, game: &str, id: &str, wait: bool, json: bool) -> Done {
     let mut seen = None;
     loop {
         let playtest = match client.block(client.backend.playtest(&client.token, game, id)) {
             Ok(playtest) => playtest,
-            Err(e) => return refused(cx, &e, "nothing was changed"),
+            Err(e) => return Err(refused(&e, "nothing was changed")),
         };
         if wait && seen != Some(playtest.phase) && !json {
             cx.console
@@ -615,22 +588,24 @@ fn follow(cx: &Context, client: &Client, game: &str, id: &str, wait: bool, json:
                 fetch(cx, client, game, &playtest);
             }
             show(cx, &playtest, json);
-            return code_of(&playtest);
+            return end_of(&playtest);
         }
         std::thread::sleep(Duration::from_millis(500));
     }
 }
 
-fn code_of(playtest: &Playtest) -> u8 {
+/// How a shown playtest ends the command: its run's own exit code once
+/// its report is ready (the server's run decided it, by the same table).
+fn end_of(playtest: &Playtest) -> Done {
     match playtest.phase {
-        Phase::Failed => exit_code::FAILED,
-        Phase::Canceled => exit_code::CANCELED,
+        Phase::Failed => Err(Failure::failed(String::new())),
+        Phase::Canceled => Err(Failure::canceled(String::new())),
         Phase::ReportReady => playtest
             .outcome
             .as_ref()
             .and_then(|o| u8::try_from(o.exit_code).ok())
-            .unwrap_or(exit_code::SUCCESS),
-        _ => exit_code::SUCCESS,
+            .map_or(Ok(()), exit_code::outcome),
+        _ => Ok(()),
     }
 }
 

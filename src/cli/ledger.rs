@@ -7,7 +7,7 @@ use super::{Context, LedgerCommand, LedgerFile};
 use crate::backend::api::ApiError;
 use crate::backend::api::Token;
 use crate::backend::ledger::{Ledger, NewLedger};
-use crate::exit_code;
+use crate::exit_code::{Done, Failure};
 use crate::text::escape_controls as shown;
 
 /// The ledger file a command means: `--db`, or the state directory's.
@@ -25,52 +25,45 @@ pub(super) fn ledger_path(file: &LedgerFile) -> Result<PathBuf, String> {
     Ok(crate::backend::local::ledger_path(&state_dir))
 }
 
-fn open(cx: &Context, file: &LedgerFile) -> Result<Ledger, u8> {
-    let path = ledger_path(file).map_err(|message| {
-        cx.console.err(&format!("error: {message}\n"));
-        exit_code::PLAN_ERROR
-    })?;
+fn open(file: &LedgerFile) -> Result<Ledger, Failure> {
+    let path = ledger_path(file).map_err(|message| Failure::plan(format!("error: {message}\n")))?;
     // A file made here is the embedded kind, demo account included (the
     // tests and the local backend's users name it with --db too); a file
     // `serve` makes starts empty, and `serve` refuses the demo token anyway.
-    Ledger::open_with(&path, NewLedger::Demo).map_err(|e| refused(cx, &e, &path))
+    Ledger::open_with(&path, NewLedger::Demo).map_err(|e| refused(&e, &path))
 }
 
-/// Prints a refusal; every one is bad input or an unusable file (exit 3).
+/// A refusal; every one is bad input or an unusable file (exit 3).
 /// Escaped: a refusal may quote what was typed (an account id holding an
 /// ESC), and that must not reach the terminal raw.
-fn refused(cx: &Context, e: &ApiError, path: &Path) -> u8 {
-    cx.console.err(&format!(
+fn refused(e: &ApiError, path: &Path) -> Failure {
+    Failure::plan(format!(
         "error: {} (ledger {})\n",
         shown(&e.message),
         path.display()
-    ));
-    exit_code::PLAN_ERROR
+    ))
 }
 
-pub fn run(cx: &Context, command: &LedgerCommand) -> u8 {
+pub fn run(cx: &Context, command: &LedgerCommand) -> Done {
     let file = match command {
         LedgerCommand::Show { file, .. }
         | LedgerCommand::Topup { file, .. }
         | LedgerCommand::Token { file, .. } => file,
     };
-    let ledger = match open(cx, file) {
-        Ok(ledger) => ledger,
-        Err(code) => return code,
-    };
+    let ledger = open(file)?;
     let path = ledger.path().to_owned();
     match command {
         LedgerCommand::Show { json, .. } => match ledger.show() {
             Ok(view) if *json => {
                 cx.console
                     .json(&serde_json::to_value(&view).unwrap_or_default());
-                exit_code::SUCCESS
+                Ok(())
             }
             Ok(view) => {
                 cx.console.out(&crate::report::ledger::show(&view, &path));
-                exit_code::SUCCESS
+                Ok(())
             }
-            Err(e) => refused(cx, &e, &path),
+            Err(e) => Err(refused(&e, &path)),
         },
         LedgerCommand::Topup { account, cents, .. } => match ledger.topup(account, *cents) {
             Ok(balance) => {
@@ -80,9 +73,9 @@ pub fn run(cx: &Context, command: &LedgerCommand) -> u8 {
                     shown(account),
                     crate::report::ledger::dollars(balance)
                 ));
-                exit_code::SUCCESS
+                Ok(())
             }
-            Err(e) => refused(cx, &e, &path),
+            Err(e) => Err(refused(&e, &path)),
         },
         LedgerCommand::Token {
             revoke: Some(token),
@@ -101,9 +94,9 @@ pub fn run(cx: &Context, command: &LedgerCommand) -> u8 {
                         "Revoked a token of {}: every call with it is refused (401) from now on.\n",
                         shown(&account)
                     ));
-                    exit_code::SUCCESS
+                    Ok(())
                 }
-                Err(e) => refused(cx, &e, &path),
+                Err(e) => Err(refused(&e, &path)),
             }
         }
         LedgerCommand::Token {
@@ -123,9 +116,9 @@ pub fn run(cx: &Context, command: &LedgerCommand) -> u8 {
                     },
                     scopes.join(", ")
                 ));
-                exit_code::SUCCESS
+                Ok(())
             }
-            Err(e) => refused(cx, &e, &path),
+            Err(e) => Err(refused(&e, &path)),
         },
     }
 }

@@ -24,6 +24,7 @@ mod shell;
 pub use crate::modes::context::{Context, LoadArgs, OutputMode, RunArgs, expand_failure};
 pub use game::start_game_before_cli;
 
+use crate::exit_code::Done;
 use crate::modes::{run as plan_run, shard as plan_shard, start};
 
 use std::path::PathBuf;
@@ -597,7 +598,8 @@ pub enum SchemaName {
     Review,
 }
 
-pub fn dispatch(cli: Cli, cx: &Context) -> u8 {
+/// Runs the command `cli` parsed; its failure says why and carries its exit code.
+pub fn dispatch(cli: Cli, cx: &Context) -> Done {
     match cli.command {
         Command::Plan(command) => plan(command, cx),
         Command::Report {
@@ -637,7 +639,7 @@ pub fn dispatch(cli: Cli, cx: &Context) -> u8 {
             },
         ),
         Command::Launch { slots } => crate::steps::launcher::serve(slots),
-        Command::Game { name } => game::run(cx, &name),
+        Command::Game { name } => game::run(&name),
         Command::Ledger(command) => ledger::run(cx, &command),
         Command::Serve {
             addr,
@@ -656,8 +658,15 @@ pub fn dispatch(cli: Cli, cx: &Context) -> u8 {
             &file,
         ),
         Command::Hosted { command } => hosted::run(cx, command),
-        Command::Schema { name } => schema::run(cx, name),
-        Command::Completions { shell } => shell::completions(cx, shell),
+        // Neither can fail: they print what this binary holds.
+        Command::Schema { name } => {
+            schema::run(cx, name);
+            Ok(())
+        }
+        Command::Completions { shell } => {
+            shell::completions(cx, shell);
+            Ok(())
+        }
         Command::Man { out } => shell::man(cx, out.as_deref()),
         command @ (Command::Replay { .. }
         | Command::Shrink { .. }
@@ -668,7 +677,7 @@ pub fn dispatch(cli: Cli, cx: &Context) -> u8 {
 }
 
 /// `gameplan plan …`.
-fn plan(command: PlanCommand, cx: &Context) -> u8 {
+fn plan(command: PlanCommand, cx: &Context) -> Done {
     match command {
         PlanCommand::Check { plans, load, json } => plan_check::run(cx, &plans, &load, json),
         PlanCommand::Graph { plan, load, format } => plan_graph::run(cx, &plan, &load, format),
@@ -738,7 +747,11 @@ fn plan(command: PlanCommand, cx: &Context) -> u8 {
             run_id,
             state_dir,
         } => plan_runs::log(cx, &step, run_id.as_deref(), state_dir.as_deref()),
-        PlanCommand::Runs { json, state_dir } => plan_runs::list(cx, json, state_dir.as_deref()),
+        PlanCommand::Runs { json, state_dir } => {
+            // Listing cannot fail: an unreadable run is a row saying so.
+            plan_runs::list(cx, json, state_dir.as_deref());
+            Ok(())
+        }
         PlanCommand::Stop { run_id, state_dir } => {
             plan_runs::stop(cx, &run_id, state_dir.as_deref())
         }

@@ -5,10 +5,10 @@ use std::path::PathBuf;
 use serde_json::json;
 
 use super::{Context, LoadArgs};
-use crate::exit_code;
+use crate::exit_code::{Done, Failure};
 use crate::report::diagnostics;
 
-pub fn run(cx: &Context, plans: &[PathBuf], args: &LoadArgs, as_json: bool) -> u8 {
+pub fn run(cx: &Context, plans: &[PathBuf], args: &LoadArgs, as_json: bool) -> Done {
     let mut files = Vec::new();
     let mut failed = 0usize;
     for path in plans {
@@ -77,8 +77,9 @@ pub fn run(cx: &Context, plans: &[PathBuf], args: &LoadArgs, as_json: bool) -> u
         ));
     }
     if failed == 0 {
-        exit_code::SUCCESS
+        Ok(())
     } else {
-        exit_code::PLAN_ERROR
+        // Each plan's problems were printed as it was checked.
+        Err(Failure::plan(String::new()))
     }
 }

@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use super::{Context, LoadArgs};
-use crate::exit_code;
+use crate::exit_code::{Done, Failure};
 use crate::report::explain;
 
 pub fn run(
@@ -13,18 +13,10 @@ pub fn run(
     args: &LoadArgs,
     as_json: bool,
     state_dir: Option<&Path>,
-) -> u8 {
-    let (loaded, pipeline) = match cx.load_pipeline(plan, args) {
-        Ok(both) => both,
-        Err(code) => return code,
-    };
-    let pipeline = match crate::graph::select(pipeline, steps) {
-        Ok(part) => part,
-        Err(e) => {
-            cx.console.err(&format!("error: {e}\n"));
-            return exit_code::PLAN_ERROR;
-        }
-    };
+) -> Done {
+    let (loaded, pipeline) = cx.load_pipeline(plan, args)?;
+    let pipeline = crate::graph::select(pipeline, steps)
+        .map_err(|e| Failure::plan(format!("error: {e}\n")))?;
     let state_dir = crate::engine::state_dir(&loaded.root, state_dir);
     let decisions = crate::engine::preview::preview(&loaded, &pipeline, &state_dir, false, &cx.env);
     if as_json {
@@ -45,5 +37,5 @@ pub fn run(
         cx.console
             .err(&explain::unset_secrets_note(&loaded.unset_secrets));
     }
-    exit_code::SUCCESS
+    Ok(())
 }

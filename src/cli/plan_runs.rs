@@ -8,7 +8,7 @@ use serde_json::json;
 
 use super::Context;
 use crate::engine;
-use crate::exit_code;
+use crate::exit_code::{Done, Failure};
 use crate::journal::run::{RunDir, RunHistory, RunOutcome, Scanned, run_ids};
 use crate::journal::step_log::StepLog;
 use crate::journal::{LockHolder, LockStatus, RunLock, this_host};
@@ -165,15 +165,15 @@ pub(super) fn read(state_dir: &Path, run_id: Option<&str>) -> Result<RunHistory,
     RunHistory::read(&journal).map_err(|e| e.to_string())
 }
 
-pub fn status(cx: &Context, run_id: Option<&str>, as_json: bool, flag: Option<&Path>) -> u8 {
+/// The run `run_id` names (the newest without one), or why there is none
+/// (exit 3).
+pub(super) fn history(state_dir: &Path, run_id: Option<&str>) -> Result<RunHistory, Failure> {
+    read(state_dir, run_id).map_err(|message| Failure::plan(format!("error: {message}\n")))
+}
+
+pub fn status(cx: &Context, run_id: Option<&str>, as_json: bool, flag: Option<&Path>) -> Done {
     let (root, state_dir) = dirs(flag);
-    let history = match read(&state_dir, run_id) {
-        Ok(h) => h,
-        Err(message) => {
-            cx.console.err(&format!("error: {message}\n"));
-            return exit_code::PLAN_ERROR;
-        }
-    };
+    let history = history(&state_dir, run_id)?;
     let run_dir = RunDir::new(&state_dir, &history.run_id);
     let steps = history
         .steps
@@ -219,29 +219,22 @@ pub fn status(cx: &Context, run_id: Option<&str>, as_json: bool, flag: Option<&P
     } else {
         cx.console.out(&runs::status_text(&doc));
     }
-    exit_code::SUCCESS
+    Ok(())
 }
 
 /// `plan log STEP [RUN_ID]`: the step's log on stdout, from the run's
 /// `steps.log` by the segments its journal recorded (or, for a run from
 /// before, its own `stdout.log`).
-pub fn log(cx: &Context, step: &str, run_id: Option<&str>, flag: Option<&Path>) -> u8 {
+pub fn log(cx: &Context, step: &str, run_id: Option<&str>, flag: Option<&Path>) -> Done {
     let (_, state_dir) = dirs(flag);
-    let history = match read(&state_dir, run_id) {
-        Ok(h) => h,
-        Err(message) => {
-            cx.console.err(&format!("error: {message}\n"));
-            return exit_code::PLAN_ERROR;
-        }
-    };
+    let history = history(&state_dir, run_id)?;
     if !history.steps.iter().any(|s| s.id == step) {
         let ids: Vec<&str> = history.steps.iter().map(|s| s.id.as_str()).collect();
-        cx.console.err(&format!(
+        return Err(Failure::plan(format!(
             "error: run {} has no step `{step}`; its steps: {}\n",
             history.run_id,
             ids.join(", ")
-        ));
-        return exit_code::PLAN_ERROR;
+        )));
     }
     let run_dir = RunDir::new(&state_dir, &history.run_id);
     let record = history.records.get(step);
@@ -261,30 +254,27 @@ pub fn log(cx: &Context, step: &str, run_id: Option<&str>, flag: Option<&Path>) 
             history.run_id,
             state.word()
         ));
-        return exit_code::SUCCESS;
+        return Ok(());
     };
     match log.read() {
         Ok(bytes) => {
             cx.console.out(&String::from_utf8_lossy(&bytes));
-            exit_code::SUCCESS
+            Ok(())
         }
-        Err(e) => {
-            cx.console.err(&format!(
-                "error: cannot read the log of step `{step}` of run {}: {e}\n",
-                history.run_id
-            ));
-            exit_code::PLAN_ERROR
-        }
+        Err(e) => Err(Failure::plan(format!(
+            "error: cannot read the log of step `{step}` of run {}: {e}\n",
+            history.run_id
+        ))),
     }
 }
 
-pub fn list(cx: &Context, as_json: bool, flag: Option<&Path>) -> u8 {
+pub fn list(cx: &Context, as_json: bool, flag: Option<&Path>) {
     let (root, state_dir) = dirs(flag);
     let ids = run_ids(&state_dir);
     if ids.is_empty() && !as_json {
         cx.console
             .err(&format!("no runs in {}\n", state_dir.display()));
-        return exit_code::SUCCESS;
+        return;
     }
     let mut resumability = Resumability::new(cx, root);
     let rows: Vec<Result<RunRow, (String, String)>> = ids
@@ -320,18 +310,11 @@ pub fn list(cx: &Context, as_json: bool, flag: Option<&Path>) -> u8 {
     } else {
         cx.console.out(&runs::list_text(&rows));
     }
-    exit_code::SUCCESS
 }
 
-pub fn stop(cx: &Context, run_id: &str, flag: Option<&Path>) -> u8 {
+pub fn stop(cx: &Context, run_id: &str, flag: Option<&Path>) -> Done {
     let (root, state_dir) = dirs(flag);
-    let history = match read(&state_dir, Some(run_id)) {
-        Ok(h) => h,
-        Err(message) => {
-            cx.console.err(&format!("error: {message}\n"));
-            return exit_code::PLAN_ERROR;
-        }
-    };
+    let history = history(&state_dir, Some(run_id))?;
     let holder = match RunLock::status(&state_dir.join("locks"), &history.plan_hash) {
         Ok(LockStatus::Held {
             holder: Some(holder),
@@ -339,10 +322,9 @@ pub fn stop(cx: &Context, run_id: &str, flag: Option<&Path>) -> u8 {
         // Held, but the lock file does not say by whom: maybe this run,
         // maybe another of the same plan; no pid to trust either way.
         Ok(LockStatus::Held { holder: None }) => {
-            cx.console.err(&format!(
+            return Err(Failure::plan(format!(
                 "error: a run of this plan holds its lock, but the lock file does not say which run or pid, so nothing was signalled; stop run {run_id} where it runs (Ctrl-C)\n"
-            ));
-            return exit_code::PLAN_ERROR;
+            )));
         }
         _ => {
             cx.console.err(&format!(
@@ -351,28 +333,23 @@ pub fn stop(cx: &Context, run_id: &str, flag: Option<&Path>) -> u8 {
                     .row(&state_dir, &history)
                     .status_text()
             ));
-            return exit_code::SUCCESS;
+            return Ok(());
         }
     };
-    let pid = match holder.signal_target(&this_host()) {
-        Ok(pid) => pid,
-        Err(refusal) => {
-            cx.console.err(&format!("error: {refusal}\n"));
-            return exit_code::PLAN_ERROR;
-        }
-    };
+    let pid = holder
+        .signal_target(&this_host())
+        .map_err(|refusal| Failure::plan(format!("error: {refusal}\n")))?;
     match nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM) {
         Ok(()) => {
             cx.console.err(&format!(
                 "asked run {run_id} (pid {}) to stop: it stops its running steps and exits 10; continue it with `gameplan plan resume {run_id}`\n",
                 holder.pid
             ));
-            exit_code::SUCCESS
+            Ok(())
         }
-        Err(e) => {
-            cx.console
-                .err(&format!("error: cannot signal pid {}: {e}\n", holder.pid));
-            exit_code::PLAN_ERROR
-        }
+        Err(e) => Err(Failure::plan(format!(
+            "error: cannot signal pid {}: {e}\n",
+            holder.pid
+        ))),
     }
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 
 use super::{Command, Context};
-use crate::exit_code;
+use crate::exit_code::{Done, Failure};
 use crate::play::replay::{ReplayOptions, ReplayOutcome};
 use crate::play::shrink::{ShrinkOptions, ShrinkOutcome};
 use crate::play::simulate::SimulateSpec;
@@ -17,11 +17,11 @@ use crate::play::stdio::{GameSpec, ResourceLimits};
 use crate::play::{PlayerSpec, Trace};
 use crate::report::play_results;
 
-fn runtime() -> Option<tokio::runtime::Runtime> {
+fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .ok()
+        .map_err(|e| Failure::plan(format!("gameplan: cannot start a runtime: {e}\n")))
 }
 
 /// The repo root: the nearest ancestor of the working directory holding `.git`.
@@ -31,11 +31,8 @@ fn repo_root() -> PathBuf {
 }
 
 /// A trace file, or one game of a simulation's batch file (`FILE#game-N`).
-fn read_trace(cx: &Context, path: &Path) -> Result<Trace, u8> {
-    crate::play::trace_batch::read(path).map_err(|e| {
-        cx.console.err(&format!("gameplan: {e}\n"));
-        exit_code::PLAN_ERROR
-    })
+fn read_trace(path: &Path) -> Result<Trace, Failure> {
+    crate::play::trace_batch::read(path).map_err(|e| Failure::plan(format!("gameplan: {e}\n")))
 }
 
 /// How `trace_path` plays again: the trace's own action timeout unless
@@ -58,14 +55,9 @@ fn options(cx: &Context, trace_path: &Path, action_timeout: Option<f64>) -> Repl
 }
 
 /// `gameplan replay TRACE`: 0 when it replays the same, 1 naming the first difference.
-pub fn replay(cx: &Context, trace_path: &Path, action_timeout: Option<f64>) -> u8 {
-    let trace = match read_trace(cx, trace_path) {
-        Ok(trace) => trace,
-        Err(code) => return code,
-    };
-    let Some(runtime) = runtime() else {
-        return exit_code::PLAN_ERROR;
-    };
+pub fn replay(cx: &Context, trace_path: &Path, action_timeout: Option<f64>) -> Done {
+    let trace = read_trace(trace_path)?;
+    let runtime = runtime()?;
     let options = options(cx, trace_path, action_timeout);
     let timeout = options.action_timeout(&trace);
     match runtime.block_on(crate::play::replay(&trace, &options)) {
@@ -73,17 +65,15 @@ pub fn replay(cx: &Context, trace_path: &Path, action_timeout: Option<f64>) -> u
             cx.console
                 .out(&play_results::replay(trace_path, &outcome, timeout));
             match outcome {
-                ReplayOutcome::Confirmed { .. } => exit_code::SUCCESS,
-                ReplayOutcome::Diverged { .. } => exit_code::FAILED,
+                ReplayOutcome::Confirmed { .. } => Ok(()),
+                // The report above names the first difference.
+                ReplayOutcome::Diverged { .. } => Err(Failure::failed(String::new())),
             }
         }
-        Err(e) => {
-            cx.console.err(&format!(
-                "gameplan: cannot replay {}: {e}\n",
-                trace_path.display()
-            ));
-            exit_code::PLAN_ERROR
-        }
+        Err(e) => Err(Failure::plan(format!(
+            "gameplan: cannot replay {}: {e}\n",
+            trace_path.display()
+        ))),
     }
 }
 
@@ -94,14 +84,9 @@ pub fn shrink(
     out: &Path,
     time_limit: u64,
     action_timeout: Option<f64>,
-) -> u8 {
-    let trace = match read_trace(cx, trace_path) {
-        Ok(trace) => trace,
-        Err(code) => return code,
-    };
-    let Some(runtime) = runtime() else {
-        return exit_code::PLAN_ERROR;
-    };
+) -> Done {
+    let trace = read_trace(trace_path)?;
+    let runtime = runtime()?;
     let limit = Duration::from_secs(time_limit);
     let end = trace.end.map_or("none", crate::play::QuitReason::name);
     let replay = options(cx, trace_path, action_timeout);
@@ -124,9 +109,10 @@ pub fn shrink(
             timed_out,
         }) => {
             if let Err(e) = std::fs::write(out, shrunk.to_jsonl()) {
-                cx.console
-                    .err(&format!("gameplan: cannot write {}: {e}\n", out.display()));
-                return exit_code::PLAN_ERROR;
+                return Err(Failure::plan(format!(
+                    "gameplan: cannot write {}: {e}\n",
+                    out.display()
+                )));
             }
             cx.console.out(&play_results::shrink_done(
                 out,
@@ -135,31 +121,22 @@ pub fn shrink(
                 runs,
                 timed_out,
             ));
-            exit_code::SUCCESS
+            Ok(())
         }
-        Ok(ShrinkOutcome::NotAFailure(end)) => {
-            cx.console.err(&format!(
-                "gameplan: {} ends `{}`, not in a crash or a hang, and broke none of the invariants its header records: there is nothing to shrink\n",
-                trace_path.display(),
-                end.map_or("none", crate::play::QuitReason::name)
-            ));
-            exit_code::PLAN_ERROR
-        }
-        Ok(ShrinkOutcome::NotReproduced { got }) => {
-            cx.console.err(&format!(
-                "gameplan: {} does not reproduce: playing its actions again gave {got}; \
+        Ok(ShrinkOutcome::NotAFailure(end)) => Err(Failure::plan(format!(
+            "gameplan: {} ends `{}`, not in a crash or a hang, and broke none of the invariants its header records: there is nothing to shrink\n",
+            trace_path.display(),
+            end.map_or("none", crate::play::QuitReason::name)
+        ))),
+        Ok(ShrinkOutcome::NotReproduced { got }) => Err(Failure::failed(format!(
+            "gameplan: {} does not reproduce: playing its actions again gave {got}; \
                  check it with `gameplan replay`\n",
-                trace_path.display()
-            ));
-            exit_code::FAILED
-        }
-        Err(e) => {
-            cx.console.err(&format!(
-                "gameplan: cannot shrink {}: {e}\n",
-                trace_path.display()
-            ));
-            exit_code::PLAN_ERROR
-        }
+            trace_path.display()
+        ))),
+        Err(e) => Err(Failure::plan(format!(
+            "gameplan: cannot shrink {}: {e}\n",
+            trace_path.display()
+        ))),
     }
 }
 
@@ -171,7 +148,7 @@ pub fn game_exec(
     limits: ResourceLimits,
     cgroup: Option<&Path>,
     argv: &[String],
-) -> u8 {
+) -> Done {
     // Not joining is no reason not to play: the driver polls instead.
     if let Some(dir) = cgroup
         && let Err(why) = crate::play::stdio::join_cgroup(dir)
@@ -179,8 +156,10 @@ pub fn game_exec(
         cx.console.err(&format!("gameplan: {why}\n"));
     }
     if let Err(why) = crate::play::stdio::set_limits(limits) {
-        cx.console.err(&format!("gameplan: {why}\n"));
-        return 127;
+        return Err(Failure::with_code(
+            super::game::EXEC_FAILED,
+            format!("gameplan: {why}\n"),
+        ));
     }
     let this = std::env::current_exe().ok();
     if argv.len() > 1
@@ -191,8 +170,10 @@ pub fn game_exec(
         return super::dispatch(cli, cx);
     }
     let why = crate::play::stdio::exec(argv);
-    cx.console.err(&format!("gameplan: {why}\n"));
-    127
+    Err(Failure::with_code(
+        super::game::EXEC_FAILED,
+        format!("gameplan: {why}\n"),
+    ))
 }
 
 /// The settings of `gameplan __simulate` (the benchmark's entry).
@@ -208,14 +189,13 @@ pub struct SimulateArgs {
     pub command: Vec<String>,
 }
 
-pub fn simulate(cx: &Context, args: SimulateArgs) -> u8 {
+pub fn simulate(cx: &Context, args: SimulateArgs) -> Done {
     let mut strategies = Vec::new();
     for name in &args.strategies {
         match PlayerSpec::strategy(name) {
             Ok(strategy) => strategies.push(strategy),
             Err(e) => {
-                cx.console.err(&format!("gameplan: {e}\n"));
-                return exit_code::PLAN_ERROR;
+                return Err(Failure::plan(format!("gameplan: {e}\n")));
             }
         }
     }
@@ -234,9 +214,7 @@ pub fn simulate(cx: &Context, args: SimulateArgs) -> u8 {
         out_dir: args.out,
         trace_findings: false,
     };
-    let Some(runtime) = runtime() else {
-        return exit_code::PLAN_ERROR;
-    };
+    let runtime = runtime()?;
     let (_stop, cancel) = tokio::sync::watch::channel(false);
     let started = Instant::now();
     // Progress every 100 games, on a terminal only (a log gets the summary).
@@ -254,15 +232,13 @@ pub fn simulate(cx: &Context, args: SimulateArgs) -> u8 {
                 runner_cpu(),
             ));
             if summary.crashed + summary.hung > 0 {
-                exit_code::FAILED
+                // The summary above counts them.
+                Err(Failure::failed(String::new()))
             } else {
-                exit_code::SUCCESS
+                Ok(())
             }
         }
-        Err(e) => {
-            cx.console.err(&format!("gameplan: simulate failed: {e}\n"));
-            exit_code::PLAN_ERROR
-        }
+        Err(e) => Err(Failure::plan(format!("gameplan: simulate failed: {e}\n"))),
     }
 }
 
@@ -378,30 +354,23 @@ const DEFAULT_CARD: &str = "A player trying this game for the first time.";
 /// the request), 2 when an `llm` player stopped on a bad answer or its
 /// model budget, 5 when its endpoint never answered, 10 when interrupted,
 /// 3 when the game could not be started or the flags do not make a cell.
-pub fn play_cell(cx: &Context, args: &CellArgs) -> u8 {
-    let player = match player_of(cx, args) {
-        Ok(player) => player,
-        Err(why) => {
-            cx.console
-                .err(&format!("gameplan: {why}; nothing was played or sent\n"));
-            return exit_code::PLAN_ERROR;
-        }
-    };
+pub fn play_cell(cx: &Context, args: &CellArgs) -> Done {
+    let player = player_of(cx, args)
+        .map_err(|why| Failure::plan(format!("gameplan: {why}; nothing was played or sent\n")))?;
     let Some(controller) = crate::plan::model::Controller::from_name(&args.controller) else {
-        cx.console.err(&format!(
+        return Err(Failure::plan(format!(
             "gameplan: unknown controller `{}` (standard, jev, rune)\n",
             args.controller
-        ));
-        return exit_code::PLAN_ERROR;
+        )));
     };
     let mut game = GameSpec::new(args.command.clone(), repo_root(), &cx.env);
     if let Some(url) = &args.url {
         match browser_game(url, &args.web) {
             Ok(page) => game.target = crate::play::driver::GameTarget::Browser(page),
             Err(why) => {
-                cx.console
-                    .err(&format!("gameplan: {why}; nothing was played\n"));
-                return exit_code::PLAN_ERROR;
+                return Err(Failure::plan(format!(
+                    "gameplan: {why}; nothing was played\n"
+                )));
             }
         }
     }
@@ -419,9 +388,7 @@ pub fn play_cell(cx: &Context, args: &CellArgs) -> u8 {
         max_wall: args.max_wall.map(Duration::from_secs),
         repeat: None,
     };
-    let Some(runtime) = runtime() else {
-        return exit_code::PLAN_ERROR;
-    };
+    let runtime = runtime()?;
     let (stop, cancel) = tokio::sync::watch::channel(false);
     let outcome = runtime.block_on(async {
         // Ctrl-C / SIGTERM: the turn in flight finishes, the cell ends `interrupted`.
@@ -453,47 +420,40 @@ pub fn play_cell(cx: &Context, args: &CellArgs) -> u8 {
                 cx.console.err(&format!("gameplan: warning: {warning}\n"));
             }
             if let Some(why) = &result.report.not_played {
-                cx.console.err(&format!(
+                Err(Failure::failed(format!(
                     "gameplan: {}\n",
                     crate::report::play_cell::not_played(why)
-                ));
-                exit_code::FAILED
+                )))
             } else if result.report.state == crate::play::CellState::Interrupted {
-                exit_code::CANCELED
+                Err(Failure::canceled(String::new()))
             } else {
-                let code = player_exit_code(&result.report);
-                if code != exit_code::SUCCESS
-                    && let Some(detail) = &result.report.quit_detail
-                {
-                    cx.console.err(&format!(
+                player_end(&result.report).map_err(|failure| match &result.report.quit_detail {
+                    Some(detail) => failure.and_say(&format!(
                         "gameplan: the player stopped: {detail}; the cell's files hold what \
                          it played\n"
-                    ));
-                }
-                code
+                    )),
+                    None => failure,
+                })
             }
         }
-        Err(e) => {
-            cx.console.err(&format!("gameplan: {e}\n"));
-            exit_code::PLAN_ERROR
-        }
+        Err(e) => Err(Failure::plan(format!("gameplan: {e}\n"))),
     }
 }
 
-/// How the cell's player ended, as an exit code (what a `play` step's
-/// outcome would be): a model endpoint that never answered is 5, one that
-/// refused the request 1, a model that never named a listed action or
-/// spent its budget leaves partial results (2); every other end played.
-fn player_exit_code(report: &crate::play::CellReport) -> u8 {
+/// How the cell's player ended (what a `play` step's outcome would be): a
+/// model endpoint that never answered, one that refused the request, a
+/// model that never named a listed action or spent its budget (partial
+/// results); every other end played. The cell's report said which.
+fn player_end(report: &crate::play::CellReport) -> Done {
     use crate::play::QuitReason;
     match report.quit_reason {
-        QuitReason::ModelUnreachable => exit_code::MODEL_UNREACHABLE,
-        QuitReason::ModelRefused => exit_code::FAILED,
-        QuitReason::BadAnswer => exit_code::INCOMPLETE,
+        QuitReason::ModelUnreachable => Err(Failure::unreachable(String::new())),
+        QuitReason::ModelRefused => Err(Failure::failed(String::new())),
+        QuitReason::BadAnswer => Err(Failure::incomplete(String::new())),
         QuitReason::Budget if report.model.as_ref().is_some_and(|m| m.stopped_by_budget) => {
-            exit_code::INCOMPLETE
+            Err(Failure::incomplete(String::new()))
         }
-        _ => exit_code::SUCCESS,
+        _ => Ok(()),
     }
 }
 
@@ -640,7 +600,7 @@ fn read_prompt_file(path: &Path, flag: &str) -> Result<String, String> {
 }
 
 /// The play subsystem's commands.
-pub fn dispatch(cx: &Context, command: Command) -> u8 {
+pub fn dispatch(cx: &Context, command: Command) -> Done {
     match command {
         Command::Replay {
             trace,
@@ -740,7 +700,8 @@ pub fn dispatch(cx: &Context, command: Command) -> u8 {
                 command,
             },
         ),
-        _ => exit_code::PLAN_ERROR,
+        // dispatch hands this file its own commands only.
+        _ => Err(Failure::plan(String::new())),
     }
 }
 

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use super::Context;
-use crate::exit_code;
+use crate::exit_code::{Done, Failure};
 use crate::journal::run::RunDir;
 use crate::report::run::RunReport;
 
@@ -16,33 +16,23 @@ pub fn run(
     out: Option<&Path>,
     open: bool,
     flag: Option<&Path>,
-) -> u8 {
+) -> Done {
     let (_, state_dir) = super::plan_runs::dirs(flag);
-    let history = match super::plan_runs::read(&state_dir, run_id) {
-        Ok(h) => h,
-        Err(message) => {
-            cx.console.err(&format!("error: {message}\n"));
-            return exit_code::PLAN_ERROR;
-        }
-    };
+    let history = super::plan_runs::history(&state_dir, run_id)?;
     let run_dir = RunDir::new(&state_dir, &history.run_id);
     let summary = run_dir.summary();
-    let report: RunReport = match std::fs::read(&summary)
+    let report: RunReport = std::fs::read(&summary)
         .map_err(|e| e.to_string())
         .and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string()))
-    {
-        Ok(r) => r,
-        Err(e) => {
-            cx.console.err(&format!(
+        .map_err(|e| {
+            Failure::plan(format!(
                 "error: run {} has no readable summary ({}: {e}): it has not finished; \
                  `gameplan plan resume {}` finishes it and writes its page\n",
                 history.run_id,
                 summary.display(),
                 history.run_id
-            ));
-            return exit_code::PLAN_ERROR;
-        }
-    };
+            ))
+        })?;
     let page = match crate::report::html::render(&report, &run_dir.dir) {
         Ok(page) => {
             if let Some(warning) = &page.warning {
@@ -50,20 +40,14 @@ pub fn run(
             }
             page.html
         }
-        Err(e) => {
-            cx.console.err(&format!("error: {e}\n"));
-            return exit_code::FAILED;
-        }
+        Err(e) => return Err(Failure::failed(format!("error: {e}\n"))),
     };
     let path = out.map_or_else(
         || run_dir.dir.join(crate::report::html::REPORT_HTML),
         Path::to_path_buf,
     );
-    if let Err(e) = crate::journal::atomic_write(&path, page.as_bytes()) {
-        cx.console
-            .err(&format!("error: cannot write {}: {e}\n", path.display()));
-        return exit_code::PLAN_ERROR;
-    }
+    crate::journal::atomic_write(&path, page.as_bytes())
+        .map_err(|e| Failure::plan(format!("error: cannot write {}: {e}\n", path.display())))?;
     if out.is_some() {
         cx.console.err(
             "note: its images and cells' reports are linked relative to the run's directory; \
@@ -86,5 +70,5 @@ pub fn run(
             ));
         }
     }
-    exit_code::SUCCESS
+    Ok(())
 }

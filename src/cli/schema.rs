@@ -4,7 +4,6 @@
 use clap::ValueEnum;
 
 use super::{Context, SchemaName};
-use crate::exit_code;
 
 impl SchemaName {
     /// The schema as checked in under `schemas/`: pretty JSON, trailing newline.
@@ -47,9 +46,8 @@ fn pretty(value: &serde_json::Value) -> String {
     text
 }
 
-pub fn run(cx: &Context, name: SchemaName) -> u8 {
+pub fn run(cx: &Context, name: SchemaName) {
     cx.console.out(&name.text());
-    exit_code::SUCCESS
 }
 
 #[cfg(test)]

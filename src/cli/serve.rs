@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use super::{Context, LedgerFile};
 use crate::backend::ledger::{Ledger, NewLedger, Quotas};
-use crate::exit_code;
+use crate::exit_code::{Done, Failure};
 use crate::report::Console;
 use crate::server::{LogSink, RequestLine};
 
@@ -133,22 +133,11 @@ fn options(limits: &Limits) -> Result<crate::server::Options, String> {
     })
 }
 
-pub fn run(cx: &Context, addr: &str, settings: &Settings, file: &LedgerFile) -> u8 {
+pub fn run(cx: &Context, addr: &str, settings: &Settings, file: &LedgerFile) -> Done {
     let limits = &settings.limits;
-    let options = match options(limits) {
-        Ok(options) => options,
-        Err(message) => {
-            cx.console.err(&message);
-            return exit_code::PLAN_ERROR;
-        }
-    };
-    let path = match super::ledger::ledger_path(file) {
-        Ok(path) => path,
-        Err(message) => {
-            cx.console.err(&format!("error: {message}\n"));
-            return exit_code::PLAN_ERROR;
-        }
-    };
+    let options = options(limits).map_err(Failure::plan)?;
+    let path = super::ledger::ledger_path(file)
+        .map_err(|message| Failure::plan(format!("error: {message}\n")))?;
     // The demo account's token is public: a served ledger holds it only
     // when asked, and the routes refuse the token anyway.
     let new = if settings.demo {
@@ -163,32 +152,27 @@ pub fn run(cx: &Context, addr: &str, settings: &Settings, file: &LedgerFile) -> 
             open_jobs: limits.max_open_jobs,
         })),
         Err(e) => {
-            cx.console.err(&format!(
+            return Err(Failure::plan(format!(
                 "error: {} (ledger {})\n",
                 e.message,
                 path.display()
-            ));
-            return exit_code::PLAN_ERROR;
+            )));
         }
     };
     let Ok(runtime) = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
     else {
-        cx.console
-            .err("error: cannot start the server's runtime (out of threads or memory?)\n");
-        return exit_code::PLAN_ERROR;
+        return Err(Failure::plan(
+            "error: cannot start the server's runtime (out of threads or memory?)\n",
+        ));
     };
     runtime.block_on(async {
-        let listener = match tokio::net::TcpListener::bind(addr).await {
-            Ok(listener) => listener,
-            Err(e) => {
-                cx.console.err(&format!(
-                    "error: cannot listen on {addr}: {e}; pass another --addr (port 0 picks a free one)\n"
-                ));
-                return exit_code::PLAN_ERROR;
-            }
-        };
+        let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+            Failure::plan(format!(
+                "error: cannot listen on {addr}: {e}; pass another --addr (port 0 picks a free one)\n"
+            ))
+        })?;
         let bound = listener.local_addr().ok();
         cx.console.err(&listening(bound, addr, &path));
         let console = Console {
@@ -196,10 +180,7 @@ pub fn run(cx: &Context, addr: &str, settings: &Settings, file: &LedgerFile) -> 
             color_out: cx.console.color_out,
         };
         let log: LogSink = Arc::new(move |line: &RequestLine| console.err(&log_line(line)));
-        let hosting = match hosting(cx, &settings.hosting, &ledger, &path) {
-            Ok(hosting) => hosting,
-            Err(code) => return code,
-        };
+        let hosting = hosting(cx, &settings.hosting, &ledger, &path)?;
         let (stop_worker, worker_stops) = tokio::sync::watch::channel(false);
         let served_hosting = hosting.as_ref().map(|(host, worker)| {
             tokio::spawn(Arc::clone(worker).run(worker_stops));
@@ -215,16 +196,9 @@ pub fn run(cx: &Context, addr: &str, settings: &Settings, file: &LedgerFile) -> 
         )
         .await;
         let _ = stop_worker.send(true);
-        match served {
-            Ok(()) => {
-                cx.console.err("stopped\n");
-                exit_code::SUCCESS
-            }
-            Err(e) => {
-                cx.console.err(&format!("error: the server stopped: {e}\n"));
-                exit_code::PLAN_ERROR
-            }
-        }
+        served.map_err(|e| Failure::plan(format!("error: the server stopped: {e}\n")))?;
+        cx.console.err("stopped\n");
+        Ok(())
     })
 }
 
@@ -241,16 +215,15 @@ fn hosting(
         Arc<crate::hosted::host::Host>,
         Arc<crate::hosted::worker::Worker>,
     )>,
-    u8,
+    Failure,
 > {
     let Some(executor) = args.executor.clone() else {
         return Ok(None);
     };
     if executor == "ray" && args.address.is_none() {
-        cx.console.err(
+        return Err(Failure::plan(
             "error: --executor ray needs --address URL (the Ray dashboard, e.g. http://127.0.0.1:8265)\n",
-        );
-        return Err(exit_code::PLAN_ERROR);
+        ));
     }
     let dir = args.builds.clone().unwrap_or_else(|| {
         ledger_path
@@ -262,9 +235,10 @@ fn hosting(
     if let Err(e) = std::fs::create_dir_all(dir.join("builds"))
         .and_then(|()| std::fs::create_dir_all(dir.join("work")))
     {
-        cx.console
-            .err(&format!("error: cannot make {}: {e}\n", dir.display()));
-        return Err(exit_code::PLAN_ERROR);
+        return Err(Failure::plan(format!(
+            "error: cannot make {}: {e}\n",
+            dir.display()
+        )));
     }
     let host = Arc::new(crate::hosted::host::Host {
         builds: dir.join("builds"),

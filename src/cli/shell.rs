@@ -7,7 +7,7 @@ use std::path::Path;
 use clap::CommandFactory;
 
 use super::{Cli, Context};
-use crate::exit_code;
+use crate::exit_code::{Done, Failure};
 
 /// The command line as people see it: without the hidden internal commands
 /// (clap's bash completions would otherwise offer them).
@@ -31,14 +31,13 @@ fn visible() -> clap::Command {
     visible
 }
 
-pub fn completions(cx: &Context, shell: clap_complete::Shell) -> u8 {
+pub fn completions(cx: &Context, shell: clap_complete::Shell) {
     let mut out = Vec::new();
     clap_complete::generate(shell, &mut visible(), "gameplan", &mut out);
     cx.console.out(&String::from_utf8_lossy(&out));
-    exit_code::SUCCESS
 }
 
-pub fn man(cx: &Context, out_dir: Option<&Path>) -> u8 {
+pub fn man(cx: &Context, out_dir: Option<&Path>) -> Done {
     let written = if let Some(dir) = out_dir {
         std::fs::create_dir_all(dir)
             .and_then(|()| clap_mangen::generate_to(visible(), dir))
@@ -52,12 +51,5 @@ pub fn man(cx: &Context, out_dir: Option<&Path>) -> u8 {
             .render(&mut page)
             .map(|()| cx.console.out(&String::from_utf8_lossy(&page)))
     };
-    match written {
-        Ok(()) => exit_code::SUCCESS,
-        Err(e) => {
-            cx.console
-                .err(&format!("gameplan: cannot write the man page: {e}\n"));
-            exit_code::PLAN_ERROR
-        }
-    }
+    written.map_err(|e| Failure::plan(format!("gameplan: cannot write the man page: {e}\n")))
 }

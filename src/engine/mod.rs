@@ -237,8 +237,10 @@ pub enum StartError {
 }
 
 impl StartError {
-    pub fn exit_code(&self) -> u8 {
-        exit_code::PLAN_ERROR
+    /// A run that could not start, as the command's failure: found before
+    /// anything ran or was charged (exit 3).
+    pub fn failure(&self) -> exit_code::Failure {
+        exit_code::Failure::plan(format!("error: {self}\n"))
     }
 }
 

@@ -196,24 +196,41 @@ pub fn run_outcome(
         uncertain,
         refused,
     ] = seen;
-    if interrupted {
-        (RunOutcome::Interrupted, exit_code::CANCELED)
+    let outcome = if interrupted {
+        RunOutcome::Interrupted
     } else if declined {
-        (RunOutcome::Declined, exit_code::CANCELED)
+        RunOutcome::Declined
     } else if unauthorized {
-        (RunOutcome::Unauthorized, exit_code::AUTH)
+        RunOutcome::Unauthorized
     } else if unreachable {
-        (RunOutcome::Unreachable, exit_code::MODEL_UNREACHABLE)
+        RunOutcome::Unreachable
     } else if uncertain {
-        (RunOutcome::Uncertain, exit_code::FAILED)
+        RunOutcome::Uncertain
     } else if refused {
-        (RunOutcome::Refused, exit_code::PLAN_ERROR)
+        RunOutcome::Refused
     } else if failed || aborted || stopped || findings_failed {
-        (RunOutcome::Failed, exit_code::FAILED)
+        RunOutcome::Failed
     } else if incomplete {
-        (RunOutcome::Incomplete, exit_code::INCOMPLETE)
+        RunOutcome::Incomplete
     } else {
-        (RunOutcome::Succeeded, exit_code::SUCCESS)
+        RunOutcome::Succeeded
+    };
+    (outcome, code_of(outcome))
+}
+
+/// A run's outcome as its exit code: the one table, written to
+/// `summary.json` and ended with by `plan run`. An uncertain run is a
+/// failure (a request's answer never came); a refused one found its
+/// problem before charging.
+pub fn code_of(outcome: RunOutcome) -> u8 {
+    match outcome {
+        RunOutcome::Interrupted | RunOutcome::Declined => exit_code::CANCELED,
+        RunOutcome::Unauthorized => exit_code::AUTH,
+        RunOutcome::Unreachable => exit_code::MODEL_UNREACHABLE,
+        RunOutcome::Uncertain | RunOutcome::Failed => exit_code::FAILED,
+        RunOutcome::Refused => exit_code::PLAN_ERROR,
+        RunOutcome::Incomplete => exit_code::INCOMPLETE,
+        RunOutcome::Succeeded => exit_code::SUCCESS,
     }
 }
 

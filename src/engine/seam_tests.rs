@@ -427,7 +427,7 @@ fn an_uncertain_request_leaves_the_run_open_and_its_resume_sends_the_same_key_an
     let (step, key) = engine::unsettled_key(&history).expect("a journaled, unsettled key");
     assert_eq!(step, "register");
     let refusal = engine::unsettled_refusal(&history).expect("`--new` is refused");
-    assert_eq!(refusal.exit_code(), 3);
+    assert_eq!(refusal.failure().code(), 3);
     assert!(refusal.to_string().contains(&key) && refusal.to_string().contains("plan resume"));
 
     let second = repo.run(true);

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 
-use crate::exit_code;
+use crate::exit_code::Failure;
 use crate::plan::{LoadFailure, LoadOptions, LoadedPlan};
 use crate::report::Console;
 
@@ -159,33 +159,36 @@ impl Context {
         }
     }
 
-    /// Loads one plan, printing its problems on failure.
-    pub fn load(&self, plan: &std::path::Path, args: &LoadArgs) -> Result<LoadedPlan, u8> {
-        crate::plan::load(plan, &self.load_options(args)).map_err(|failure| {
-            self.report_failure(&failure);
-            exit_code::PLAN_ERROR
-        })
+    /// Loads one plan; its problems are the failure's message.
+    pub fn load(&self, plan: &std::path::Path, args: &LoadArgs) -> Result<LoadedPlan, Failure> {
+        crate::plan::load(plan, &self.load_options(args)).map_err(|f| self.refusal(&f))
     }
 
-    /// Loads and expands one plan, printing what stops it (exit 3).
+    /// Loads and expands one plan; what stops it is the failure (exit 3).
     pub fn load_pipeline(
         &self,
         plan: &std::path::Path,
         args: &LoadArgs,
-    ) -> Result<(LoadedPlan, crate::graph::Pipeline), u8> {
+    ) -> Result<(LoadedPlan, crate::graph::Pipeline), Failure> {
         let loaded = self.load(plan, args)?;
-        let pipeline = crate::graph::expand_loaded(&loaded).map_err(|e| {
-            self.report_failure(&expand_failure(plan, &e));
-            exit_code::PLAN_ERROR
-        })?;
+        let pipeline = crate::graph::expand_loaded(&loaded)
+            .map_err(|e| self.refusal(&expand_failure(plan, &e)))?;
         Ok((loaded, pipeline))
     }
 
+    /// Prints a plan's problems and goes on (`plan check` of several plans).
     pub fn report_failure(&self, failure: &LoadFailure) {
-        self.console.err(&crate::report::diagnostics::render(
-            failure,
-            self.console.color,
-        ));
+        self.console.err(&self.render(failure));
+    }
+
+    /// A plan that does not load or expand, as the command's failure
+    /// (exit 3: found before anything was charged).
+    pub fn refusal(&self, failure: &LoadFailure) -> Failure {
+        Failure::plan(self.render(failure))
+    }
+
+    fn render(&self, failure: &LoadFailure) -> String {
+        crate::report::diagnostics::render(failure, self.console.color)
     }
 }
 

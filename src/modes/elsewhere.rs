@@ -22,7 +22,7 @@ use super::run::{self, Choice, Part};
 use crate::engine;
 use crate::executor::coordinator::{self, Collected, Halt, Work};
 use crate::executor::{Executor, local::Local};
-use crate::exit_code;
+use crate::exit_code::{Done, Failure};
 use crate::plan::LoadedPlan;
 use crate::plan::model::{ExecutorKind, Player};
 use crate::reuse::Store;
@@ -35,29 +35,17 @@ pub fn run(
     args: &RunArgs,
     steps: &[String],
     choice: Choice,
-) -> u8 {
+) -> Done {
     let Some(settings) = loaded.plan.executor.clone() else {
-        return exit_code::PLAN_ERROR;
+        // The callers come here for a plan with an `[executor]` only.
+        return Err(Failure::plan(String::new()));
     };
-    let whole = match crate::graph::expand_loaded(&loaded) {
-        Ok(pipeline) => pipeline,
-        Err(e) => {
-            cx.console.err(&format!("error: {e}\n"));
-            return exit_code::PLAN_ERROR;
-        }
-    };
+    let whole =
+        crate::graph::expand_loaded(&loaded).map_err(|e| Failure::plan(format!("error: {e}\n")))?;
     let paid = !super::prepare::buying_front(&whole).is_empty();
-    let part = match crate::graph::select(whole, steps) {
-        Ok(part) => part,
-        Err(e) => {
-            cx.console.err(&format!("error: {e}\n"));
-            return exit_code::PLAN_ERROR;
-        }
-    };
-    let executor = match executor_of(cx, &settings) {
-        Ok(executor) => executor,
-        Err(code) => return code,
-    };
+    let part =
+        crate::graph::select(whole, steps).map_err(|e| Failure::plan(format!("error: {e}\n")))?;
+    let executor = executor_of(&settings)?;
     let state_dir = engine::state_dir(&loaded.root, args.state_dir.as_deref());
     // Asked what the cells' kinds are (their pool, whether stored), never run.
     let kinds = run::kinds_to_ask(&loaded);
@@ -79,7 +67,7 @@ pub fn run(
         let dir = coordinator::jobs_dir(&shared, &hash).join("prepare");
         match bought(cx, loaded, load, args, choice, &dir) {
             Ok((loaded, prepared)) => (loaded, Some((prepared, dir))),
-            Err(code) => return code,
+            Err(done) => return done,
         }
     } else {
         (loaded, None)
@@ -102,13 +90,8 @@ pub fn run(
         prepared: prepared.as_ref().map(|(_, dir)| dir.clone()),
         cap,
     };
-    let collected = match play_remote(cx, executor.as_ref(), &work) {
-        Ok(collected) => collected,
-        Err(code) => return code,
-    };
-    if let Err(code) = import(cx, &collected, &state_dir, all_cells.len()) {
-        return code;
-    }
+    let collected = play_remote(cx, executor.as_ref(), &work)?;
+    import(cx, &collected, &state_dir, all_cells.len())?;
     let part = Part {
         steps: steps.to_vec(),
         reuse_only: all_cells,
@@ -138,23 +121,13 @@ pub fn run(
 }
 
 /// Takes the cells that came back into the store, saying what came back.
-fn import(
-    cx: &Context,
-    collected: &Collected,
-    state_dir: &std::path::Path,
-    all: usize,
-) -> Result<(), u8> {
+fn import(cx: &Context, collected: &Collected, state_dir: &std::path::Path, all: usize) -> Done {
     for (cell, why) in &collected.missing {
         cx.console
             .err(&format!("cell `{cell}` has no result: {why}\n"));
     }
-    let imported = match merge::import(&collected.bundles, &Store::open(state_dir)) {
-        Ok(n) => n,
-        Err(e) => {
-            cx.console.err(&format!("error: {e}\n"));
-            return Err(exit_code::FAILED);
-        }
-    };
+    let imported = merge::import(&collected.bundles, &Store::open(state_dir))
+        .map_err(|e| Failure::failed(format!("error: {e}\n")))?;
     if collected.bundles.is_empty() && collected.missing.is_empty() {
         cx.console.err(&format!(
             "all {} are stored here: no job sent\n",
@@ -172,7 +145,9 @@ fn import(
 
 /// The job this coordination plays for: the one prepared into `dir` by an
 /// earlier gameplan of this plan that did not settle it, else one bought
-/// now (the price asked here, before any job goes). `Err`: the exit code.
+/// now (the price asked here, before any job goes). `Err`: how the command
+/// ends without one (a buying run that reused its front prepares none, and
+/// ends as its run did).
 fn bought(
     cx: &Context,
     loaded: LoadedPlan,
@@ -180,7 +155,7 @@ fn bought(
     args: &RunArgs,
     choice: Choice,
     dir: &std::path::Path,
-) -> Result<(LoadedPlan, crate::shard::Prepared), u8> {
+) -> Result<(LoadedPlan, crate::shard::Prepared), Done> {
     let hash = engine::plan_hash(&loaded);
     let state_dir = engine::state_dir(&loaded.root, args.state_dir.as_deref());
     if let Ok(prepared) = crate::shard::Prepared::read(dir)
@@ -195,14 +170,14 @@ fn bought(
         return Ok((loaded, prepared));
     }
     let path = loaded.source.path.clone();
-    let (code, prepared) = super::prepare::buy(cx, loaded, load, args, choice, Some(dir));
+    let (done, prepared) = super::prepare::buy(cx, loaded, load, args, choice, Some(dir));
     let Some(prepared) = prepared else {
-        return Err(code);
+        return Err(done);
     };
-    if code != exit_code::SUCCESS {
-        return Err(code);
+    if done.is_err() {
+        return Err(done);
     }
-    let loaded = cx.load(&path, load)?;
+    let loaded = cx.load(&path, load).map_err(Err)?;
     Ok((loaded, prepared))
 }
 
@@ -297,48 +272,36 @@ fn pool_cap(
         .min()
 }
 
-/// Plays the cells through `executor`; `Err`: the exit code, said.
-fn play_remote(cx: &Context, executor: &dyn Executor, work: &Work) -> Result<Collected, u8> {
-    let runtime = match tokio::runtime::Builder::new_current_thread()
+/// Plays the cells through `executor`; `Err`: why not.
+fn play_remote(cx: &Context, executor: &dyn Executor, work: &Work) -> Result<Collected, Failure> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-    {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            cx.console
-                .err(&format!("error: cannot start the scheduler: {e}\n"));
-            return Err(exit_code::FAILED);
-        }
-    };
+        .map_err(|e| Failure::failed(format!("error: cannot start the scheduler: {e}\n")))?;
     let say = |text: &str| cx.console.err(text);
     let collected = match runtime.block_on(coordinator::play(executor, work, &say)) {
         Ok(collected) => collected,
         Err(Halt::Interrupted { stopped }) => {
-            cx.console.err(&format!(
+            return Err(Failure::canceled(format!(
                 "interrupted: {} stopped; nothing was charged. Run the same command again to \
                  submit them again (cells whose bundles are whole are not played again)\n",
                 crate::report::plural(stopped, "job")
-            ));
-            return Err(exit_code::CANCELED);
+            )));
         }
         Err(Halt::Failed(message)) => {
-            cx.console.err(&format!(
+            return Err(Failure::failed(format!(
                 "error: the {} executor failed: {message}. Nothing was charged; run the same \
                  command again to re-attach to the jobs already submitted\n",
                 executor.name()
-            ));
-            return Err(exit_code::FAILED);
+            )));
         }
     };
     drop(runtime);
     Ok(collected)
 }
 
-/// The executor `[executor]` names; `Err`: the exit code, said.
-fn executor_of(
-    cx: &Context,
-    settings: &crate::plan::model::Executor,
-) -> Result<Box<dyn Executor>, u8> {
+/// The executor `[executor]` names; `Err`: why not (exit 3).
+fn executor_of(settings: &crate::plan::model::Executor) -> Result<Box<dyn Executor>, Failure> {
     Ok(match settings.kind {
         ExecutorKind::Local => Box::new(Local),
         ExecutorKind::Ray => {
@@ -346,10 +309,9 @@ fn executor_of(
             match crate::executor::ray::Ray::new(&address) {
                 Ok(ray) => Box::new(ray),
                 Err(e) => {
-                    cx.console.err(&format!(
+                    return Err(Failure::plan(format!(
                         "error: [executor] address `{address}`: {e}; nothing was run or charged\n"
-                    ));
-                    return Err(exit_code::PLAN_ERROR);
+                    )));
                 }
             }
         }

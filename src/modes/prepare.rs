@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use super::context::{Context, LoadArgs, RunArgs};
 use super::run::{self, Choice, Part, Ran};
 use crate::engine::{self, Given};
-use crate::exit_code;
+use crate::exit_code::{Done, Failure};
 use crate::graph::Pipeline;
 use crate::journal::run::{RunDir, RunHistory, StepState};
 use crate::plan::LoadedPlan;
@@ -64,12 +64,12 @@ pub(super) fn prepare(
     args: &RunArgs,
     choice: Choice,
     bundle: Option<&Path>,
-) -> u8 {
+) -> Done {
     buy(cx, loaded, load, args, choice, bundle).0
 }
 
 /// Runs the buying front and writes `job.json` into `bundle` (default:
-/// [`default_dir`]): the exit code, and the prepared job once written.
+/// [`default_dir`]): how the command ends, and the prepared job once written.
 pub(super) fn buy(
     cx: &Context,
     loaded: LoadedPlan,
@@ -77,23 +77,20 @@ pub(super) fn buy(
     args: &RunArgs,
     choice: Choice,
     bundle: Option<&Path>,
-) -> (u8, Option<Prepared>) {
+) -> (Done, Option<Prepared>) {
     let whole = match crate::graph::expand_loaded(&loaded) {
         Ok(pipeline) => pipeline,
-        Err(e) => {
-            cx.console.err(&format!("error: {e}\n"));
-            return (exit_code::PLAN_ERROR, None);
-        }
+        Err(e) => return (Err(Failure::plan(format!("error: {e}\n"))), None),
     };
     let front = buying_front(&whole);
     if front.is_empty() {
-        cx.console.err(&format!(
+        let refusal = Failure::plan(format!(
             "error: plan `{}` buys nothing before its cells play: `--shard prepare` buys a paid \
              plan's job for its shards, and this plan has none to buy. Nothing was run or \
              charged; run its shards directly with `--shard K/N`\n",
             loaded.plan.name
         ));
-        return (exit_code::PLAN_ERROR, None);
+        return (Err(refusal), None);
     }
     let state_dir = engine::state_dir(&loaded.root, args.state_dir.as_deref());
     let dir = run::absolute(bundle.map_or_else(|| default_dir(&state_dir), Path::to_path_buf));
@@ -122,18 +119,18 @@ pub(super) fn buy(
 }
 
 /// After the prepare run (or its resume): writes `job.json` when every
-/// step of the front succeeded, then prints the run's report. The exit
-/// code, and the prepared job once written.
+/// step of the front succeeded, then prints the run's report. How the
+/// command ends, and the prepared job once written.
 pub(super) fn written(
     cx: &Context,
     args: &RunArgs,
-    ran: Result<Ran, u8>,
+    ran: Result<Ran, Failure>,
     dir: &Path,
     front: &[String],
-) -> (u8, Option<Prepared>) {
+) -> (Done, Option<Prepared>) {
     let ran = match ran {
         Ok(ran) => ran,
-        Err(code) => return (code, None),
+        Err(failure) => return (Err(failure), None),
     };
     let done = front.iter().all(|id| {
         ran.report
@@ -146,20 +143,18 @@ pub(super) fn written(
     } else {
         None
     };
-    let code = run::finish(cx, args, Ok(ran));
+    let ended = run::finish(cx, args, Ok(ran));
     match prepared {
         None => {
             cx.console.err(
                 "no job was prepared: the shards have nothing to play for until \
                  `--shard prepare` succeeds\n",
             );
-            (code, None)
+            (ended, None)
         }
         Some(Err(message)) => {
-            cx.console.err(&format!(
-                "error: the prepared job was not written: {message}\n"
-            ));
-            (code.max(exit_code::FAILED), None)
+            let why = format!("error: the prepared job was not written: {message}\n");
+            (Err(Failure::after(ended, &why)), None)
         }
         Some(Ok(prepared)) => match prepared.write(dir) {
             Ok(path) => {
@@ -178,12 +173,11 @@ pub(super) fn written(
                     dir.display(),
                     dir.display()
                 ));
-                (code, Some(prepared))
+                (ended, Some(prepared))
             }
             Err(e) => {
-                cx.console
-                    .err(&format!("error: the prepared job was not written: {e}\n"));
-                (code.max(exit_code::FAILED), None)
+                let why = format!("error: the prepared job was not written: {e}\n");
+                (Err(Failure::after(ended, &why)), None)
             }
         },
     }
@@ -226,33 +220,31 @@ fn prepared_of(ran: &Ran, front: &[String]) -> Result<Prepared, String> {
 }
 
 /// A shard's prepared job and its directory: `None` for a plan that buys
-/// nothing; `Err`: the refusal's exit code, said.
+/// nothing; `Err`: the refusal.
 pub(super) fn for_shard(
-    cx: &Context,
     loaded: &LoadedPlan,
     whole: &Pipeline,
     state_dir: &Path,
     flag: Option<&Path>,
-) -> Result<Option<(Prepared, PathBuf)>, u8> {
+) -> Result<Option<(Prepared, PathBuf)>, Failure> {
     if buying_front(whole).is_empty() {
         return Ok(None);
     }
     let dir = run::absolute(flag.map_or_else(|| default_dir(state_dir), Path::to_path_buf));
-    let prepared = read_for(cx, loaded, &dir, "each shard")?;
+    let prepared = read_for(loaded, &dir, "each shard")?;
     Ok(Some((prepared, dir)))
 }
 
 /// The merge's prepared job, from the prepare bundles among its bundles
 /// (else the default directory): `None` for a plan that buys nothing;
-/// `Err`: the refusal's exit code, said.
+/// `Err`: the refusal.
 pub(super) fn for_merge(
-    cx: &Context,
     loaded: &LoadedPlan,
     whole: &Pipeline,
     state_dir: &Path,
     prepare_dirs: &[&PathBuf],
-) -> Result<Option<Prepared>, u8> {
-    let refuse = |message: String| refused(cx, &message);
+) -> Result<Option<Prepared>, Failure> {
+    let refuse = |message: String| refused(&message);
     let paid = !buying_front(whole).is_empty();
     match (paid, prepare_dirs) {
         (false, []) => Ok(None),
@@ -266,7 +258,7 @@ pub(super) fn for_merge(
             let dir = prepare_dirs
                 .first()
                 .map_or_else(|| default_dir(state_dir), |d| run::absolute((*d).clone()));
-            read_for(cx, loaded, &dir, "`plan merge`").map(Some)
+            read_for(loaded, &dir, "`plan merge`").map(Some)
         }
         (true, many) => Err(refuse(format!(
             "{} prepared jobs among the bundles ({}): a merge settles one job; name the one its \
@@ -280,22 +272,19 @@ pub(super) fn for_merge(
     }
 }
 
-/// Says why nothing ran: exit 3, nothing run or charged.
-pub(super) fn refused(cx: &Context, message: &str) -> u8 {
-    cx.console
-        .err(&format!("error: {message}. Nothing was run or charged\n"));
-    exit_code::PLAN_ERROR
+/// Why nothing ran: exit 3, nothing run or charged.
+pub(super) fn refused(message: &str) -> Failure {
+    Failure::plan(format!("error: {message}. Nothing was run or charged\n"))
 }
 
-/// The prepared job in `dir` for this plan, or the refusal, said (exit 3).
-fn read_for(cx: &Context, loaded: &LoadedPlan, dir: &Path, what: &str) -> Result<Prepared, u8> {
+/// The prepared job in `dir` for this plan, or the refusal (exit 3).
+fn read_for(loaded: &LoadedPlan, dir: &Path, what: &str) -> Result<Prepared, Failure> {
     let refuse = |why: String| {
-        cx.console.err(&format!(
+        Failure::plan(format!(
             "error: plan `{}` moves money, so {what} plays for the job `--shard prepare` \
              bought: {why}. Nothing was run or charged\n",
             loaded.plan.name
-        ));
-        exit_code::PLAN_ERROR
+        ))
     };
     let prepared = Prepared::read(dir).map_err(|e| refuse(e.to_string()))?;
     if let Some(why) = prepared.mismatch(&engine::plan_hash(loaded)) {

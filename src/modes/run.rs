@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use super::context::{Context, OutputMode, RunArgs};
 use crate::engine::{self, RunOptions, RunRequest, Start, StartError};
-use crate::exit_code;
+use crate::exit_code::{self, Done, Failure};
 use crate::journal::run::{RunDir, RunHistory, Scanned};
 use crate::plan::diagnostic::Diagnostic;
 use crate::plan::{LoadFailure, LoadedPlan};
@@ -40,11 +40,6 @@ impl Choice {
     fn is_new(self) -> bool {
         matches!(self, Choice::New | Choice::NewAbandoningUnsettled)
     }
-}
-
-fn refuse(cx: &Context, error: &StartError) -> u8 {
-    cx.console.err(&format!("error: {error}\n"));
-    error.exit_code()
 }
 
 /// How a run of the plan whose hash is `hash` starts, beside an unfinished
@@ -122,13 +117,11 @@ pub(super) fn absolute(path: std::path::PathBuf) -> std::path::PathBuf {
     std::path::absolute(&path).unwrap_or(path)
 }
 
-/// Prints a finished run's report, or passes on the code of one that could
-/// not start.
-pub(super) fn finish(cx: &Context, args: &RunArgs, ran: Result<Ran, u8>) -> u8 {
-    match ran {
-        Ok(ran) => publish(cx, &ran.report, args, &ran.redactor),
-        Err(code) => code,
-    }
+/// Prints a finished run's report and ends with its outcome, or passes on
+/// the failure of one that could not start.
+pub(super) fn finish(cx: &Context, args: &RunArgs, ran: Result<Ran, Failure>) -> Done {
+    let ran = ran?;
+    publish(cx, &ran.report, args, &ran.redactor)
 }
 
 /// A run that ran (whatever its outcome).
@@ -330,8 +323,8 @@ fn progress(cx: &Context, args: &RunArgs, loaded: &LoadedPlan) -> Progress {
 }
 
 /// Locks the plan, decides how to start, and runs `part` of it; the
-/// report is printed by the caller ([`finish`]). `Err`: the exit code of a
-/// run that could not start (said on stderr).
+/// report is printed by the caller ([`finish`]). `Err`: why the run could
+/// not start.
 pub(super) fn execute(
     cx: &Context,
     loaded: LoadedPlan,
@@ -340,21 +333,20 @@ pub(super) fn execute(
     part: &Part,
     args: &RunArgs,
     decide: impl FnOnce(&str) -> Result<Start, StartError>,
-) -> Result<Ran, u8> {
+) -> Result<Ran, Failure> {
     let steps = part.steps.as_slice();
     let pipeline = match crate::graph::expand_loaded(&loaded) {
         Ok(p) => p,
-        Err(e) => return Err(refuse(cx, &StartError::Expand(e))),
+        Err(e) => return Err(StartError::Expand(e).failure()),
     };
     let pipeline = match crate::graph::select(pipeline, steps) {
         Ok(part) => part,
-        Err(e) => return Err(refuse(cx, &StartError::UnknownStep(e))),
+        Err(e) => return Err(StartError::UnknownStep(e).failure()),
     };
     if let Some(Err(message)) = args.junit.as_deref().map(junit_writable) {
-        cx.console.err(&message);
-        return Err(exit_code::PLAN_ERROR);
+        return Err(Failure::plan(message));
     }
-    let baseline = read_baseline(cx, args, state_dir)?;
+    let baseline = read_baseline(args, state_dir)?;
     let options = RunOptions {
         no_reuse: args.no_reuse,
         fail_fast: args.fail_fast,
@@ -383,27 +375,26 @@ pub(super) fn execute(
     }));
     let given = |id: &str| part.given.iter().any(|g| g.step == id);
     if let Some(failure) = unset_secrets(&loaded, &pipeline, &kinds, &given) {
-        cx.report_failure(&failure);
-        return Err(exit_code::PLAN_ERROR);
+        return Err(cx.refusal(&failure));
     }
     if let Err(e) = engine::check_runnable(&pipeline, &kinds) {
-        return Err(refuse(cx, &e));
+        return Err(e.failure());
     }
     let hash = engine::plan_hash(&loaded);
     // Lock first: deciding to resume a run must not race a live one.
     let mut lock = match engine::lock(state_dir, &hash, &engine::new_run_id()) {
         Ok(lock) => lock,
-        Err(e) => return Err(refuse(cx, &e)),
+        Err(e) => return Err(e.failure()),
     };
     let start = match decide(&hash) {
         Ok(start) => start,
-        Err(e) => return Err(refuse(cx, &e)),
+        Err(e) => return Err(e.failure()),
     };
     // The lock was taken under a placeholder id; name the run that really
     // runs, or `plan stop`, `plan status`, `plan runs` and a refused second
     // run would all name (or fail to find) a run that does not exist.
     if let Err(e) = lock.set_holder(&engine::holder(start.run_id())) {
-        return Err(refuse(cx, &StartError::Lock(e.to_string())));
+        return Err(StartError::Lock(e.to_string()).failure());
     }
     let mut resume_hint = format!("gameplan plan resume {}", start.run_id());
     if let Some(dir) = &args.state_dir {
@@ -427,7 +418,7 @@ pub(super) fn execute(
         Ok(report) => report,
         Err(e) => {
             progress.finish();
-            return Err(refuse(cx, &e));
+            return Err(e.failure());
         }
     };
     progress.finish();
@@ -442,28 +433,24 @@ pub(super) fn execute(
 /// baseline that cannot be read is the command's mistake, said at once
 /// (exit 3).
 fn read_baseline(
-    cx: &Context,
     args: &RunArgs,
     state_dir: &Path,
-) -> Result<Option<crate::report::baseline::Baseline>, u8> {
+) -> Result<Option<crate::report::baseline::Baseline>, Failure> {
     args.baseline
         .as_deref()
         .map(|given| crate::report::baseline::Baseline::load(given, state_dir))
         .transpose()
-        .map_err(|message| {
-            cx.console.err(&format!("error: {message}\n"));
-            exit_code::PLAN_ERROR
-        })
+        .map_err(|message| Failure::plan(format!("error: {message}\n")))
 }
 
 /// Writes the run's report where it was asked for (`--junit`, the GitHub
-/// step summary) and prints it; returns its exit code.
+/// step summary) and prints it; ends with its outcome (the engine's code).
 fn publish(
     cx: &Context,
     report: &engine::RunReport,
     args: &RunArgs,
     redactor: &crate::template::Redactor,
-) -> u8 {
+) -> Done {
     if let Some(path) = &args.junit
         && let Err(e) = run_summary::write_junit(report, path)
     {
@@ -506,7 +493,7 @@ fn publish(
         cx.console
             .out(&redactor.redact(&run_summary::findings_verdict_text(report)));
     }
-    report.exit_code
+    exit_code::outcome(report.exit_code)
 }
 
 /// Checks, before anything runs, that the `--junit` file can be written: a

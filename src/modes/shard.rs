@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use super::context::{Context, LoadArgs, RunArgs};
 use super::run::{self, Choice, Part, Ran};
 use crate::engine::{self, Start};
-use crate::exit_code;
+use crate::exit_code::{Done, Failure};
 use crate::graph::Pipeline;
 use crate::journal::run::StepState;
 use crate::reuse::Store;
@@ -51,11 +51,8 @@ pub fn run(
     choice: Choice,
     pick: Pick,
     dirs: Dirs<'_>,
-) -> u8 {
-    let loaded = match cx.load(plan, load) {
-        Ok(loaded) => loaded,
-        Err(code) => return code,
-    };
+) -> Done {
+    let loaded = cx.load(plan, load)?;
     let (shard, pick_names) = match pick {
         Pick::Shard(ShardSpec::Slice(shard)) => (Some(shard), None),
         Pick::Cells(names) => (None, Some(names)),
@@ -63,26 +60,17 @@ pub fn run(
             return super::prepare::prepare(cx, loaded, load, args, choice, dirs.bundle);
         }
     };
-    let whole = match crate::graph::expand_loaded(&loaded) {
-        Ok(pipeline) => pipeline,
-        Err(e) => {
-            cx.console.err(&format!("error: {e}\n"));
-            return exit_code::PLAN_ERROR;
-        }
-    };
+    let whole =
+        crate::graph::expand_loaded(&loaded).map_err(|e| Failure::plan(format!("error: {e}\n")))?;
     let all = cells(&whole).len();
     let state_dir = engine::state_dir(&loaded.root, args.state_dir.as_deref());
     // A paid plan's shard plays for the job prepare bought, and buys none.
-    let prepared = match super::prepare::for_shard(cx, &loaded, &whole, &state_dir, dirs.prepared) {
-        Ok(prepared) => prepared,
-        Err(code) => return code,
-    };
+    let prepared = super::prepare::for_shard(&loaded, &whole, &state_dir, dirs.prepared)?;
     let (slice, default_dir, shard, partition) =
         match chosen(whole, shard, pick_names, dirs.durations, &state_dir) {
             Ok(chosen) => chosen,
             Err(message) => {
-                cx.console.err(&format!("error: {message}\n"));
-                return exit_code::PLAN_ERROR;
+                return Err(Failure::plan(format!("error: {message}\n")));
             }
         };
     let bundle = run::absolute(dirs.bundle.map_or(default_dir, Path::to_path_buf));
@@ -213,19 +201,16 @@ fn empty_bundle(
     played: Played<'_>,
     state_dir: &Path,
     note: &str,
-) -> u8 {
+) -> Done {
     match Bundle::write(bundle, played, &Store::open(state_dir)) {
         Ok(_) => {
             cx.console.err(&format!(
                 "{note}; wrote an empty bundle to {}\n",
                 bundle.display()
             ));
-            exit_code::SUCCESS
+            Ok(())
         }
-        Err(e) => {
-            cx.console.err(&format!("error: {e}\n"));
-            exit_code::FAILED
-        }
+        Err(e) => Err(Failure::failed(format!("error: {e}\n"))),
     }
 }
 
@@ -278,10 +263,10 @@ pub(super) struct Made<'a> {
 pub(super) fn bundle_written(
     cx: &Context,
     args: &RunArgs,
-    ran: Result<Ran, u8>,
+    ran: Result<Ran, Failure>,
     made: &Made<'_>,
     slice: &[String],
-) -> u8 {
+) -> Done {
     let Made {
         shard,
         bundle,
@@ -290,10 +275,7 @@ pub(super) fn bundle_written(
         prepared,
         partition,
     } = *made;
-    let ran = match ran {
-        Ok(ran) => ran,
-        Err(code) => return code,
-    };
+    let ran = ran?;
     let cells = slice
         .iter()
         .map(|id| {
@@ -331,7 +313,7 @@ pub(super) fn bundle_written(
             .collect(),
     };
     let written = Bundle::write(bundle, played, &Store::open(&ran.state_dir));
-    let code = run::finish(cx, args, Ok(ran));
+    let ended = run::finish(cx, args, Ok(ran));
     match written {
         Ok(written) => {
             let m = &written.manifest;
@@ -354,13 +336,12 @@ pub(super) fn bundle_written(
                 crate::report::plural(m.cells.len(), "cell"),
                 bundle.display()
             ));
-            code
+            ended
         }
-        Err(e) => {
-            cx.console
-                .err(&format!("error: the shard's bundle was not written: {e}\n"));
-            code.max(exit_code::FAILED)
-        }
+        Err(e) => Err(Failure::after(
+            ended,
+            &format!("error: the shard's bundle was not written: {e}\n"),
+        )),
     }
 }
 
@@ -372,18 +353,10 @@ pub fn merge(
     bundles: &[PathBuf],
     load: &LoadArgs,
     args: &RunArgs,
-) -> u8 {
-    let loaded = match cx.load(plan, load) {
-        Ok(loaded) => loaded,
-        Err(code) => return code,
-    };
-    let whole = match crate::graph::expand_loaded(&loaded) {
-        Ok(pipeline) => pipeline,
-        Err(e) => {
-            cx.console.err(&format!("error: {e}\n"));
-            return exit_code::PLAN_ERROR;
-        }
-    };
+) -> Done {
+    let loaded = cx.load(plan, load)?;
+    let whole =
+        crate::graph::expand_loaded(&loaded).map_err(|e| Failure::plan(format!("error: {e}\n")))?;
     let expected: Vec<String> = cells(&whole)
         .into_iter()
         .map(|n| whole.instance(n).id.clone())
@@ -391,38 +364,29 @@ pub fn merge(
     let state_dir = engine::state_dir(&loaded.root, args.state_dir.as_deref());
     let (prepare_dirs, cell_dirs): (Vec<&PathBuf>, Vec<&PathBuf>) =
         bundles.iter().partition(|dir| Prepared::is_in(dir));
-    let prepared = match super::prepare::for_merge(cx, &loaded, &whole, &state_dir, &prepare_dirs) {
-        Ok(prepared) => prepared,
-        Err(code) => return code,
-    };
-    let refuse = |message: String| super::prepare::refused(cx, &message);
+    let prepared = super::prepare::for_merge(&loaded, &whole, &state_dir, &prepare_dirs)?;
+    let refuse = |message: String| super::prepare::refused(&message);
     let mut read = Vec::with_capacity(cell_dirs.len());
     for dir in cell_dirs {
         match Bundle::read(dir) {
             Ok(bundle) => read.push(bundle),
-            Err(e) => return refuse(e.to_string()),
+            Err(e) => return Err(refuse(e.to_string())),
         }
     }
     let hash = engine::plan_hash(&loaded);
     if let Err(e) = merge::check(&read, &hash, &expected) {
-        return refuse(e.to_string());
+        return Err(refuse(e.to_string()));
     }
     if let Some(prepared) = &prepared {
         let foreign = read
             .iter()
             .find_map(|b| super::prepare::foreign(&b.dir, b.manifest.prepared.as_ref(), prepared));
         if let Some(why) = foreign {
-            return refuse(why);
+            return Err(refuse(why));
         }
     }
-    let imported = match merge::import(&read, &Store::open(&state_dir)) {
-        Ok(n) => n,
-        Err(e) => {
-            cx.console
-                .err(&format!("error: {e}. Nothing was run or charged\n"));
-            return exit_code::FAILED;
-        }
-    };
+    let imported = merge::import(&read, &Store::open(&state_dir))
+        .map_err(|e| Failure::failed(format!("error: {e}. Nothing was run or charged\n")))?;
     keep_durations(cx, &loaded.plan.name, &read, &state_dir);
     cx.console.err(&format!(
         "merging {} from {}{}\n",

@@ -11,7 +11,7 @@ use super::run::{
 };
 use crate::engine::{self, Start};
 use crate::executor::coordinator;
-use crate::exit_code;
+use crate::exit_code::{self, Done, Failure};
 use crate::journal::JournalError;
 use crate::journal::run::{HistoryError, RunDir, RunHistory};
 use crate::plan::LoadOptions;
@@ -23,11 +23,8 @@ pub fn run(
     load: &LoadArgs,
     args: &RunArgs,
     choice: Choice,
-) -> u8 {
-    let mut loaded = match cx.load(plan, load) {
-        Ok(loaded) => loaded,
-        Err(code) => return code,
-    };
+) -> Done {
+    let mut loaded = cx.load(plan, load)?;
     loaded.plan.executor = args.executor_of(&loaded.plan);
     if loaded.plan.executor.is_some() {
         return super::elsewhere::run(cx, loaded, load, args, steps, choice);
@@ -52,7 +49,7 @@ pub fn run(
     )
 }
 
-pub fn resume(cx: &Context, run_id: Option<&str>, args: &RunArgs) -> u8 {
+pub fn resume(cx: &Context, run_id: Option<&str>, args: &RunArgs) -> Done {
     let cwd = std::env::current_dir().unwrap_or_else(|_| ".".into());
     let root = crate::plan::find_root(&cwd.join("plan.toml"));
     let state_dir = engine::state_dir(&root, args.state_dir.as_deref());
@@ -69,10 +66,7 @@ pub fn resume(cx: &Context, run_id: Option<&str>, args: &RunArgs) -> u8 {
             // wait for them again, then run the rest.
             Err(_) if let Some((plan_file, vars)) = coordinator::unfinished(&state_dir) => {
                 let load = LoadArgs { vars };
-                let loaded = match cx.load(&root.join(&plan_file), &load) {
-                    Ok(loaded) => loaded,
-                    Err(code) => return code,
-                };
+                let loaded = cx.load(&root.join(&plan_file), &load)?;
                 cx.console.err(&format!(
                     "resuming the jobs of {plan_file}, played elsewhere\n"
                 ));
@@ -81,19 +75,14 @@ pub fn resume(cx: &Context, run_id: Option<&str>, args: &RunArgs) -> u8 {
             found => found,
         },
     };
-    let history = match history {
-        Ok(h) => h,
-        Err(message) => {
-            cx.console.err(&format!("error: {message}\n"));
-            return exit_code::PLAN_ERROR;
-        }
-    };
+    let history = history.map_err(|message| Failure::plan(format!("error: {message}\n")))?;
     if let Some((outcome, code)) = history.finished.filter(|_| history.is_finished()) {
         cx.console.err(&format!(
             "run {} already finished ({outcome:?}); nothing to resume. `gameplan plan status {}` shows it\n",
             history.run_id, history.run_id
         ));
-        return code;
+        // It ends as the run did.
+        return exit_code::outcome(code);
     }
     let options = LoadOptions {
         env: cx.env.clone(),
@@ -103,13 +92,7 @@ pub fn resume(cx: &Context, run_id: Option<&str>, args: &RunArgs) -> u8 {
         ..LoadOptions::default()
     };
     let plan_path = root.join(&history.plan_path);
-    let loaded = match crate::plan::load(&plan_path, &options) {
-        Ok(loaded) => loaded,
-        Err(failure) => {
-            cx.report_failure(&failure);
-            return exit_code::PLAN_ERROR;
-        }
-    };
+    let loaded = crate::plan::load(&plan_path, &options).map_err(|f| cx.refusal(&f))?;
     // Before the plan hash: an unset secret changes the plan's values, and
     // "the plan changed" would hide that it is only unset.
     if let Some(part) = crate::graph::expand_loaded(&loaded)
@@ -119,16 +102,14 @@ pub fn resume(cx: &Context, run_id: Option<&str>, args: &RunArgs) -> u8 {
             finished(&history, id)
         })
     {
-        cx.report_failure(&failure);
-        return exit_code::PLAN_ERROR;
+        return Err(cx.refusal(&failure));
     }
     let current = engine::plan_hash(&loaded);
     if current != history.plan_hash {
-        cx.console.err(&format!(
+        return Err(Failure::plan(format!(
             "error: the plan {} changed since run {} started (plan hash {} → {current}); a resume would mix two plans. Nothing was run or charged; start a new run with `gameplan plan run {} --new`\n",
             history.plan_path, history.run_id, history.plan_hash, history.plan_path
-        ));
-        return exit_code::PLAN_ERROR;
+        )));
     }
     let vars = history.vars.clone();
     let part = part_of(&history);

@@ -9,6 +9,7 @@ use std::time::Instant;
 use super::{Run, Shared};
 use crate::engine::attempts::elapsed_ms;
 use crate::engine::journal_writer::JournalWriter;
+use crate::engine::outcome::code_of;
 use crate::engine::signals::Cancelled;
 use crate::engine::{RunReport, StepReport, now};
 use crate::graph::Pipeline;
@@ -96,7 +97,7 @@ pub(super) fn close(
     let (outcome, code) = if run.journal_error.is_some()
         && matches!(outcome, RunOutcome::Succeeded | RunOutcome::Incomplete)
     {
-        (RunOutcome::Failed, crate::exit_code::FAILED)
+        (RunOutcome::Failed, code_of(RunOutcome::Failed))
     } else {
         (outcome, code)
     };

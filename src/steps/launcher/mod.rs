@@ -221,7 +221,7 @@ enum Message {
 
 /// `gameplan __launch SLOTS`: serves requests until stdin closes, running at
 /// most `slots` steps at once.
-pub fn serve(slots: usize) -> u8 {
+pub fn serve(slots: usize) -> crate::exit_code::Done {
     // Out of gameplan's session and process group: a kill of that group (a
     // container or CI teardown, `timeout`) must not take the launcher, or the
     // ending of a step that outlives gameplan is never recorded and a resume
@@ -231,10 +231,11 @@ pub fn serve(slots: usize) -> u8 {
         .enable_all()
         .build()
     else {
-        return 1;
+        // `plan run` reads a launcher that never served as a failed one.
+        return Err(crate::exit_code::Failure::failed(String::new()));
     };
     runtime.block_on(serve_async(slots.max(1)));
-    0
+    Ok(())
 }
 
 /// The files a run's attempts share, opened once per run: its log and its
