@@ -15,6 +15,7 @@ use super::diagnostic::{Diagnostic, Diagnostics};
 pub use super::kinds::{RawParams, StepKind};
 use super::node::{Node, Value};
 pub use super::page::RawReport;
+pub use crate::game_target::Driver;
 
 /// A gameplan plan file (TOML or YAML; every key means the same in both).
 #[derive(Debug, Clone, PartialEq, JsonSchema)]
@@ -452,25 +453,13 @@ impl Decode for RawLimits {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, JsonSchema, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Driver {
-    Stdio,
-    Webdriver,
-}
-
 impl Decode for RawGame {
     fn decode(node: &Node, diags: &mut Diagnostics) -> Option<Self> {
         let mut t = TableReader::new(node, "[game]", diags)?;
         let id = t.required("id", diags);
         let driver = t.entry("driver").and_then(|e| {
-            decode_word(
-                &e.value,
-                &[("stdio", Driver::Stdio), ("webdriver", Driver::Webdriver)],
-                "driver",
-                diags,
-            )
-            .map(|d| Spanned::new(d, e.value.span))
+            decode_word(&e.value, Driver::ALL, "driver", diags)
+                .map(|d| Spanned::new(d, e.value.span))
         });
         // A misspelt driver must not be taken for the default (stdio) and
         // draw "needs a `command`" on top of "unknown driver".
