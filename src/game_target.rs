@@ -179,7 +179,19 @@ impl schemars::JsonSchema for Driver {
 
     fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
         let names: Vec<&str> = Self::ALL.iter().map(|(n, _)| *n).collect();
-        schemars::json_schema!({"type": "string", "enum": names})
+        let told: Vec<String> = Self::ALL
+            .iter()
+            .map(|(name, driver)| {
+                let default = if *driver == Driver::default() {
+                    " (default)"
+                } else {
+                    ""
+                };
+                format!("`{name}`{default}: {}", driver.row().plays)
+            })
+            .collect();
+        let description = format!("{}.", told.join("; "));
+        schemars::json_schema!({"description": description, "type": "string", "enum": names})
     }
 }
 

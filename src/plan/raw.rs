@@ -308,7 +308,9 @@ impl Decode for RawExecutor {
 #[schemars(deny_unknown_fields, rename = "Game")]
 pub struct RawGame {
     pub id: Spanned<String>,
-    /// `stdio` (default): a process speaking the JSON-lines bridge; `webdriver`: a page in headless Chromium.
+    // Which driver plays the game. Its schema's description is made from
+    // the drivers' table (`game_target`), which a doc comment here would
+    // override.
     pub driver: Option<Spanned<Driver>>,
     /// stdio: the game's argv. `["builtin:maze"]` runs a game shipped in gameplan.
     pub command: Option<Spanned<Vec<String>>>,
