@@ -410,7 +410,9 @@ impl Driver for GameProcess {
 
 /// The game of a cell, a replay or a smoke check: a stdio process or a
 /// browser page, as its [`GameSpec`] says.
-#[expect(
+// `allow`, not `expect`: whether the lint fires depends on which drivers
+// there are (a new variant as large as the stdio game's stills it).
+#[allow(
     clippy::large_enum_variant,
     reason = "one per cell, never moved in a loop; boxing the stdio game would cost its hot path a pointer chase"
 )]
