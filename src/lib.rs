@@ -13,6 +13,7 @@ pub mod engine;
 pub mod executor;
 pub mod exit_code;
 pub mod finding_class;
+pub mod game_target;
 pub mod games;
 pub mod graph;
 pub mod hosted;

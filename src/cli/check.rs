@@ -22,7 +22,7 @@ use serde::Serialize;
 use super::Context;
 use crate::exit_code::{Done, Failure};
 use crate::plan::LoadedPlan;
-use crate::plan::model::{BackendKind, Driver, ExecutorKind, Plan};
+use crate::plan::model::{BackendKind, ExecutorKind, Plan};
 use crate::play::webdriver::{BROWSER_PACKAGE, BROWSERS, DRIVER_PACKAGE};
 
 /// How long a `--version` may take (a cold Chromium takes about a second).
@@ -332,8 +332,11 @@ fn scopes_text() -> String {
 /// starts.
 fn browser(plan: Option<&Plan>, path: &str) -> Row {
     let game = plan.and_then(|p| p.game.as_ref());
-    let web = game.is_some_and(|g| g.driver == Driver::Webdriver);
-    if let Some(url) = game.and_then(|g| g.webdriver_url.as_deref()) {
+    let web = game.is_some_and(|g| g.target.driver().row().browser);
+    if let Some(url) = game
+        .and_then(|g| g.target.browser())
+        .and_then(|b| b.webdriver_url.as_deref())
+    {
         return webdriver_server(url);
     }
     let missing = |what: &str, package: &str| {
@@ -490,10 +493,8 @@ const RUNTIMES: [(&str, &[&str], &str); 4] = [
 /// (`exec java -jar …`).
 fn game(plan: &Plan, root: &Path, path: &str) -> Option<Row> {
     let game = plan.game.as_ref()?;
-    if game.driver != Driver::Stdio {
-        return None;
-    }
-    let program = game.command.first()?;
+    // A game started as a program (a page has none).
+    let program = game.target.command().first()?;
     if let Some(name) = program.strip_prefix("builtin:") {
         return Some(Row::pass(
             "game",
@@ -668,7 +669,7 @@ fn concurrency(plan: Option<&Plan>) -> Row {
     );
     let web = plan
         .and_then(|p| p.game.as_ref())
-        .is_some_and(|g| g.driver == Driver::Webdriver);
+        .is_some_and(|g| g.target.driver().row().browser);
     if !web {
         return Row::pass(
             "concurrency",

@@ -14,7 +14,7 @@ use crate::play::replay::{ReplayOptions, ReplayOutcome};
 use crate::play::shrink::{ShrinkOptions, ShrinkOutcome};
 use crate::play::simulate::SimulateSpec;
 use crate::play::stdio::{GameSpec, ResourceLimits};
-use crate::play::{PlayerSpec, Trace};
+use crate::play::{BrowserGame, GameTarget, PlayerSpec, Trace};
 use crate::report::play_results;
 
 fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
@@ -274,8 +274,7 @@ pub struct WebArgs {
 
 /// The page `--url` and the web flags describe; what is wrong with them
 /// otherwise.
-fn browser_game(url: &str, web: &WebArgs) -> Result<crate::play::driver::BrowserGame, String> {
-    use crate::play::driver::BrowserGame;
+fn browser_game(url: &str, web: &WebArgs) -> Result<BrowserGame, String> {
     let mut game = match &web.serve {
         Some(dir) => {
             let absolute =
@@ -315,6 +314,24 @@ fn browser_game(url: &str, web: &WebArgs) -> Result<crate::play::driver::Browser
     if let Some(probe) = web.probe.as_ref().filter(|p| !p.trim().is_empty()) {
         game.probe = Some(probe.clone());
     }
+    Ok(game)
+}
+
+/// The game the flags describe: the command, or the page of `--url`
+/// (filmed as a plan's cell is by default).
+fn game_of(cx: &Context, args: &CellArgs) -> Result<GameSpec, String> {
+    let target = match &args.url {
+        Some(url) => GameTarget::Browser(browser_game(url, &args.web)?),
+        None => GameTarget::Stdio {
+            command: args.command.clone(),
+        },
+    };
+    let mut game = GameSpec::of(target, repo_root(), &cx.env);
+    if game.target.browser().is_some() {
+        game.video = Some(crate::plan::model::DEFAULT_MAX_VIDEO_FRAMES);
+    }
+    game.action_timeout = Duration::from_secs_f64(args.action_timeout.max(0.01));
+    game.stuck_after = args.stuck_after;
     Ok(game)
 }
 
@@ -363,19 +380,8 @@ pub fn play_cell(cx: &Context, args: &CellArgs) -> Done {
             args.controller
         )));
     };
-    let mut game = GameSpec::new(args.command.clone(), repo_root(), &cx.env);
-    if let Some(url) = &args.url {
-        match browser_game(url, &args.web) {
-            Ok(page) => game.target = crate::play::driver::GameTarget::Browser(page),
-            Err(why) => {
-                return Err(Failure::plan(format!(
-                    "gameplan: {why}; nothing was played\n"
-                )));
-            }
-        }
-    }
-    game.action_timeout = Duration::from_secs_f64(args.action_timeout.max(0.01));
-    game.stuck_after = args.stuck_after;
+    let game = game_of(cx, args)
+        .map_err(|why| Failure::plan(format!("gameplan: {why}; nothing was played\n")))?;
     let spec = crate::play::CellSpec {
         game,
         persona: args.persona.clone(),

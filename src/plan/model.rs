@@ -11,8 +11,11 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 pub use super::kinds::{Params, StepKind};
-pub use super::raw::{BackendKind, Driver, ExecutorKind, LensKind, LensOver};
+pub use super::raw::{BackendKind, ExecutorKind, LensKind, LensOver};
 pub use crate::finding_class::{Category, Severity};
+pub use crate::game_target::{
+    BrowserGame, DEFAULT_LOAD_TIMEOUT, DEFAULT_VIEWPORT, Driver, GameTarget, WrittenTarget,
+};
 
 /// The built-in action controllers (docs/llm-players.md › Controllers and
 /// model calls).
@@ -310,23 +313,13 @@ pub struct Executor {
 /// busy.
 pub const DEFAULT_BATCH: u32 = 8;
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// `[game]`, checked: what plays the game ([`GameTarget`]) and how every
+/// play of it is held (deadlines, environment, limits, goal, rules).
+#[derive(Debug, Clone, PartialEq)]
 pub struct Game {
     pub id: String,
-    pub driver: Driver,
-    pub command: Vec<String>,
-    pub url: Option<String>,
-    /// webdriver: a WebDriver server to use instead of the chromedriver
-    /// gameplan starts.
-    pub webdriver_url: Option<String>,
-    /// webdriver: a repo directory served on loopback; `url` is relative to it.
-    pub serve: Option<String>,
-    /// webdriver: URL patterns in scope besides the url's origin.
-    pub allow: Vec<String>,
-    /// webdriver: keys offered on every page.
-    pub keys: Vec<String>,
-    /// webdriver: the window, width and height in pixels.
-    pub viewport: (u32, u32),
+    /// Which driver plays it and what it starts.
+    pub target: GameTarget,
     pub inputs: Vec<String>,
     pub action_timeout_secs: u64,
     pub stuck_after: u64,
@@ -334,15 +327,124 @@ pub struct Game {
     pub env: BTreeMap<String, String>,
     /// A stdio game's limits; `None` in a field lifts that limit.
     pub limits: GameLimits,
-    /// webdriver: a JavaScript expression whose value is the observation's `state`.
-    pub probe: Option<String>,
     /// An expression over `obs` and `prev`: the cell's goal holds.
     pub goal: Option<String>,
-    /// webdriver: seconds the first page load may take.
-    pub load_timeout_secs: u64,
     /// The plan's `[[invariants]]`: the rules every play of this game is
     /// held to (they enter the build hash's key as the goal does).
     pub invariants: Vec<Invariant>,
+}
+
+/// A game's target as the model wrote it before it held a [`GameTarget`]:
+/// every driver's keys, flat, with a page's defaults filled in for any
+/// game. A plan's hash and a playing step's reuse key are made of these
+/// values, so they stay what they were.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FlatTarget {
+    pub driver: Driver,
+    pub command: Vec<String>,
+    pub url: Option<String>,
+    pub webdriver_url: Option<String>,
+    pub serve: Option<String>,
+    pub allow: Vec<String>,
+    pub keys: Vec<String>,
+    pub viewport: (u32, u32),
+    pub probe: Option<String>,
+    pub load_timeout_secs: u64,
+    /// The keys of a target written beyond those above (a driver's own):
+    /// empty for the drivers these fields were made for, which keeps
+    /// their hashes.
+    pub more: serde_json::Map<String, serde_json::Value>,
+}
+
+impl FlatTarget {
+    pub fn of(target: &GameTarget) -> FlatTarget {
+        let page = target.browser();
+        let mut more = match serde_json::to_value(target) {
+            Ok(serde_json::Value::Object(written)) => written,
+            _ => serde_json::Map::new(),
+        };
+        for known in [
+            "driver",
+            "command",
+            "url",
+            "webdriver_url",
+            "serve",
+            "allow",
+            "keys",
+            "viewport",
+            "probe",
+            "load_timeout",
+        ] {
+            more.remove(known);
+        }
+        FlatTarget {
+            driver: target.driver(),
+            command: target.command().to_vec(),
+            url: page.map(|p| p.url.clone()),
+            webdriver_url: page.and_then(|p| p.webdriver_url.clone()),
+            serve: page.and_then(|p| p.serve.clone()),
+            allow: page.map(|p| p.allow.clone()).unwrap_or_default(),
+            keys: page.map(|p| p.keys.clone()).unwrap_or_default(),
+            viewport: page.map_or(DEFAULT_VIEWPORT, |p| p.viewport),
+            probe: page.and_then(|p| p.probe.clone()),
+            load_timeout_secs: page.map_or(DEFAULT_LOAD_TIMEOUT, |p| p.load_timeout.as_secs()),
+            more,
+        }
+    }
+}
+
+impl Serialize for Game {
+    /// The flat shape of [`FlatTarget`], in the order the model's fields
+    /// had: the plan's hash is made of it, so a run started by an older
+    /// gameplan resumes.
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Written<'a> {
+            id: &'a str,
+            driver: Driver,
+            command: &'a [String],
+            url: &'a Option<String>,
+            webdriver_url: &'a Option<String>,
+            serve: &'a Option<String>,
+            allow: &'a [String],
+            keys: &'a [String],
+            viewport: (u32, u32),
+            inputs: &'a [String],
+            action_timeout_secs: u64,
+            stuck_after: u64,
+            env: &'a BTreeMap<String, String>,
+            limits: &'a GameLimits,
+            probe: &'a Option<String>,
+            goal: &'a Option<String>,
+            load_timeout_secs: u64,
+            invariants: &'a [Invariant],
+            #[serde(skip_serializing_if = "serde_json::Map::is_empty")]
+            target: &'a serde_json::Map<String, serde_json::Value>,
+        }
+        let flat = FlatTarget::of(&self.target);
+        Written {
+            id: &self.id,
+            driver: flat.driver,
+            command: &flat.command,
+            url: &flat.url,
+            webdriver_url: &flat.webdriver_url,
+            serve: &flat.serve,
+            allow: &flat.allow,
+            keys: &flat.keys,
+            viewport: flat.viewport,
+            inputs: &self.inputs,
+            action_timeout_secs: self.action_timeout_secs,
+            stuck_after: self.stuck_after,
+            env: &self.env,
+            limits: &self.limits,
+            probe: &flat.probe,
+            goal: &self.goal,
+            load_timeout_secs: flat.load_timeout_secs,
+            invariants: &self.invariants,
+            target: &flat.more,
+        }
+        .serialize(serializer)
+    }
 }
 
 /// A rule the game must keep (`[[invariants]]`; docs/invariants.md).
@@ -395,9 +497,6 @@ impl InvariantKind {
         }
     }
 }
-
-/// Seconds a browser game's first page may take to load, by default.
-pub const DEFAULT_LOAD_TIMEOUT: u64 = 30;
 
 /// `[game] limits`, with the defaults filled in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -634,8 +733,6 @@ impl Plan {
     }
 }
 
-/// The window a browser game gets unless `game.viewport` says otherwise.
-pub const DEFAULT_VIEWPORT: (u32, u32) = (1280, 800);
 /// The smallest and largest window side `game.viewport` takes, in pixels.
 pub const VIEWPORT_RANGE: std::ops::RangeInclusive<u64> = 200..=4096;
 /// The named keys `game.keys` takes (besides any single character).
@@ -692,7 +789,46 @@ pub fn observation_paths(expr: &str) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{Category, FailOn, Judged, Severity, severity_name};
+    use super::{
+        BrowserGame, Category, FailOn, Game, GameLimits, GameTarget, Judged, Severity,
+        severity_name,
+    };
+
+    /// A game's model is written flat, field for field as before it held
+    /// a target: a plan's hash (and so its resume) does not change.
+    #[test]
+    fn a_games_model_is_written_in_the_flat_shape_plan_hashes_are_made_of() {
+        let mut page = BrowserGame::at("index.html".into());
+        page.serve = Some("web".into());
+        page.keys = vec!["Space".into()];
+        let mut game = Game {
+            id: "web".into(),
+            target: GameTarget::Browser(page),
+            inputs: Vec::new(),
+            action_timeout_secs: 10,
+            stuck_after: 8,
+            env: std::collections::BTreeMap::new(),
+            limits: GameLimits::default(),
+            goal: None,
+            invariants: Vec::new(),
+        };
+        let limits = serde_json::to_string(&GameLimits::default()).unwrap();
+        assert_eq!(
+            serde_json::to_string(&game).unwrap(),
+            format!(
+                r#"{{"id":"web","driver":"webdriver","command":[],"url":"index.html","webdriver_url":null,"serve":"web","allow":[],"keys":["Space"],"viewport":[1280,800],"inputs":[],"action_timeout_secs":10,"stuck_after":8,"env":{{}},"limits":{limits},"probe":null,"goal":null,"load_timeout_secs":30,"invariants":[]}}"#
+            )
+        );
+        game.target = GameTarget::Stdio {
+            command: vec!["builtin:maze".into()],
+        };
+        assert_eq!(
+            serde_json::to_string(&game).unwrap(),
+            format!(
+                r#"{{"id":"web","driver":"stdio","command":["builtin:maze"],"url":null,"webdriver_url":null,"serve":null,"allow":[],"keys":[],"viewport":[1280,800],"inputs":[],"action_timeout_secs":10,"stuck_after":8,"env":{{}},"limits":{limits},"probe":null,"goal":null,"load_timeout_secs":30,"invariants":[]}}"#
+            )
+        );
+    }
 
     fn judged(category: Category, severity: Severity, unconfirmed: bool, new: bool) -> Judged {
         Judged {

@@ -15,6 +15,7 @@ use super::diagnostic::{Diagnostic, Diagnostics};
 pub use super::kinds::{RawParams, StepKind};
 use super::node::{Node, Value};
 pub use super::page::RawReport;
+pub use crate::game_target::Driver;
 
 /// A gameplan plan file (TOML or YAML; every key means the same in both).
 #[derive(Debug, Clone, PartialEq, JsonSchema)]
@@ -307,7 +308,9 @@ impl Decode for RawExecutor {
 #[schemars(deny_unknown_fields, rename = "Game")]
 pub struct RawGame {
     pub id: Spanned<String>,
-    /// `stdio` (default): a process speaking the JSON-lines bridge; `webdriver`: a page in headless Chromium.
+    // Which driver plays the game. Its schema's description is made from
+    // the drivers' table (`game_target`), which a doc comment here would
+    // override.
     pub driver: Option<Spanned<Driver>>,
     /// stdio: the game's argv. `["builtin:maze"]` runs a game shipped in gameplan.
     pub command: Option<Spanned<Vec<String>>>,
@@ -452,25 +455,13 @@ impl Decode for RawLimits {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, JsonSchema, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Driver {
-    Stdio,
-    Webdriver,
-}
-
 impl Decode for RawGame {
     fn decode(node: &Node, diags: &mut Diagnostics) -> Option<Self> {
         let mut t = TableReader::new(node, "[game]", diags)?;
         let id = t.required("id", diags);
         let driver = t.entry("driver").and_then(|e| {
-            decode_word(
-                &e.value,
-                &[("stdio", Driver::Stdio), ("webdriver", Driver::Webdriver)],
-                "driver",
-                diags,
-            )
-            .map(|d| Spanned::new(d, e.value.span))
+            decode_word(&e.value, Driver::ALL, "driver", diags)
+                .map(|d| Spanned::new(d, e.value.span))
         });
         // A misspelt driver must not be taken for the default (stdio) and
         // draw "needs a `command`" on top of "unknown driver".

@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use super::cell::{PlayError, open, quit_for};
 use super::cell_report::NotPlayed;
-use super::driver::{BrowserGame, Driver, Failure, GameSpec, GameTarget, ResourceLimits, Session};
+use super::driver::{Driver, Failure, GameSpec, ResourceLimits, Session};
 use super::episode::{Episode, Stepped};
 use super::findings::Finding;
 use super::protocol::observation_hash;
@@ -86,8 +86,9 @@ impl ReplayOptions {
 
     /// The game a trace names, started as these options and the trace say.
     pub fn game(&self, trace: &Trace) -> GameSpec {
-        let mut game = GameSpec::new(
-            trace.header.game.command.clone(),
+        // A replay compares; it films nothing (the spec's `video` stays `None`).
+        let mut game = GameSpec::of(
+            trace.header.game.target.clone(),
             self.root.join(&trace.header.game.cwd),
             &self.parent_env,
         );
@@ -112,25 +113,6 @@ impl ReplayOptions {
             if let Some(value) = value {
                 game.env.insert(name.clone(), value);
             }
-        }
-        if let Some(url) = &trace.header.game.url {
-            let header = &trace.header.game;
-            game.target = GameTarget::Browser(BrowserGame {
-                url: url.clone(),
-                webdriver_url: header.webdriver_url.clone(),
-                serve: header.serve.clone(),
-                allow: header.allow.clone(),
-                keys: header.keys.clone(),
-                // A trace written before `viewport` played in 800x600.
-                viewport: header.viewport.unwrap_or((800, 600)),
-                probe: header.probe.clone(),
-                load_timeout: header.load_timeout.map_or(
-                    Duration::from_secs(crate::plan::model::DEFAULT_LOAD_TIMEOUT),
-                    Duration::from_secs_f64,
-                ),
-                // A replay compares; it films nothing.
-                video: None,
-            });
         }
         game
     }

@@ -36,7 +36,7 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::driver::{GameSpec, ResourceLimits};
+use super::driver::{GameSpec, GameTarget, ResourceLimits};
 use super::protocol::Event;
 
 /// How a cell (or a trace) ended.
@@ -104,36 +104,12 @@ pub struct TraceHeader {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TraceGame {
-    pub driver: String,
-    /// A stdio game's argv (absent for a browser game).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub command: Vec<String>,
-    /// A browser game's page, as the plan wrote it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub url: Option<String>,
-    /// The WebDriver server the plan named, if it did not leave starting
-    /// chromedriver to gameplan.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub webdriver_url: Option<String>,
-    /// A browser game's served directory (`game.serve`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub serve: Option<String>,
-    /// A browser game's extra scope (`game.allow`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub allow: Vec<String>,
-    /// A browser game's keys offered on every page (`game.keys`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub keys: Vec<String>,
-    /// A browser game's window, `[width, height]`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub viewport: Option<(u32, u32)>,
-    /// A browser game's probe (`game.probe`): its value is the state
-    /// every observation hash covers, so a replay reads the same.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub probe: Option<String>,
-    /// Seconds a browser game's first page load may take (`game.load_timeout`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub load_timeout: Option<f64>,
+    /// The driver and what it starts, written flat as a plan writes it
+    /// (`driver`, then `command` or `url`, `serve`, …: see
+    /// [`crate::game_target::WrittenTarget`]); reading a header checks
+    /// the driver is known and has what it starts.
+    #[serde(flatten)]
+    pub target: GameTarget,
     /// The game's environment beyond what every game inherits (PATH, HOME,
     /// LANG, TMPDIR): `game.env`. A secret's value is not written (`null`):
     /// a replay reads it from its own environment, by the same name.
@@ -337,20 +313,10 @@ impl Trace {
     /// The header for the game `game` (a process started from the repo
     /// root, or a page).
     pub fn header(game: &GameSpec, seed: i64, persona: &str, controller: &str) -> TraceHeader {
-        let browser = game.target.browser();
         TraceHeader {
             trace: 1,
             game: TraceGame {
-                driver: game.driver_name().to_owned(),
-                command: game.target.command().to_vec(),
-                url: browser.map(|b| b.url.clone()),
-                webdriver_url: browser.and_then(|b| b.webdriver_url.clone()),
-                serve: browser.and_then(|b| b.serve.clone()),
-                allow: browser.map(|b| b.allow.clone()).unwrap_or_default(),
-                keys: browser.map(|b| b.keys.clone()).unwrap_or_default(),
-                viewport: browser.map(|b| b.viewport),
-                probe: browser.and_then(|b| b.probe.clone()),
-                load_timeout: browser.map(|b| b.load_timeout.as_secs_f64()),
+                target: game.target.clone(),
                 env: game
                     .env
                     .iter()
@@ -360,7 +326,11 @@ impl Trace {
                         (name.clone(), kept)
                     })
                     .collect(),
-                limits: browser.is_none().then(|| TraceLimits::of(game.limits)),
+                limits: game
+                    .target
+                    .driver()
+                    .takes("limits")
+                    .then(|| TraceLimits::of(game.limits)),
                 cwd: ".".to_owned(),
                 action_timeout: Some(game.action_timeout.as_secs_f64()),
                 stuck_after: Some(game.stuck_after),
@@ -447,23 +417,6 @@ impl Trace {
                     header.trace
                 ),
             ));
-        }
-        match (header.game.driver.as_str(), &header.game.url) {
-            ("stdio", _) | ("webdriver", Some(_)) => {}
-            ("webdriver", None) => {
-                return Err(invalid(
-                    1,
-                    "a `webdriver` trace needs the page's `url` in its header".into(),
-                ));
-            }
-            (other, _) => {
-                return Err(invalid(
-                    1,
-                    format!(
-                        "driver `{other}` is not known (this gameplan replays stdio and webdriver)"
-                    ),
-                ));
-            }
         }
         let mut trace = Trace::new(header);
         for (i, line) in lines {
@@ -575,6 +528,43 @@ mod tests {
 
     /// A trace written before the header carried the timeouts, and before
     /// resets, still reads.
+    /// A browser game's header, as gameplan wrote it before the target
+    /// was one type: it reads, and is written back byte for byte.
+    #[test]
+    fn a_browser_header_reads_and_writes_back_the_same_bytes() {
+        let header = r#"{"trace":1,"game":{"driver":"webdriver","url":"index.html","serve":"web","allow":["https://cdn.example/**"],"keys":["Space"],"viewport":[640,480],"probe":"window.score","load_timeout":30.0,"env":{"LEVEL":"2"},"cwd":".","action_timeout":10.0,"stuck_after":8},"seed":7,"persona":"kid","controller":"jev"}"#;
+        let trace = Trace::parse(header, "t").expect("reads");
+        let page = trace.header.game.target.browser().expect("a page");
+        assert_eq!(page.viewport, (640, 480));
+        assert_eq!(page.serve.as_deref(), Some("web"));
+        let written = String::from_utf8(trace.to_jsonl()).expect("utf-8");
+        assert_eq!(written.trim_end(), header);
+    }
+
+    #[test]
+    fn a_header_with_an_unknown_field_an_unknown_driver_or_no_page_is_refused() {
+        let line = |game: &str| {
+            format!(
+                r#"{{"trace":1,"game":{{{game},"cwd":"."}},"seed":7,"persona":"kid","controller":"jev"}}"#
+            )
+        };
+        for (game, why) in [
+            (
+                r#""driver":"stdio","command":["g"],"colour":"red""#,
+                "colour",
+            ),
+            (
+                r#""driver":"tcp","command":["g"]"#,
+                "driver `tcp` is not known",
+            ),
+            (r#""driver":"webdriver""#, "needs the page's `url`"),
+        ] {
+            let err = Trace::parse(&line(game), "t").expect_err(game);
+            assert!(err.to_string().contains(why), "{game}: {err}");
+        }
+        assert!(Trace::parse(&line(r#""driver":"stdio","command":["g"]"#), "t").is_ok());
+    }
+
     #[test]
     fn an_old_trace_without_timeouts_or_resets_reads() {
         let old = "{\"trace\":1,\"game\":{\"driver\":\"stdio\",\"command\":[\"g\"],\"cwd\":\".\"},\"seed\":1,\"persona\":\"p\",\"controller\":\"standard\"}\n\

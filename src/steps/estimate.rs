@@ -40,7 +40,7 @@ use crate::backend::Connection;
 use crate::backend::api::{ApiError, Cell, EstimateRequest, RunLength, SCOPES, Whoami};
 use crate::backend::ledger::{DEMO_PRICES, DEMO_TOKEN};
 use crate::plan::model::{BackendKind, Plan, StepKind};
-use crate::play::driver::{Driver as _, GameTarget, Session};
+use crate::play::driver::{Driver as _, Session};
 use crate::report::ledger::dollars;
 use crate::report::quote::{self, MoneyAt};
 
@@ -385,10 +385,7 @@ async fn smoke_check(cx: &StepContext) -> Result<(), StepOutcome> {
         .map_err(|e| StepOutcome::Refused {
             message: format!(
                 "the game did not start: {e}. {NOTHING} Check `[game] {}`, then run again",
-                match spec.target {
-                    GameTarget::Stdio { .. } => "command",
-                    GameTarget::Browser(_) => "url",
-                }
+                spec.target.driver().row().starts.key()
             ),
         })?;
     let mut cancel = cx.cancel.clone();

@@ -17,8 +17,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::{KeyContext, Reuse, StepContext, StepError, Upstream, expand};
-use crate::plan::model::{Driver, Game, Plan};
-use crate::play::{BrowserGame, GameSpec, GameTarget};
+use crate::plan::model::{Driver, FlatTarget, Game, Plan};
+use crate::play::GameSpec;
 use crate::reuse::ReuseKey;
 
 /// The plan's game, or why a playing step cannot run without one.
@@ -28,30 +28,17 @@ pub fn game_of(plan: &Plan) -> Result<&Game, StepError> {
     })
 }
 
-/// The game to start: a stdio process, or a page for the webdriver driver.
+/// The game to start: the plan's target, held as the plan's `[game]` says.
 pub fn spec(cx: &StepContext) -> Result<GameSpec, StepError> {
     let game = game_of(&cx.plan)?;
-    let mut spec = GameSpec::new(game.command.clone(), cx.root.clone(), &cx.env);
-    if game.driver == Driver::Webdriver {
-        let url = game.url.clone().ok_or_else(|| {
-            StepError("[game] with the webdriver driver needs a `url` (the page to open)".into())
-        })?;
-        spec.target = GameTarget::Browser(BrowserGame {
-            url,
-            webdriver_url: game.webdriver_url.clone(),
-            serve: game.serve.clone(),
-            allow: game.allow.clone(),
-            keys: game.keys.clone(),
-            viewport: game.viewport,
-            probe: game.probe.clone(),
-            load_timeout: Duration::from_secs(game.load_timeout_secs.max(1)),
-            video: (cx.plan.budget.video != Some(false)).then(|| {
-                cx.plan
-                    .budget
-                    .max_video_frames
-                    .unwrap_or(crate::plan::model::DEFAULT_MAX_VIDEO_FRAMES)
-            }),
-        });
+    let mut spec = GameSpec::of(game.target.clone(), cx.root.clone(), &cx.env);
+    if game.target.browser().is_some() && cx.plan.budget.video != Some(false) {
+        spec.video = Some(
+            cx.plan
+                .budget
+                .max_video_frames
+                .unwrap_or(crate::plan::model::DEFAULT_MAX_VIDEO_FRAMES),
+        );
     }
     spec.env.extend(game.env.clone());
     spec.goal.clone_from(&game.goal);
@@ -66,13 +53,16 @@ pub fn spec(cx: &StepContext) -> Result<GameSpec, StepError> {
     Ok(spec)
 }
 
-/// The pool a playing step's game process takes a slot of: a browser for
-/// a webdriver game, else `play` (`[pools] play`).
+/// The pool a playing step's game process takes a slot of: its driver's
+/// (`play` for a stdio game, `browser` for a page).
 pub fn resource(plan: &Plan) -> Option<&'static str> {
-    Some(match plan.game.as_ref().map(|g| g.driver) {
-        Some(Driver::Webdriver) => "browser",
-        _ => "play",
-    })
+    Some(
+        plan.game
+            .as_ref()
+            .map_or(Driver::default(), |g| g.target.driver())
+            .row()
+            .pool,
+    )
 }
 
 /// A second Ctrl-C: every game (and browser) this gameplan started dies at once.
@@ -114,7 +104,8 @@ pub fn reuse(cx: &KeyContext<'_>, kind: &str, settings: &Value) -> Result<Reuse,
             pending.id
         )));
     }
-    let builtin = game
+    let target = FlatTarget::of(&game.target);
+    let builtin = target
         .command
         .first()
         .and_then(|c| c.strip_prefix("builtin:"))
@@ -129,18 +120,18 @@ pub fn reuse(cx: &KeyContext<'_>, kind: &str, settings: &Value) -> Result<Reuse,
         kind,
         json!({
             "game": {
-                "driver": game.driver,
-                "command": game.command,
-                "url": game.url,
-                "webdriver_url": game.webdriver_url,
-                "serve": game.serve,
-                "allow": game.allow,
-                "keys": game.keys,
-                "viewport": game.viewport,
-                "probe": game.probe,
+                "driver": target.driver,
+                "command": target.command,
+                "url": target.url,
+                "webdriver_url": target.webdriver_url,
+                "serve": target.serve,
+                "allow": target.allow,
+                "keys": target.keys,
+                "viewport": target.viewport,
+                "probe": target.probe,
                 "goal": game.goal,
                 "invariants": game.invariants,
-                "load_timeout": game.load_timeout_secs,
+                "load_timeout": target.load_timeout_secs,
                 "env": game.env,
                 "limits": game.limits,
                 "action_timeout": game.action_timeout_secs,
@@ -151,8 +142,12 @@ pub fn reuse(cx: &KeyContext<'_>, kind: &str, settings: &Value) -> Result<Reuse,
             "semantics": PLAY_SEMANTICS,
         }),
     );
+    if !target.more.is_empty() {
+        // A driver's own keys (none of the first two drivers has any).
+        key.settings["game"]["target"] = Value::Object(target.more.clone());
+    }
     // A served directory is the build: every file of it is hashed.
-    let served = game
+    let served = target
         .serve
         .iter()
         .map(|dir| format!("{}/**", dir.trim_end_matches('/')));
@@ -160,8 +155,8 @@ pub fn reuse(cx: &KeyContext<'_>, kind: &str, settings: &Value) -> Result<Reuse,
     let mut files = expand(cx.root, &patterns)?;
     // Repo files the command names are part of the build, listed or not
     // (and a browser game's page, when it is a repo path).
-    let page = game.url.iter().filter(|u| !u.contains("://"));
-    for word in game
+    let page = target.url.iter().filter(|u| !u.contains("://"));
+    for word in target
         .command
         .iter()
         .chain(page)

@@ -2,8 +2,10 @@
 //! keys, window, limits and environment, and the program it names.
 
 use std::path::Path;
+use std::time::Duration;
 
 use super::{Diagnostic, Driver, Game, RawPlan, Span, Spanned, Validator};
+use crate::game_target::{GameTarget, Starts, WrittenTarget};
 
 impl Validator<'_> {
     pub(super) fn game(&mut self, raw: &RawPlan, plays: Option<Span>) -> Option<Game> {
@@ -30,41 +32,38 @@ impl Validator<'_> {
             return None;
         };
         let g = &g.value;
-        let driver = g.driver.as_ref().map_or(Driver::Stdio, |d| d.value);
-        let command = match (driver, &g.command) {
-            (Driver::Stdio, None) => {
-                self.push(
-                    Diagnostic::new("plan::missing_key", "[game] with the stdio driver needs a `command`")
-                        .at(g.id.span)
-                        .help("add `command = [\"./build/game\", \"--bridge\"]`, or [\"builtin:maze\"] for the built-in game"),
-                );
-                Vec::new()
-            }
-            (Driver::Stdio, Some(c)) if c.value.is_empty() => {
+        let driver = g.driver.as_ref().map_or_else(Driver::default, |d| d.value);
+        let starts = driver.row().starts;
+        let start_given = match starts {
+            Starts::Program => g.command.is_some(),
+            Starts::Page => g.url.is_some(),
+        };
+        if !start_given {
+            self.push(
+                Diagnostic::new(
+                    "plan::missing_key",
+                    format!(
+                        "[game] with the {} driver needs a `{}`",
+                        driver.name(),
+                        starts.key()
+                    ),
+                )
+                .at(g.id.span)
+                .help(starts.example()),
+            );
+        }
+        match &g.command {
+            Some(c) if starts == Starts::Program && c.value.is_empty() => {
                 self.push(
                     Diagnostic::new("plan::empty_list", "`command` is empty")
                         .at(c.span)
                         .label("no program"),
                 );
-                Vec::new()
             }
-            (Driver::Stdio, Some(c)) => {
-                self.game_program(c, g.env.get("PATH"));
-                c.value.clone()
-            }
-            (_, Some(c)) => c.value.clone(),
-            (Driver::Webdriver, None) => Vec::new(),
-        };
-        if driver == Driver::Webdriver && g.url.is_none() {
-            self.push(
-                Diagnostic::new(
-                    "plan::missing_key",
-                    "[game] with the webdriver driver needs a `url`",
-                )
-                .at(g.id.span)
-                .help("add `url = \"http://127.0.0.1:8080/\"`"),
-            );
+            Some(c) if starts == Starts::Program => self.game_program(c, g.env.get("PATH")),
+            _ => {}
         }
+        self.others_keys(g, driver);
         self.webdriver_url(g, driver);
         let viewport = self.browser_keys(g, driver);
         for input in &g.inputs {
@@ -72,55 +71,100 @@ impl Validator<'_> {
                 self.unmatched_input(input);
             }
         }
-        Some(Game {
-            id: g.id.value.clone(),
-            driver,
-            command,
+        let limits = self.game_limits(g, driver);
+        let goal = self.game_goal(g);
+        // The keys as a plan writes them, the one way every target is
+        // made; a missing `command` or `url` was reported above.
+        let written = WrittenTarget {
+            driver: driver.name().to_owned(),
+            command: g
+                .command
+                .as_ref()
+                .map(|c| c.value.clone())
+                .unwrap_or_default(),
             url: g.url.as_ref().map(|u| u.value.clone()),
             webdriver_url: g.webdriver_url.as_ref().map(|u| u.value.clone()),
             serve: g.serve.as_ref().map(|d| d.value.clone()),
             allow: g.allow.iter().map(|a| a.value.clone()).collect(),
             keys: g.keys.iter().map(|k| k.value.clone()).collect(),
-            viewport,
+            viewport: Some(viewport),
+            probe: g.probe.as_ref().map(|p| p.value.clone()),
+            load_timeout: Some(
+                Duration::from_secs(
+                    g.load_timeout
+                        .as_ref()
+                        .map_or(crate::plan::model::DEFAULT_LOAD_TIMEOUT, |t| t.value),
+                )
+                .as_secs_f64(),
+            ),
+        };
+        Some(Game {
+            id: g.id.value.clone(),
+            target: GameTarget::try_from(written).ok()?,
             inputs: g.inputs.iter().map(|i| i.value.clone()).collect(),
             action_timeout_secs: g.action_timeout.as_ref().map_or(10, |t| t.value),
             stuck_after: g.stuck_after.as_ref().map_or(8, |t| t.value),
             env: g.env.clone(),
-            limits: self.game_limits(g, driver),
-            probe: g.probe.as_ref().map(|p| p.value.clone()),
-            goal: self.game_goal(g),
-            load_timeout_secs: g
-                .load_timeout
-                .as_ref()
-                .map_or(crate::plan::model::DEFAULT_LOAD_TIMEOUT, |t| t.value),
+            limits,
+            goal,
             invariants: Vec::new(),
         })
     }
 
-    /// `webdriver_url`: only for the webdriver driver, and an http:// URL.
+    /// The keys of `[game]` that belong to other drivers than `driver`
+    /// (the table in `game_target` says whose), refused.
+    fn others_keys(&mut self, g: &crate::plan::raw::RawGame, driver: Driver) {
+        let given = [
+            ("command", g.command.as_ref().map(|s| s.span)),
+            ("url", g.url.as_ref().map(|s| s.span)),
+            ("webdriver_url", g.webdriver_url.as_ref().map(|s| s.span)),
+            ("limits", g.limits.as_ref().map(|s| s.span)),
+            ("probe", g.probe.as_ref().map(|s| s.span)),
+            ("load_timeout", g.load_timeout.as_ref().map(|s| s.span)),
+            ("serve", g.serve.as_ref().map(|s| s.span)),
+            ("allow", g.allow.first().map(|a| a.span)),
+            ("keys", g.keys.first().map(|k| k.span)),
+            ("viewport", g.viewport.as_ref().map(|v| v.span)),
+        ];
+        for (key, span) in given {
+            let Some(span) = span.filter(|_| !driver.takes(key)) else {
+                continue;
+            };
+            let takers = Driver::takers(key);
+            let help = match Driver::from_name(&takers) {
+                Some(owner) => format!(
+                    "remove it, or set `driver = \"{takers}\"` and `{}`",
+                    owner.row().starts.key()
+                ),
+                None => "remove it".to_owned(),
+            };
+            self.push(
+                Diagnostic::new(
+                    "plan::unused_key",
+                    format!("`{key}` is only for the {takers} driver"),
+                )
+                .at(span)
+                .label(format!("the {} driver does not read it", driver.name()))
+                .help(help),
+            );
+        }
+    }
+
+    /// `webdriver_url`, when the driver takes it: an http:// URL.
     fn webdriver_url(&mut self, g: &crate::plan::raw::RawGame, driver: Driver) {
-        if let Some(w) = &g.webdriver_url {
-            if driver != Driver::Webdriver {
-                self.push(
-                    Diagnostic::new(
-                        "plan::unused_key",
-                        "`webdriver_url` is only for the webdriver driver",
-                    )
-                    .at(w.span)
-                    .label("a stdio game has no browser")
-                    .help("remove it, or set `driver = \"webdriver\"` and `url`"),
-                );
-            } else if !w.value.starts_with("http://") {
-                self.push(
-                    Diagnostic::new(
-                        "plan::invalid_value",
-                        "`webdriver_url` must be an http:// URL of a WebDriver server",
-                    )
-                    .at(w.span)
-                    .label("not http://")
-                    .help("e.g. `webdriver_url = \"http://127.0.0.1:4444\"`, or remove it to let gameplan start chromedriver"),
-                );
-            }
+        if let Some(w) = &g.webdriver_url
+            && driver.takes("webdriver_url")
+            && !w.value.starts_with("http://")
+        {
+            self.push(
+                Diagnostic::new(
+                    "plan::invalid_value",
+                    "`webdriver_url` must be an http:// URL of a WebDriver server",
+                )
+                .at(w.span)
+                .label("not http://")
+                .help("e.g. `webdriver_url = \"http://127.0.0.1:4444\"`, or remove it to let gameplan start chromedriver"),
+            );
         }
     }
 
@@ -141,18 +185,10 @@ impl Validator<'_> {
     ) -> crate::plan::model::GameLimits {
         use crate::plan::raw::Limit;
         let mut limits = crate::plan::model::GameLimits::default();
-        let Some(raw) = &g.limits else {
+        // Another driver's `limits` is refused by `others_keys`.
+        let Some(raw) = g.limits.as_ref().filter(|_| driver.takes("limits")) else {
             return limits;
         };
-        if driver != Driver::Stdio {
-            self.push(
-                Diagnostic::new("plan::unused_key", "`limits` is only for the stdio driver")
-                    .at(raw.span)
-                    .label("a browser game's limits are the browser's")
-                    .help("remove it"),
-            );
-            return limits;
-        }
         let fields = [
             (
                 &raw.value.memory,
@@ -327,33 +363,15 @@ impl Validator<'_> {
         }
     }
 
-    /// The webdriver-only keys (`serve`, `allow`, `keys`, `viewport`):
-    /// refused on a stdio game, each checked; the window to use.
+    /// A page's keys (`serve`, `allow`, `keys`, `viewport`), each checked;
+    /// the window to use.
     pub(super) fn browser_keys(
         &mut self,
         g: &crate::plan::raw::RawGame,
         driver: Driver,
     ) -> (u32, u32) {
-        let spans = [
-            g.probe.as_ref().map(|s| ("probe", s.span)),
-            g.load_timeout.as_ref().map(|s| ("load_timeout", s.span)),
-            g.serve.as_ref().map(|s| ("serve", s.span)),
-            g.allow.first().map(|a| ("allow", a.span)),
-            g.keys.first().map(|k| ("keys", k.span)),
-            g.viewport.as_ref().map(|v| ("viewport", v.span)),
-        ];
-        if driver != Driver::Webdriver {
-            for (key, span) in spans.into_iter().flatten() {
-                self.push(
-                    Diagnostic::new(
-                        "plan::unused_key",
-                        format!("`{key}` is only for the webdriver driver"),
-                    )
-                    .at(span)
-                    .label("a stdio game has no browser")
-                    .help("remove it, or set `driver = \"webdriver\"` and `url`"),
-                );
-            }
+        // Another driver's page keys are refused by `others_keys`.
+        if driver.row().starts != Starts::Page {
             return crate::plan::model::DEFAULT_VIEWPORT;
         }
         self.served_page(g);

@@ -442,7 +442,8 @@ impl Validator<'_> {
         let invariants = self.invariants(raw);
         match (&mut game, raw.invariants.first()) {
             (Some(game), _) => game.invariants = invariants,
-            (None, Some(first)) if readable("game") => self.push(
+            // A [game] that makes no target was reported as it is.
+            (None, Some(first)) if readable("game") && raw.game.is_none() => self.push(
                 Diagnostic::new(
                     "plan::missing_game",
                     "`[[invariants]]` judge plays of the game, and this plan has no [game]",

@@ -295,7 +295,7 @@ impl BrowserSession {
             script: observation_script(game.probe.as_deref()),
             probe: game.probe.clone(),
             pending_shot: None,
-            video: video::Recorder::of(game, artifacts),
+            video: video::Recorder::of(spec.video, artifacts),
             ffmpeg: chromedriver::on_path("ffmpeg", spec.env.get("PATH").map(String::as_str)),
             pending_frame: None,
             acts: 0,

@@ -60,13 +60,14 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    /// The recorder of a cell whose directory is `dir` (none without one,
-    /// or with `budget.video = false`), shared with the screenshot writes.
+    /// The recorder of a cell whose directory is `dir`, `video` frames at
+    /// most (none without a directory, or with `budget.video = false`),
+    /// shared with the screenshot writes.
     pub fn of(
-        game: &crate::play::BrowserGame,
+        video: Option<u64>,
         dir: Option<&Path>,
     ) -> Option<std::sync::Arc<std::sync::Mutex<Recorder>>> {
-        let (max, dir) = game.video.zip(dir)?;
+        let (max, dir) = video.zip(dir)?;
         Some(std::sync::Arc::new(std::sync::Mutex::new(Recorder::new(
             dir, max,
         ))))
