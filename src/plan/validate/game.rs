@@ -4,8 +4,13 @@
 use std::path::Path;
 use std::time::Duration;
 
-use super::{Diagnostic, Driver, Game, RawPlan, Span, Spanned, Validator};
+use super::Validator;
 use crate::game_target::{GameTarget, Starts, WrittenTarget};
+use crate::plan::decode::Spanned;
+use crate::plan::diagnostic::Diagnostic;
+use crate::plan::model::{Driver, Game};
+use crate::plan::raw::RawPlan;
+use crate::plan::source::Span;
 
 impl Validator<'_> {
     pub(super) fn game(&mut self, raw: &RawPlan, plays: Option<Span>) -> Option<Game> {

@@ -16,8 +16,8 @@ use std::path::{Component, Path};
 use super::decode::Spanned;
 use super::diagnostic::{Diagnostic, Diagnostics, did_you_mean, one_of};
 use super::model::{
-    Backend, BackendKind, Budget, Controller, DEFAULT_BATCH, Driver, Executor, ExecutorKind,
-    FailOn, Game, Gate, Lens, Persona, Plan,
+    Backend, BackendKind, Budget, Controller, DEFAULT_BATCH, Executor, ExecutorKind, FailOn, Gate,
+    Lens, Persona, Plan,
 };
 use super::raw::{RawParams, RawPlan, RawStep};
 use super::source::{Source, Span};

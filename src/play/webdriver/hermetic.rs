@@ -30,7 +30,8 @@ use serde_json::{Value, json};
 
 use fantoccini::actions::{InputSource, KeyAction, KeyActions};
 
-use super::{BrowserSession, ChromeCdp, LISTENER, PAGE, navigate};
+use super::capabilities::ChromeCdp;
+use super::{BrowserSession, LISTENER, PAGE, navigate};
 use crate::play::driver::Failure;
 use crate::play::protocol::Op;
 
