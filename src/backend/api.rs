@@ -539,3 +539,10 @@ impl ApiError {
         ApiError::new(503, "ledger_unavailable", message)
     }
 }
+
+/// Where an upload goes: one run's files, or the job's (the aggregate).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UploadTarget {
+    Run(RunRef),
+    Job(JobRef),
+}

@@ -11,8 +11,8 @@
 //! Paths are axum's templates: `{game}` is one segment, `{*name}` the rest
 //! of the path (an upload's name may hold `/`).
 
+use super::api::UploadTarget;
 use super::api::{JobRef, RunRef, SCOPE_MODEL, SCOPE_UPLOAD, SCOPE_WRITE};
-use super::ledger::runs::UploadTarget;
 
 /// The header a register's key travels in.
 pub const IDEMPOTENCY_KEY: &str = "idempotency-key";

@@ -25,6 +25,7 @@ use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
 
+pub use api::UploadTarget;
 use api::{
     AggregateCompleteRequest, AggregatePublished, ApiError, CompleteRequest, Completed, Estimate,
     EstimateRequest, Finished, Heartbeat, HeartbeatRequest, JobRef, JobView, RegisterRequest,
@@ -33,7 +34,6 @@ use api::{
 };
 #[cfg(doc)]
 use endpoint::Endpoint;
-pub use ledger::runs::UploadTarget;
 
 /// A backend call in flight (the `http` backend's are network requests).
 pub type Call<'a, T> = Pin<Box<dyn Future<Output = Result<T, ApiError>> + Send + 'a>>;

@@ -15,7 +15,6 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::step_log::Segment;
 use super::{Journal, JournalError};
 
 /// The version of the event vocabulary below (the line format has its own).
@@ -613,6 +612,26 @@ pub fn run_ids(state_dir: &Path) -> Vec<String> {
         .collect();
     ids.sort();
     ids
+}
+
+/// One piece of an attempt's output in the run's log: `[offset, length]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "(u64, u64)", into = "(u64, u64)")]
+pub struct Segment {
+    pub at: u64,
+    pub len: u64,
+}
+
+impl From<(u64, u64)> for Segment {
+    fn from((at, len): (u64, u64)) -> Segment {
+        Segment { at, len }
+    }
+}
+
+impl From<Segment> for (u64, u64) {
+    fn from(s: Segment) -> (u64, u64) {
+        (s.at, s.len)
+    }
 }
 
 #[cfg(test)]

@@ -26,8 +26,6 @@ use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use serde::{Deserialize, Serialize};
-
 use super::run::{RunDir, StepRecord};
 
 /// How a message about a full disk under a step's log begins (gameplan
@@ -35,25 +33,9 @@ use super::run::{RunDir, StepRecord};
 /// again; `plan status` shows it).
 pub const DISK_FULL: &str = "the disk holding ";
 
-/// One piece of an attempt's output in the run's log: `[offset, length]`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(from = "(u64, u64)", into = "(u64, u64)")]
-pub struct Segment {
-    pub at: u64,
-    pub len: u64,
-}
-
-impl From<(u64, u64)> for Segment {
-    fn from((at, len): (u64, u64)) -> Segment {
-        Segment { at, len }
-    }
-}
-
-impl From<Segment> for (u64, u64) {
-    fn from(s: Segment) -> (u64, u64) {
-        (s.at, s.len)
-    }
-}
+// A segment is the journal's record of where an attempt's output is, so
+// it lives with the journal's records (`run.rs`); the log reads it.
+pub use super::run::Segment;
 
 /// Adds a piece to a list of segments, extending the last one when the
 /// piece follows it directly (a step running alone has one segment).

@@ -12,7 +12,7 @@
 //! Every call a player makes (proposals, votes, the selection) is its own,
 //! so an `llm` player counts each against its budget.
 
-use super::players::{History, Player, PlayerError, Turn};
+use super::player::{History, Player, PlayerError, Turn};
 use super::protocol::Observation;
 use super::rng::Rng;
 

@@ -40,7 +40,7 @@ use super::driver::{Driver, Failure, Seen};
 use super::findings::{Category, Evidence, FindingSet, Spotted, last_actions, normalize};
 use super::goal::Goal;
 use super::invariants::Invariants;
-use super::players::History;
+use super::player::History;
 use super::protocol::{Event, EventKind, Op};
 use super::trace::{TraceReset, TraceStep};
 use crate::text::cut;
@@ -202,7 +202,11 @@ impl Episode {
         let after = self.step();
         let answered = match game.reset(seed).await {
             Ok(Ok(first)) => Ok(first),
-            Ok(Err(refusal)) => Err(super::cell::refused_opening(game, "reset", &refusal.error)),
+            Ok(Err(refusal)) => Err(super::opening::refused_opening(
+                game,
+                "reset",
+                &refusal.error,
+            )),
             Err(failure) => Err(failure),
         };
         match answered {

@@ -29,11 +29,11 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::cell::{PlayError, open, quit_for};
 use super::cell_report::NotPlayed;
 use super::driver::{Driver, Failure, GameSpec, ResourceLimits, Session};
 use super::episode::{Episode, Stepped};
 use super::findings::Finding;
+use super::opening::{PlayError, open, quit_for};
 use super::protocol::observation_hash;
 use super::trace::{Input, QuitReason, Trace, TraceReset, TraceStep};
 
@@ -283,7 +283,7 @@ pub async fn run_inputs(
                 steps: Vec::new(),
                 resets: Vec::new(),
                 end: Some(quit_for(&failure)),
-                not_played: Some(super::cell::not_opened(&failure, spec.limits)),
+                not_played: Some(super::opening::not_opened(&failure, spec.limits)),
                 failure: Some(failure),
                 failure_id: Some(id),
                 last: None,

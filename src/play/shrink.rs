@@ -18,7 +18,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::cell::PlayError;
+use super::opening::PlayError;
 use super::replay::{ReplayOptions, Run, run_inputs};
 use super::trace::{Input, QuitReason, Trace};
 

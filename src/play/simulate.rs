@@ -41,10 +41,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::cell::{PlayError, quit_for};
 use super::controllers::{Controller, ControllerKind};
 use super::episode::{Episode, Stepped, failure_finding};
 use super::findings::{Category, Finding, FindingSet, Severity};
+use super::opening::{PlayError, quit_for};
 use super::players::PlayerSpec;
 use super::stdio::{GameProcess, GameSpec, Leaked, SpawnError};
 use super::trace::{QuitReason, Trace};
@@ -448,7 +448,7 @@ fn list_traces(
 }
 
 fn worker_failed(why: &dyn std::fmt::Display) -> PlayError {
-    PlayError::Player(super::players::PlayerError::Settings(format!(
+    PlayError::Player(super::player::PlayerError::Settings(format!(
         "a simulate worker failed: {why}"
     )))
 }
@@ -810,7 +810,7 @@ impl Worker<'_> {
     ) -> Result<QuitReason, PlayError> {
         self.end_failed();
         if index == 0 {
-            return Err(PlayError::NotPlayed(super::cell::not_opened(
+            return Err(PlayError::NotPlayed(super::opening::not_opened(
                 failure,
                 self.spec.game.limits,
             )));

@@ -6,8 +6,9 @@
 use std::fmt::Write;
 use std::path::Path;
 
-use crate::play::cell::{CellResult, PlayError};
+use crate::play::cell::CellResult;
 use crate::play::cell_report::{CellReport, CellState, NotPlayed};
+use crate::play::opening::PlayError;
 use crate::play::trace::QuitReason;
 
 /// Writes the cell's `report.md` into `out_dir` beside the files the cell

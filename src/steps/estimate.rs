@@ -390,7 +390,7 @@ async fn smoke_check(cx: &StepContext) -> Result<(), StepOutcome> {
         })?;
     let mut cancel = cx.cancel.clone();
     let opened = tokio::select! {
-        (_, opened) = crate::play::cell::open(&mut process, 1) => Some(opened),
+        (_, opened) = crate::play::opening::open(&mut process, 1) => Some(opened),
         _ = cancel.wait_for(|stopped| *stopped) => None,
     };
     let Some(opened) = opened else {
@@ -403,7 +403,7 @@ async fn smoke_check(cx: &StepContext) -> Result<(), StepOutcome> {
     process.shutdown(polite, false).await;
     opened.map(|_| ()).map_err(|failure| StepOutcome::Refused {
         message: quote::did_not_start(
-            &crate::play::cell::not_opened(&failure, spec.limits),
+            &crate::play::opening::not_opened(&failure, spec.limits),
             &spec.command_text(),
         ),
     })

@@ -53,7 +53,8 @@ use crate::backend::api::{
     ApiError, Heartbeat, HeartbeatRequest, RunRef, RunState, TransitionRequest,
 };
 use crate::play::CellState;
-use crate::play::cell::{CellResult, CellWatch, Opened, PlayError};
+use crate::play::cell::{CellResult, CellWatch, Opened};
+use crate::play::opening::PlayError;
 
 /// A heartbeat goes after the turn that makes this many actions since the
 /// last one (or [`HEARTBEAT_EVERY`], whichever comes first).

@@ -5,11 +5,11 @@ use rusqlite::{OptionalExtension, Transaction, params};
 
 use super::{
     AccountView, Caller, Db as _, JobRow, Ledger, LedgerView, QUOTE_SECONDS, RunRow, TokenRow,
-    authenticate, balance_of, check_text, entry, quotes, rfc3339, sha256_hex,
+    UploadRow, authenticate, balance_of, check_text, entry, quotes, rfc3339, sha256_hex,
 };
 use crate::backend::api::{
-    ApiError, Estimate, EstimateRequest, Finished, JobRef, JobView, RegisterRequest, Registered,
-    RunState, RunView, Settlement, Token,
+    AggregateCompleteRequest, ApiError, Estimate, EstimateRequest, FileDigest, Finished, JobRef,
+    JobView, RegisterRequest, Registered, RunState, RunView, Settlement, Token,
 };
 use crate::backend::endpoint::Endpoint;
 
@@ -596,8 +596,8 @@ pub(super) fn show(tx: &Transaction<'_>) -> Result<LedgerView, ApiError> {
             charged_cents: view.charged_cents,
             refunded_cents: view.refunded_cents,
             settlements: view.settlement.into_iter().collect(),
-            uploads: super::runs::uploads_of(tx, job)?,
-            aggregate: super::runs::aggregate_of(tx, job)?,
+            uploads: uploads_of(tx, job)?,
+            aggregate: aggregate_of(tx, job)?,
             runs: view
                 .runs
                 .into_iter()
@@ -637,4 +637,50 @@ pub(super) fn show(tx: &Transaction<'_>) -> Result<LedgerView, ApiError> {
         jobs: job_rows,
         tokens,
     })
+}
+
+/// Every file uploaded to `job`, for `show`: by run, then name.
+pub(super) fn uploads_of(tx: &Transaction<'_>, job: i64) -> Result<Vec<UploadRow>, ApiError> {
+    let mut statement = tx
+        .prepare("SELECT run, name, size, sha256 FROM uploads WHERE job = ?1 ORDER BY run, name")
+        .db()?;
+    statement
+        .query_map(params![job], |r| {
+            let run: i64 = r.get(0)?;
+            Ok(UploadRow {
+                // Job files are stored under run 0 (see `upload`).
+                run: (run != 0).then(|| run_id(run)),
+                name: r.get(1)?,
+                size: r.get(2)?,
+                sha256: r.get(3)?,
+            })
+        })
+        .db()?
+        .collect::<Result<_, _>>()
+        .db()
+}
+
+/// The digests `job`'s aggregate was published with, for `show`.
+pub(super) fn aggregate_of(
+    tx: &Transaction<'_>,
+    job: i64,
+) -> Result<Option<AggregateCompleteRequest>, ApiError> {
+    tx.query_row(
+        "SELECT md_size, md_sha256, json_size, json_sha256 FROM aggregates WHERE job = ?1",
+        params![job],
+        |r| {
+            Ok(AggregateCompleteRequest {
+                md: FileDigest {
+                    size: r.get(0)?,
+                    sha256: r.get(1)?,
+                },
+                json: FileDigest {
+                    size: r.get(2)?,
+                    sha256: r.get(3)?,
+                },
+            })
+        },
+    )
+    .optional()
+    .db()
 }

@@ -4,11 +4,11 @@
 use rusqlite::{OptionalExtension, Transaction, params};
 
 use super::jobs::{owned_job, parse_id, run_view};
-use super::{Caller, Db as _, Ledger, UploadRow, authenticate, check_text, sha256_hex};
+use super::{Caller, Db as _, Ledger, authenticate, check_text, sha256_hex};
 use crate::backend::api::{
     AggregateCompleteRequest, AggregatePublished, ApiError, CompleteRequest, Completed, FileDigest,
     Heartbeat, HeartbeatRequest, JobRef, ManifestEntry, RunRef, RunState, RunView, Token,
-    TransitionRequest, Transitioned, UploadRequest, Uploaded, Usage,
+    TransitionRequest, Transitioned, UploadRequest, UploadTarget, Uploaded, Usage,
 };
 use crate::backend::endpoint::Endpoint;
 
@@ -16,13 +16,6 @@ use crate::backend::endpoint::Endpoint;
 pub const MAX_REASON_CHARS: usize = 400;
 /// The largest single upload.
 pub const MAX_UPLOAD_BYTES: usize = 64 * 1024 * 1024;
-
-/// Where an upload goes: one run's files, or the job's (the aggregate).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum UploadTarget {
-    Run(RunRef),
-    Job(JobRef),
-}
 
 /// The run `reference` names, if its job is the caller's: (job, run, job state).
 fn owned_run(
@@ -199,52 +192,6 @@ fn upload_unverified(problems: Vec<(String, String)>) -> ApiError {
         .with(|d| d.missing = problems.into_iter().map(|(path, _)| path).collect())
 }
 
-/// Every file uploaded to `job`, for `show`: by run, then name.
-pub(super) fn uploads_of(tx: &Transaction<'_>, job: i64) -> Result<Vec<UploadRow>, ApiError> {
-    let mut statement = tx
-        .prepare("SELECT run, name, size, sha256 FROM uploads WHERE job = ?1 ORDER BY run, name")
-        .db()?;
-    statement
-        .query_map(params![job], |r| {
-            let run: i64 = r.get(0)?;
-            Ok(UploadRow {
-                // Job files are stored under run 0 (see `upload`).
-                run: (run != 0).then(|| super::jobs::run_id(run)),
-                name: r.get(1)?,
-                size: r.get(2)?,
-                sha256: r.get(3)?,
-            })
-        })
-        .db()?
-        .collect::<Result<_, _>>()
-        .db()
-}
-
-/// The digests `job`'s aggregate was published with, for `show`.
-pub(super) fn aggregate_of(
-    tx: &Transaction<'_>,
-    job: i64,
-) -> Result<Option<AggregateCompleteRequest>, ApiError> {
-    tx.query_row(
-        "SELECT md_size, md_sha256, json_size, json_sha256 FROM aggregates WHERE job = ?1",
-        params![job],
-        |r| {
-            Ok(AggregateCompleteRequest {
-                md: FileDigest {
-                    size: r.get(0)?,
-                    sha256: r.get(1)?,
-                },
-                json: FileDigest {
-                    size: r.get(2)?,
-                    sha256: r.get(3)?,
-                },
-            })
-        },
-    )
-    .optional()
-    .db()
-}
-
 /// Where an upload to `target` goes (job, run; 0 for the job's own files)
 /// and, when its files can no longer change, why: a completed run's files
 /// were verified against its manifest, a published aggregate's digests
@@ -266,7 +213,7 @@ fn frozen(
         }
     };
     let verified = if run == 0 {
-        aggregate_of(tx, job)?.map(|_| {
+        super::jobs::aggregate_of(tx, job)?.map(|_| {
             format!("job `{job_id}` published its aggregate: its files' digests are public")
         })
     } else {

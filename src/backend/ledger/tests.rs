@@ -3,8 +3,8 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 
-use super::runs::UploadTarget;
 use super::*;
+use crate::backend::api::UploadTarget;
 use crate::backend::api::{
     AggregateCompleteRequest, Cell, CompleteRequest, EstimateRequest, FileDigest, HeartbeatRequest,
     JobRef, JobView, ManifestEntry, RegisterRequest, Registered, RunLength, RunRef, RunState,

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::players::{
+use super::player::{
     ChoiceNotes, Finished, PlayEnd, Player, PlayerError, PlayerReport, Proposals, Turn, least_tried,
 };
 use super::rng::Rng;
@@ -645,7 +645,7 @@ mod tests {
             state: serde_json::Value::Null,
             score: 0.0,
         };
-        let history = crate::play::players::History::default();
+        let history = crate::play::player::History::default();
         let turn = Turn {
             observation: &observation,
             hash: "h",
@@ -679,7 +679,7 @@ mod tests {
             state: serde_json::Value::Null,
             score: 0.0,
         };
-        let mut history = crate::play::players::History::default();
+        let mut history = crate::play::player::History::default();
         history.record("h", "up");
         history.refused("There are no stairs here.");
         let turn = Turn {
