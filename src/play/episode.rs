@@ -202,11 +202,7 @@ impl Episode {
         let after = self.step();
         let answered = match game.reset(seed).await {
             Ok(Ok(first)) => Ok(first),
-            Ok(Err(refusal)) => Err(super::opening::refused_opening(
-                game,
-                "reset",
-                &refusal.error,
-            )),
+            Ok(Err(refusal)) => Err(refused_opening(game, "reset", &refusal.error)),
             Err(failure) => Err(failure),
         };
         match answered {
@@ -744,6 +740,21 @@ fn last_line(text: &str) -> &str {
         .map(str::trim)
         .find(|l| !l.is_empty())
         .unwrap_or("")
+}
+
+/// The failure a game's refusal of `hello` or `reset` is: nothing can be
+/// played after it.
+pub(super) fn refused_opening(game: &impl Driver, op: &str, error: &str) -> Failure {
+    Failure::Violation {
+        during: if op == "hello" {
+            super::protocol::Op::Hello
+        } else {
+            super::protocol::Op::Reset
+        },
+        reason: format!("the game refused `{op}`: {error}"),
+        evidence: String::new(),
+        stderr_tail: game.stderr_tail(),
+    }
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@
 
 use super::cell_report::NotPlayed;
 use super::driver::{Driver, Failure, Hello, Seen, SpawnError};
-use super::episode::failure_finding;
+use super::episode::{failure_finding, refused_opening};
 use super::player::PlayerError;
 use super::trace::QuitReason;
 
@@ -114,19 +114,6 @@ pub async fn open(game: &mut impl Driver, seed: i64) -> (Hello, Result<Seen, Fai
         Err(failure) => Err(failure),
     };
     (hello, first)
-}
-
-pub(super) fn refused_opening(game: &impl Driver, op: &str, error: &str) -> Failure {
-    Failure::Violation {
-        during: if op == "hello" {
-            super::protocol::Op::Hello
-        } else {
-            super::protocol::Op::Reset
-        },
-        reason: format!("the game refused `{op}`: {error}"),
-        evidence: String::new(),
-        stderr_tail: game.stderr_tail(),
-    }
 }
 
 /// Which request of the opening failed.
