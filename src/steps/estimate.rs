@@ -191,10 +191,7 @@ async fn price(
     let request = EstimateRequest {
         cells: bought
             .iter()
-            .map(|c| Cell {
-                persona: c.persona.clone(),
-                controller: c.controller.clone(),
-            })
+            .map(|c| Cell::new(&c.persona, &c.controller))
             .collect(),
         modules: Vec::new(),
         run_length: length,

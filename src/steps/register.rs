@@ -181,10 +181,7 @@ fn request_of(quote: &QuoteRecord) -> RegisterRequest {
         cells: quote
             .cells
             .iter()
-            .map(|c| Cell {
-                persona: c.persona.clone(),
-                controller: c.controller.clone(),
-            })
+            .map(|c| Cell::new(&c.persona, &c.controller))
             .collect(),
         modules: quote.modules.clone(),
         run_length: quote.run_length,
@@ -628,10 +625,7 @@ always = true
         let estimate = crate::backend::api::EstimateRequest {
             cells: cells
                 .iter()
-                .map(|c| Cell {
-                    persona: c.persona.clone(),
-                    controller: c.controller.clone(),
-                })
+                .map(|c| Cell::new(&c.persona, &c.controller))
                 .collect(),
             modules: Vec::new(),
             run_length: RunLength::Short,
