@@ -19,8 +19,7 @@ use crate::backend::ledger::{DEMO_TOKEN, Ledger};
 use crate::backend::local::LocalBackend;
 use crate::backend::{Backend, Call};
 use crate::journal::run::Checkpoint;
-use crate::play::QuitReason;
-use crate::play::cell_report::{GameInfo, Metrics, NotPlayed};
+use crate::play::cell_report::NotPlayed;
 use crate::steps::money::{CellRun, JOB, JobRecord};
 use crate::steps::{CheckpointBook, CheckpointSink, Confirm, Kind};
 
@@ -410,33 +409,7 @@ fn persona(cell: &str) -> &str {
 }
 
 fn report(cell: &str, state: CellState) -> CellReport {
-    CellReport {
-        report: 1,
-        persona: persona(cell).to_owned(),
-        controller: "standard".into(),
-        player: "explorer".into(),
-        seed: 1,
-        game: GameInfo {
-            command: vec!["builtin:maze".into()],
-            name: "maze".into(),
-            version: "1".into(),
-        },
-        state,
-        actions_taken: 12,
-        quit_reason: QuitReason::Done,
-        findings: Vec::new(),
-        metrics: Metrics::default(),
-        progress: crate::play::goal::Progress::default(),
-        leaked: Vec::new(),
-        not_played: None,
-        warnings: Vec::new(),
-        notes: Vec::new(),
-        quit_detail: None,
-        felt: None,
-        model: None,
-        repeat: None,
-        video: None,
-    }
+    CellReport::maze(persona(cell), "standard", state)
 }
 
 fn deliver() -> Deliver {
