@@ -181,16 +181,10 @@ fn headline(review: &Review) -> String {
         let missing: Vec<&str> = lens.missing().map(|u| u.unit.as_str()).collect();
         if !standing.is_empty() {
             parts.push(format!(
-                "lens `{}` has {} ({}{})",
+                "lens `{}` has {} ({})",
                 lens.name,
                 crate::report::plural(standing.len(), "finding"),
-                standing
-                    .iter()
-                    .take(3)
-                    .cloned()
-                    .collect::<Vec<_>>()
-                    .join("; "),
-                if standing.len() > 3 { "; …" } else { "" }
+                crate::text::first_few(&standing, 3, "; "),
             ));
         }
         if !missing.is_empty() {
@@ -200,16 +194,10 @@ fn headline(review: &Review) -> String {
                 .and_then(|u| u.missing.clone())
                 .unwrap_or_default();
             parts.push(format!(
-                "lens `{}` left {} missing: {}{} ({why})",
+                "lens `{}` left {} missing: {} ({why})",
                 lens.name,
                 crate::report::plural(missing.len(), "unit"),
-                missing
-                    .iter()
-                    .take(5)
-                    .copied()
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                if missing.len() > 5 { ", …" } else { "" }
+                crate::text::first_few(&missing, 5, ", "),
             ));
         }
         for e in &lens.errors {
