@@ -331,10 +331,8 @@ impl Kind for Gate {
 
     fn run<'a>(&'a self, cx: &'a StepContext, io: &'a StepIo) -> BoxFuture<'a, StepOutcome> {
         Box::pin(async move {
-            if *cx.cancel.borrow() {
-                return StepOutcome::Interrupted {
-                    message: "stopped before the gate judged anything".into(),
-                };
+            if let Some(stop) = cx.stopped("stopped before the gate judged anything") {
+                return stop;
             }
             io.mark_started();
             let gate = match gate_of(&cx.plan, &cx.step) {
@@ -376,10 +374,8 @@ impl Kind for Gate {
                 Err(e) => return e.into(),
             };
             self.keep(&cx.step_dir, review.clone());
-            if *cx.cancel.borrow() {
-                return StepOutcome::Interrupted {
-                    message: "stopped while the gate judged".into(),
-                };
+            if let Some(stop) = cx.stopped("stopped while the gate judged") {
+                return stop;
             }
             match review.status {
                 // A finding that stands is the more useful red; otherwise a

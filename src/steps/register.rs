@@ -97,10 +97,8 @@ async fn run(cx: &StepContext, io: &StepIo) -> Result<StepOutcome, StepError> {
             "register has no backend to buy the job from; nothing was charged".into(),
         ));
     };
-    if *cx.cancel.borrow() {
-        return Ok(StepOutcome::Interrupted {
-            message: "stopped before the job was bought; nothing was charged".into(),
-        });
+    if let Some(stop) = cx.stopped("stopped before the job was bought; nothing was charged") {
+        return Ok(stop);
     }
     io.mark_started();
     let request = io
