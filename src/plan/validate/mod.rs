@@ -81,6 +81,18 @@ impl Validator<'_> {
         }
     }
 
+    /// Checks that each of `names` is a valid name, then that none repeats.
+    fn names<'n>(
+        &mut self,
+        names: impl IntoIterator<Item = &'n Spanned<String>> + Clone,
+        what: &str,
+    ) {
+        for name in names.clone() {
+            self.name(name, what);
+        }
+        self.unique(names, what);
+    }
+
     /// Reports the second and later uses of a name.
     fn unique<'n>(&mut self, names: impl IntoIterator<Item = &'n Spanned<String>>, what: &str) {
         let mut first: HashMap<&str, Span> = HashMap::new();
@@ -347,10 +359,7 @@ impl Validator<'_> {
         }
         let pools = self.pools(raw);
 
-        for p in &raw.personas {
-            self.name(&p.slug, "persona slug");
-        }
-        self.unique(raw.personas.iter().map(|p| &p.slug), "persona slug");
+        self.names(raw.personas.iter().map(|p| &p.slug), "persona slug");
         let personas: Vec<Option<Persona>> = raw
             .personas
             .iter()
@@ -358,10 +367,7 @@ impl Validator<'_> {
             .collect();
         let persona_slugs: Vec<&str> = raw.personas.iter().map(|p| p.slug.value.as_str()).collect();
 
-        for l in &raw.lenses {
-            self.name(&l.name, "lens name");
-        }
-        self.unique(raw.lenses.iter().map(|l| &l.name), "lens name");
+        self.names(raw.lenses.iter().map(|l| &l.name), "lens name");
         let lenses: Vec<Option<Lens>> = raw
             .lenses
             .iter()

@@ -56,10 +56,7 @@ impl Validator<'_> {
         unread: &[String],
         refs: &Refs<'_>,
     ) -> Vec<Step> {
-        for s in raw {
-            self.name(&s.id, "step id");
-        }
-        self.unique(raw.iter().map(|s| &s.id), "step id");
+        self.names(raw.iter().map(|s| &s.id), "step id");
         let ids: Vec<&str> = raw
             .iter()
             .map(|s| s.id.value.as_str())
