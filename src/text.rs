@@ -17,6 +17,18 @@ pub fn cut(text: &str, max: usize) -> String {
     }
 }
 
+/// The first `n` of `items` joined by `sep`, then `sep…` when there were
+/// more: a list that may be long, said in one line.
+pub fn first_few<T: AsRef<str>>(items: &[T], n: usize, sep: &str) -> String {
+    let shown: Vec<&str> = items.iter().take(n).map(AsRef::as_ref).collect();
+    let mut line = shown.join(sep);
+    if items.len() > n {
+        line.push_str(sep);
+        line.push('…');
+    }
+    line
+}
+
 /// The first `max` characters of `text`, cut on a character boundary and
 /// marked by nothing: for a field with a hard length limit.
 pub fn prefix(text: &str, max: usize) -> &str {
@@ -96,6 +108,13 @@ pub fn escape_controls(text: &str) -> Cow<'_, str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn first_few_says_the_first_and_marks_that_more_stand() {
+        assert_eq!(first_few(&["a", "b"], 2, ", "), "a, b");
+        assert_eq!(first_few(&["a", "b", "c"], 2, "; "), "a; b; …");
+        assert_eq!(first_few::<&str>(&[], 3, ", "), "");
+    }
 
     #[test]
     fn cut_counts_characters_and_marks_the_cut() {

@@ -114,6 +114,17 @@ pub struct Cell {
     pub controller: String,
 }
 
+impl Cell {
+    /// The cell of `persona` with `controller`, as a plan's cell (priced,
+    /// bought, quoted) is asked of the API.
+    pub fn new(persona: &str, controller: &str) -> Cell {
+        Cell {
+            persona: persona.to_owned(),
+            controller: controller.to_owned(),
+        }
+    }
+}
+
 /// `POST /v1/games/{game}/estimate`: the cells that will actually run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]

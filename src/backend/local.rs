@@ -176,3 +176,136 @@ impl Backend for LocalBackend {
         self.call(move |l| l.get_run(&token, &run))
     }
 }
+
+/// The local ledger with the calls a test tampers with: how a step meets a
+/// backend that loses a write or answers a job that does not match its
+/// cells (the tests of `steps::deliver` and `steps::register`).
+#[cfg(test)]
+pub(crate) struct Tampered {
+    pub inner: LocalBackend,
+    /// Answers `register` with the job's runs in reverse order.
+    pub reverse_runs: bool,
+    /// Drops the first upload of this file name on the floor, answering as
+    /// if it was stored: a lost write a repair pass must mend.
+    pub drop_once: std::sync::Mutex<Option<String>>,
+    /// How many `complete`s were asked.
+    pub completes: std::sync::atomic::AtomicUsize,
+}
+
+#[cfg(test)]
+impl Tampered {
+    /// The ledger untampered, counting completes, until a test says more.
+    pub fn new(ledger: Arc<Ledger>) -> Tampered {
+        Tampered {
+            inner: LocalBackend::new(ledger),
+            reverse_runs: false,
+            drop_once: std::sync::Mutex::new(None),
+            completes: 0.into(),
+        }
+    }
+}
+
+#[cfg(test)]
+impl Backend for Tampered {
+    fn name(&self) -> &'static str {
+        "tampered"
+    }
+
+    fn whoami<'a>(&'a self, token: &'a Token) -> Call<'a, Whoami> {
+        self.inner.whoami(token)
+    }
+
+    fn estimate<'a>(
+        &'a self,
+        token: &'a Token,
+        game: &'a str,
+        request: &'a EstimateRequest,
+    ) -> Call<'a, Estimate> {
+        self.inner.estimate(token, game, request)
+    }
+
+    fn register<'a>(
+        &'a self,
+        token: &'a Token,
+        game: &'a str,
+        key: &'a str,
+        request: &'a RegisterRequest,
+    ) -> Call<'a, Registered> {
+        Box::pin(async move {
+            let mut registered = self.inner.register(token, game, key, request).await?;
+            if self.reverse_runs {
+                registered.job.runs.reverse();
+            }
+            Ok(registered)
+        })
+    }
+
+    fn transition<'a>(
+        &'a self,
+        token: &'a Token,
+        run: &'a RunRef,
+        request: &'a TransitionRequest,
+    ) -> Call<'a, Transitioned> {
+        self.inner.transition(token, run, request)
+    }
+
+    fn heartbeat<'a>(
+        &'a self,
+        token: &'a Token,
+        run: &'a RunRef,
+        request: &'a HeartbeatRequest,
+    ) -> Call<'a, Heartbeat> {
+        self.inner.heartbeat(token, run, request)
+    }
+
+    fn upload<'a>(
+        &'a self,
+        token: &'a Token,
+        target: &'a UploadTarget,
+        request: &'a UploadRequest,
+    ) -> Call<'a, Uploaded> {
+        let mut drop = self.drop_once.lock().unwrap();
+        if drop.as_deref() == Some(request.name.as_str()) {
+            *drop = None;
+            let answer = Uploaded {
+                name: request.name.clone(),
+                size: i64::try_from(request.body.len()).unwrap(),
+                sha256: request.sha256.clone(),
+            };
+            return Box::pin(async move { Ok(answer) });
+        }
+        self.inner.upload(token, target, request)
+    }
+
+    fn complete<'a>(
+        &'a self,
+        token: &'a Token,
+        run: &'a RunRef,
+        request: &'a CompleteRequest,
+    ) -> Call<'a, Completed> {
+        self.completes
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.complete(token, run, request)
+    }
+
+    fn aggregate_complete<'a>(
+        &'a self,
+        token: &'a Token,
+        job: &'a JobRef,
+        request: &'a AggregateCompleteRequest,
+    ) -> Call<'a, AggregatePublished> {
+        self.inner.aggregate_complete(token, job, request)
+    }
+
+    fn finish<'a>(&'a self, token: &'a Token, job: &'a JobRef) -> Call<'a, Finished> {
+        self.inner.finish(token, job)
+    }
+
+    fn get_job<'a>(&'a self, token: &'a Token, job: &'a JobRef) -> Call<'a, JobView> {
+        self.inner.get_job(token, job)
+    }
+
+    fn get_run<'a>(&'a self, token: &'a Token, run: &'a RunRef) -> Call<'a, RunView> {
+        self.inner.get_run(token, run)
+    }
+}

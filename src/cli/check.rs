@@ -66,12 +66,11 @@ impl Row {
         }
     }
 
+    /// A warning says what to do as a failure does; it only does not fail.
     fn warn(check: &'static str, detail: impl Into<String>, fix: impl Into<String>) -> Row {
         Row {
-            check,
             status: Status::Warn,
-            detail: detail.into(),
-            fix: Some(fix.into()),
+            ..Row::fail(check, detail, fix)
         }
     }
 

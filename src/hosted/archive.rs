@@ -319,48 +319,51 @@ fn escapes(path: &Path) -> bool {
 /// Unpacks a checked archive into `dest`, which must not exist yet: into
 /// a sibling first, renamed into place once whole.
 pub fn unpack(bytes: &[u8], dest: &Path) -> std::io::Result<()> {
-    let parent = dest.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(parent)?;
-    let partial = parent.join(format!(
-        ".{}.partial",
-        dest.file_name()
-            .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
-    ));
-    if partial.exists() {
-        std::fs::remove_dir_all(&partial)?;
-    }
-    std::fs::create_dir_all(&partial)?;
-    let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(bytes));
-    archive.set_preserve_permissions(false);
-    archive.set_preserve_mtime(false);
-    archive.set_overwrite(false);
-    for entry in archive.entries()? {
-        let mut entry = entry?;
-        // `unpack_in` refuses paths that climb out, a second guard after
-        // `check`.
-        entry.unpack_in(&partial)?;
-    }
-    std::fs::File::open(&partial)?.sync_all()?;
-    std::fs::rename(&partial, dest)?;
-    if let Ok(dir) = std::fs::File::open(parent) {
-        let _ = dir.sync_all();
-    }
-    Ok(())
+    into_place(dest, "partial", |partial| {
+        if partial.exists() {
+            std::fs::remove_dir_all(partial)?;
+        }
+        std::fs::create_dir_all(partial)?;
+        let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(bytes));
+        archive.set_preserve_permissions(false);
+        archive.set_preserve_mtime(false);
+        archive.set_overwrite(false);
+        for entry in archive.entries()? {
+            let mut entry = entry?;
+            // `unpack_in` refuses paths that climb out, a second guard after
+            // `check`.
+            entry.unpack_in(partial)?;
+        }
+        std::fs::File::open(partial)?.sync_all()
+    })
 }
 
 /// Writes `bytes` to `path` durably (temp, fsync, rename).
 pub fn write_durably(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let parent = path.parent().unwrap_or(Path::new("."));
+    into_place(path, "tmp", |temp| {
+        let mut file = std::fs::File::create(temp)?;
+        file.write_all(bytes)?;
+        file.sync_all()
+    })
+}
+
+/// Makes `dest` in a sibling (`.NAME.SUFFIX`, in its parent, made if
+/// missing) that `make` fills and syncs, then renames it into place and
+/// syncs the parent: no reader, and no crash, ever leaves `dest` half made.
+fn into_place(
+    dest: &Path,
+    suffix: &str,
+    make: impl FnOnce(&Path) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    let parent = dest.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(parent)?;
-    let temp = parent.join(format!(
-        ".{}.tmp",
-        path.file_name()
+    let sibling = parent.join(format!(
+        ".{}.{suffix}",
+        dest.file_name()
             .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
     ));
-    let mut file = std::fs::File::create(&temp)?;
-    file.write_all(bytes)?;
-    file.sync_all()?;
-    std::fs::rename(&temp, path)?;
+    make(&sibling)?;
+    std::fs::rename(&sibling, dest)?;
     if let Ok(dir) = std::fs::File::open(parent) {
         let _ = dir.sync_all();
     }

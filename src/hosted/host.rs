@@ -177,10 +177,7 @@ fn estimate_request(priced: &Priced) -> EstimateRequest {
         cells: priced
             .cells
             .iter()
-            .map(|c| Cell {
-                persona: c.persona.clone(),
-                controller: c.controller.clone(),
-            })
+            .map(|c| Cell::new(&c.persona, &c.controller))
             .collect(),
         modules: vec![COMPUTE_MODULE.to_owned()],
         run_length: priced.run_length,

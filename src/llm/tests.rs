@@ -118,6 +118,26 @@ fn config(server: &Server) -> ClientConfig {
     config
 }
 
+/// Says "hi" to `client` once, a plain call, on a runtime of its own.
+fn hi(client: &Client) -> Result<Answer, LlmError> {
+    runtime().block_on(client.chat(&[Message::user("hi")], 16))
+}
+
+/// The schema the structured-output tests ask with: any object.
+fn object_schema() -> serde_json::Value {
+    serde_json::json!({"type": "object"})
+}
+
+/// Asks `client` "go" on `rt` with [`object_schema`]: one structured call.
+fn go(rt: &tokio::runtime::Runtime, client: &Client) -> Result<Answer, LlmError> {
+    let schema = object_schema();
+    let call = Call {
+        schema: Some(&schema),
+        ..Call::default()
+    };
+    rt.block_on(client.chat_with(&[Message::user("go")], 16, call))
+}
+
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -154,9 +174,7 @@ fn retries_are_bounded_and_a_server_that_keeps_failing_is_unreachable() {
     let mut cfg = config(&server);
     cfg.max_attempts = 3;
     let client = Client::new(cfg, Redactor::default()).expect("client");
-    let err = runtime()
-        .block_on(client.chat(&[Message::user("hi")], 16))
-        .expect_err("unreachable");
+    let err = hi(&client).expect_err("unreachable");
     assert!(
         matches!(err, LlmError::Unreachable { attempts: 3, .. }),
         "{err}"
@@ -173,7 +191,7 @@ fn retries_are_bounded_and_a_server_that_keeps_failing_is_unreachable() {
 fn a_429_then_an_answer_is_retried_and_a_401_is_not() {
     let server = Server::start(vec![Reply::Http(429, "{}".into()), completion("ok", 1, 1)]);
     let client = Client::new(config(&server), Redactor::default()).expect("client");
-    let answer = runtime().block_on(client.chat(&[Message::user("hi")], 16));
+    let answer = hi(&client);
     assert_eq!(answer.expect("second try").text, "ok");
     assert_eq!(server.requests(), 2);
 
@@ -184,9 +202,7 @@ fn a_429_then_an_answer_is_retried_and_a_401_is_not() {
     let redactor = Redactor::default();
     redactor.register("sk-canary-123");
     let client = Client::new(config(&server), redactor).expect("client");
-    let err = runtime()
-        .block_on(client.chat(&[Message::user("hi")], 16))
-        .expect_err("refused");
+    let err = hi(&client).expect_err("refused");
     assert!(
         matches!(err, LlmError::Refused { status: 401, .. }),
         "{err}"
@@ -207,9 +223,7 @@ fn a_silent_server_times_out_every_attempt() {
     cfg.timeout = Duration::from_millis(300);
     let client = Client::new(cfg, Redactor::default()).expect("client");
     let started = Instant::now();
-    let err = runtime()
-        .block_on(client.chat(&[Message::user("hi")], 16))
-        .expect_err("unreachable");
+    let err = hi(&client).expect_err("unreachable");
     assert!(
         matches!(err, LlmError::Unreachable { attempts: 2, .. }),
         "{err}"
@@ -223,9 +237,7 @@ fn an_answer_larger_than_the_cap_is_a_bad_answer() {
     let huge = "x".repeat(MAX_ANSWER_BYTES);
     let server = Server::start(vec![completion(&huge, 1, 1)]);
     let client = Client::new(config(&server), Redactor::default()).expect("client");
-    let err = runtime()
-        .block_on(client.chat(&[Message::user("hi")], 16))
-        .expect_err("too large");
+    let err = hi(&client).expect_err("too large");
     assert_eq!(
         err,
         LlmError::BadAnswer(format!(
@@ -237,7 +249,7 @@ fn an_answer_larger_than_the_cap_is_a_bad_answer() {
     let fits = "x".repeat(MAX_ANSWER_BYTES - 200);
     let server = Server::start(vec![completion(&fits, 1, 1)]);
     let client = Client::new(config(&server), Redactor::default()).expect("client");
-    let answer = runtime().block_on(client.chat(&[Message::user("hi")], 16));
+    let answer = hi(&client);
     assert_eq!(answer.expect("fits").text.len(), fits.len());
 }
 
@@ -329,19 +341,11 @@ fn structured_output_moves_to_the_dialect_the_server_takes_and_stays_there() {
         completion(r#"{"action":"east"}"#, 10, 5),
     ]);
     let client = Client::new(config(&server), Redactor::default()).expect("client");
-    let schema = serde_json::json!({"type": "object"});
-    let call = Call {
-        schema: Some(&schema),
-        ..Call::default()
-    };
     let rt = runtime();
-    let first = rt
-        .block_on(client.chat_with(&[Message::user("go")], 16, call))
-        .expect("answered in the second dialect");
+    let first = go(&rt, &client).expect("answered in the second dialect");
     assert!(first.structured);
     assert_eq!(first.text, r#"{"action":"north"}"#);
-    rt.block_on(client.chat_with(&[Message::user("go")], 16, call))
-        .expect("answered");
+    go(&rt, &client).expect("answered");
     let bodies: Vec<serde_json::Value> = server
         .seen
         .lock()
@@ -354,7 +358,7 @@ fn structured_output_moves_to_the_dialect_the_server_takes_and_stays_there() {
         .map(|b| b["response_format"]["type"].as_str().unwrap_or("none"))
         .collect();
     assert_eq!(formats, ["json_schema", "json_object", "json_object"]);
-    assert_eq!(bodies[1]["response_format"]["schema"], schema);
+    assert_eq!(bodies[1]["response_format"]["schema"], object_schema());
     assert_eq!(client.usage().retries, 0);
     assert_eq!(client.dialect(), Dialect::JsonObject);
 }
@@ -370,20 +374,11 @@ fn a_server_that_takes_no_structured_output_is_asked_in_plain_text() {
         Reply::Http(401, "bad key".into()),
     ]);
     let client = Client::new(config(&server), Redactor::default()).expect("client");
-    let schema = serde_json::json!({"type": "object"});
-    let call = Call {
-        schema: Some(&schema),
-        ..Call::default()
-    };
     let rt = runtime();
-    let answer = rt
-        .block_on(client.chat_with(&[Message::user("go")], 16, call))
-        .expect("answered in plain text");
+    let answer = go(&rt, &client).expect("answered in plain text");
     assert!(!answer.structured);
     assert_eq!(client.dialect(), Dialect::Plain);
-    let refused = rt
-        .block_on(client.chat_with(&[Message::user("go")], 16, call))
-        .unwrap_err();
+    let refused = go(&rt, &client).unwrap_err();
     assert!(
         matches!(refused, LlmError::Refused { status: 401, .. }),
         "{refused:?}"
@@ -431,21 +426,13 @@ fn a_500_that_names_response_format_is_a_refused_dialect_not_a_retry() {
         completion(r#"{"action":"east"}"#, 10, 5),
     ]);
     let client = Client::new(config(&server), Redactor::default()).expect("client");
-    let schema = serde_json::json!({"type": "object"});
-    let call = Call {
-        schema: Some(&schema),
-        ..Call::default()
-    };
     let rt = runtime();
-    let first = rt
-        .block_on(client.chat_with(&[Message::user("go")], 16, call))
-        .expect("answered in the next dialect");
+    let first = go(&rt, &client).expect("answered in the next dialect");
     assert!(first.structured);
     assert_eq!(client.usage().retries, 0);
     assert_eq!(client.dialect(), Dialect::JsonObject);
     // Any other 500 is the server's trouble: retried, the dialect kept.
-    rt.block_on(client.chat_with(&[Message::user("go")], 16, call))
-        .expect("answered after a retry");
+    go(&rt, &client).expect("answered after a retry");
     assert_eq!(client.usage().retries, 1);
     assert_eq!(client.dialect(), Dialect::JsonObject);
 }

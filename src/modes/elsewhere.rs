@@ -102,15 +102,7 @@ pub fn run(
         prepared_by: prepared.as_ref().map(|(p, _)| p.run_id.clone()),
         ..Part::default()
     };
-    let ran = run::execute(
-        cx,
-        loaded,
-        &state_dir,
-        load.vars.clone(),
-        &part,
-        args,
-        |plan_hash| run::decide_start(cx, &state_dir, plan_hash, choice),
-    );
+    let ran = run::execute_chosen(cx, loaded, &state_dir, load, &part, args, choice);
     if let (Some((_, dir)), Ok(ran)) = (&prepared, &ran)
         && settled(ran)
     {

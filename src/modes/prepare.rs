@@ -56,20 +56,9 @@ pub(super) fn buying_front(whole: &Pipeline) -> Vec<String> {
         .collect()
 }
 
-/// `plan run PLAN --shard prepare [--bundle DIR]`.
-pub(super) fn prepare(
-    cx: &Context,
-    loaded: LoadedPlan,
-    load: &LoadArgs,
-    args: &RunArgs,
-    choice: Choice,
-    bundle: Option<&Path>,
-) -> Done {
-    buy(cx, loaded, load, args, choice, bundle).0
-}
-
 /// Runs the buying front and writes `job.json` into `bundle` (default:
 /// [`default_dir`]): how the command ends, and the prepared job once written.
+/// `plan run PLAN --shard prepare [--bundle DIR]` is this, ending as it ends.
 pub(super) fn buy(
     cx: &Context,
     loaded: LoadedPlan,
@@ -106,15 +95,7 @@ pub(super) fn buy(
         prices_whole_plan: true,
         ..Part::default()
     };
-    let ran = run::execute(
-        cx,
-        loaded,
-        &state_dir,
-        load.vars.clone(),
-        &part,
-        args,
-        |plan_hash| run::decide_start(cx, &state_dir, plan_hash, choice),
-    );
+    let ran = run::execute_chosen(cx, loaded, &state_dir, load, &part, args, choice);
     written(cx, args, ran, &dir, &part.steps)
 }
 

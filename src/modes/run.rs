@@ -6,7 +6,7 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::path::Path;
 use std::sync::Arc;
 
-use super::context::{Context, OutputMode, RunArgs};
+use super::context::{Context, LoadArgs, OutputMode, RunArgs};
 use crate::engine::{self, RunOptions, RunRequest, Start, StartError};
 use crate::exit_code::{self, Done, Failure};
 use crate::journal::run::{RunDir, RunHistory, Scanned};
@@ -319,6 +319,29 @@ fn progress(cx: &Context, args: &RunArgs, loaded: &LoadedPlan) -> Progress {
             color: cx.console.color,
         },
         loaded.redactor.clone(),
+    )
+}
+
+/// [`execute`] for a run the command line starts: with the plan's `--var`s,
+/// new or resuming its unfinished run as `choice` (and maybe the person at
+/// the terminal) says, as every mode that starts a run decides it.
+pub(super) fn execute_chosen(
+    cx: &Context,
+    loaded: LoadedPlan,
+    state_dir: &Path,
+    load: &LoadArgs,
+    part: &Part,
+    args: &RunArgs,
+    choice: Choice,
+) -> Result<Ran, Failure> {
+    execute(
+        cx,
+        loaded,
+        state_dir,
+        load.vars.clone(),
+        part,
+        args,
+        |hash| decide_start(cx, state_dir, hash, choice),
     )
 }
 

@@ -57,7 +57,7 @@ pub fn run(
         Pick::Shard(ShardSpec::Slice(shard)) => (Some(shard), None),
         Pick::Cells(names) => (None, Some(names)),
         Pick::Shard(ShardSpec::Prepare) => {
-            return super::prepare::prepare(cx, loaded, load, args, choice, dirs.bundle);
+            return super::prepare::buy(cx, loaded, load, args, choice, dirs.bundle).0;
         }
     };
     let whole =
@@ -108,15 +108,7 @@ pub fn run(
         ..Part::default()
     };
     let name = loaded.plan.name.clone();
-    let ran = run::execute(
-        cx,
-        loaded,
-        &state_dir,
-        load.vars.clone(),
-        &part,
-        args,
-        |plan_hash| run::decide_start(cx, &state_dir, plan_hash, choice),
-    );
+    let ran = run::execute_chosen(cx, loaded, &state_dir, load, &part, args, choice);
     let made = Made {
         shard: &shard,
         bundle: &bundle,

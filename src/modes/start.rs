@@ -6,7 +6,7 @@ use std::path::Path;
 
 use super::context::{Context, LoadArgs, RunArgs};
 use super::run::{
-    Choice, Part, decide_start, execute, finish, finished, kinds_to_ask, newest_unfinished,
+    Choice, Part, execute, execute_chosen, finish, finished, kinds_to_ask, newest_unfinished,
     part_of, unset_secrets,
 };
 use crate::engine::{self, Start};
@@ -34,19 +34,8 @@ pub fn run(
         steps: steps.to_vec(),
         ..Part::default()
     };
-    finish(
-        cx,
-        args,
-        execute(
-            cx,
-            loaded,
-            &state_dir,
-            load.vars.clone(),
-            &part,
-            args,
-            |hash| decide_start(cx, &state_dir, hash, choice),
-        ),
-    )
+    let ran = execute_chosen(cx, loaded, &state_dir, load, &part, args, choice);
+    finish(cx, args, ran)
 }
 
 pub fn resume(cx: &Context, run_id: Option<&str>, args: &RunArgs) -> Done {

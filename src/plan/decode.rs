@@ -85,26 +85,39 @@ impl Decode for String {
 
 impl Decode for bool {
     fn decode(node: &Node, diags: &mut Diagnostics) -> Option<Self> {
-        match &node.value {
-            Value::Bool(b) => Some(*b),
-            Value::Scalar(s) if parse_bool(s).is_some() => parse_bool(s),
-            _ => {
-                wrong_type(node, "a boolean (true or false)", diags);
-                None
-            }
-        }
+        let typed = match node.value {
+            Value::Bool(b) => Some(b),
+            _ => None,
+        };
+        typed_or_parsed(node, typed, parse_bool, "a boolean (true or false)", diags)
     }
 }
 
 fn decode_int(node: &Node, diags: &mut Diagnostics) -> Option<i64> {
-    match &node.value {
-        Value::Int(i) => Some(*i),
-        Value::Scalar(s) if parse_int(s).is_some() => parse_int(s),
-        _ => {
-            wrong_type(node, "an integer", diags);
-            None
-        }
+    let typed = match node.value {
+        Value::Int(i) => Some(i),
+        _ => None,
+    };
+    typed_or_parsed(node, typed, parse_int, "an integer", diags)
+}
+
+/// The value `typed` (written as its type), else a bare scalar that
+/// `parse` reads, else a wrong type naming what was `expected`.
+fn typed_or_parsed<T>(
+    node: &Node,
+    typed: Option<T>,
+    parse: fn(&str) -> Option<T>,
+    expected: &str,
+    diags: &mut Diagnostics,
+) -> Option<T> {
+    let value = typed.or_else(|| match &node.value {
+        Value::Scalar(s) => parse(s),
+        _ => None,
+    });
+    if value.is_none() {
+        wrong_type(node, expected, diags);
     }
+    value
 }
 
 macro_rules! decode_unsigned {

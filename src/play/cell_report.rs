@@ -178,3 +178,39 @@ pub struct Repeat {
     /// values (`play[kid,jev]`).
     pub cell: String,
 }
+
+#[cfg(test)]
+impl CellReport {
+    /// A report of the builtin maze that the explorer played as `persona`
+    /// with `controller` (12 actions, nothing found): the fixture the tests
+    /// of what reads reports (progress tables, delivery) start from.
+    pub(crate) fn maze(persona: &str, controller: &str, state: CellState) -> CellReport {
+        CellReport {
+            report: 1,
+            persona: persona.into(),
+            controller: controller.into(),
+            player: "explorer".into(),
+            seed: 1,
+            game: GameInfo {
+                command: vec!["builtin:maze".into()],
+                name: "maze".into(),
+                version: "1".into(),
+            },
+            state,
+            actions_taken: 12,
+            quit_reason: QuitReason::Done,
+            findings: Vec::new(),
+            metrics: Metrics::default(),
+            progress: super::goal::Progress::default(),
+            leaked: Vec::new(),
+            not_played: None,
+            warnings: Vec::new(),
+            notes: Vec::new(),
+            quit_detail: None,
+            felt: None,
+            model: None,
+            repeat: None,
+            video: None,
+        }
+    }
+}

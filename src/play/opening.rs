@@ -179,13 +179,8 @@ fn nondeterminism_warning(
     let also = match &differing[1..] {
         [] => String::new(),
         rest => {
-            let names: Vec<String> = rest
-                .iter()
-                .take(3)
-                .map(|(p, ..)| format!("`{p}`"))
-                .collect();
-            let more = if rest.len() > 3 { ", …" } else { "" };
-            format!("; {}{more} too", names.join(", "))
+            let names: Vec<String> = rest.iter().map(|(p, ..)| format!("`{p}`")).collect();
+            format!("; {} too", crate::text::first_few(&names, 3, ", "))
         }
     };
     format!(

@@ -620,44 +620,40 @@ impl GameProcess {
 
     /// `reset`: starts an episode; its first observation.
     pub async fn reset(&mut self, seed: i64) -> Result<Result<Seen, Refusal>, Failure> {
-        let wire = self.request(Op::Reset, RequestArg::Seed(seed)).await?;
-        if !wire.ok {
-            return Ok(Err(refusal(wire)));
-        }
-        let Some(read) = wire.observation else {
-            return Err(self
-                .violation(
-                    Op::Reset,
-                    "the answer has no observation".into(),
-                    String::new(),
-                )
-                .await);
-        };
-        self.seen(Op::Reset, read).await.map(Ok)
+        let answered = self.observed(Op::Reset, RequestArg::Seed(seed)).await?;
+        Ok(answered.map(|(seen, _)| seen))
     }
 
     /// `act`: one action; the observation after it.
     pub async fn act(&mut self, action: &str) -> Result<Result<Acted, Refusal>, Failure> {
-        let wire = self.request(Op::Act, RequestArg::Action(action)).await?;
-        if !wire.ok {
-            return Ok(Err(refusal(wire)));
+        let answered = self.observed(Op::Act, RequestArg::Action(action)).await?;
+        Ok(answered.map(|(seen, answer)| Acted {
+            seen,
+            reward: answer.reward.unwrap_or(0.0),
+            done: answer.done.unwrap_or(false),
+            events: answer.events,
+        }))
+    }
+
+    /// Asks `op` (`reset`, `act`): the game's refusal, or the observation
+    /// its answer must carry with the rest of the answer (a violation when
+    /// it carries none, or one that is no observation).
+    async fn observed(
+        &mut self,
+        op: Op,
+        arg: RequestArg<'_>,
+    ) -> Result<Result<(Seen, Answer), Refusal>, Failure> {
+        let mut answer = self.request(op, arg).await?;
+        if !answer.ok {
+            return Ok(Err(refusal(answer)));
         }
-        let Some(read) = wire.observation else {
+        let Some(read) = answer.observation.take() else {
             return Err(self
-                .violation(
-                    Op::Act,
-                    "the answer has no observation".into(),
-                    String::new(),
-                )
+                .violation(op, "the answer has no observation".into(), String::new())
                 .await);
         };
-        let seen = self.seen(Op::Act, read).await?;
-        Ok(Ok(Acted {
-            seen,
-            reward: wire.reward.unwrap_or(0.0),
-            done: wire.done.unwrap_or(false),
-            events: wire.events,
-        }))
+        let seen = self.seen(op, read).await?;
+        Ok(Ok((seen, answer)))
     }
 
     async fn seen(&mut self, during: Op, read: Result<Seen, Malformed>) -> Result<Seen, Failure> {

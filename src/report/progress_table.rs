@@ -385,7 +385,6 @@ pub fn section(md: &mut String, agg: &Aggregate) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::play::cell_report::{GameInfo, Metrics};
     use crate::play::goal::Progress;
 
     /// A cell of `persona` × `controller` that ended as `state` with
@@ -400,21 +399,7 @@ mod tests {
         let step = format!("play[{persona},{controller},1]");
         CellInput {
             report: Some(CellReport {
-                report: 1,
-                persona: persona.into(),
-                controller: controller.into(),
-                player: "explorer".into(),
-                seed: 1,
-                game: GameInfo {
-                    command: vec!["builtin:maze".into()],
-                    name: "maze".into(),
-                    version: "1".into(),
-                },
-                state,
-                actions_taken: 12,
                 quit_reason: crate::play::QuitReason::Patience,
-                findings: Vec::new(),
-                metrics: Metrics::default(),
                 progress: Progress {
                     goal_reached: goal.is_some(),
                     goal_step: goal,
@@ -423,15 +408,7 @@ mod tests {
                     sometimes: [("a coin".to_owned(), score > 0.0)].into(),
                     ..Progress::default()
                 },
-                leaked: Vec::new(),
-                not_played: None,
-                warnings: Vec::new(),
-                notes: Vec::new(),
-                quit_detail: None,
-                felt: None,
-                model: None,
-                repeat: None,
-                video: None,
+                ..CellReport::maze(persona, controller, state)
             }),
             report_sha256: None,
             report_md: format!("steps/{step}/report.md"),

@@ -406,19 +406,16 @@ mod tests {
             })
             .collect();
         let mut lens = LensReport {
-            name: "l".into(),
-            lens: "l".into(),
-            reviewer: None,
-            kind: "command".into(),
-            over: "files".into(),
-            status: Status::SendReady,
             units,
-            judged: 0,
-            reused: 0,
             calls: 1,
-            errors: Vec::new(),
             stderr_tail: Some("boom".into()),
-            usage: None,
+            ..LensReport::new(
+                "l".into(),
+                "l".into(),
+                None,
+                "command".into(),
+                "files".into(),
+            )
         };
         lens.status = lens.judge_status();
         Review::of("g", lens.status, vec![lens])

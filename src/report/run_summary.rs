@@ -79,14 +79,9 @@ pub fn text(report: &RunReport, color: bool) -> String {
             .collect();
         let _ = writeln!(
             out,
-            "  {}: {} {} {}: {}",
+            "  {}: {} {}: {}",
             paint(color, "31", "failed"),
-            super::plural(fail_on.matched.len(), "finding"),
-            if fail_on.matched.len() == 1 {
-                "matches"
-            } else {
-                "match"
-            },
+            matched(fail_on),
             fail_on_named(fail_on),
             found.join(", ")
         );
@@ -99,24 +94,30 @@ pub fn text(report: &RunReport, color: bool) -> String {
     out
 }
 
-/// Steps an incomplete one stopped: a gate that could not judge
-/// everything must not read as if the gates after it passed.
+/// Steps an incomplete one stopped, each with why: a gate that could not
+/// judge everything must not read as if the gates after it passed.
+fn not_run(report: &RunReport) -> impl Iterator<Item = (&str, &str)> {
+    report.steps.iter().filter_map(|step| {
+        let why = step
+            .message
+            .as_deref()
+            .and_then(|m| m.strip_prefix(super::run::NOT_RUN))?;
+        (step.state == StepState::Skipped).then_some((step.id.as_str(), why))
+    })
+}
+
 fn not_run_text(out: &mut String, report: &RunReport, color: bool) {
-    for step in &report.steps {
-        if step.state == StepState::Skipped
-            && let Some(why) = step
-                .message
-                .as_deref()
-                .and_then(|m| m.strip_prefix(super::run::NOT_RUN))
-        {
-            let _ = writeln!(
-                out,
-                "  {}: {}: {why}",
-                paint(color, "33", "not run"),
-                step.id
-            );
-        }
+    for (id, why) in not_run(report) {
+        let _ = writeln!(out, "  {}: {id}: {why}", paint(color, "33", "not run"));
     }
+}
+
+/// How many findings `fail_on` matched, with its verb ("2 findings
+/// match"), as the text, the markdown and the `JUnit` case all say it.
+fn matched(fail_on: &FailOnReport) -> String {
+    let n = fail_on.matched.len();
+    let verb = if n == 1 { "matches" } else { "match" };
+    format!("{} {verb}", super::plural(n, "finding"))
 }
 
 /// `--fail-on crash,high`, or the plan's key when it judged.
@@ -336,16 +337,7 @@ fn fail_on_case(report: &RunReport, fail_on: &FailOnReport) -> TestCase {
         TestCaseStatus::success()
     } else {
         let mut s = TestCaseStatus::non_success(NonSuccessKind::Failure);
-        s.set_message(format!(
-            "{} {} {}",
-            super::plural(fail_on.matched.len(), "finding"),
-            if fail_on.matched.len() == 1 {
-                "matches"
-            } else {
-                "match"
-            },
-            fail_on_named(fail_on)
-        ));
+        s.set_message(format!("{} {}", matched(fail_on), fail_on_named(fail_on)));
         let lines: Vec<String> = fail_on
             .matched
             .iter()
@@ -382,17 +374,8 @@ pub fn markdown(report: &RunReport) -> String {
             "The run's page: `{page}` (keep the run's directory as an artifact to open it).\n"
         );
     }
-    // Steps an incomplete one stopped: a gate that could not judge
-    // everything must not read as if the gates after it passed.
-    for step in &report.steps {
-        if step.state == StepState::Skipped
-            && let Some(why) = step
-                .message
-                .as_deref()
-                .and_then(|m| m.strip_prefix(super::run::NOT_RUN))
-        {
-            let _ = writeln!(out, "**Not run:** `{}`: {why}\n", step.id);
-        }
+    for (id, why) in not_run(report) {
+        let _ = writeln!(out, "**Not run:** `{id}`: {why}\n");
     }
     // What step kinds add (a gate's verdicts, a settlement), as printed at
     // the end of the run: a CI page shows the gates' verdicts, not only
@@ -414,13 +397,8 @@ pub fn markdown(report: &RunReport) -> String {
             .collect();
         let _ = writeln!(
             out,
-            "**Failed:** {} {} `{}`: {}\n",
-            super::plural(fail_on.matched.len(), "finding"),
-            if fail_on.matched.len() == 1 {
-                "matches"
-            } else {
-                "match"
-            },
+            "**Failed:** {} `{}`: {}\n",
+            matched(fail_on),
             fail_on_named(fail_on),
             ids.join(", ")
         );

@@ -11,24 +11,25 @@ use crate::report::ledger::dollars;
 pub fn bought(registered: &Registered) -> String {
     let job = &registered.job;
     let runs = job.runs.len();
-    let mut line = format!(
+    let line = format!(
         "bought job {}: {runs} run{}, {} charged; balance {}",
         job.id,
         if runs == 1 { "" } else { "s" },
         dollars(job.charged_cents),
         dollars(registered.balance_cents)
     );
-    if registered.replayed {
-        line.push_str(" (already bought: the journaled key was replayed, nothing charged twice)");
-    }
-    line
+    replayed(
+        line,
+        registered.replayed,
+        "already bought: the journaled key was replayed, nothing charged twice",
+    )
 }
 
 /// The line `finish` prints, and the summary shows, once the job is settled.
 pub fn settled(finished: &Finished) -> String {
     let s = &finished.settlement;
     let unplayed = s.refunded_runs.len();
-    let mut line = format!(
+    let line = format!(
         "settled job {}: charged {}, refunded {} for {unplayed} unplayed run{}, net {}; balance {}",
         s.job_id,
         dollars(s.charged_cents),
@@ -37,10 +38,21 @@ pub fn settled(finished: &Finished) -> String {
         dollars(s.net_cents),
         dollars(finished.balance_cents)
     );
-    if finished.replayed {
-        line.push_str(" (settled earlier: this finish refunded nothing more)");
+    replayed(
+        line,
+        finished.replayed,
+        "settled earlier: this finish refunded nothing more",
+    )
+}
+
+/// `line`, and why nothing moved again when the backend answered a call
+/// it had already answered (an idempotent replay).
+fn replayed(line: String, replayed: bool, why: &str) -> String {
+    if replayed {
+        format!("{line} ({why})")
+    } else {
+        line
     }
-    line
 }
 
 #[cfg(test)]

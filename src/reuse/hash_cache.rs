@@ -375,13 +375,7 @@ impl FileHashCache {
         root: &Path,
         paths: &[S],
     ) -> Result<BTreeMap<String, String>, ReuseError> {
-        paths
-            .iter()
-            .map(|rel| {
-                let rel = rel.as_ref();
-                Ok((rel.to_owned(), self.hash(root, rel)?))
-            })
-            .collect()
+        hash_each(paths, |rel| self.hash(root, rel))
     }
 
     /// Writes the cache atomically, merged with entries another process saved
@@ -425,14 +419,25 @@ pub fn hash_fresh<S: AsRef<str>>(
     base: &Path,
     paths: &[S],
 ) -> Result<BTreeMap<String, String>, ReuseError> {
+    hash_each(paths, |rel| {
+        check_rel_path(rel)?;
+        let path = join_rel(base, rel);
+        let (_, sha256) = hash_file(&path).map_err(io_error("read", &path))?;
+        Ok(sha256)
+    })
+}
+
+/// Each of `paths` (relative) with its sha256 by `hash`, as the `inputs`
+/// map of a key: the cached and the fresh hashes make the same map.
+fn hash_each<S: AsRef<str>>(
+    paths: &[S],
+    mut hash: impl FnMut(&str) -> Result<String, ReuseError>,
+) -> Result<BTreeMap<String, String>, ReuseError> {
     paths
         .iter()
         .map(|rel| {
             let rel = rel.as_ref();
-            check_rel_path(rel)?;
-            let path = join_rel(base, rel);
-            let (_, sha256) = hash_file(&path).map_err(io_error("read", &path))?;
-            Ok((rel.to_owned(), sha256))
+            Ok((rel.to_owned(), hash(rel)?))
         })
         .collect()
 }
@@ -531,6 +536,26 @@ mod tests {
         state: tempfile::TempDir,
     }
 
+    impl Fixture {
+        /// `a.txt` under the root holding `content`, written an hour ago (so
+        /// its stat can be trusted): its path and that time.
+        fn old_a(&self, content: &[u8]) -> (PathBuf, SystemTime) {
+            let (file, old) = (self.root.path().join("a.txt"), an_hour_ago());
+            write_old(&file, content, old);
+            (file, old)
+        }
+
+        /// The cache as a run loads it from the state dir.
+        fn cache(&self) -> FileHashCache {
+            FileHashCache::load(self.state.path())
+        }
+
+        /// `a.txt`'s hash through `cache`.
+        fn hash_a(&self, cache: &mut FileHashCache) -> String {
+            cache.hash(self.root.path(), "a.txt").expect("hash")
+        }
+    }
+
     fn fixture() -> Fixture {
         Fixture {
             root: tempfile::tempdir().expect("root"),
@@ -557,22 +582,32 @@ mod tests {
         set_mtime(path, mtime);
     }
 
+    /// An old `a.txt` holding `content` hashed through one cache before and
+    /// after `change` is done to it: both hashes, and the files it read.
+    fn around(content: &[u8], change: impl FnOnce(&Path)) -> (String, String, u64) {
+        let f = fixture();
+        let (file, _) = f.old_a(content);
+        let mut cache = f.cache();
+        let before = f.hash_a(&mut cache);
+        change(&file);
+        let after = f.hash_a(&mut cache);
+        (before, after, cache.files_read())
+    }
+
     #[test]
     fn unchanged_file_is_not_read_again_even_after_reload() {
         let f = fixture();
-        let file = f.root.path().join("a.txt");
-        let old = an_hour_ago();
-        write_old(&file, b"aaaa", old);
+        f.old_a(b"aaaa");
 
-        let mut cache = FileHashCache::load(f.state.path());
-        let first = cache.hash(f.root.path(), "a.txt").expect("hash");
+        let mut cache = f.cache();
+        let first = f.hash_a(&mut cache);
         assert_eq!(first, sha256_hex(b"aaaa"));
-        assert_eq!(cache.hash(f.root.path(), "a.txt").expect("hash"), first);
+        assert_eq!(f.hash_a(&mut cache), first);
         assert_eq!(cache.files_read(), 1);
         cache.save().expect("save");
 
-        let mut reloaded = FileHashCache::load(f.state.path());
-        assert_eq!(reloaded.hash(f.root.path(), "a.txt").expect("hash"), first);
+        let mut reloaded = f.cache();
+        assert_eq!(f.hash_a(&mut reloaded), first);
         assert_eq!(reloaded.files_read(), 0);
     }
 
@@ -581,14 +616,9 @@ mod tests {
     #[test]
     fn in_place_rewrite_with_mtime_put_back_is_read_again() {
         let f = fixture();
-        let file = f.root.path().join("a.txt");
-        let old = an_hour_ago();
-        write_old(&file, b"aaaa", old);
-        let mut cache = FileHashCache::load(f.state.path());
-        assert_eq!(
-            cache.hash(f.root.path(), "a.txt").expect("hash"),
-            sha256_hex(b"aaaa")
-        );
+        let (file, old) = f.old_a(b"aaaa");
+        let mut cache = f.cache();
+        assert_eq!(f.hash_a(&mut cache), sha256_hex(b"aaaa"));
         cache.save().expect("save");
         // The ctime of the first write must be older than the rewrite's.
         std::thread::sleep(Duration::from_millis(20));
@@ -597,11 +627,8 @@ mod tests {
         handle.write_all(b"bbbb").expect("overwrite in place");
         handle.set_modified(old).expect("put the mtime back");
         drop(handle);
-        let mut reloaded = FileHashCache::load(f.state.path());
-        assert_eq!(
-            reloaded.hash(f.root.path(), "a.txt").expect("hash"),
-            sha256_hex(b"bbbb")
-        );
+        let mut reloaded = f.cache();
+        assert_eq!(f.hash_a(&mut reloaded), sha256_hex(b"bbbb"));
         assert_eq!(reloaded.files_read(), 1);
     }
 
@@ -634,27 +661,18 @@ mod tests {
 
     #[test]
     fn touched_file_is_read_again_and_keeps_its_hash() {
-        let f = fixture();
-        let file = f.root.path().join("a.txt");
-        write_old(&file, b"content", an_hour_ago());
-        let mut cache = FileHashCache::load(f.state.path());
-        let before = cache.hash(f.root.path(), "a.txt").expect("hash");
-
-        set_mtime(&file, an_hour_ago() + Duration::from_secs(60));
-        let after = cache.hash(f.root.path(), "a.txt").expect("hash");
+        let (before, after, read) = around(b"content", |file| {
+            set_mtime(file, an_hour_ago() + Duration::from_secs(60));
+        });
         assert_eq!(after, before);
-        assert_eq!(cache.files_read(), 2);
+        assert_eq!(read, 2);
     }
 
     #[test]
     fn changed_content_with_new_mtime_gives_new_hash() {
-        let f = fixture();
-        let file = f.root.path().join("a.txt");
-        write_old(&file, b"one", an_hour_ago());
-        let mut cache = FileHashCache::load(f.state.path());
-        let before = cache.hash(f.root.path(), "a.txt").expect("hash");
-        write_old(&file, b"two", an_hour_ago() + Duration::from_secs(1));
-        let after = cache.hash(f.root.path(), "a.txt").expect("hash");
+        let (before, after, _) = around(b"one", |file| {
+            write_old(file, b"two", an_hour_ago() + Duration::from_secs(1));
+        });
         assert_ne!(after, before);
         assert_eq!(after, sha256_hex(b"two"));
     }
@@ -665,7 +683,7 @@ mod tests {
         let file = f.root.path().join("fresh.txt");
         fs::write(&file, b"just written").expect("write");
 
-        let mut cache = FileHashCache::load(f.state.path());
+        let mut cache = f.cache();
         let hash = cache.hash(f.root.path(), "fresh.txt").expect("hash");
         assert_eq!(cache.hash(f.root.path(), "fresh.txt").expect("hash"), hash);
         assert_eq!(
@@ -675,7 +693,7 @@ mod tests {
         );
         cache.save().expect("save");
 
-        let mut reloaded = FileHashCache::load(f.state.path());
+        let mut reloaded = f.cache();
         reloaded.hash(f.root.path(), "fresh.txt").expect("hash");
         assert_eq!(reloaded.files_read(), 1, "nor after a reload");
 
@@ -698,15 +716,15 @@ mod tests {
             b"{\"format\":1,\"entries\":{\"../x\":{\"stat\":{\"size\":1,\"mtime_ns\":0,\"inode\":0},\"hashed_at_ns\":9,\"sha256\":\"zz\"}}}",
         ] {
             fs::write(&cache_file, garbage).expect("write garbage");
-            let mut cache = FileHashCache::load(f.state.path());
+            let mut cache = f.cache();
             assert_eq!(
-                cache.hash(f.root.path(), "a.txt").expect("hash"),
+                f.hash_a(&mut cache),
                 sha256_hex(b"a")
             );
             assert_eq!(cache.files_read(), 1);
             cache.save().expect("save replaces the garbage");
-            let mut reloaded = FileHashCache::load(f.state.path());
-            reloaded.hash(f.root.path(), "a.txt").expect("hash");
+            let mut reloaded = f.cache();
+            f.hash_a(&mut reloaded);
             assert_eq!(reloaded.files_read(), 0);
         }
     }
@@ -716,13 +734,13 @@ mod tests {
         let f = fixture();
         write_old(&f.root.path().join("a.txt"), b"a", an_hour_ago());
         write_old(&f.root.path().join("b.txt"), b"b", an_hour_ago());
-        let mut first = FileHashCache::load(f.state.path());
-        let mut second = FileHashCache::load(f.state.path());
-        first.hash(f.root.path(), "a.txt").expect("hash");
+        let mut first = f.cache();
+        let mut second = f.cache();
+        f.hash_a(&mut first);
         second.hash(f.root.path(), "b.txt").expect("hash");
         first.save().expect("save");
         second.save().expect("save");
-        let mut reloaded = FileHashCache::load(f.state.path());
+        let mut reloaded = f.cache();
         let all = reloaded
             .hash_all(f.root.path(), &["a.txt", "b.txt"])
             .expect("hash all");
@@ -734,7 +752,7 @@ mod tests {
     #[test]
     fn missing_file_and_bad_path_are_errors_naming_the_path() {
         let f = fixture();
-        let mut cache = FileHashCache::load(f.state.path());
+        let mut cache = f.cache();
         let error = cache.hash(f.root.path(), "gone.txt").expect_err("missing");
         assert!(error.to_string().contains("gone.txt"), "{error}");
         let error = cache.hash(f.root.path(), "../x").expect_err("escape");
@@ -755,7 +773,7 @@ mod tests {
                 old,
             );
         }
-        let mut cache = FileHashCache::load(f.state.path());
+        let mut cache = f.cache();
         // Budget for 3 of the 7-byte files: the rest are hashed, not kept.
         let found = cache.hash_many(f.root.path(), &paths, 3, 21);
         let kept = found
@@ -774,7 +792,7 @@ mod tests {
         }
         assert_eq!(cache.files_read(), 40);
         cache.save().expect("save");
-        let mut again = FileHashCache::load(f.state.path());
+        let mut again = f.cache();
         let found = again.hash_many(f.root.path(), &paths, 2, usize::MAX);
         assert_eq!(again.files_read(), 0, "an unchanged tree is not read again");
         assert!(
@@ -795,7 +813,7 @@ mod tests {
     #[test]
     fn save_without_reads_writes_nothing() {
         let f = fixture();
-        FileHashCache::load(f.state.path()).save().expect("save");
+        f.cache().save().expect("save");
         assert!(!f.state.path().join(CACHE_FILE).exists());
     }
 
@@ -805,9 +823,8 @@ mod tests {
     #[test]
     fn a_shared_stat_serves_one_key_computation_and_no_later_hash() {
         let f = fixture();
-        let file = f.root.path().join("a.txt");
-        write_old(&file, b"aaaa", an_hour_ago());
-        let mut cache = FileHashCache::load(f.state.path());
+        let (file, _) = f.old_a(b"aaaa");
+        let mut cache = f.cache();
         cache.hash(f.root.path(), "a.txt").expect("first hash");
 
         let sharing = crate::reuse::share_stats();
@@ -816,20 +833,14 @@ mod tests {
         // The file changes between expansion and hash: the key still
         // describes the file as it was when expanded (the stat shared).
         write_old(&file, b"bbbbbb", an_hour_ago());
-        assert_eq!(
-            cache.hash(f.root.path(), "a.txt").expect("hash"),
-            sha256_hex(b"aaaa")
-        );
+        assert_eq!(f.hash_a(&mut cache), sha256_hex(b"aaaa"));
         // Taken once: a second hash in the same computation stats again.
-        assert_eq!(
-            cache.hash(f.root.path(), "a.txt").expect("hash"),
-            sha256_hex(b"bbbbbb")
-        );
+        assert_eq!(f.hash_a(&mut cache), sha256_hex(b"bbbbbb"));
         crate::reuse::expand_inputs(f.root.path(), &["a.txt"]).expect("expand");
         drop(sharing);
         write_old(&file, b"cccccccc", an_hour_ago());
         assert_eq!(
-            cache.hash(f.root.path(), "a.txt").expect("hash"),
+            f.hash_a(&mut cache),
             sha256_hex(b"cccccccc"),
             "a stat left over from a finished computation is never used"
         );

@@ -438,21 +438,13 @@ pub async fn judge_lens(
     units: Result<Vec<Unit>, String>,
 ) -> LensReport {
     let name = instance_name(lens, reviewer);
-    let mut report = LensReport {
-        name: name.clone(),
-        lens: lens.name.clone(),
-        reviewer: reviewer.map(|r| r.slug.clone()),
-        kind: kind_name(lens).to_owned(),
-        over: over_name(lens),
-        status: Status::SendReady,
-        units: Vec::new(),
-        judged: 0,
-        reused: 0,
-        calls: 0,
-        errors: Vec::new(),
-        stderr_tail: None,
-        usage: None,
-    };
+    let mut report = LensReport::new(
+        name.clone(),
+        lens.name.clone(),
+        reviewer.map(|r| r.slug.clone()),
+        kind_name(lens).to_owned(),
+        over_name(lens),
+    );
     let units = match units {
         Ok(units) => units,
         Err(e) => {
@@ -820,19 +812,15 @@ pub async fn judge_gate(
     for name in &gate.lenses {
         let Some(lens) = plan.lenses.iter().find(|l| &l.name == name) else {
             let mut missing = LensReport {
-                name: name.clone(),
-                lens: name.clone(),
-                reviewer: None,
-                kind: String::new(),
-                over: String::new(),
                 status: Status::Incomplete,
-                units: Vec::new(),
-                judged: 0,
-                reused: 0,
-                calls: 0,
                 errors: vec![format!("lens `{name}` is not in the plan")],
-                stderr_tail: None,
-                usage: None,
+                ..LensReport::new(
+                    name.clone(),
+                    name.clone(),
+                    None,
+                    String::new(),
+                    String::new(),
+                )
             };
             missing.status = missing.judge_status();
             lenses.push(missing);

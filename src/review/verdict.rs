@@ -170,6 +170,33 @@ pub struct LensReport {
 }
 
 impl LensReport {
+    /// The report of lens `lens` (instance `name`, as `reviewer`), a
+    /// `kind` lens over `over`, before it judged anything: no units, no
+    /// calls, no errors, send-ready until its verdicts say otherwise.
+    pub fn new(
+        name: String,
+        lens: String,
+        reviewer: Option<String>,
+        kind: String,
+        over: String,
+    ) -> LensReport {
+        LensReport {
+            name,
+            lens,
+            reviewer,
+            kind,
+            over,
+            status: Status::SendReady,
+            units: Vec::new(),
+            judged: 0,
+            reused: 0,
+            calls: 0,
+            errors: Vec::new(),
+            stderr_tail: None,
+            usage: None,
+        }
+    }
+
     /// Units whose verdict is `missing`.
     pub fn missing(&self) -> impl Iterator<Item = &UnitVerdict> {
         self.units.iter().filter(|u| u.verdict == Verdict::Missing)
@@ -338,19 +365,8 @@ mod tests {
 
     fn lens(units: Vec<UnitVerdict>) -> LensReport {
         LensReport {
-            name: "l".into(),
-            lens: "l".into(),
-            reviewer: None,
-            kind: "rule".into(),
-            over: "files".into(),
-            status: Status::SendReady,
             units,
-            judged: 0,
-            reused: 0,
-            calls: 0,
-            errors: Vec::new(),
-            stderr_tail: None,
-            usage: None,
+            ..LensReport::new("l".into(), "l".into(), None, "rule".into(), "files".into())
         }
     }
 

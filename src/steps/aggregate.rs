@@ -127,10 +127,8 @@ impl Kind for Aggregate {
 
     fn run<'a>(&'a self, cx: &'a StepContext, io: &'a StepIo) -> BoxFuture<'a, StepOutcome> {
         Box::pin(async move {
-            if *cx.cancel.borrow() {
-                return StepOutcome::Interrupted {
-                    message: "stopped before the reports were merged".into(),
-                };
+            if let Some(stop) = cx.stopped("stopped before the reports were merged") {
+                return stop;
             }
             io.mark_started();
             match write(cx) {

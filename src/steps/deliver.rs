@@ -137,10 +137,8 @@ impl Deliver {
             ));
             return Ok(StepOutcome::Succeeded);
         };
-        if *cx.cancel.borrow() {
-            return Err(StepOutcome::Interrupted {
-                message: "stopped before the cell's files were uploaded".into(),
-            });
+        if let Some(stop) = cx.stopped("stopped before the cell's files were uploaded") {
+            return Err(stop);
         }
         io.mark_started();
         let dir = io

@@ -10,17 +10,12 @@ use std::sync::{Arc, Mutex};
 use serde_json::{Value, json};
 
 use super::*;
-use crate::backend::api::{
-    AggregateCompleteRequest, AggregatePublished, Cell, Completed, Estimate, EstimateRequest,
-    Finished, Heartbeat, HeartbeatRequest, JobRef, JobView, RegisterRequest, Registered, RunLength,
-    RunView, Token, Transitioned, Uploaded, Whoami,
-};
+use crate::backend::Backend;
+use crate::backend::api::{Cell, EstimateRequest, RegisterRequest, RunLength, RunView, Token};
 use crate::backend::ledger::{DEMO_TOKEN, Ledger};
-use crate::backend::local::LocalBackend;
-use crate::backend::{Backend, Call};
+use crate::backend::local::{LocalBackend, Tampered};
 use crate::journal::run::Checkpoint;
-use crate::play::QuitReason;
-use crate::play::cell_report::{GameInfo, Metrics, NotPlayed};
+use crate::play::cell_report::NotPlayed;
 use crate::steps::money::{CellRun, JOB, JobRecord};
 use crate::steps::{CheckpointBook, CheckpointSink, Confirm, Kind};
 
@@ -87,101 +82,6 @@ struct No;
 impl Confirm for No {
     fn confirm(&self, _question: &str) -> bool {
         false
-    }
-}
-
-/// Drops the first upload of one file name on the floor (answering as if
-/// it was stored): a lost write the repair pass must mend.
-struct Lossy {
-    inner: LocalBackend,
-    drop_once: Mutex<Option<String>>,
-    completes: std::sync::atomic::AtomicUsize,
-}
-
-impl Backend for Lossy {
-    fn name(&self) -> &'static str {
-        "lossy"
-    }
-    fn whoami<'a>(&'a self, token: &'a Token) -> Call<'a, Whoami> {
-        self.inner.whoami(token)
-    }
-    fn estimate<'a>(
-        &'a self,
-        token: &'a Token,
-        game: &'a str,
-        request: &'a EstimateRequest,
-    ) -> Call<'a, Estimate> {
-        self.inner.estimate(token, game, request)
-    }
-    fn register<'a>(
-        &'a self,
-        token: &'a Token,
-        game: &'a str,
-        key: &'a str,
-        request: &'a RegisterRequest,
-    ) -> Call<'a, Registered> {
-        self.inner.register(token, game, key, request)
-    }
-    fn transition<'a>(
-        &'a self,
-        token: &'a Token,
-        run: &'a RunRef,
-        request: &'a TransitionRequest,
-    ) -> Call<'a, Transitioned> {
-        self.inner.transition(token, run, request)
-    }
-    fn heartbeat<'a>(
-        &'a self,
-        token: &'a Token,
-        run: &'a RunRef,
-        request: &'a HeartbeatRequest,
-    ) -> Call<'a, Heartbeat> {
-        self.inner.heartbeat(token, run, request)
-    }
-    fn upload<'a>(
-        &'a self,
-        token: &'a Token,
-        target: &'a UploadTarget,
-        request: &'a UploadRequest,
-    ) -> Call<'a, Uploaded> {
-        let mut drop = self.drop_once.lock().unwrap();
-        if drop.as_deref() == Some(request.name.as_str()) {
-            *drop = None;
-            let answer = Uploaded {
-                name: request.name.clone(),
-                size: i64::try_from(request.body.len()).unwrap(),
-                sha256: request.sha256.clone(),
-            };
-            return Box::pin(async move { Ok(answer) });
-        }
-        self.inner.upload(token, target, request)
-    }
-    fn complete<'a>(
-        &'a self,
-        token: &'a Token,
-        run: &'a RunRef,
-        request: &'a CompleteRequest,
-    ) -> Call<'a, Completed> {
-        self.completes
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        self.inner.complete(token, run, request)
-    }
-    fn aggregate_complete<'a>(
-        &'a self,
-        token: &'a Token,
-        job: &'a JobRef,
-        request: &'a AggregateCompleteRequest,
-    ) -> Call<'a, AggregatePublished> {
-        self.inner.aggregate_complete(token, job, request)
-    }
-    fn finish<'a>(&'a self, token: &'a Token, job: &'a JobRef) -> Call<'a, Finished> {
-        self.inner.finish(token, job)
-    }
-    fn get_job<'a>(&'a self, token: &'a Token, job: &'a JobRef) -> Call<'a, JobView> {
-        self.inner.get_job(token, job)
-    }
-    fn get_run<'a>(&'a self, token: &'a Token, run: &'a RunRef) -> Call<'a, RunView> {
-        self.inner.get_run(token, run)
     }
 }
 
@@ -410,33 +310,7 @@ fn persona(cell: &str) -> &str {
 }
 
 fn report(cell: &str, state: CellState) -> CellReport {
-    CellReport {
-        report: 1,
-        persona: persona(cell).to_owned(),
-        controller: "standard".into(),
-        player: "explorer".into(),
-        seed: 1,
-        game: GameInfo {
-            command: vec!["builtin:maze".into()],
-            name: "maze".into(),
-            version: "1".into(),
-        },
-        state,
-        actions_taken: 12,
-        quit_reason: QuitReason::Done,
-        findings: Vec::new(),
-        metrics: Metrics::default(),
-        progress: crate::play::goal::Progress::default(),
-        leaked: Vec::new(),
-        not_played: None,
-        warnings: Vec::new(),
-        notes: Vec::new(),
-        quit_detail: None,
-        felt: None,
-        model: None,
-        repeat: None,
-        video: None,
-    }
+    CellReport::maze(persona(cell), "standard", state)
 }
 
 fn deliver() -> Deliver {
@@ -531,11 +405,7 @@ fn a_bought_cell_is_uploaded_and_completed_and_a_resume_finds_it_done_without_a_
 
     // A resume (the step ran again with what it journaled) calls nothing:
     // a backend that counts completes sees none.
-    let counting = Arc::new(Lossy {
-        inner: LocalBackend::new(Arc::clone(&f.ledger)),
-        drop_once: Mutex::new(None),
-        completes: 0.into(),
-    });
+    let counting = Arc::new(Tampered::new(Arc::clone(&f.ledger)));
     let (again, sink) = f.io(
         &id,
         &[KID],
@@ -626,10 +496,9 @@ fn one_lost_upload_is_repaired_and_a_file_that_cannot_be_verified_fails_naming_i
     let f = Fixture::new(&[KID, VET]);
     f.played(KID);
     f.played(VET);
-    let lossy = Arc::new(Lossy {
-        inner: LocalBackend::new(Arc::clone(&f.ledger)),
+    let lossy = Arc::new(Tampered {
         drop_once: Mutex::new(Some("trace.jsonl".into())),
-        completes: 0.into(),
+        ..Tampered::new(Arc::clone(&f.ledger))
     });
     let id = deliver_id(KID);
     let cx = f.context(&id);

@@ -160,10 +160,8 @@ async fn run(cx: &StepContext, io: &StepIo) -> StepOutcome {
         dollars(quote.balance_cents)
     );
     if !io.confirm(&question).await {
-        if *cx.cancel.borrow() {
-            return StepOutcome::Interrupted {
-                message: format!("stopped at the price question. {NOTHING}"),
-            };
+        if let Some(stop) = cx.stopped(format!("stopped at the price question. {NOTHING}")) {
+            return stop;
         }
         return StepOutcome::Declined {
             message: format!(
@@ -191,10 +189,7 @@ async fn price(
     let request = EstimateRequest {
         cells: bought
             .iter()
-            .map(|c| Cell {
-                persona: c.persona.clone(),
-                controller: c.controller.clone(),
-            })
+            .map(|c| Cell::new(&c.persona, &c.controller))
             .collect(),
         modules: Vec::new(),
         run_length: length,

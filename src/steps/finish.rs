@@ -95,13 +95,11 @@ async fn run(cx: &StepContext, io: &StepIo) -> Result<StepOutcome, StepError> {
             job.job
         )));
     };
-    if *cx.cancel.borrow() {
-        return Ok(StepOutcome::Interrupted {
-            message: format!(
-                "stopped before job {} was settled; `gameplan plan resume` settles it",
-                job.job
-            ),
-        });
+    if let Some(stop) = cx.stopped(format!(
+        "stopped before job {} was settled; `gameplan plan resume` settles it",
+        job.job
+    )) {
+        return Ok(stop);
     }
     io.mark_started();
     io.request_once(CALL, || json!({ "job": job.job, "game": job.game }))

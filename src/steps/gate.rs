@@ -181,16 +181,10 @@ fn headline(review: &Review) -> String {
         let missing: Vec<&str> = lens.missing().map(|u| u.unit.as_str()).collect();
         if !standing.is_empty() {
             parts.push(format!(
-                "lens `{}` has {} ({}{})",
+                "lens `{}` has {} ({})",
                 lens.name,
                 crate::report::plural(standing.len(), "finding"),
-                standing
-                    .iter()
-                    .take(3)
-                    .cloned()
-                    .collect::<Vec<_>>()
-                    .join("; "),
-                if standing.len() > 3 { "; …" } else { "" }
+                crate::text::first_few(&standing, 3, "; "),
             ));
         }
         if !missing.is_empty() {
@@ -200,16 +194,10 @@ fn headline(review: &Review) -> String {
                 .and_then(|u| u.missing.clone())
                 .unwrap_or_default();
             parts.push(format!(
-                "lens `{}` left {} missing: {}{} ({why})",
+                "lens `{}` left {} missing: {} ({why})",
                 lens.name,
                 crate::report::plural(missing.len(), "unit"),
-                missing
-                    .iter()
-                    .take(5)
-                    .copied()
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                if missing.len() > 5 { ", …" } else { "" }
+                crate::text::first_few(&missing, 5, ", "),
             ));
         }
         for e in &lens.errors {
@@ -343,10 +331,8 @@ impl Kind for Gate {
 
     fn run<'a>(&'a self, cx: &'a StepContext, io: &'a StepIo) -> BoxFuture<'a, StepOutcome> {
         Box::pin(async move {
-            if *cx.cancel.borrow() {
-                return StepOutcome::Interrupted {
-                    message: "stopped before the gate judged anything".into(),
-                };
+            if let Some(stop) = cx.stopped("stopped before the gate judged anything") {
+                return stop;
             }
             io.mark_started();
             let gate = match gate_of(&cx.plan, &cx.step) {
@@ -388,10 +374,8 @@ impl Kind for Gate {
                 Err(e) => return e.into(),
             };
             self.keep(&cx.step_dir, review.clone());
-            if *cx.cancel.borrow() {
-                return StepOutcome::Interrupted {
-                    message: "stopped while the gate judged".into(),
-                };
+            if let Some(stop) = cx.stopped("stopped while the gate judged") {
+                return stop;
             }
             match review.status {
                 // A finding that stands is the more useful red; otherwise a

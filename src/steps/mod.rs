@@ -350,6 +350,16 @@ pub struct StepContext {
     pub baseline: Option<Arc<crate::report::baseline::Baseline>>,
 }
 
+impl StepContext {
+    /// `Interrupted`, saying `message`, once the run was stopped: a kind
+    /// asks before each thing it would start, and starts nothing after.
+    pub fn stopped(&self, message: impl Into<String>) -> Option<StepOutcome> {
+        (*self.cancel.borrow()).then(|| StepOutcome::Interrupted {
+            message: message.into(),
+        })
+    }
+}
+
 /// How one attempt of a step ended. Each maps to a step state and to an
 /// exit code by one order (`engine::outcome`).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -182,26 +182,22 @@ mod tests {
         let none = "Nothing was charged.";
         let mut lost = error(503, "ledger_unavailable");
         lost.uncertain = true;
-        assert!(matches!(
-            refusal(&lost, doing, none),
-            StepOutcome::Uncertain { .. }
-        ));
-        assert!(matches!(
-            refusal(&error(403, "missing_scope"), doing, none),
-            StepOutcome::Unauthorized { .. }
-        ));
-        assert!(matches!(
-            refusal(&error(402, "insufficient_balance"), doing, none),
-            StepOutcome::Refused { .. }
-        ));
-        assert!(matches!(
-            refusal(&error(409, "price_changed"), doing, none),
-            StepOutcome::Refused { .. }
-        ));
-        assert!(matches!(
-            refusal(&error(409, "charge_in_progress"), doing, none),
-            StepOutcome::Uncertain { .. }
-        ));
+        // The outcome each refusal is, which the run's exit code follows.
+        for (refused, expected) in [
+            (lost, "uncertain"),
+            (error(403, "missing_scope"), "unauthorized"),
+            (error(402, "insufficient_balance"), "refused"),
+            (error(409, "price_changed"), "refused"),
+            (error(409, "charge_in_progress"), "uncertain"),
+        ] {
+            let outcome = match refusal(&refused, doing, none) {
+                StepOutcome::Uncertain { .. } => "uncertain",
+                StepOutcome::Unauthorized { .. } => "unauthorized",
+                StepOutcome::Refused { .. } => "refused",
+                other => panic!("{}: {other:?}", refused.code),
+            };
+            assert_eq!(outcome, expected, "{}", refused.code);
+        }
         let StepOutcome::Failed { message, .. } =
             refusal(&error(422, "idempotency_mismatch"), doing, none)
         else {

@@ -182,10 +182,8 @@ impl Kind for Play {
 /// Plays the cell `spec` describes as the step's attempt: free, or paid
 /// when `register` bought a run for it (`steps::play_paid`).
 pub(crate) async fn run_cell(cx: &StepContext, io: &StepIo, spec: &CellSpec) -> StepOutcome {
-    if *cx.cancel.borrow() {
-        return StepOutcome::Interrupted {
-            message: "stopped before the cell started".into(),
-        };
+    if let Some(stop) = cx.stopped("stopped before the cell started") {
+        return stop;
     }
     // A retry plays a fresh cell: last attempt's files must not mix in
     // (nor be stored with this one's: its outputs are what is there).

@@ -97,10 +97,8 @@ async fn run(cx: &StepContext, io: &StepIo) -> Result<StepOutcome, StepError> {
             "register has no backend to buy the job from; nothing was charged".into(),
         ));
     };
-    if *cx.cancel.borrow() {
-        return Ok(StepOutcome::Interrupted {
-            message: "stopped before the job was bought; nothing was charged".into(),
-        });
+    if let Some(stop) = cx.stopped("stopped before the job was bought; nothing was charged") {
+        return Ok(stop);
     }
     io.mark_started();
     let request = io
@@ -181,10 +179,7 @@ fn request_of(quote: &QuoteRecord) -> RegisterRequest {
         cells: quote
             .cells
             .iter()
-            .map(|c| Cell {
-                persona: c.persona.clone(),
-                controller: c.controller.clone(),
-            })
+            .map(|c| Cell::new(&c.persona, &c.controller))
             .collect(),
         modules: quote.modules.clone(),
         run_length: quote.run_length,
@@ -418,115 +413,6 @@ mod tests {
         );
     }
 
-    /// The local ledger, except that the runs `register` answers come in
-    /// the reverse order: a backend whose job does not match the cells.
-    struct Reversed(crate::backend::local::LocalBackend);
-
-    impl crate::backend::Backend for Reversed {
-        fn name(&self) -> &'static str {
-            "reversed"
-        }
-
-        fn whoami<'a>(
-            &'a self,
-            token: &'a crate::backend::api::Token,
-        ) -> crate::backend::Call<'a, crate::backend::api::Whoami> {
-            self.0.whoami(token)
-        }
-
-        fn estimate<'a>(
-            &'a self,
-            token: &'a crate::backend::api::Token,
-            game: &'a str,
-            request: &'a crate::backend::api::EstimateRequest,
-        ) -> crate::backend::Call<'a, crate::backend::api::Estimate> {
-            self.0.estimate(token, game, request)
-        }
-
-        fn register<'a>(
-            &'a self,
-            token: &'a crate::backend::api::Token,
-            game: &'a str,
-            key: &'a str,
-            request: &'a RegisterRequest,
-        ) -> crate::backend::Call<'a, Registered> {
-            Box::pin(async move {
-                let mut registered = self.0.register(token, game, key, request).await?;
-                registered.job.runs.reverse();
-                Ok(registered)
-            })
-        }
-
-        fn transition<'a>(
-            &'a self,
-            token: &'a crate::backend::api::Token,
-            run: &'a crate::backend::api::RunRef,
-            request: &'a crate::backend::api::TransitionRequest,
-        ) -> crate::backend::Call<'a, crate::backend::api::Transitioned> {
-            self.0.transition(token, run, request)
-        }
-
-        fn heartbeat<'a>(
-            &'a self,
-            token: &'a crate::backend::api::Token,
-            run: &'a crate::backend::api::RunRef,
-            request: &'a crate::backend::api::HeartbeatRequest,
-        ) -> crate::backend::Call<'a, crate::backend::api::Heartbeat> {
-            self.0.heartbeat(token, run, request)
-        }
-
-        fn upload<'a>(
-            &'a self,
-            token: &'a crate::backend::api::Token,
-            target: &'a crate::backend::UploadTarget,
-            request: &'a crate::backend::api::UploadRequest,
-        ) -> crate::backend::Call<'a, crate::backend::api::Uploaded> {
-            self.0.upload(token, target, request)
-        }
-
-        fn complete<'a>(
-            &'a self,
-            token: &'a crate::backend::api::Token,
-            run: &'a crate::backend::api::RunRef,
-            request: &'a crate::backend::api::CompleteRequest,
-        ) -> crate::backend::Call<'a, crate::backend::api::Completed> {
-            self.0.complete(token, run, request)
-        }
-
-        fn aggregate_complete<'a>(
-            &'a self,
-            token: &'a crate::backend::api::Token,
-            job: &'a crate::backend::api::JobRef,
-            request: &'a crate::backend::api::AggregateCompleteRequest,
-        ) -> crate::backend::Call<'a, crate::backend::api::AggregatePublished> {
-            self.0.aggregate_complete(token, job, request)
-        }
-
-        fn finish<'a>(
-            &'a self,
-            token: &'a crate::backend::api::Token,
-            job: &'a crate::backend::api::JobRef,
-        ) -> crate::backend::Call<'a, crate::backend::api::Finished> {
-            self.0.finish(token, job)
-        }
-
-        fn get_job<'a>(
-            &'a self,
-            token: &'a crate::backend::api::Token,
-            job: &'a crate::backend::api::JobRef,
-        ) -> crate::backend::Call<'a, crate::backend::api::JobView> {
-            self.0.get_job(token, job)
-        }
-
-        fn get_run<'a>(
-            &'a self,
-            token: &'a crate::backend::api::Token,
-            run: &'a crate::backend::api::RunRef,
-        ) -> crate::backend::Call<'a, RunView> {
-            self.0.get_run(token, run)
-        }
-    }
-
     /// Checkpoints kept in memory, "durable" at once.
     struct Memory;
 
@@ -628,10 +514,7 @@ always = true
         let estimate = crate::backend::api::EstimateRequest {
             cells: cells
                 .iter()
-                .map(|c| Cell {
-                    persona: c.persona.clone(),
-                    controller: c.controller.clone(),
-                })
+                .map(|c| Cell::new(&c.persona, &c.controller))
                 .collect(),
             modules: Vec::new(),
             run_length: RunLength::Short,
@@ -659,9 +542,12 @@ always = true
         );
         let token = crate::backend::api::Token(crate::backend::ledger::DEMO_TOKEN.into());
         let connection = crate::backend::Connection {
-            backend: Arc::new(Reversed(crate::backend::local::LocalBackend::new(
-                Arc::clone(&ledger),
-            ))),
+            // The runs `register` answers come in the reverse order: a
+            // job that does not match the cells.
+            backend: Arc::new(crate::backend::local::Tampered {
+                reverse_runs: true,
+                ..crate::backend::local::Tampered::new(Arc::clone(&ledger))
+            }),
             token: token.clone(),
         };
         let runtime = tokio::runtime::Builder::new_current_thread()

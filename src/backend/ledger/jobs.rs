@@ -5,7 +5,7 @@ use rusqlite::{OptionalExtension, Transaction, params};
 
 use super::{
     AccountView, Caller, Db as _, JobRow, Ledger, LedgerView, QUOTE_SECONDS, RunRow, TokenRow,
-    UploadRow, authenticate, balance_of, check_text, entry, quotes, rfc3339, sha256_hex,
+    UploadRow, authenticate, balance_of, check_text, entry, quotes, rfc3339, rows, sha256_hex,
 };
 use crate::backend::api::{
     AggregateCompleteRequest, ApiError, Estimate, EstimateRequest, FileDigest, Finished, JobRef,
@@ -93,16 +93,12 @@ pub(super) fn run_view(tx: &Transaction<'_>, run: i64) -> Result<RunView, ApiErr
 
 /// Every run of `job`, in one query (a job may hold thousands).
 fn runs_of(tx: &Transaction<'_>, job: i64) -> Result<Vec<RunView>, ApiError> {
-    let mut statement = tx
-        .prepare_cached(&format!(
-            "SELECT {RUN_COLUMNS} FROM runs WHERE job = ?1 ORDER BY id"
-        ))
-        .db()?;
-    statement
-        .query_map(params![job], run_row)
-        .db()?
-        .collect::<Result<Vec<_>, _>>()
-        .db()
+    rows(
+        tx,
+        &format!("SELECT {RUN_COLUMNS} FROM runs WHERE job = ?1 ORDER BY id"),
+        params![job],
+        run_row,
+    )
 }
 
 fn settlement(tx: &Transaction<'_>, job: i64) -> Result<Option<Settlement>, ApiError> {
@@ -541,16 +537,12 @@ pub(super) fn lifetime_topups(tx: &Transaction<'_>, account: &str) -> Result<i12
 }
 
 pub(super) fn show(tx: &Transaction<'_>) -> Result<LedgerView, ApiError> {
-    let accounts: Vec<(String, i64)> = {
-        let mut statement = tx
-            .prepare("SELECT id, balance_cents FROM accounts ORDER BY id")
-            .db()?;
-        statement
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-            .db()?
-            .collect::<Result<_, _>>()
-            .db()?
-    };
+    let accounts: Vec<(String, i64)> = rows(
+        tx,
+        "SELECT id, balance_cents FROM accounts ORDER BY id",
+        [],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
     let sums = entry_sums(tx)?;
     let mut account_views = Vec::new();
     for (id, balance) in accounts {
@@ -573,16 +565,9 @@ pub(super) fn show(tx: &Transaction<'_>) -> Result<LedgerView, ApiError> {
             refunded_cents: cents(refunded),
         });
     }
-    let jobs: Vec<(i64, String)> = {
-        let mut statement = tx
-            .prepare("SELECT id, account FROM jobs ORDER BY id")
-            .db()?;
-        statement
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-            .db()?
-            .collect::<Result<_, _>>()
-            .db()?
-    };
+    let jobs: Vec<(i64, String)> = rows(tx, "SELECT id, account FROM jobs ORDER BY id", [], |r| {
+        Ok((r.get(0)?, r.get(1)?))
+    })?;
     let mut job_rows = Vec::new();
     for (job, account) in jobs {
         let view = job_view(tx, job)?;
@@ -613,25 +598,21 @@ pub(super) fn show(tx: &Transaction<'_>) -> Result<LedgerView, ApiError> {
                 .collect(),
         });
     }
-    let tokens: Vec<TokenRow> = {
-        let mut statement = tx
-            .prepare("SELECT account, scopes, created_at, revoked_at FROM tokens ORDER BY created_at, account")
-            .db()?;
-        statement
-            .query_map([], |r| {
-                let scopes: String = r.get(1)?;
-                let revoked: Option<i64> = r.get(3)?;
-                Ok(TokenRow {
-                    account: r.get(0)?,
-                    scopes: scopes.split(',').map(str::to_owned).collect(),
-                    created_at: rfc3339(r.get(2)?),
-                    revoked_at: revoked.map(rfc3339),
-                })
+    let tokens = rows(
+        tx,
+        "SELECT account, scopes, created_at, revoked_at FROM tokens ORDER BY created_at, account",
+        [],
+        |r| {
+            let scopes: String = r.get(1)?;
+            let revoked: Option<i64> = r.get(3)?;
+            Ok(TokenRow {
+                account: r.get(0)?,
+                scopes: scopes.split(',').map(str::to_owned).collect(),
+                created_at: rfc3339(r.get(2)?),
+                revoked_at: revoked.map(rfc3339),
             })
-            .db()?
-            .collect::<Result<_, _>>()
-            .db()?
-    };
+        },
+    )?;
     Ok(LedgerView {
         accounts: account_views,
         jobs: job_rows,
@@ -641,11 +622,11 @@ pub(super) fn show(tx: &Transaction<'_>) -> Result<LedgerView, ApiError> {
 
 /// Every file uploaded to `job`, for `show`: by run, then name.
 pub(super) fn uploads_of(tx: &Transaction<'_>, job: i64) -> Result<Vec<UploadRow>, ApiError> {
-    let mut statement = tx
-        .prepare("SELECT run, name, size, sha256 FROM uploads WHERE job = ?1 ORDER BY run, name")
-        .db()?;
-    statement
-        .query_map(params![job], |r| {
+    rows(
+        tx,
+        "SELECT run, name, size, sha256 FROM uploads WHERE job = ?1 ORDER BY run, name",
+        params![job],
+        |r| {
             let run: i64 = r.get(0)?;
             Ok(UploadRow {
                 // Job files are stored under run 0 (see `upload`).
@@ -654,10 +635,8 @@ pub(super) fn uploads_of(tx: &Transaction<'_>, job: i64) -> Result<Vec<UploadRow
                 size: r.get(2)?,
                 sha256: r.get(3)?,
             })
-        })
-        .db()?
-        .collect::<Result<_, _>>()
-        .db()
+        },
+    )
 }
 
 /// The digests `job`'s aggregate was published with, for `show`.

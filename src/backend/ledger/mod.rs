@@ -147,6 +147,22 @@ impl<T> Db<T> for rusqlite::Result<T> {
     }
 }
 
+/// Every row `sql` yields for `params`, each read by `row`: one statement
+/// (cached, as the ledger asks the same few again and again) run to its end.
+fn rows<T>(
+    tx: &Transaction<'_>,
+    sql: &str,
+    params: impl rusqlite::Params,
+    row: impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+) -> Result<Vec<T>, ApiError> {
+    let mut statement = tx.prepare_cached(sql).db()?;
+    statement
+        .query_map(params, row)
+        .db()?
+        .collect::<Result<_, _>>()
+        .db()
+}
+
 /// The account behind a token, and what it may do.
 struct Caller {
     account: String,

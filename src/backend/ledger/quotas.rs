@@ -162,16 +162,12 @@ impl Quotas {
 /// upload names: the files of a run that never played, which is refunded
 /// (see the module doc). Answers how many files went.
 pub(super) fn drop_files(tx: &Transaction<'_>, job: i64, run: i64) -> Result<usize, ApiError> {
-    let shas: Vec<String> = {
-        let mut statement = tx
-            .prepare_cached("DELETE FROM uploads WHERE job = ?1 AND run = ?2 RETURNING sha256")
-            .db()?;
-        statement
-            .query_map(params![job, run], |r| r.get(0))
-            .db()?
-            .collect::<Result<_, _>>()
-            .db()?
-    };
+    let shas: Vec<String> = super::rows(
+        tx,
+        "DELETE FROM uploads WHERE job = ?1 AND run = ?2 RETURNING sha256",
+        params![job, run],
+        |r| r.get(0),
+    )?;
     let mut orphan = tx
         .prepare_cached(
             "DELETE FROM blobs WHERE sha256 = ?1

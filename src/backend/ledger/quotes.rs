@@ -44,7 +44,13 @@ pub(super) fn quote_id(
     price_cents: i64,
     expires_at: i64,
 ) -> String {
-    let mac = mac(secret, account, game, cells_sha256, price_cents, expires_at);
+    let claim = Claim {
+        expires_at,
+        price_cents,
+        cells_sha256: cells_sha256.to_owned(),
+        mac: String::new(),
+    };
+    let mac = claim.mac_for(secret, account, game);
     format!("{PREFIX}{expires_at}.{price_cents}.{cells_sha256}.{mac}")
 }
 
@@ -69,17 +75,28 @@ impl Claim {
         self.cells_sha256 == cells_sha256
     }
 
-    /// Whether this ledger (`secret`) gave the claim to `account` for `game`,
-    /// with its cells, price and expiry unaltered.
-    pub fn verifies(&self, secret: &[u8], account: &str, game: &str) -> bool {
-        let expected = mac(
-            secret,
+    /// HMAC-SHA256 (RFC 2104) over the claim's fields for `account` and
+    /// `game`, each length-prefixed so no two field lists give the same
+    /// message: what this ledger (`secret`) signs a quote with.
+    fn mac_for(&self, secret: &[u8], account: &str, game: &str) -> String {
+        let mut message = Vec::new();
+        for field in [
             account,
             game,
             &self.cells_sha256,
-            self.price_cents,
-            self.expires_at,
-        );
+            &self.price_cents.to_string(),
+            &self.expires_at.to_string(),
+        ] {
+            message.extend_from_slice(&(field.len() as u64).to_be_bytes());
+            message.extend_from_slice(field.as_bytes());
+        }
+        hmac_sha256_hex(secret, &message)
+    }
+
+    /// Whether this ledger (`secret`) gave the claim to `account` for `game`,
+    /// with its cells, price and expiry unaltered.
+    pub fn verifies(&self, secret: &[u8], account: &str, game: &str) -> bool {
+        let expected = self.mac_for(secret, account, game);
         // Compared without an early exit, so timing says nothing of the MAC.
         expected.len() == self.mac.len()
             && expected
@@ -88,30 +105,6 @@ impl Claim {
                 .fold(0u8, |diff, (a, b)| diff | (a ^ b))
                 == 0
     }
-}
-
-/// HMAC-SHA256 (RFC 2104) over the quote's fields, each length-prefixed so
-/// no two field lists give the same message.
-fn mac(
-    secret: &[u8],
-    account: &str,
-    game: &str,
-    cells_sha256: &str,
-    price_cents: i64,
-    expires_at: i64,
-) -> String {
-    let mut message = Vec::new();
-    for field in [
-        account,
-        game,
-        cells_sha256,
-        &price_cents.to_string(),
-        &expires_at.to_string(),
-    ] {
-        message.extend_from_slice(&(field.len() as u64).to_be_bytes());
-        message.extend_from_slice(field.as_bytes());
-    }
-    hmac_sha256_hex(secret, &message)
 }
 
 fn hmac_sha256_hex(key: &[u8], message: &[u8]) -> String {

@@ -192,6 +192,16 @@ fn upload_unverified(problems: Vec<(String, String)>) -> ApiError {
         .with(|d| d.missing = problems.into_iter().map(|(path, _)| path).collect())
 }
 
+/// When `run` was completed (its manifest verified), if it was.
+fn completed_at(tx: &Transaction<'_>, run: i64) -> Result<Option<i64>, ApiError> {
+    tx.query_row(
+        "SELECT completed_at FROM runs WHERE id = ?1",
+        params![run],
+        |r| r.get(0),
+    )
+    .db()
+}
+
 /// Where an upload to `target` goes (job, run; 0 for the job's own files)
 /// and, when its files can no longer change, why: a completed run's files
 /// were verified against its manifest, a published aggregate's digests
@@ -217,14 +227,7 @@ fn frozen(
             format!("job `{job_id}` published its aggregate: its files' digests are public")
         })
     } else {
-        let completed: Option<i64> = tx
-            .query_row(
-                "SELECT completed_at FROM runs WHERE id = ?1",
-                params![run],
-                |r| r.get(0),
-            )
-            .db()?;
-        completed.map(|_| {
+        completed_at(tx, run)?.map(|_| {
             format!(
                 "run `{}` was completed: its files were verified against its manifest",
                 super::jobs::run_id(run)
@@ -434,13 +437,7 @@ impl Ledger {
             caller.may(Endpoint::Complete)?;
             let (job, run, job_state) = owned_run(tx, &caller, reference)?;
             let current = run_view(tx, run)?.state;
-            let completed: Option<i64> = tx
-                .query_row(
-                    "SELECT completed_at FROM runs WHERE id = ?1",
-                    params![run],
-                    |r| r.get(0),
-                )
-                .db()?;
+            let completed = completed_at(tx, run)?;
             // A complete already accepted, asked again: its answer again.
             // (A run that reached this state by a transition, a cell that
             // failed before it played, still gets its manifest verified.)

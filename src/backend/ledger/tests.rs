@@ -78,13 +78,7 @@ impl Fixture {
             .ledger
             .estimate(&demo(), GAME, &estimate_request(n))
             .expect("estimate");
-        RegisterRequest {
-            quote_id: estimate.quote_id,
-            confirm_price_cents: estimate.estimate_cents,
-            cells: cells(n),
-            modules: Vec::new(),
-            run_length: RunLength::Standard,
-        }
+        confirming(estimate, n)
     }
 
     fn register(&self, key: &str, n: usize) -> Registered {
@@ -116,6 +110,24 @@ impl Fixture {
             self.move_to(run, *to).expect("valid transition");
         }
     }
+}
+
+/// The register body that buys the `n` cells `estimate` priced, at its price.
+fn confirming(estimate: crate::backend::api::Estimate, n: usize) -> RegisterRequest {
+    RegisterRequest {
+        quote_id: estimate.quote_id,
+        confirm_price_cents: estimate.estimate_cents,
+        cells: cells(n),
+        modules: Vec::new(),
+        run_length: RunLength::Standard,
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
 }
 
 fn job_ref(job: &JobView) -> JobRef {
@@ -290,13 +302,7 @@ fn a_short_balance_is_402_and_charges_nothing() {
         .estimate(&poor.token, GAME, &estimate_request(1))
         .expect("estimate");
     assert!(!quote.ok);
-    let body = RegisterRequest {
-        quote_id: quote.quote_id,
-        confirm_price_cents: quote.estimate_cents,
-        cells: cells(1),
-        modules: Vec::new(),
-        run_length: RunLength::Standard,
-    };
+    let body = confirming(quote, 1);
     let e = f
         .ledger
         .register(&poor.token, GAME, "k", &body)
@@ -727,15 +733,17 @@ fn complete_verifies_the_manifest_both_ways() {
     let target = UploadTarget::Run(run.clone());
     upload(&f, &target, "report.md", b"# report").expect("upload");
     upload(&f, &target, "trace.jsonl", b"{}\n").expect("upload");
+    // What the cell played, as its manifest says; what was uploaded differs.
     let manifest = vec![
         entry_for("report.md", b"# report"),
         entry_for("trace.jsonl", b"{}\n{}\n"),
         entry_for("transcript.jsonl", b"[]"),
     ];
-    let e = f
-        .ledger
-        .complete(&demo(), &run, &complete_request(manifest))
-        .expect_err("unverified");
+    let complete = |manifest: Vec<ManifestEntry>| {
+        f.ledger
+            .complete(&demo(), &run, &complete_request(manifest))
+    };
+    let e = complete(manifest.clone()).expect_err("unverified");
     assert_eq!((e.status, e.code.as_str()), (422, "upload_unverified"));
     assert_eq!(e.details.missing, ["trace.jsonl", "transcript.jsonl"]);
     assert!(
@@ -751,35 +759,17 @@ fn complete_verifies_the_manifest_both_ways() {
     // Same size, other bytes: named by sha256.
     upload(&f, &target, "trace.jsonl", b"{}\n{]\n").expect("upload");
     upload(&f, &target, "transcript.jsonl", b"[]").expect("upload");
-    let e = f
-        .ledger
-        .complete(
-            &demo(),
-            &run,
-            &complete_request(vec![entry_for("trace.jsonl", b"{}\n{}\n")]),
-        )
-        .expect_err("sha");
+    let e = complete(vec![entry_for("trace.jsonl", b"{}\n{}\n")]).expect_err("sha");
     assert!(e.message.contains("uploaded sha256"), "{e}");
     // The repair pass: upload what was missing, complete again.
     upload(&f, &target, "trace.jsonl", b"{}\n{}\n").expect("upload");
-    let manifest = vec![
-        entry_for("report.md", b"# report"),
-        entry_for("trace.jsonl", b"{}\n{}\n"),
-        entry_for("transcript.jsonl", b"[]"),
-    ];
-    let done = f
-        .ledger
-        .complete(&demo(), &run, &complete_request(manifest.clone()))
-        .expect("complete");
+    let done = complete(manifest.clone()).expect("complete");
     assert!(done.changed);
     assert_eq!(
         (done.run.state, done.run.actions_taken),
         (RunState::Succeeded, 12)
     );
-    let again = f
-        .ledger
-        .complete(&demo(), &run, &complete_request(manifest))
-        .expect("replayed complete");
+    let again = complete(manifest).expect("replayed complete");
     assert!(!again.changed);
 }
 
@@ -1047,10 +1037,7 @@ fn the_local_backend_answers_through_the_trait() {
     use crate::backend::Backend as _;
     let f = fixture();
     let backend = crate::backend::local::LocalBackend::new(Arc::new(f.ledger));
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = runtime();
     runtime.block_on(async {
         assert_eq!(backend.name(), "local");
         let me = backend.whoami(&demo()).await.expect("whoami");
@@ -1059,13 +1046,7 @@ fn the_local_backend_answers_through_the_trait() {
             .estimate(&demo(), GAME, &estimate_request(1))
             .await
             .expect("estimate");
-        let body = RegisterRequest {
-            quote_id: quote.quote_id,
-            confirm_price_cents: quote.estimate_cents,
-            cells: cells(1),
-            modules: Vec::new(),
-            run_length: RunLength::Standard,
-        };
+        let body = confirming(quote, 1);
         let job = backend
             .register(&demo(), GAME, "k", &body)
             .await
@@ -1100,10 +1081,7 @@ fn the_error_body_is_code_message_and_its_details() {
 fn the_local_backend_passes_the_conformance_suite() {
     let f = fixture();
     let backend = crate::backend::local::LocalBackend::new(Arc::new(f.ledger));
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = runtime();
     runtime.block_on(crate::backend::conformance::one_job(
         &backend,
         &demo(),
@@ -1140,13 +1118,7 @@ fn whoami_and_estimate_append_nothing_to_the_wal_and_change_no_row() {
         "no frame was appended to the WAL"
     );
     // The quote still buys: it lives in its id alone.
-    let body = RegisterRequest {
-        quote_id: quote.quote_id,
-        confirm_price_cents: quote.estimate_cents,
-        cells: cells(3),
-        modules: Vec::new(),
-        run_length: RunLength::Standard,
-    };
+    let body = confirming(quote, 3);
     f.ledger
         .register(&demo(), GAME, "k2", &body)
         .expect("register");
@@ -1193,13 +1165,7 @@ fn a_version_1_ledger_is_migrated_to_signed_quotes_keeping_its_jobs() {
     let quote = ledger
         .estimate(&demo(), GAME, &estimate_request(1))
         .expect("estimate");
-    let body = RegisterRequest {
-        quote_id: quote.quote_id,
-        confirm_price_cents: quote.estimate_cents,
-        cells: cells(1),
-        modules: Vec::new(),
-        run_length: RunLength::Standard,
-    };
+    let body = confirming(quote, 1);
     ledger
         .register(&demo(), GAME, "k2", &body)
         .expect("a signed quote buys");

@@ -91,6 +91,32 @@ pub struct StepCheck<'c, 'v> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct NoParams;
 
+/// A kind with no keys of its own: its unit struct and its [`PlanKind`],
+/// which decodes nothing and checks into [`NoParams`]; the kinds differ
+/// only in their doc and the traits they set (`MOVES_MONEY`, `ALWAYS`).
+macro_rules! keyless {
+    ($kind:ident, $doc:literal $(, $trait:ident)*) => {
+        pub struct $kind;
+
+        impl super::PlanKind for $kind {
+            const DOC: &'static str = $doc;
+            $(const $trait: bool = true;)*
+            type Keys = ();
+            type Params = super::NoParams;
+
+            fn decode(
+                _: &mut crate::plan::decode::TableReader<'_>,
+                _: &mut crate::plan::diagnostic::Diagnostics,
+            ) {
+            }
+
+            fn check((): &(), _: &mut super::StepCheck<'_, '_>) -> super::NoParams {
+                super::NoParams
+            }
+        }
+    };
+}
+
 /// How a kind's settings appear in the model's JSON (which the plan's hash
 /// is taken of): `{"KIND": {…}}`, or `"none"` for a kind without settings,
 /// as they always have, so a run begun by an older gameplan still resumes.

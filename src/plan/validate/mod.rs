@@ -81,6 +81,20 @@ impl Validator<'_> {
         }
     }
 
+    /// Checks that each of `names` is a valid name, then that none repeats;
+    /// the names, for what refers to them.
+    fn names<'n>(
+        &mut self,
+        names: impl IntoIterator<Item = &'n Spanned<String>> + Clone,
+        what: &str,
+    ) -> Vec<&'n str> {
+        for name in names.clone() {
+            self.name(name, what);
+        }
+        self.unique(names.clone(), what);
+        names.into_iter().map(|n| n.value.as_str()).collect()
+    }
+
     /// Reports the second and later uses of a name.
     fn unique<'n>(&mut self, names: impl IntoIterator<Item = &'n Spanned<String>>, what: &str) {
         let mut first: HashMap<&str, Span> = HashMap::new();
@@ -347,27 +361,19 @@ impl Validator<'_> {
         }
         let pools = self.pools(raw);
 
-        for p in &raw.personas {
-            self.name(&p.slug, "persona slug");
-        }
-        self.unique(raw.personas.iter().map(|p| &p.slug), "persona slug");
+        let persona_slugs = self.names(raw.personas.iter().map(|p| &p.slug), "persona slug");
         let personas: Vec<Option<Persona>> = raw
             .personas
             .iter()
             .map(|p| self.persona(p, budget.as_ref()))
             .collect();
-        let persona_slugs: Vec<&str> = raw.personas.iter().map(|p| p.slug.value.as_str()).collect();
 
-        for l in &raw.lenses {
-            self.name(&l.name, "lens name");
-        }
-        self.unique(raw.lenses.iter().map(|l| &l.name), "lens name");
+        let lens_names = self.names(raw.lenses.iter().map(|l| &l.name), "lens name");
         let lenses: Vec<Option<Lens>> = raw
             .lenses
             .iter()
             .map(|l| self.lens(l, budget.as_ref()))
             .collect();
-        let lens_names: Vec<&str> = raw.lenses.iter().map(|l| l.name.value.as_str()).collect();
 
         for g in &raw.gates {
             self.name(&g.name, "gate name");

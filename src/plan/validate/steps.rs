@@ -56,15 +56,8 @@ impl Validator<'_> {
         unread: &[String],
         refs: &Refs<'_>,
     ) -> Vec<Step> {
-        for s in raw {
-            self.name(&s.id, "step id");
-        }
-        self.unique(raw.iter().map(|s| &s.id), "step id");
-        let ids: Vec<&str> = raw
-            .iter()
-            .map(|s| s.id.value.as_str())
-            .chain(unread.iter().map(String::as_str))
-            .collect();
+        let mut ids = self.names(raw.iter().map(|s| &s.id), "step id");
+        ids.extend(unread.iter().map(String::as_str));
         // Membership by hash: a 10,000-step plan checks its needs in linear time.
         let id_set: HashSet<&str> = ids.iter().copied().collect();
         let steps: Vec<Step> = raw

@@ -333,14 +333,10 @@ impl LlmPlayer {
         let schema = self.structured.then(|| choice_schema(allowed, wanted));
         let mut messages = vec![Message::user(prompt)];
         let first = self.call(&messages, max_tokens, schema.as_ref()).await?;
-        let why = match pick(&first.text, allowed, wanted) {
-            Ok(picked) => {
-                self.note_answer(asked, &first, Ok(&picked), false);
-                return Ok(picked);
-            }
+        let why = match self.read(asked, &first, (allowed, wanted), false) {
+            Ok(picked) => return Ok(picked),
             Err(why) => why,
         };
-        self.note_answer(asked, &first, Err(&why), false);
         self.counts.reasks += 1;
         messages.push(Message {
             role: "assistant",
@@ -348,14 +344,10 @@ impl LlmPlayer {
         });
         messages.push(Message::user(reask(&why, allowed, wanted)));
         let second = self.call(&messages, max_tokens, schema.as_ref()).await?;
-        let again = match pick(&second.text, allowed, wanted) {
-            Ok(picked) => {
-                self.note_answer(asked, &second, Ok(&picked), true);
-                return Ok(picked);
-            }
+        let again = match self.read(asked, &second, (allowed, wanted), true) {
+            Ok(picked) => return Ok(picked),
             Err(again) => again,
         };
-        self.note_answer(asked, &second, Err(&again), true);
         let picked = match self.fallback {
             Fallback::Stop => {
                 return Err(PlayerError::Model(LlmError::BadAnswer(format!(
@@ -405,6 +397,25 @@ impl LlmPlayer {
 
     fn note(&mut self, note: serde_json::Value) {
         self.notes.model.push(note);
+    }
+
+    /// Reads `answer` as `wanted` of the `allowed` actions, noting what it
+    /// read (or why it read none), whether first asked or asked again.
+    fn read(
+        &mut self,
+        asked: Asked,
+        answer: &crate::llm::Answer,
+        (allowed, wanted): (&[String], usize),
+        reask: bool,
+    ) -> Result<Vec<String>, String> {
+        let read = pick(&answer.text, allowed, wanted);
+        self.note_answer(
+            asked,
+            answer,
+            read.as_deref().map_err(String::as_str),
+            reask,
+        );
+        read
     }
 
     /// A raw answer and how it was read, for the transcript.
@@ -679,24 +690,21 @@ mod tests {
             state: serde_json::Value::Null,
             score: 0.0,
         };
+        // The same room each turn, its history one move longer.
+        let mut remember = |history: &crate::play::player::History| {
+            player.remember(&Turn {
+                observation: &observation,
+                hash: "h",
+                history,
+                wanted: 1,
+            });
+        };
         let mut history = crate::play::player::History::default();
         history.record("h", "up");
         history.refused("There are no stairs here.");
-        let turn = Turn {
-            observation: &observation,
-            hash: "h",
-            history: &history,
-            wanted: 1,
-        };
-        player.remember(&turn);
+        remember(&history);
         history.record("h", "north");
-        let turn = Turn {
-            observation: &observation,
-            hash: "h",
-            history: &history,
-            wanted: 1,
-        };
-        player.remember(&turn);
+        remember(&history);
         let results: Vec<&str> = player.recent.iter().map(|m| m.result.as_str()).collect();
         assert_eq!(
             results,

@@ -114,6 +114,15 @@ impl WebDriverCompatibleCommand for ChromeCdp {
     }
 }
 
+/// Issues the DevTools command `cmd` with `params` on `client`'s session.
+pub(super) async fn cdp(
+    client: &fantoccini::Client,
+    cmd: &'static str,
+    params: Value,
+) -> Result<Value, fantoccini::error::CmdError> {
+    client.issue_cmd(ChromeCdp { cmd, params }).await
+}
+
 /// W3C Navigate To (`POST /session/{id}/url`).
 #[derive(Debug)]
 pub(super) struct W3cNavigate {

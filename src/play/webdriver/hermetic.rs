@@ -30,7 +30,7 @@ use serde_json::{Value, json};
 
 use fantoccini::actions::{InputSource, KeyAction, KeyActions};
 
-use super::capabilities::ChromeCdp;
+use super::capabilities::cdp;
 use super::{BrowserSession, LISTENER, PAGE, navigate};
 use crate::play::driver::Failure;
 use crate::play::protocol::Op;
@@ -89,33 +89,27 @@ pub(super) async fn clear_origins(client: &Client, origins: &[String]) -> Vec<St
             e.to_string().lines().next().unwrap_or_default()
         ));
     };
-    if let Err(e) = client
-        .issue_cmd(ChromeCdp {
-            cmd: "Network.clearBrowserCookies",
-            params: json!({}),
-        })
-        .await
-    {
+    if let Err(e) = cdp(client, "Network.clearBrowserCookies", json!({})).await {
         refusal("the cookies", &e);
     }
     for origin in origins {
-        if let Err(e) = client
-            .issue_cmd(ChromeCdp {
-                cmd: "Storage.clearDataForOrigin",
-                params: json!({ "origin": origin, "storageTypes": "all" }),
-            })
-            .await
+        if let Err(e) = cdp(
+            client,
+            "Storage.clearDataForOrigin",
+            json!({ "origin": origin, "storageTypes": "all" }),
+        )
+        .await
         {
             refusal(&format!("the storage of {origin}"), &e);
         }
         // Session storage is the tab's, not the origin's: "all" leaves it.
         // An origin the tab never stored for is refused; that is clean too.
-        let _ = client
-            .issue_cmd(ChromeCdp {
-                cmd: "DOMStorage.clear",
-                params: json!({ "storageId": { "securityOrigin": origin, "isLocalStorage": false } }),
-            })
-            .await;
+        let _ = cdp(
+            client,
+            "DOMStorage.clear",
+            json!({ "storageId": { "securityOrigin": origin, "isLocalStorage": false } }),
+        )
+        .await;
     }
     refused
 }
@@ -288,10 +282,11 @@ impl BrowserSession {
             let _ = self
                 .within(
                     Op::Reset,
-                    self.client.issue_cmd(ChromeCdp {
-                        cmd: "Page.removeScriptToEvaluateOnNewDocument",
-                        params: json!({ "identifier": id }),
-                    }),
+                    cdp(
+                        &self.client,
+                        "Page.removeScriptToEvaluateOnNewDocument",
+                        json!({ "identifier": id }),
+                    ),
                 )
                 .await;
         }
@@ -299,10 +294,11 @@ impl BrowserSession {
         let added = self
             .within(
                 Op::Reset,
-                self.client.issue_cmd(ChromeCdp {
-                    cmd: "Page.addScriptToEvaluateOnNewDocument",
-                    params: json!({ "source": source }),
-                }),
+                cdp(
+                    &self.client,
+                    "Page.addScriptToEvaluateOnNewDocument",
+                    json!({ "source": source }),
+                ),
             )
             .await;
         self.installed = added.ok().and_then(|v| {

@@ -900,12 +900,12 @@ async fn within<T>(
 async fn capture(client: &Client, devtools: bool) -> Result<Vec<u8>, CmdError> {
     use base64::Engine as _;
     if devtools {
-        let shot = client
-            .issue_cmd(ChromeCdp {
-                cmd: "Page.captureScreenshot",
-                params: json!({ "format": "png", "optimizeForSpeed": true }),
-            })
-            .await;
+        let shot = cdp(
+            client,
+            "Page.captureScreenshot",
+            json!({ "format": "png", "optimizeForSpeed": true }),
+        )
+        .await;
         if let Ok(shot) = shot
             && let Some(Ok(png)) = shot
                 .get("data")

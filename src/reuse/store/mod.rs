@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, OpenOptions};
 use std::io::{self, Write as _};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, Once, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, Once, OnceLock, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
@@ -252,6 +252,12 @@ impl Store {
     /// Takes the index's shared lock for as long as this store lives (a
     /// run), so no `gc` compacts it or deletes a blob this run may restore.
     pub fn hold(&self) -> Result<(), ReuseError> {
+        self.appender().map(drop)
+    }
+
+    /// The run's appender, under its lock: opened (taking the index's
+    /// shared lock) by the first caller, so whoever writes first holds it.
+    fn appender(&self) -> Result<MutexGuard<'_, Option<Appender>>, ReuseError> {
         let mut appender = self
             .state
             .appender
@@ -260,7 +266,7 @@ impl Store {
         if appender.is_none() {
             *appender = Some(Appender::open(&self.dir)?);
         }
-        Ok(())
+        Ok(appender)
     }
 
     /// [`Self::open`], and starts reading the index on another thread,
@@ -378,14 +384,7 @@ impl Store {
         });
         // Held (shared) before any blob is written, so a compacting gc never
         // takes a blob this run is about to record for unreferenced.
-        let mut appender = self
-            .state
-            .appender
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if appender.is_none() {
-            *appender = Some(Appender::open(&self.dir)?);
-        }
+        let mut appender = self.appender()?;
         // Another thread of this run may have stored it while this one waited.
         if let Some(existing) = self.lookup(&digest) {
             return Ok(existing);
@@ -835,14 +834,7 @@ impl Store {
         if keys.is_empty() {
             return Ok(());
         }
-        let mut appender = self
-            .state
-            .appender
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if appender.is_none() {
-            *appender = Some(Appender::open(&self.dir)?);
-        }
+        let mut appender = self.appender()?;
         let at = index::now_ms();
         let index_path = self.dir.join(INDEX_FILE);
         appender
