@@ -172,66 +172,7 @@ pub enum Command {
     /// never from a flag, and never written anywhere. Exit 2 when the model never named a
     /// listed action or --max-model-usd stopped it, 5 when the endpoint never answered.
     #[command(name = "play", alias = "__play")]
-    PlayCell {
-        /// The persona's name in the report.
-        #[arg(long, default_value = "tester")]
-        persona: String,
-        /// The player: scripted, random, explorer or llm.
-        #[arg(long, default_value = "explorer")]
-        player: String,
-        #[command(flatten)]
-        llm: Box<LlmPlayerArgs>,
-        /// A web game: the page to open in headless Chromium through chromedriver (an
-        /// http(s):// or file:// URL, or a path), instead of a COMMAND.
-        #[arg(long, value_name = "URL", conflicts_with = "command")]
-        url: Option<String>,
-        /// With --url: serve this directory on a free loopback port while the cell plays; --url
-        /// is then a page inside it (e.g. `--serve dist --url index.html`).
-        #[arg(long, value_name = "DIR", requires = "url")]
-        serve: Option<PathBuf>,
-        /// With --url: keys offered on every page besides Enter and Escape, comma-separated
-        /// (Tab, Space, Backspace, ArrowUp, ArrowDown, ArrowLeft, ArrowRight, or one character).
-        #[arg(long, value_name = "K,K", requires = "url", value_delimiter = ',')]
-        keys: Vec<String>,
-        /// With --url: the page's inner size and the screenshots', WIDTHxHEIGHT [default:
-        /// 1280x800].
-        #[arg(long, value_name = "WxH", requires = "url")]
-        viewport: Option<String>,
-        /// With --url: a JavaScript expression evaluated in the page with every observation;
-        /// its value (as JSON) is the observation's `state`.
-        #[arg(long, value_name = "JS", requires = "url")]
-        probe: Option<String>,
-        /// The scripted player's actions, in order (repeatable).
-        #[arg(long = "action", value_name = "ACTION")]
-        actions: Vec<String>,
-        /// The controller: standard, jev or rune.
-        #[arg(long, default_value = "standard")]
-        controller: String,
-        /// Seeds the game's `reset`, the player and the controller.
-        #[arg(long, default_value_t = 1)]
-        seed: i64,
-        /// Actions before the persona gives up.
-        #[arg(long, value_name = "N", default_value_t = 40)]
-        patience: u64,
-        /// Stop after this many actions (a plan's `budget.max_actions`).
-        #[arg(long, value_name = "N")]
-        max_actions: Option<u64>,
-        /// Stop after this many seconds (a plan's `budget.max_wall_seconds`).
-        #[arg(long, value_name = "SECS")]
-        max_wall: Option<u64>,
-        /// Seconds without an answer before the game counts as hung.
-        #[arg(long, value_name = "SECS", default_value_t = 10.0)]
-        action_timeout: f64,
-        /// Actions with no change in the observation before a `stuck` finding.
-        #[arg(long, value_name = "N", default_value_t = 8)]
-        stuck_after: u64,
-        /// Where the cell's files go (created if needed).
-        #[arg(long, value_name = "DIR")]
-        out: PathBuf,
-        /// The game command, after `--`.
-        #[arg(last = true, required_unless_present = "url", value_name = "COMMAND")]
-        command: Vec<String>,
-    },
+    PlayCell(Box<play::CellArgs>),
     /// Internal: simulate many seeded games of COMMAND (the benchmark's entry).
     #[command(name = "__simulate", hide = true)]
     Simulate {
@@ -671,7 +612,7 @@ pub fn dispatch(cli: Cli, cx: &Context) -> Done {
         command @ (Command::Replay { .. }
         | Command::Shrink { .. }
         | Command::GameExec { .. }
-        | Command::PlayCell { .. }
+        | Command::PlayCell(_)
         | Command::Simulate { .. }) => play::dispatch(cx, command),
     }
 }

@@ -243,32 +243,73 @@ pub fn simulate(cx: &Context, args: SimulateArgs) -> Done {
 }
 
 /// The settings of `gameplan play`.
+#[derive(Debug, clap::Args)]
 pub struct CellArgs {
+    /// The persona's name in the report.
+    #[arg(long, default_value = "tester")]
     pub persona: String,
+    /// The player: scripted, random, explorer or llm.
+    #[arg(long, default_value = "explorer")]
     pub player: String,
+    #[command(flatten)]
     pub llm: Box<super::LlmPlayerArgs>,
+    /// A web game: the page to open in headless Chromium through chromedriver (an
+    /// http(s):// or file:// URL, or a path), instead of a COMMAND.
+    #[arg(long, value_name = "URL", conflicts_with = "command")]
     pub url: Option<String>,
-    /// `--serve`, `--keys`, `--viewport`, `--probe` (with `--url`).
+    #[command(flatten)]
     pub web: WebArgs,
+    /// The scripted player's actions, in order (repeatable).
+    #[arg(long = "action", value_name = "ACTION")]
     pub actions: Vec<String>,
+    /// The controller: standard, jev or rune.
+    #[arg(long, default_value = "standard")]
     pub controller: String,
+    /// Seeds the game's `reset`, the player and the controller.
+    #[arg(long, default_value_t = 1)]
     pub seed: i64,
+    /// Actions before the persona gives up.
+    #[arg(long, value_name = "N", default_value_t = 40)]
     pub patience: u64,
+    /// Stop after this many actions (a plan's `budget.max_actions`).
+    #[arg(long, value_name = "N")]
     pub max_actions: Option<u64>,
+    /// Stop after this many seconds (a plan's `budget.max_wall_seconds`).
+    #[arg(long, value_name = "SECS")]
     pub max_wall: Option<u64>,
+    /// Seconds without an answer before the game counts as hung.
+    #[arg(long, value_name = "SECS", default_value_t = 10.0)]
     pub action_timeout: f64,
+    /// Actions with no change in the observation before a `stuck` finding.
+    #[arg(long, value_name = "N", default_value_t = 8)]
     pub stuck_after: u64,
+    /// Where the cell's files go (created if needed).
+    #[arg(long, value_name = "DIR")]
     pub out: PathBuf,
+    /// The game command, after `--`.
+    #[arg(last = true, required_unless_present = "url", value_name = "COMMAND")]
     pub command: Vec<String>,
 }
 
 /// The web game settings of `gameplan play --url`: a plan's `game.serve`,
 /// `game.keys`, `game.viewport` and `game.probe`.
-#[derive(Default)]
+#[derive(Debug, Default, clap::Args)]
 pub struct WebArgs {
+    /// With --url: serve this directory on a free loopback port while the cell plays; --url
+    /// is then a page inside it (e.g. `--serve dist --url index.html`).
+    #[arg(long, value_name = "DIR", requires = "url")]
     pub serve: Option<PathBuf>,
+    /// With --url: keys offered on every page besides Enter and Escape, comma-separated
+    /// (Tab, Space, Backspace, ArrowUp, ArrowDown, ArrowLeft, ArrowRight, or one character).
+    #[arg(long, value_name = "K,K", requires = "url", value_delimiter = ',')]
     pub keys: Vec<String>,
+    /// With --url: the page's inner size and the screenshots', WIDTHxHEIGHT [default:
+    /// 1280x800].
+    #[arg(long, value_name = "WxH", requires = "url")]
     pub viewport: Option<String>,
+    /// With --url: a JavaScript expression evaluated in the page with every observation;
+    /// its value (as JSON) is the observation's `state`.
+    #[arg(long, value_name = "JS", requires = "url")]
     pub probe: Option<String>,
 }
 
@@ -638,50 +679,7 @@ pub fn dispatch(cx: &Context, command: Command) -> Done {
             cgroup.as_deref(),
             &argv,
         ),
-        Command::PlayCell {
-            persona,
-            player,
-            llm,
-            url,
-            serve,
-            keys,
-            viewport,
-            probe,
-            actions,
-            controller,
-            seed,
-            patience,
-            max_actions,
-            max_wall,
-            action_timeout,
-            stuck_after,
-            out,
-            command,
-        } => play_cell(
-            cx,
-            &CellArgs {
-                persona,
-                player,
-                llm,
-                url,
-                web: WebArgs {
-                    serve,
-                    keys,
-                    viewport,
-                    probe,
-                },
-                actions,
-                controller,
-                seed,
-                patience,
-                max_actions,
-                max_wall,
-                action_timeout,
-                stuck_after,
-                out,
-                command,
-            },
-        ),
+        Command::PlayCell(args) => play_cell(cx, &args),
         Command::Simulate {
             games,
             workers,
