@@ -72,6 +72,18 @@ impl Pipeline {
         needs
     }
 
+    /// Every instance `index` needs, directly or through others.
+    pub fn ancestors(&self, index: NodeIndex) -> std::collections::BTreeSet<NodeIndex> {
+        let mut seen = std::collections::BTreeSet::new();
+        let mut stack = self.needs(index);
+        while let Some(need) = stack.pop() {
+            if seen.insert(need) {
+                stack.extend(self.needs(need));
+            }
+        }
+        seen
+    }
+
     pub fn find(&self, id: &str) -> Option<NodeIndex> {
         self.graph.node_indices().find(|&i| self.graph[i].id == id)
     }

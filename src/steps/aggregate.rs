@@ -83,6 +83,10 @@ impl Kind for Aggregate {
         StepKind::Aggregate
     }
 
+    fn reads_cells(&self) -> bool {
+        true
+    }
+
     fn reuse(&self, cx: &KeyContext<'_>) -> Result<Reuse, StepError> {
         let mut settings = json!({
             "format": AGGREGATE_FORMAT,

@@ -76,6 +76,10 @@ impl Kind for Deliver {
         StepKind::Deliver
     }
 
+    fn reads_cells(&self) -> bool {
+        true
+    }
+
     fn reuse(&self, _cx: &KeyContext<'_>) -> Result<Reuse, StepError> {
         Ok(Reuse::Never(
             "a delivery uploads to this run's job and completes its run: it is never reused".into(),

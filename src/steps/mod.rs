@@ -183,6 +183,13 @@ pub trait Kind: Send + Sync {
         Vec::new()
     }
 
+    /// Whether its steps read the cells and simulations they need
+    /// ([`StepContext::reads`]: a merge, a delivery), so the engine finds
+    /// them for its steps; other kinds' steps get none, and no walk.
+    fn reads_cells(&self) -> bool {
+        false
+    }
+
     /// Whether its steps read the play cells ahead of them
     /// ([`StepIo::cells_ahead`]: what a run will play, and what it will
     /// reuse), so the engine works them out before the run starts (the
@@ -502,25 +509,23 @@ impl Kinds {
             .then(|| LiveLog::new(steps_log.to_path_buf()))
     }
 
-    /// The cells and simulations `node` reads: every step it needs,
-    /// directly or through others, whose kind adds a cell or a simulation
-    /// to the playtest, in the plan's order; `dir_of` gives a step's
-    /// directory from its id.
+    /// The cells and simulations `node` reads (none unless its kind
+    /// [`Kind::reads_cells`]): every step it needs, directly or through
+    /// others, whose kind adds a cell or a simulation to the playtest, in
+    /// the plan's order; `dir_of` gives a step's directory from its id.
     pub fn reads(
         &self,
         pipeline: &crate::graph::Pipeline,
         node: petgraph::graph::NodeIndex,
         dir_of: impl Fn(&str) -> PathBuf,
     ) -> Vec<CellRead> {
-        let mut seen = vec![false; pipeline.graph.node_count()];
-        let mut stack = pipeline.needs(node);
-        while let Some(need) = stack.pop() {
-            if !std::mem::replace(&mut seen[need.index()], true) {
-                stack.extend(pipeline.needs(need));
-            }
+        let reads = self.get(pipeline.instance(node).kind);
+        if !reads.is_some_and(Kind::reads_cells) {
+            return Vec::new();
         }
-        let ahead = pipeline.order.iter().filter(|n| seen[n.index()]);
-        ahead
+        let ahead = pipeline.ancestors(node);
+        let in_order = pipeline.order.iter().filter(|n| ahead.contains(n));
+        in_order
             .filter_map(|&n| {
                 let instance = pipeline.instance(n);
                 let part = self.get(instance.kind)?.playtest(&dir_of(&instance.id))?;

@@ -429,18 +429,6 @@ fn dependants(pipeline: &Pipeline, node: NodeIndex) -> std::collections::BTreeSe
     seen
 }
 
-/// Every step `node` needs, directly or through others.
-fn ancestors(pipeline: &Pipeline, node: NodeIndex) -> std::collections::BTreeSet<NodeIndex> {
-    let mut seen = std::collections::BTreeSet::new();
-    let mut stack = pipeline.needs(node);
-    while let Some(need) = stack.pop() {
-        if seen.insert(need) {
-            stack.extend(pipeline.needs(need));
-        }
-    }
-    seen
-}
-
 /// The run's state: reports, scheduling, the root cause.
 struct Run {
     pipeline: Arc<Pipeline>,
@@ -689,7 +677,9 @@ impl Run {
         };
         // Every step it needs, directly or through others: a `finish`
         // reads `register`'s job id through the `deliver`s between them.
-        let needs = ancestors(&self.pipeline, node)
+        let needs = self
+            .pipeline
+            .ancestors(node)
             .into_iter()
             .map(|need| {
                 let need_id = self.pipeline.graph[need].id.clone();
