@@ -239,7 +239,8 @@
   // a response: a page read before it came shows its loading screen ("Day
   // 0 of undefined"), and on a busy machine a replay reads otherwise.
   // Opening a database is in flight until it opens, fails or is blocked; a
-  // transaction until it completes or aborts.
+  // transaction until it completes or aborts (a request's `error` bubbles
+  // to it first, and a page may handle it and go on).
   if (window.IDBFactory && window.IDBDatabase) {
     var idbListen = EventTarget.prototype.addEventListener;
     var until = function (target, events, done) {
@@ -257,7 +258,7 @@
     var transaction = IDBDatabase.prototype.transaction;
     IDBDatabase.prototype.transaction = function (stores) {
       var tx = transaction.apply(this, arguments);
-      until(tx, ['complete', 'abort', 'error'], start('IndexedDB transaction on ' + String(stores)));
+      until(tx, ['complete', 'abort'], start('IndexedDB transaction on ' + String(stores)));
       return tx;
     };
   }
